@@ -1,0 +1,36 @@
+# The two commands of the README: `make demo` runs the bundled example end to end,
+# `make test` runs the test suite. Both create the virtualenv when it is missing.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+# A local CPU build of torch lies on these machines; elsewhere pick the build you want,
+# e.g. `make test TORCH_SPEC=torch` (an unpinned torch may pull a multi-GB CUDA build).
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench venv clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e '.[offline,demo,dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/boxwatch demo
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+bench: $(VENV)/.installed
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info demo-out test-artifacts

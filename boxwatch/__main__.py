@@ -1,0 +1,6 @@
+"""Allow ``python -m boxwatch``."""
+
+from boxwatch.cli import main
+
+if __name__ == "__main__":
+    main()
