@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from make_data import split_indices  # the same split the demo data uses
 from sklearn.datasets import load_digits
 from torch import nn
 
@@ -18,6 +19,9 @@ HERE = Path(__file__).resolve().parent
 KNOWN_CLASSES = 8
 SEED = 0
 SCALE = 1.0 / 16.0  # pixel values are 0..16; the artifact records this preprocessing
+# Few epochs on purpose: a ~96%-accurate model makes training mistakes, which the monitors
+# need for their "bad" boxes (and the demo for uncertainty verdicts).
+EPOCHS = 3
 
 
 class DigitsMLP(nn.Module):
@@ -35,13 +39,6 @@ class DigitsMLP(nn.Module):
         return self.out(self.act2(self.fc2(self.act1(self.fc1(x)))))
 
 
-def split_indices(n: int, seed: int = SEED) -> dict[str, np.ndarray]:
-    """Deterministic 60/20/20 train/validation/test split of the known digits."""
-    order = np.random.default_rng(seed).permutation(n)
-    a, b = int(0.6 * n), int(0.8 * n)
-    return {"train": order[:a], "validation": order[a:b], "test": order[b:]}
-
-
 def main() -> None:
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
@@ -54,7 +51,7 @@ def main() -> None:
     model = DigitsMLP()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(SEED)
-    for _epoch in range(40):
+    for _epoch in range(EPOCHS):
         perm = torch.randperm(len(yt), generator=gen)
         for start in range(0, len(yt), 64):
             batch = perm[start:start + 64]

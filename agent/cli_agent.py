@@ -1,0 +1,108 @@
+"""``boxwatch agent``: verify the artifact, check topics, then monitor the stream."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from boxwatch.agent.config import AgentConfig, load_agent_config
+from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
+from boxwatch.agent.http import AgentHTTPServer
+from boxwatch.agent.metrics import AgentMetrics
+from boxwatch.agent.runtime import load_runtime
+from boxwatch.agent.service import Agent
+
+log = logging.getLogger("boxwatch.agent")
+
+
+def build_agent(cfg: AgentConfig, metrics: AgentMetrics | None = None) -> Agent:
+    """Load and verify the artifact named by ``cfg`` and make an :class:`Agent` (no I/O yet)."""
+    def load():
+        return load_runtime(cfg["artifact"], cfg["public_keys"], model_path=cfg["model"],
+                            threads=cfg["inference_threads"])
+
+    return Agent(cfg, load(), metrics or AgentMetrics(), reload_runtime=load)
+
+
+def serve(agent: Agent) -> AgentHTTPServer:
+    """Start the HTTP endpoints of ``agent`` on its configured address."""
+    def status() -> dict[str, Any]:
+        rt = agent.runtime
+        return {**agent.status.snapshot(), "artifact_id": rt.artifact_id,
+                "model_version": rt.model_version, "ready": agent.ready()}
+
+    return AgentHTTPServer(agent.cfg["metrics.address"], agent.metrics.registry,
+                           healthy=agent.alive, ready=agent.ready, status=status).start()
+
+
+def _overrides(**kw: Any) -> dict[str, Any]:
+    names = {"artifact": "artifact", "public_keys": "public_keys", "model": "model",
+             "bootstrap_servers": "kafka.bootstrap_servers", "group_id": "kafka.group_id",
+             "metrics_address": "metrics.address"}
+    out = {names[k]: v for k, v in kw.items() if k in names and v not in (None, ())}
+    if "public_keys" in out:
+        out["public_keys"] = list(out["public_keys"])
+    if kw.get("create_topics"):
+        out["kafka.create_topics"] = True
+    return out
+
+
+@click.command()
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Agent config YAML (see docs/agent-config.md).")
+@click.option("--artifact", help="Signed artifact path [$BOXWATCH_ARTIFACT].")
+@click.option("--public-key", "public_keys", multiple=True,
+              help="Trusted public key; repeat for rotation [$BOXWATCH_PUBLIC_KEYS].")
+@click.option("--model", help="Model file, checked against the artifact [$BOXWATCH_MODEL].")
+@click.option("--bootstrap-servers", help="Kafka bootstrap servers [$BOXWATCH_BOOTSTRAP_SERVERS].")
+@click.option("--group-id", help="Consumer group [$BOXWATCH_GROUP_ID].")
+@click.option("--metrics-address", help="HOST:PORT for /metrics and health [$BOXWATCH_METRICS_ADDRESS].")
+@click.option("--create-topics", is_flag=True, help="Create missing topics instead of failing.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
+def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
+    """Monitor a Kafka stream with a verified artifact.
+
+    Starts only when the artifact's signature and digests verify against a trusted key, the
+    model file's digest equals the artifact's, and every configured topic exists. Then it
+    consumes inputs in micro-batches, emits one verdict (or gate record) per input, sends
+    malformed records to the dead-letter topic, commits offsets after delivery, and serves
+    /metrics, /healthz, /readyz and a status page. SIGTERM/SIGINT: finish the batch and stop;
+    SIGHUP: reload the artifact (verified first; the old one stays on failure).
+
+    \b
+    Example:
+      boxwatch agent --artifact model.bwa --public-key ci.pub --model model.onnx \\
+          --bootstrap-servers kafka:9092
+    Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration or topic error.
+    """
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING if not verbose else logging.INFO)
+    try:
+        cfg = load_agent_config(config_path, overrides=_overrides(**options))
+        worker = build_agent(cfg)
+        worker.check_topics()
+    except (ArtifactError, KeyFileError) as exc:
+        click.echo(f"error: refusing to start: {exc}", err=True)
+        sys.exit(1)
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    http = serve(worker)
+    log.info("agent ready: artifact %s, metrics on http://%s/metrics",
+             worker.runtime.artifact_id, http.address)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+        signal.signal(signal.SIGINT, lambda *_: worker.stop())
+        signal.signal(signal.SIGHUP, lambda *_: worker.request_reload())
+    try:
+        worker.run()
+    finally:
+        http.stop()
+    log.info("agent stopped")

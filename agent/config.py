@@ -1,0 +1,258 @@
+"""The agent's settings: one table of names, YAML keys, ``BOXWATCH_*`` variables and defaults.
+
+Precedence: command-line argument > ``BOXWATCH_*`` environment variable > YAML file >
+default. ``docs/agent-config.md`` is generated from :data:`SETTINGS` (and a test keeps it
+true). Ranges are checked at start-up; every problem is reported at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from boxwatch.agent.errors import ConfigError
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str | int | float) or isinstance(v, bool):
+        raise ValueError("expected a string")
+    return str(v)
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v in (None, "") else _str(v)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("expected an integer")
+    return int(v)
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _list(v: Any) -> list[str]:
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    if isinstance(v, list) and all(isinstance(s, str) for s in v):
+        return list(v)
+    raise ValueError("expected a list of strings (or a comma-separated string)")
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    if v in (None, ""):
+        return {}
+    if isinstance(v, str):
+        v = yaml.safe_load(v)
+    if not isinstance(v, dict):
+        raise ValueError("expected a mapping")
+    return dict(v)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: dotted YAML key, environment variable, parser, default, range check."""
+
+    key: str
+    env: str
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    check: Callable[[Any], str | None] | None = None
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _port_address(v: str) -> str | None:
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return "must be HOST:PORT (port 0 picks a free one)"
+    return None
+
+
+def _policy(v: dict) -> str | None:
+    bad = {k: t for k, t in v.items()
+           if k not in ("certified", "blocked", "unverified") or t not in ("release", "review", "none")}
+    return f"entries {bad} must map certified/blocked/unverified to release/review/none" if bad else None
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("artifact", "BOXWATCH_ARTIFACT", _str, None, "Path of the signed artifact."),
+    Setting("public_keys", "BOXWATCH_PUBLIC_KEYS", _list, None,
+            "Trusted public key files (PEM); several during key rotation."),
+    Setting("model", "BOXWATCH_MODEL", _opt_str, None,
+            "Model file; its digest must equal the artifact's. Needed when the artifact "
+            "monitors a model."),
+    Setting("allow_rollback", "BOXWATCH_ALLOW_ROLLBACK", _bool, False,
+            "Accept a reloaded artifact older than the running one."),
+    Setting("kafka.bootstrap_servers", "BOXWATCH_BOOTSTRAP_SERVERS", _str, "127.0.0.1:9092",
+            "Kafka bootstrap servers, comma-separated."),
+    Setting("kafka.group_id", "BOXWATCH_GROUP_ID", _str, "boxwatch-agent",
+            "Consumer group; replicas sharing it split the partitions."),
+    Setting("kafka.client", "BOXWATCH_KAFKA_CLIENT", _dict, {},
+            "Extra kafka-python client options passed through unchanged (security_protocol, "
+            "sasl_mechanism, sasl_plain_username, ssl_cafile, ...)."),
+    Setting("kafka.create_topics", "BOXWATCH_CREATE_TOPICS", _bool, False,
+            "Create missing topics at start instead of refusing to start."),
+    Setting("kafka.partitions", "BOXWATCH_TOPIC_PARTITIONS", _int, 1,
+            "Partitions for topics the agent creates.", _positive),
+    Setting("topics.inputs", "BOXWATCH_TOPIC_INPUTS", _opt_str, "boxwatch.inputs",
+            "Model-input topic (empty: no model inputs)."),
+    Setting("topics.bn_inputs", "BOXWATCH_TOPIC_BN_INPUTS", _opt_str, None,
+            "BN-record topic (empty: no BN records)."),
+    Setting("topics.verdicts", "BOXWATCH_TOPIC_VERDICTS", _str, "boxwatch.verdicts",
+            "Verdict topic: one record per model input."),
+    Setting("topics.gate", "BOXWATCH_TOPIC_GATE", _str, "boxwatch.gate",
+            "Gate topic: one record per BN record."),
+    Setting("topics.dead_letter", "BOXWATCH_TOPIC_DEAD_LETTER", _str, "boxwatch.dead-letter",
+            "Dead-letter topic for malformed records, with the reason."),
+    Setting("topics.capture", "BOXWATCH_TOPIC_CAPTURE", _opt_str, None,
+            "Optional topic receiving a copy of rejected and uncertain inputs."),
+    Setting("topics.release", "BOXWATCH_TOPIC_RELEASE", _opt_str, None,
+            "Optional topic for BN records the gate policy releases."),
+    Setting("topics.review", "BOXWATCH_TOPIC_REVIEW", _opt_str, None,
+            "Optional topic for BN records the gate policy sends to review."),
+    Setting("gate_policy", "BOXWATCH_GATE_POLICY", _dict,
+            {"certified": "release", "blocked": "review", "unverified": "review"},
+            "Gate outcome -> release / review / none.", _policy),
+    Setting("batch.max_records", "BOXWATCH_BATCH_MAX_RECORDS", _int, 256,
+            "Most records in one micro-batch.", _positive),
+    Setting("batch.max_wait_ms", "BOXWATCH_BATCH_MAX_WAIT_MS", _int, 20,
+            "Longest wait to fill a micro-batch, in milliseconds.", _positive),
+    Setting("dead_letter.store_payload", "BOXWATCH_DLQ_STORE_PAYLOAD", _bool, True,
+            "Copy the original bytes into dead letters; false stores only their sha256 "
+            "(dead letters can hold personal data)."),
+    Setting("max_record_bytes", "BOXWATCH_MAX_RECORD_BYTES", _int, 1 << 20,
+            "Records larger than this go to the dead-letter topic.", _positive),
+    Setting("inference_threads", "BOXWATCH_INFERENCE_THREADS", _int, 1,
+            "onnxruntime intra-op threads (1 keeps p99 latency low).", _positive),
+    Setting("metrics.address", "BOXWATCH_METRICS_ADDRESS", _str, "127.0.0.1:9108",
+            "HOST:PORT of /metrics, /healthz, /readyz and the status page. Loopback by "
+            "default; use 0.0.0.0:9108 in a container.", _port_address),
+    Setting("shutdown_timeout_s", "BOXWATCH_SHUTDOWN_TIMEOUT_S", _int, 10,
+            "Seconds allowed to finish the batch, produce, commit and close.", _positive),
+)
+_BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def _dig(raw: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _known_keys(raw: Mapping[str, Any], prefix: str = "") -> list[str]:
+    unknown = []
+    for k, v in raw.items():
+        dotted = f"{prefix}{k}"
+        if dotted in _BY_KEY:
+            continue
+        if isinstance(v, Mapping) and any(s.startswith(f"{dotted}.") for s in _BY_KEY):
+            unknown += _known_keys(v, f"{dotted}.")
+        else:
+            unknown.append(dotted)
+    return unknown
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Resolved settings by dotted key; ``source`` says where each value came from."""
+
+    values: dict[str, Any]
+    source: dict[str, str]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def replace(self, **overrides: Any) -> AgentConfig:
+        """A copy with some dotted keys replaced (use ``__`` for dots in keyword names)."""
+        values = dict(self.values)
+        for k, v in overrides.items():
+            values[k.replace("__", ".")] = v
+        return AgentConfig(values, self.source)
+
+
+def load_agent_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """Resolve every setting; raise :class:`ConfigError` listing all problems."""
+    environ = os.environ if environ is None else environ
+    raw: Mapping[str, Any] = {}
+    where = "defaults"
+    if path is not None:
+        where = str(path)
+        try:
+            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such agent config file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read ({exc})") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+            raise ConfigError(f"{path}{at}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{path}: the agent config must be a YAML mapping")
+    problems = [f"{where}: unknown setting {k!r}" for k in _known_keys(raw)]
+    values: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    overrides = overrides or {}
+    for s in SETTINGS:
+        if overrides.get(s.key) is not None:
+            value, origin = overrides[s.key], "argument"
+        elif s.env in environ:
+            value, origin = environ[s.env], f"${s.env}"
+        else:
+            found, value = _dig(raw, s.key)
+            origin = f"{where}:{s.key}" if found else "default"
+            if not found:
+                values[s.key], source[s.key] = s.default, origin
+                continue
+        try:
+            parsed = s.parse(value)
+        except (ValueError, TypeError) as exc:
+            problems.append(f"{s.key} from {origin}: {exc} (got {value!r})")
+            continue
+        if s.check is not None and parsed is not None and (msg := s.check(parsed)):
+            problems.append(f"{s.key} from {origin}: {msg} (got {value!r})")
+            continue
+        values[s.key], source[s.key] = parsed, origin
+    for required in ("artifact", "public_keys"):
+        if not problems and not values.get(required):
+            env = _BY_KEY[required].env
+            problems.append(f"{required} is required (YAML key, ${env} or command-line option)")
+    if problems:
+        raise ConfigError(problems)
+    return AgentConfig(values, source)
+
+
+def reference_markdown() -> str:
+    """The settings table of ``docs/agent-config.md``."""
+    lines = ["| YAML key | environment variable | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = "(required)" if s.key in ("artifact", "public_keys") else (
+            "-" if s.default in (None, {}, "") else f"`{s.default}`")
+        lines.append(f"| `{s.key}` | `{s.env}` | {default} | {s.help} |")
+    return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""Every Prometheus metric the agent exports, declared in one place.
+
+Names follow ``boxwatch_agent_<name>_<unit>``; counters end in ``_total``; durations are
+``_seconds`` histograms. Label values come from small known sets: verdicts, gate outcomes,
+invalid-record reasons (:data:`INVALID_REASONS`), and the class / layer names of the loaded
+artifact. Tests pass their own ``CollectorRegistry``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from boxwatch import __version__
+
+VERDICTS = ("accept", "uncertainty", "reject")
+GATE_OUTCOMES = ("certified", "blocked", "unverified")
+INPUT_KINDS = ("model", "bn")
+OUTPUT_KINDS = ("verdict", "gate", "dead_letter", "capture", "release", "review")
+INVALID_REASONS = (
+    "not_json",
+    "bad_schema",
+    "missing_id",
+    "duplicate_id",
+    "bad_content_type",
+    "bad_dtype",
+    "bad_shape",
+    "not_finite",
+    "too_large",
+    "unknown_variable",
+    "unknown_state",
+    "missing_evidence",
+    "model_error",
+)
+RELOAD_RESULTS = ("success", "failure", "refused_rollback")
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+class AgentMetrics:
+    """The agent's metric objects, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.registry = r
+        self.build_info = Info("boxwatch_agent_build", "boxwatch version of this agent.", registry=r)
+        self.build_info.info({"version": __version__})
+        self.artifact_info = Gauge(
+            "boxwatch_agent_artifact_info",
+            "The artifact in use (value 1): its id, model version and schema version.",
+            ["artifact_id", "model_version", "schema_version"], registry=r)
+        self.artifact_created = Gauge(
+            "boxwatch_agent_artifact_created_timestamp_seconds",
+            "Creation time of the artifact in use.", registry=r)
+        self.artifact_reloads = Counter(
+            "boxwatch_agent_artifact_reloads_total",
+            "Artifact reload attempts by result.", ["result"], registry=r)
+        self.inputs = Counter(
+            "boxwatch_agent_inputs_total", "Records consumed, by input kind.", ["kind"], registry=r)
+        self.verdicts = Counter(
+            "boxwatch_agent_verdicts_total",
+            "Combined monitor verdicts by verdict and predicted class.",
+            ["verdict", "class_name"], registry=r)
+        self.layer_verdicts = Counter(
+            "boxwatch_agent_layer_verdicts_total",
+            "Per-layer monitor verdicts by layer, verdict and predicted class.",
+            ["layer", "verdict", "class_name"], registry=r)
+        self.gate_outcomes = Counter(
+            "boxwatch_agent_gate_outcomes_total",
+            "BN gate outcomes by outcome and decided class.", ["outcome", "decision"], registry=r)
+        self.invalid_records = Counter(
+            "boxwatch_agent_invalid_records_total",
+            "Malformed records sent to the dead-letter topic, by reason.", ["reason"], registry=r)
+        self.outputs = Counter(
+            "boxwatch_agent_outputs_total",
+            "Records produced and acknowledged, by output kind.", ["kind"], registry=r)
+        self.produce_errors = Counter(
+            "boxwatch_agent_produce_errors_total",
+            "Failed attempts to deliver a batch's outputs (retried).", registry=r)
+        self.commits = Counter(
+            "boxwatch_agent_commits_total", "Offset commits after a delivered batch.", registry=r)
+        self.batch_size = Histogram(
+            "boxwatch_agent_batch_records", "Records per micro-batch.",
+            buckets=_BATCH_BUCKETS, registry=r)
+        self.batch_seconds = Histogram(
+            "boxwatch_agent_batch_duration_seconds",
+            "Time to process one micro-batch, decode to commit.", buckets=_LATENCY_BUCKETS,
+            registry=r)
+        self.inference_seconds = Histogram(
+            "boxwatch_agent_inference_duration_seconds",
+            "Model call (with layer taps) per micro-batch.", buckets=_LATENCY_BUCKETS, registry=r)
+        self.monitor_seconds = Histogram(
+            "boxwatch_agent_monitor_duration_seconds",
+            "Box-monitor verdicts and scores per micro-batch.", buckets=_LATENCY_BUCKETS,
+            registry=r)
+        self.end_to_end_seconds = Histogram(
+            "boxwatch_agent_end_to_end_latency_seconds",
+            "From the record's Kafka timestamp to its verdict being acknowledged.",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.score = Histogram(
+            "boxwatch_agent_score", "Out-of-box score of each monitored input (unitless).",
+            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5), registry=r)
+        self.consumer_lag = Gauge(
+            "boxwatch_agent_consumer_lag_records",
+            "Records behind the high watermark, per assigned partition.",
+            ["topic", "partition"], registry=r)
+        self.broker_connected = Gauge(
+            "boxwatch_agent_broker_connected",
+            "1 while the last broker round trip succeeded, else 0.", registry=r)
+        self.paused = Gauge(
+            "boxwatch_agent_consumption_paused",
+            "1 while consumption is paused because outputs cannot be delivered.", registry=r)
+        self.ready = Gauge(
+            "boxwatch_agent_ready", "1 when the agent is ready (artifact loaded, broker up).",
+            registry=r)
+        self._prime()
+
+    def _prime(self) -> None:
+        """Create the fixed-label series at zero so rates and alerts see them from the start."""
+        for kind in INPUT_KINDS:
+            self.inputs.labels(kind)
+        for kind in OUTPUT_KINDS:
+            self.outputs.labels(kind)
+        for reason in INVALID_REASONS:
+            self.invalid_records.labels(reason)
+        for result in RELOAD_RESULTS:
+            self.artifact_reloads.labels(result)
+
+    def prime_classes(self, classes: list[str], layers: list[str], decisions: list[str]) -> None:
+        """Create per-class / per-layer series at zero for the loaded artifact."""
+        for c in classes:
+            for v in VERDICTS:
+                self.verdicts.labels(v, c)
+                for layer in layers:
+                    self.layer_verdicts.labels(layer, v, c)
+        for d in decisions:
+            for o in GATE_OUTCOMES:
+                self.gate_outcomes.labels(o, d)
+
+    def set_artifact(self, artifact_id: str, model_version: str, schema_version: str,
+                     created: int) -> None:
+        """Point ``artifact_info`` at the artifact now in use (only one series is 1)."""
+        self.artifact_info.clear()
+        self.artifact_info.labels(artifact_id, model_version, schema_version).set(1)
+        self.artifact_created.set(created)

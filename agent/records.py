@@ -1,0 +1,205 @@
+"""Input record schemas (version 1) and their decoders; bad records become :class:`BadRecord`.
+
+Model inputs, on the model-input topic, in one of three forms chosen by ``content-type``:
+
+* ``application/json`` (or no header and a body starting with ``{``):
+  ``{"id": "...", "input": [numbers, possibly nested]}``
+* ``application/x-boxwatch-tensor``: raw little-endian tensor bytes; headers ``id``,
+  ``dtype`` (float32, float64, float16, uint8, int64) and optional ``shape`` ("1,64");
+* ``application/x-npy``: ``.npy`` bytes (read without pickle); header ``id``.
+
+BN records, on their own topic: ``{"id": "...", "evidence": {"Var": "state", ...}}`` naming a
+state for every feature of the compiled classifier and nothing else.
+
+Every input must hold exactly the model's input size of finite values. ``id`` is a string or
+integer, present exactly once. Reasons are the fixed set in :data:`metrics.INVALID_REASONS`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+JSON_TYPE = "application/json"
+TENSOR_TYPE = "application/x-boxwatch-tensor"
+NPY_TYPE = "application/x-npy"
+BINARY_DTYPES = {"float32": "<f4", "float64": "<f8", "float16": "<f2", "uint8": "u1", "int64": "<i8"}
+DEFAULT_MAX_RECORD_BYTES = 1 << 20
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class BadRecord(Exception):
+    """A record that cannot be processed; ``reason`` is one of the fixed reason labels."""
+
+    def __init__(self, reason: str, detail: str, record_id: str | None = None):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.record_id = record_id
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """One decoded model input: its id and flat float64 values."""
+
+    record_id: str
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class BNInput:
+    """One decoded BN record: its id and state indices in the diagram's feature order."""
+
+    record_id: str
+    states: np.ndarray
+
+
+def _strict_pairs(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise BadRecord("duplicate_id" if "id" in dup else "bad_schema", f"duplicate keys {dup}")
+    return dict(pairs)
+
+
+def _reject_constant(token: str) -> float:
+    raise BadRecord("not_finite", f"JSON constant {token} is not a finite number")
+
+
+def parse_json_object(value: bytes) -> dict:
+    """Parse a JSON object strictly: UTF-8, no duplicate keys, no NaN/Infinity."""
+    try:
+        obj = json.loads(value.decode("utf-8"), object_pairs_hook=_strict_pairs,
+                         parse_constant=_reject_constant)
+    except BadRecord:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadRecord("not_json", f"invalid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if not isinstance(obj, dict):
+        raise BadRecord("bad_schema", f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _record_id(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise BadRecord("missing_id", "'id' must be a string or an integer")
+    text = str(value)
+    if not text or len(text) > 256:
+        raise BadRecord("missing_id", "'id' must be 1 to 256 characters")
+    return text
+
+
+def header_map(headers: Headers | None) -> dict[str, bytes]:
+    """Headers by lower-case name; a repeated ``id`` header is a bad record."""
+    out: dict[str, bytes] = {}
+    for key, val in headers or ():
+        k = key.lower()
+        if k == "id" and k in out:
+            raise BadRecord("duplicate_id", "the 'id' header appears more than once")
+        out[k] = val if isinstance(val, bytes) else bytes(val or b"")
+    return out
+
+
+def decode_model_input(
+    value: bytes | None, headers: Headers | None, *, size: int,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> ModelInput:
+    """Decode one model-input record into ``size`` finite float64 values."""
+    if value is None:
+        raise BadRecord("bad_schema", "empty record (null value)")
+    if len(value) > max_bytes:
+        raise BadRecord("too_large", f"{len(value)} bytes exceeds the {max_bytes}-byte limit")
+    h = header_map(headers)
+    ctype = h.get("content-type", b"").decode("latin-1").split(";")[0].strip().lower()
+    if ctype in ("", JSON_TYPE):
+        if ctype == "" and not value.lstrip()[:1] == b"{":
+            raise BadRecord("bad_content_type", "no content-type header and the body is not JSON")
+        obj = parse_json_object(value)
+        rid = _record_id(obj.get("id"))
+        try:
+            arr = np.asarray(obj["input"], dtype=np.float64)
+        except KeyError:
+            raise BadRecord("bad_schema", "no 'input' field", rid) from None
+        except (TypeError, ValueError):
+            raise BadRecord("bad_shape", "'input' is not a rectangular array of numbers", rid) from None
+    elif ctype in (TENSOR_TYPE, NPY_TYPE):
+        if "id" not in h:
+            raise BadRecord("missing_id", "binary records need an 'id' header")
+        rid = _record_id(h["id"].decode("utf-8", "replace"))
+        arr = _decode_npy(value, rid) if ctype == NPY_TYPE else _decode_tensor(value, h, rid)
+    else:
+        raise BadRecord("bad_content_type", f"unsupported content-type {ctype!r}")
+    flat = arr.reshape(-1)
+    if flat.size != size:
+        raise BadRecord("bad_shape", f"{flat.size} values, the model takes {size}", rid)
+    if not np.isfinite(flat).all():
+        raise BadRecord("not_finite", "NaN or infinite values", rid)
+    return ModelInput(rid, flat)
+
+
+def _decode_tensor(value: bytes, h: dict[str, bytes], rid: str) -> np.ndarray:
+    dtype_name = h.get("dtype", b"").decode("latin-1").strip().lower()
+    if dtype_name not in BINARY_DTYPES:
+        raise BadRecord("bad_dtype", f"dtype header {dtype_name!r} is not one of "
+                        f"{sorted(BINARY_DTYPES)}", rid)
+    dtype = np.dtype(BINARY_DTYPES[dtype_name])
+    if len(value) % dtype.itemsize:
+        raise BadRecord("bad_shape", f"{len(value)} bytes is not a whole number of {dtype_name}", rid)
+    arr = np.frombuffer(value, dtype=dtype)
+    if "shape" in h:
+        try:
+            shape = tuple(int(s) for s in h["shape"].decode("latin-1").split(",") if s.strip())
+        except ValueError:
+            raise BadRecord("bad_shape", "shape header is not comma-separated integers", rid) from None
+        if math.prod(shape) != arr.size:
+            raise BadRecord("bad_shape", f"shape header {shape} does not match {arr.size} values", rid)
+    return arr.astype(np.float64)
+
+
+def _decode_npy(value: bytes, rid: str) -> np.ndarray:
+    try:
+        arr = np.load(io.BytesIO(value), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise BadRecord("bad_schema", f"not a valid .npy payload ({str(exc)[:120]})", rid) from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+        raise BadRecord("bad_dtype", f"unsupported .npy dtype {getattr(arr, 'dtype', '?')}", rid)
+    return arr.astype(np.float64)
+
+
+def decode_bn_input(
+    value: bytes | None, *, features: Sequence[str], states: Sequence[Sequence[str]],
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> BNInput:
+    """Decode one BN record into state indices, in ``features`` order."""
+    if value is None:
+        raise BadRecord("bad_schema", "empty record (null value)")
+    if len(value) > max_bytes:
+        raise BadRecord("too_large", f"{len(value)} bytes exceeds the {max_bytes}-byte limit")
+    obj = parse_json_object(value)
+    rid = _record_id(obj.get("id"))
+    evidence = obj.get("evidence")
+    if not isinstance(evidence, dict):
+        raise BadRecord("bad_schema", "'evidence' must be an object of variable: state", rid)
+    index = {f: i for i, f in enumerate(features)}
+    unknown = sorted(k for k in evidence if k not in index)
+    if unknown:
+        raise BadRecord("unknown_variable", f"not features of the classifier: {unknown[:5]}", rid)
+    missing = [f for f in features if f not in evidence]
+    if missing:
+        raise BadRecord("missing_evidence", f"no state given for {missing[:5]}", rid)
+    out = np.empty(len(features), dtype=np.int64)
+    for name, i in index.items():
+        state = evidence[name]
+        try:
+            out[i] = states[i].index(state)
+        except ValueError:
+            raise BadRecord("unknown_state",
+                            f"{name}={state!r} is not one of {list(states[i])}", rid) from None
+    return BNInput(rid, out)

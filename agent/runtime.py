@@ -1,0 +1,150 @@
+"""What the agent applies to a batch, loaded from one verified artifact.
+
+Artifact members (written by ``boxwatch build-artifact``):
+
+* ``model/spec.json`` -- model format, input preprocessing, pooling, monitored layers,
+  class names and model version;
+* ``monitors/boxes.json`` + ``.npz`` -- the fitted box monitors (:class:`BoxRuntime`);
+* ``bn/diagram.json`` + ``.npz`` -- the compiled BN classifier (:class:`DecisionDiagram`);
+* ``bn/rules.json`` -- verified rules for the gate (:class:`RuleGate`).
+
+A :class:`MonitorRuntime` is immutable: reloads build a new one and swap it in whole.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from boxwatch.agent.artifact import Artifact, digest_files, load_artifact
+from boxwatch.agent.boxes import BoxRuntime
+from boxwatch.agent.diagram import DecisionDiagram
+from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.gate import RuleGate
+from boxwatch.agent.keys import load_trusted_keys
+from boxwatch.agent.preprocessing import Preprocessing
+from boxwatch.agent.taps import open_tap
+
+MODEL_SPEC = "model/spec.json"
+BOXES_PREFIX = "monitors/boxes"
+DIAGRAM_PREFIX = "bn/"
+RULES = "bn/rules.json"
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """Per-input outcome of one model batch, all arrays of shape (n_samples,)."""
+
+    predicted: np.ndarray
+    verdicts: np.ndarray
+    layer_verdicts: dict[str, np.ndarray]
+    scores: np.ndarray
+    inference_seconds: float
+    monitor_seconds: float
+
+
+@dataclass(frozen=True)
+class MonitorRuntime:
+    """A verified artifact made runnable: model tap, box monitors, BN diagram and gate."""
+
+    artifact: Artifact
+    classes: list[str]
+    model_version: str
+    preprocessing: Preprocessing | None
+    tap: Any
+    boxes: BoxRuntime | None
+    diagram: DecisionDiagram | None
+    gate: RuleGate | None
+
+    @property
+    def artifact_id(self) -> str:
+        return self.artifact.artifact_id
+
+    def run_model(self, x: np.ndarray) -> ModelResult:
+        """Model call with taps, then vectorised verdicts and scores for a batch.
+
+        Parameters
+        ----------
+        x : ndarray of shape (n_samples, input_size), raw (not yet preprocessed) inputs
+        """
+        if self.tap is None or self.boxes is None or self.preprocessing is None:
+            raise ConfigError("this artifact monitors no model")
+        t0 = time.perf_counter()
+        logits, acts = self.tap.run(self.preprocessing.apply(x))
+        t1 = time.perf_counter()
+        predicted = np.asarray(logits).argmax(axis=1)
+        verdicts, per_layer = self.boxes.verdicts(acts, predicted)
+        scores = self.boxes.scores(acts, predicted) if self.boxes.score_layers else (
+            np.zeros(len(predicted)))
+        t2 = time.perf_counter()
+        return ModelResult(predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1)
+
+
+def load_runtime(
+    artifact_path: str | Path,
+    public_keys: list[str],
+    *,
+    model_path: str | Path | None = None,
+    threads: int = 1,
+) -> MonitorRuntime:
+    """Verify the artifact (signature, digests), check the model digest, build the runtime.
+
+    Raises :class:`ArtifactError` (untrusted or tampered artifact, model digest mismatch) or
+    :class:`ConfigError` (missing model file, unreadable model).
+    """
+    artifact = load_artifact(artifact_path, load_trusted_keys(list(public_keys)))
+    members = artifact.members
+    contents = artifact.contents
+    spec: Mapping[str, Any] = artifact.json(MODEL_SPEC) if MODEL_SPEC in members else {}
+    classes = [str(c) for c in spec.get("classes", contents.get("classes", []))]
+    tap = boxes = preprocessing = None
+    if spec:
+        if model_path is None:
+            raise ConfigError("the artifact monitors a model: give its file (model / BOXWATCH_MODEL)")
+        check_model_digest(artifact, model_path)
+        preprocessing = Preprocessing.from_dict(spec["preprocessing"])
+        tap = open_tap(model_path, spec["layers"], pooling=spec.get("pooling", "flatten"),
+                       threads=threads)
+        boxes = BoxRuntime.from_members(artifact.json, artifact.arrays, prefix=BOXES_PREFIX)
+    diagram = gate = None
+    if f"{DIAGRAM_PREFIX}diagram.json" in members:
+        diagram = DecisionDiagram.from_members(
+            artifact.json(f"{DIAGRAM_PREFIX}diagram.json"),
+            artifact.arrays(f"{DIAGRAM_PREFIX}diagram.npz"), where="bn")
+        rules = artifact.json(RULES) if RULES in members else []
+        gate = RuleGate.from_json(rules, features=diagram.features, states=diagram.states,
+                                  terminals=diagram.terminals)
+    return MonitorRuntime(
+        artifact=artifact,
+        classes=classes,
+        model_version=str(spec.get("model_version", contents.get("model_version", "unknown"))),
+        preprocessing=preprocessing,
+        tap=tap,
+        boxes=boxes,
+        diagram=diagram,
+        gate=gate,
+    )
+
+
+def check_model_digest(artifact: Artifact, model_path: str | Path) -> None:
+    """The model file (and its recorded external weight files) must match the artifact."""
+    recorded = artifact.manifest.get("model") or {}
+    names = [f["name"] for f in recorded.get("files", [])]
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise ConfigError(f"{model_path}: no such model file")
+    paths = [model_path] + [model_path.parent / n for n in names if n != model_path.name]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ArtifactError(f"model weight files named in the artifact are missing: {missing}")
+    actual = digest_files(paths)
+    if actual["digest"] != recorded.get("digest"):
+        raise ArtifactError(
+            f"{model_path}: model digest {actual['digest'][:23]}… does not match the artifact's "
+            f"{str(recorded.get('digest'))[:23]}…"
+        )

@@ -1,0 +1,464 @@
+"""The agent's main loop: consume a micro-batch, monitor it, deliver outputs, then commit.
+
+At-least-once: offsets are committed only after every output of the batch is acknowledged
+(acks=all). When outputs cannot be delivered, consumption pauses (one batch in memory at
+most), delivery is retried with exponential backoff and jitter, and resumes by itself.
+A record that cannot be processed goes to the dead-letter topic; the loop never dies on one.
+Shutdown (:meth:`Agent.stop`) finishes the batch in hand, delivers, commits and closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter as _Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from boxwatch.agent.boxes import verdict_names
+from boxwatch.agent.config import AgentConfig
+from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.gate import OUTCOME_NAMES
+from boxwatch.agent.kafka_io import RETRYABLE, ensure_topics, make_consumer, make_producer
+from boxwatch.agent.metrics import AgentMetrics
+from boxwatch.agent.outputs import (
+    Output,
+    copy_output,
+    dead_letter_output,
+    gate_output,
+    verdict_output,
+)
+from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_input
+from boxwatch.agent.runtime import MonitorRuntime
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 0.2
+BACKOFF_CAP_S = 5.0
+LAG_INTERVAL_S = 2.0
+FLUSH_TIMEOUT_S = 15.0
+
+
+@dataclass
+class AgentStatus:
+    """Live figures for the status page and the demo's table (updated by the loop thread)."""
+
+    started: float = field(default_factory=time.time)
+    records: int = 0
+    verdicts: _Counter = field(default_factory=_Counter)
+    gate: _Counter = field(default_factory=_Counter)
+    dead_letters: int = 0
+    batches: int = 0
+    last_batch_at: float = 0.0
+    paused: bool = False
+    broker_connected: bool = False
+    reloads: int = 0
+    reload_failures: int = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        elapsed = max(time.time() - self.started, 1e-9)
+        n = sum(self.verdicts.values())
+        return {
+            "records": self.records, "verdicts": dict(self.verdicts), "gate": dict(self.gate),
+            "dead_letters": self.dead_letters, "batches": self.batches,
+            "records_per_second": self.records / elapsed,
+            "uncertainty_rate": self.verdicts.get("uncertainty", 0) / n if n else 0.0,
+            "reject_rate": self.verdicts.get("reject", 0) / n if n else 0.0,
+            "paused": self.paused, "broker_connected": self.broker_connected,
+            "reloads": self.reloads, "reload_failures": self.reload_failures,
+        }
+
+
+class Agent:
+    """One agent process's consume-monitor-produce-commit loop."""
+
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        runtime: MonitorRuntime,
+        metrics: AgentMetrics,
+        *,
+        reload_runtime: Callable[[], MonitorRuntime] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.runtime = runtime
+        self.metrics = metrics
+        self.status = AgentStatus()
+        self.stop_event = threading.Event()
+        self.reload_event = threading.Event()
+        self._reload_runtime = reload_runtime
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._last_lag = 0.0
+        self._install_runtime(runtime)
+
+    # -- topics -----------------------------------------------------------------------
+    def input_topics(self) -> list[str]:
+        topics = [self.cfg["topics.inputs"], self.cfg["topics.bn_inputs"]]
+        return [t for t in topics if t]
+
+    def output_topics(self) -> list[str]:
+        keys = ("verdicts", "gate", "dead_letter", "capture", "release", "review")
+        return [self.cfg[f"topics.{k}"] for k in keys if self.cfg[f"topics.{k}"]]
+
+    # -- lifecycle --------------------------------------------------------------------
+    def check_topics(self) -> None:
+        """Start-up check: configured topics exist (or are created when allowed)."""
+        ensure_topics(self.cfg, [*self.input_topics(), *self.output_topics()])
+
+    def stop(self) -> None:
+        """Ask the loop to finish its batch, deliver, commit and close (idempotent)."""
+        self.stop_event.set()
+
+    def request_reload(self) -> None:
+        """Reload the artifact between batches (what SIGHUP triggers)."""
+        self.reload_event.set()
+
+    def ready(self) -> bool:
+        return self.status.broker_connected and not self.status.paused
+
+    def alive(self) -> bool:
+        return not self.stop_event.is_set() or self._consumer is not None
+
+    def run(self) -> None:
+        """Blocking loop until :meth:`stop`; closes the clients in ``finally``."""
+        self._consumer = make_consumer(self.cfg, self.input_topics())
+        self._consumer.unsubscribe()
+        self._consumer.subscribe(self.input_topics(), listener=_Rebalance(self))
+        self._producer = make_producer(self.cfg)
+        wait_ms = self.cfg["batch.max_wait_ms"]
+        try:
+            while not self.stop_event.is_set():
+                if self.reload_event.is_set():
+                    self._reload()
+                try:
+                    polled = self._consumer.poll(timeout_ms=wait_ms,
+                                                 max_records=self.cfg["batch.max_records"])
+                except RETRYABLE as exc:
+                    self._set_connected(False)
+                    log.warning("poll failed: %s; retrying", exc)
+                    self.stop_event.wait(BACKOFF_BASE_S)
+                    continue
+                records = [r for recs in polled.values() for r in recs]
+                if records:
+                    self._handle_batch(records)
+                self._maybe_update_lag()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        timeout = self.cfg["shutdown_timeout_s"]
+        try:
+            if self._producer is not None:
+                self._producer.close(timeout=timeout / 2)
+        finally:
+            if self._consumer is not None:
+                self._consumer.close(autocommit=False, timeout_ms=int(timeout * 500))
+            self._producer = self._consumer = None
+
+    # -- one batch --------------------------------------------------------------------
+    def _handle_batch(self, records: list[Any]) -> None:
+        t0 = time.perf_counter()
+        outputs = self.process(records)
+        if not self._deliver(outputs):
+            return
+        self._commit(records)
+        now = time.time()
+        for rec in records:
+            if rec.timestamp and rec.timestamp > 0:
+                self.metrics.end_to_end_seconds.observe(max(now - rec.timestamp / 1000.0, 0.0))
+        for out in outputs:
+            self.metrics.outputs.labels(out.kind).inc()
+        self.metrics.batch_size.observe(len(records))
+        self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+        self.status.batches += 1
+        self.status.last_batch_at = now
+
+    def process(self, records: list[Any]) -> list[Output]:
+        """Turn consumed records into outputs (pure: no Kafka calls; tests use it directly)."""
+        model_topic, bn_topic = self.cfg["topics.inputs"], self.cfg["topics.bn_inputs"]
+        outputs: list[Output] = []
+        model_recs = [r for r in records if r.topic == model_topic]
+        bn_recs = [r for r in records if r.topic == bn_topic]
+        if model_recs:
+            self.metrics.inputs.labels("model").inc(len(model_recs))
+            outputs += self._process_model(model_recs)
+        if bn_recs:
+            self.metrics.inputs.labels("bn").inc(len(bn_recs))
+            outputs += self._process_bn(bn_recs)
+        self.status.records += len(records)
+        return outputs
+
+    def _dead_letter(self, rec: Any, reason: str, detail: str) -> Output:
+        self.metrics.invalid_records.labels(reason).inc()
+        self.status.dead_letters += 1
+        log.info("dead letter %s/%s@%s: %s (%s)", rec.topic, rec.partition, rec.offset, reason,
+                 detail)
+        return dead_letter_output(self.cfg["topics.dead_letter"], rec, reason, detail,
+                                  store_payload=self.cfg["dead_letter.store_payload"])
+
+    def _process_model(self, recs: list[Any]) -> list[Output]:
+        rt = self.runtime
+        out: list[Output] = []
+        if rt.tap is None or rt.preprocessing is None:
+            return [self._dead_letter(r, "bad_schema", "the artifact monitors no model")
+                    for r in recs]
+        good, ids = [], []
+        for rec in recs:
+            try:
+                decoded = decode_model_input(rec.value, rec.headers, size=rt.preprocessing.size,
+                                             max_bytes=self.cfg["max_record_bytes"])
+            except BadRecord as exc:
+                out.append(self._dead_letter(rec, exc.reason, exc.detail))
+                continue
+            good.append((rec, decoded.values))
+            ids.append(decoded.record_id)
+        if not good:
+            return out
+        try:
+            res = rt.run_model(np.stack([v for _, v in good]))
+        except Exception as exc:  # a model failure must not kill the loop; keep the inputs
+            log.exception("model call failed on a batch of %d", len(good))
+            return out + [self._dead_letter(r, "model_error", f"{type(exc).__name__}: {exc}")
+                          for r, _ in good]
+        self.metrics.inference_seconds.observe(res.inference_seconds)
+        self.metrics.monitor_seconds.observe(res.monitor_seconds)
+        verdicts = verdict_names(res.verdicts)
+        layer_names = {layer: verdict_names(v) for layer, v in res.layer_verdicts.items()}
+        classes = rt.classes
+        predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted]
+        accepted = rt.boxes.decide(res.scores) if rt.boxes.threshold is not None else None
+        timings = {"inference_ms": round(res.inference_seconds * 1e3, 3),
+                   "monitor_ms": round(res.monitor_seconds * 1e3, 3), "batch_records": len(good)}
+        capture = self.cfg["topics.capture"]
+        for i, (rec, _) in enumerate(good):
+            body = {
+                "predicted_class": predicted[i],
+                "verdict": str(verdicts[i]),
+                "layers": {layer: str(v[i]) for layer, v in layer_names.items()},
+                "score": float(res.scores[i]) if np.isfinite(res.scores[i]) else None,
+                "score_accepted": None if accepted is None else bool(accepted[i]),
+                "artifact_id": rt.artifact_id,
+                "model_version": rt.model_version,
+                "timings": timings,
+            }
+            out.append(verdict_output(self.cfg["topics.verdicts"], rec, ids[i], body))
+            if capture and verdicts[i] != "accept":
+                out.append(copy_output("capture", capture, rec, {"boxwatch-verdict": str(verdicts[i])}))
+        self._count_verdicts(predicted, verdicts, layer_names, res.scores)
+        return out
+
+    def _count_verdicts(self, predicted, verdicts, layer_names, scores) -> None:
+        pairs = _Counter(zip(verdicts.tolist(), predicted, strict=True))
+        for (v, c), n in pairs.items():
+            self.metrics.verdicts.labels(v, c).inc(n)
+            self.status.verdicts[v] += n
+        for layer, names in layer_names.items():
+            for (v, c), n in _Counter(zip(names.tolist(), predicted, strict=True)).items():
+                self.metrics.layer_verdicts.labels(layer, v, c).inc(n)
+        for s in np.asarray(scores)[np.isfinite(scores)]:
+            self.metrics.score.observe(float(s))
+
+    def _process_bn(self, recs: list[Any]) -> list[Output]:
+        rt = self.runtime
+        if rt.diagram is None or rt.gate is None:
+            return [self._dead_letter(r, "bad_schema", "the artifact holds no BN classifier")
+                    for r in recs]
+        d = rt.diagram
+        out: list[Output] = []
+        good, rows, ids = [], [], []
+        for rec in recs:
+            try:
+                decoded = decode_bn_input(rec.value, features=d.features, states=d.states,
+                                          max_bytes=self.cfg["max_record_bytes"])
+            except BadRecord as exc:
+                out.append(self._dead_letter(rec, exc.reason, exc.detail))
+                continue
+            good.append(rec)
+            rows.append(decoded.states)
+            ids.append(decoded.record_id)
+        if not good:
+            return out
+        x = np.stack(rows)
+        decisions = d.predict(x)
+        gated = rt.gate.apply(x, decisions)
+        policy = self.cfg["gate_policy"]
+        for i, rec in enumerate(good):
+            decision = d.terminals[int(decisions[i])]
+            outcome = OUTCOME_NAMES[int(gated.outcomes[i])]
+            body = {"decision": decision, "outcome": outcome, "rules": gated.rule_ids[i],
+                    "class_variable": d.class_variable, "artifact_id": rt.artifact_id}
+            out.append(gate_output(self.cfg["topics.gate"], rec, ids[i], body))
+            route = policy.get(outcome, "none")
+            target = self.cfg[f"topics.{route}"] if route in ("release", "review") else None
+            if target:
+                out.append(copy_output(route, target, rec,
+                                       {"boxwatch-decision": decision, "boxwatch-gate": outcome}))
+            self.metrics.gate_outcomes.labels(outcome, decision).inc()
+            self.status.gate[outcome] += 1
+        return out
+
+    # -- delivery and commits -----------------------------------------------------------
+    def _deliver(self, outputs: list[Output]) -> bool:
+        """Send until every output is acknowledged; pause consumption while failing.
+
+        Returns ``False`` only when shutdown interrupts the retries (nothing is committed
+        then, so the batch is consumed again after restart).
+        """
+        pending = list(outputs)
+        attempt = 0
+        while pending:
+            failed: list[Output] = []
+            futures = []
+            for i, out in enumerate(pending):
+                try:
+                    futures.append((out, self._producer.send(out.topic, key=out.key, value=out.value,
+                                                             headers=out.headers)))
+                except RETRYABLE as exc:
+                    log.warning("send to %s failed: %s", out.topic, exc)
+                    failed.extend(pending[i:])
+                    break
+            try:
+                self._producer.flush(timeout=FLUSH_TIMEOUT_S)
+            except RETRYABLE as exc:
+                log.warning("flush failed: %s", exc)
+            for out, fut in futures:
+                try:
+                    fut.get(timeout=0)
+                except Exception:  # KafkaError or a still-pending future: resend it
+                    failed.append(out)
+            if not failed:
+                break
+            self.metrics.produce_errors.inc()
+            self._pause(True)
+            self._set_connected(False)
+            delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0)
+            log.warning("%d of %d outputs not delivered; retry %d in %.2fs", len(failed),
+                        len(pending), attempt + 1, delay)
+            if self.stop_event.wait(delay):
+                return False
+            self._keep_membership()
+            pending = failed
+            attempt += 1
+        self._pause(False)
+        self._set_connected(True)
+        return True
+
+    def _pause(self, paused: bool) -> None:
+        if paused == self.status.paused:
+            return
+        assigned = list(self._consumer.assignment())
+        if paused:
+            self._consumer.pause(*assigned)
+        else:
+            self._consumer.resume(*assigned)
+        self.status.paused = paused
+        self.metrics.paused.set(1 if paused else 0)
+        log.warning("consumption %s", "paused: outputs cannot be delivered" if paused else "resumed")
+
+    def _keep_membership(self) -> None:
+        """Poll paused partitions (returns nothing) so the group keeps this member."""
+        try:
+            self._consumer.poll(timeout_ms=0)
+        except RETRYABLE:
+            pass
+
+    def _commit(self, records: list[Any]) -> None:
+        offsets: dict[TopicPartition, int] = {}
+        for r in records:
+            tp = TopicPartition(r.topic, r.partition)
+            offsets[tp] = max(offsets.get(tp, -1), r.offset)
+        commit = {tp: OffsetAndMetadata(o + 1, "", -1) for tp, o in offsets.items()}
+        attempt = 0
+        while True:
+            try:
+                self._consumer.commit(commit)
+                self.metrics.commits.inc()
+                return
+            except RETRYABLE as exc:
+                if attempt >= 5 or self.stop_event.is_set():
+                    log.warning("commit failed (%s); the batch may be redelivered", exc)
+                    return
+                time.sleep(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
+                attempt += 1
+
+    # -- health, lag, reload ----------------------------------------------------------
+    def _set_connected(self, up: bool) -> None:
+        self.status.broker_connected = up
+        self.metrics.broker_connected.set(1 if up else 0)
+        self.metrics.ready.set(1 if self.ready() else 0)
+
+    def _maybe_update_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._last_lag < LAG_INTERVAL_S:
+            return
+        self._last_lag = now
+        assigned = list(self._consumer.assignment())
+        try:
+            ends = self._consumer.end_offsets(assigned, timeout_ms=2000) if assigned else {}
+            for tp in assigned:
+                pos = self._consumer.position(tp, timeout_ms=1000)
+                if pos is not None and tp in ends:
+                    lag = max(ends[tp] - pos, 0)
+                    self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+            self._set_connected(True)
+        except RETRYABLE as exc:
+            log.warning("broker unreachable (%s)", type(exc).__name__)
+            self._set_connected(False)
+
+    def forget_partitions(self, partitions: list[Any]) -> None:
+        for tp in partitions:
+            try:
+                self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
+            except KeyError:
+                pass
+
+    def _install_runtime(self, runtime: MonitorRuntime) -> None:
+        self.runtime = runtime
+        m = runtime.artifact.manifest
+        self.metrics.set_artifact(runtime.artifact_id, runtime.model_version,
+                                  str(m.get("schema_version")), runtime.artifact.created_at)
+        layers = list(runtime.boxes.layers) if runtime.boxes else []
+        decisions = list(runtime.diagram.terminals) if runtime.diagram else []
+        self.metrics.prime_classes(runtime.classes, layers, decisions)
+
+    def _reload(self) -> None:
+        """Verify and swap in a new artifact; keep the old one on any failure."""
+        self.reload_event.clear()
+        if self._reload_runtime is None:
+            return
+        try:
+            new = self._reload_runtime()
+        except BoxwatchError as exc:
+            self.metrics.artifact_reloads.labels("failure").inc()
+            self.status.reload_failures += 1
+            log.error("artifact reload failed, keeping %s: %s", self.runtime.artifact_id, exc)
+            return
+        if new.artifact.created_at < self.runtime.artifact.created_at and not self.cfg["allow_rollback"]:
+            self.metrics.artifact_reloads.labels("refused_rollback").inc()
+            self.status.reload_failures += 1
+            log.error("artifact reload refused: %s is older than the running %s (set "
+                      "allow_rollback to accept)", new.artifact_id, self.runtime.artifact_id)
+            return
+        self._install_runtime(new)
+        self.metrics.artifact_reloads.labels("success").inc()
+        self.status.reloads += 1
+        log.info("artifact reloaded: now %s", new.artifact_id)
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def on_partitions_revoked(self, revoked):
+        self.agent.forget_partitions(list(revoked))
+
+    def on_partitions_assigned(self, assigned):
+        log.info("assigned %d partitions", len(assigned))

@@ -1,0 +1,141 @@
+"""The BN half of a build: read the network, compile the classifier, verify rules and queries.
+
+The artifact receives the diagram, the rules in the gate's form (``bn/rules.json``: premise
+as state indices, conclusion as class states, verdict) and the full verification report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from boxwatch.agent.diagram import DecisionDiagram
+from boxwatch.agent.errors import ConfigError
+from boxwatch.offline.bn_classifier import ClassifierSpec, ResolvedSpec, resolve_spec
+from boxwatch.offline.bn_compile import compile_classifier, terminals_for
+from boxwatch.offline.bn_io import Network, load_network
+from boxwatch.offline.config import BuildConfig
+from boxwatch.offline.rules import ClassifierSchema, Spec, load_spec
+from boxwatch.offline.verify import BNVerifier
+
+DEFAULT_COUNTEREXAMPLES = 10
+
+
+@dataclass
+class BNInputs:
+    """A validated BN section: network, resolved classifier spec, parsed rules and queries."""
+
+    file: Path
+    network: Network
+    spec: ResolvedSpec
+    rules: Spec
+    counterexamples: int
+
+
+@dataclass
+class BNOutcome:
+    """Compiled diagram, gate rules, verification report, and their summaries."""
+
+    diagram: DecisionDiagram
+    gate_rules: list[dict[str, Any]]
+    verification: dict[str, Any]
+    contents: dict[str, Any]
+    rule_verdicts: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def schema_for(network: Network, spec: ResolvedSpec) -> ClassifierSchema:
+    """What rule files are checked against: the classifier's features, class and terminals."""
+    terminals, _ = terminals_for(network, spec.class_variable, spec.positive)
+    features = {f: network.states[f] for f in spec.order}
+    others = [v for v in network.variables if v not in features and v != spec.class_variable]
+    return ClassifierSchema(features, spec.class_variable, terminals, others)
+
+
+def prepare(cfg: BuildConfig) -> BNInputs:
+    """Read the network and rule files of ``cfg['bn']``; raise all problems at once."""
+    b = cfg.section("bn")
+    path = cfg.resolve(b["file"])
+    if not path.is_file():
+        raise ConfigError(f"bn.file: {path}: no such file")
+    network = load_network(path)
+    spec = resolve_spec(network, ClassifierSpec(
+        class_variable=b["class"], positive=b["positive"], threshold=float(b["threshold"]),
+        features=b.get("features"), order=b.get("order")))
+    schema = schema_for(network, spec)
+    problems: list[str] = []
+    merged = Spec()
+    for key in ("rules", "fmo"):
+        if key not in b:
+            continue
+        rpath = cfg.resolve(b[key])
+        if not rpath.is_file():
+            problems.append(f"bn.{key}: {rpath}: no such file")
+            continue
+        try:
+            part = load_spec(rpath, schema, default_order=merged.state_order)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        merged.rules += part.rules
+        merged.queries += part.queries
+        merged.state_order.update(part.state_order)
+    if problems:
+        raise ConfigError(problems)
+    return BNInputs(path, network, spec, merged,
+                    int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)))
+
+
+def _without_timings(value: Any) -> Any:
+    """Drop ``seconds`` fields: the artifact must be byte-identical across rebuilds."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def run(bn: BNInputs) -> BNOutcome:
+    """Compile and verify; everything deterministic."""
+    result = compile_classifier(bn.network, bn.spec)
+    d = result.diagram
+    report = BNVerifier(d, network=bn.network).verify(bn.rules, counterexamples=bn.counterexamples)
+    schema = ClassifierSchema.from_diagram(d, bn.network.variables)
+    gate_rules = []
+    for rule, res in zip(bn.rules.rules, report.rules, strict=True):
+        gate_rules.append({"id": rule.name, "premise": {k: list(v) for k, v in rule.premise.items()},
+                           "conclusion": list(rule.conclusion), "verdict": res.verdict})
+    verification = _without_timings(report.to_dict())
+    figures = result.summary()
+    rules_summary = []
+    for rule, res in zip(bn.rules.rules, report.rules, strict=True):
+        rules_summary.append({
+            "id": rule.name,
+            "premise": rule.to_dict(schema)["premise"],
+            "conclusion": ", ".join(rule.conclusion),
+            "verdict": res.verdict,
+            "violations": res.violating_inputs,
+            "probability": res.violating_probability,
+            "counterexamples": [
+                {f: [c.fixed[f]] if f in c.fixed else list(rule.to_dict(schema)["premise"].get(
+                    f, d.states[d.features.index(f)])) for f in d.features}
+                for c in res.counterexamples],
+        })
+    fmo = [{"id": m.query, "feature": m.feature, "kind": m.kind, "verdict": m.verdict,
+            "reason": m.reason, "given": q.to_dict(schema)["given"],
+            "witness": m.witness.to_dict() if m.witness else None}
+           for q, m in zip(bn.rules.queries, report.monotonicity, strict=True)]
+    summary = {
+        "file": str(bn.file), "class": d.class_variable, "positive": d.positive,
+        "threshold": d.threshold, "features": sorted(d.features), "order": list(d.features),
+        "states": {f: list(s) for f, s in zip(d.features, d.states, strict=True)},
+        "nodes": figures["nodes"], "nodes_quasi": figures["nodes_quasi"],
+        "positives": figures["positives"], "inputs": figures["inputs"], "ties": figures["ties"],
+        "seconds": round(figures["seconds"], 4), "rules": rules_summary, "fmo": fmo,
+    }
+    contents = {"class": d.class_variable, "positive": d.positive, "threshold": d.threshold,
+                "features": list(d.features), "nodes": d.n_nodes, "ties": figures["ties"]}
+    verdicts = [{"id": r["id"], "verdict": r["verdict"], "violations": r["violations"]}
+                for r in rules_summary]
+    return BNOutcome(d, gate_rules, verification, contents, verdicts, summary)

@@ -1,0 +1,173 @@
+"""The monitor half of a build: activations, box monitors, calibration and evaluation.
+
+Validation inputs choose tau per class and layer (best F1, unknown inputs labelled -1) and
+calibrate the score threshold; the same inputs give the report's curves. Without a
+validation set the coverage search picks tau and calibration uses the training inputs
+(the summary says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from boxwatch.agent.boxes import normalize_features
+from boxwatch.offline.coverage import coverage_at
+from boxwatch.offline.evaluation import detection, outcomes_per_class, total
+from boxwatch.offline.monitor import DEFAULT_TAUS, BoxMonitor, build_sweep
+from boxwatch.offline.taukmeans import TauKMeansPath
+
+UNKNOWN_LABEL = -1
+HISTOGRAM_BINS = 30
+
+
+@dataclass
+class MonitorOutcome:
+    """The fitted monitor and what the artifact and report say about it."""
+
+    monitor: BoxMonitor
+    accuracy: dict[str, float | None]
+    contents: dict[str, Any]
+    summary: dict[str, Any]
+
+    def members(self, prefix: str) -> dict[str, Any]:
+        return self.monitor.to_members(prefix)
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or not np.isfinite(v) else float(v)
+
+
+def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([a[k], b[k]]) for k in a}
+
+
+def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress=None
+                 ) -> MonitorOutcome:
+    """Fit, select, calibrate and evaluate the box monitors of a validated model config."""
+    sets = {name: x for name, (x, _y) in mi.data.items()}
+    with (progress("extracting activations", sum(len(x) for x in sets.values()))
+          if progress else nullcontext()) as bar:
+        acts, preds = {}, {}
+        for name, x in sets.items():
+            logits, acts[name] = extract(mi, x, bar)
+            preds[name] = logits.argmax(axis=1)
+    n_classes = len(mi.classes)
+    y = {name: mi.data[name][1] for name in mi.data}
+    accuracy = {name: float(np.mean(preds[name] == y[name]))
+                for name in ("train", "validation") if name in y and y[name] is not None}
+    tau_param = params.get("tau", list(DEFAULT_TAUS))
+    taus = sorted({float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
+                  reverse=True)
+    selection = params.get("selection", "f1")
+    has_val = "validation" in acts
+    # The selection/evaluation set: validation inputs plus unknown ones labelled -1.
+    eval_acts, eval_true, eval_pred = None, None, None
+    if has_val:
+        eval_acts, eval_true, eval_pred = acts["validation"], y["validation"], preds["validation"]
+        if "unknown" in acts:
+            eval_acts = _concat(eval_acts, acts["unknown"])
+            eval_true = np.concatenate([eval_true, np.full(len(preds["unknown"]), UNKNOWN_LABEL)])
+            eval_pred = np.concatenate([eval_pred, preds["unknown"]])
+    if isinstance(tau_param, float | int):
+        tau: Any = float(tau_param)
+    else:
+        tau = "auto"
+    validation = (eval_acts, eval_true, eval_pred) if (tau == "auto" and selection == "f1"
+                                                       and has_val) else None
+    monitor = BoxMonitor(
+        mi.layers, tau=tau, taus=taus, combine=params.get("combine", "any"),
+        normalize=params.get("normalize", "l2"), score_layers=params.get("score_layers"),
+        random_state=params.get("random_state", 0),
+    ).fit(acts["train"], y["train"], preds["train"], validation=validation, n_classes=n_classes)
+    calib_set = "validation" if has_val else "train"
+    cal = monitor.calibrate(
+        acts[calib_set], preds[calib_set],
+        target_acceptance=params.get("target_acceptance", 0.95),
+        acts_unknown=acts.get("unknown"), y_pred_unknown=preds.get("unknown"))
+    summary: dict[str, Any] = {
+        "layers": list(mi.layers),
+        "taus": taus,
+        "tau": {layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
+        "tau_selection": selection if tau == "auto" else "fixed",
+        "calibration_set": calib_set,
+        "boxes": {layer: {"good": monitor.runtime_.good[layer].counts().tolist(),
+                          "bad": monitor.runtime_.bad[layer].counts().tolist()}
+                  for layer in mi.layers},
+        "calibration": {k: (_finite(v) if isinstance(v, float) else v)
+                        for k, v in cal.as_dict().items() if k != "scales"},
+    }
+    if eval_acts is not None:
+        summary.update(_evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred,
+                                   taus, n_classes, params))
+    summary["coverage"] = _coverage(monitor, mi, acts["train"], y["train"], preds["train"], taus,
+                                    n_classes, params.get("random_state", 0))
+    contents = {
+        "count": len(mi.layers) * n_classes,
+        "boxes": int(sum(sum(v["good"]) + sum(v["bad"]) for v in summary["boxes"].values())),
+        "combine": monitor.combine,
+        "normalize": monitor.normalize,
+        "threshold": _finite(cal.threshold),
+        "target_acceptance": cal.target_acceptance,
+    }
+    return MonitorOutcome(monitor, accuracy, contents, summary)
+
+
+def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, taus, n_classes,
+                params) -> dict[str, Any]:
+    verdicts = monitor.predict(eval_acts, eval_pred)
+    ev = {"combined": total(outcomes_per_class(verdicts.combined, eval_true, eval_pred,
+                                               n_classes)).as_dict(),
+          "per_layer": {layer: total(outcomes_per_class(v, eval_true, eval_pred, n_classes)).as_dict()
+                        for layer, v in verdicts.per_layer.items()}}
+    sweep = build_sweep(acts["train"], y["train"], preds["train"], layers=mi.layers, taus=taus,
+                        n_classes=n_classes, normalize=monitor.normalize,
+                        random_state=params.get("random_state", 0))
+    by_layer = sweep.verdicts(eval_acts, eval_pred)
+    curves = {}
+    for layer in mi.layers:
+        rows = [total(outcomes_per_class(by_layer[layer][t], eval_true, eval_pred, n_classes))
+                for t in sweep.taus]
+        curves[layer] = {"taus": list(sweep.taus),
+                         **{k: [getattr(r, k) for r in rows] for k in ("tp", "fp", "tn", "fn", "mp", "mn")},
+                         "precision": [r.precision for r in rows],
+                         "recall": [r.recall for r in rows]}
+    out: dict[str, Any] = {"evaluation": ev, "curves": curves}
+    if "unknown" in acts and "validation" in acts:
+        known = monitor.score_samples(acts["validation"], preds["validation"])
+        unknown = monitor.score_samples(acts["unknown"], preds["unknown"])
+        det = detection(known, unknown, target_acceptance=params.get("target_acceptance", 0.95))
+        finite = np.concatenate([known[np.isfinite(known)], unknown[np.isfinite(unknown)]])
+        hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0
+        edges = np.linspace(0.0, max(hi, 1e-9), HISTOGRAM_BINS + 1)
+        out["detection"] = {
+            "auroc": _finite(det.auroc), "fpr_at_95": _finite(det.fpr),
+            "histogram": {"edges": edges.tolist(),
+                          "known": np.histogram(np.clip(known, 0, hi), edges)[0].tolist(),
+                          "unknown": np.histogram(np.clip(unknown, 0, hi), edges)[0].tolist()},
+        }
+    return out
+
+
+def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) -> dict[str, Any]:
+    """Mean clustering coverage of each class's good boxes at every tau (the paper's Fig. 5)."""
+    rng = np.random.RandomState(random_state)
+    out = {}
+    for layer in mi.layers:
+        x = np.asarray(acts[layer]).reshape(len(y_pred), -1)
+        x = normalize_features(x, monitor.normalize)
+        per_class = []
+        for cls in range(n_classes):
+            xs = x[(y_pred == cls) & (y_true == cls)]
+            seed = int(rng.randint(0, 2**31 - 1))
+            if len(xs) < 2:
+                per_class.append([None] * len(taus))
+                continue
+            path = TauKMeansPath(xs, random_state=seed)
+            per_class.append([_finite(coverage_at(path, t).upper) for t in taus])
+        out[layer] = {"taus": list(taus), "per_class": per_class}
+    return out

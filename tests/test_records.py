@@ -1,0 +1,145 @@
+"""Input decoders: every documented form decodes; every bad record gets its reason."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boxwatch.agent.metrics import INVALID_REASONS
+from boxwatch.agent.records import (
+    NPY_TYPE,
+    TENSOR_TYPE,
+    BadRecord,
+    decode_bn_input,
+    decode_model_input,
+)
+
+SIZE = 4
+FEATURES = ("A", "B")
+STATES = (("lo", "hi"), ("x", "y", "z"))
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def test_json_input():
+    rec = decode_model_input(b'{"id": "a1", "input": [[1, 2], [3, 4.5]]}', None, size=SIZE)
+    assert rec.record_id == "a1"
+    np.testing.assert_array_equal(rec.values, [1, 2, 3, 4.5])
+    rec = decode_model_input(b'{"id": 7, "input": [0,0,0,0]}',
+                             [("content-type", b"application/json")], size=SIZE)
+    assert rec.record_id == "7"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "uint8", "int64"])
+def test_raw_tensor_input(dtype):
+    arr = np.array([1, 2, 3, 4], dtype=np.dtype(dtype).newbyteorder("<"))
+    headers = [("content-type", TENSOR_TYPE.encode()), ("id", b"t"), ("dtype", dtype.encode()),
+               ("shape", b"1,4")]
+    rec = decode_model_input(arr.tobytes(), headers, size=SIZE)
+    np.testing.assert_array_equal(rec.values, [1, 2, 3, 4])
+
+
+def test_npy_input():
+    headers = [("content-type", NPY_TYPE.encode()), ("id", b"n")]
+    rec = decode_model_input(npy_bytes(np.arange(4, dtype=np.float32).reshape(2, 2)), headers,
+                             size=SIZE)
+    np.testing.assert_array_equal(rec.values, [0, 1, 2, 3])
+
+
+BAD_CASES = [
+    (b"\x00\xff garbage", None, "bad_content_type"),
+    (b"{not json", None, "not_json"),
+    (b'{"id": "a", "input": [1, 2, 3', None, "not_json"),
+    (b"[1, 2, 3, 4]", [("content-type", b"application/json")], "bad_schema"),
+    (b'{"input": [1, 2, 3, 4]}', None, "missing_id"),
+    (b'{"id": null, "input": [1, 2, 3, 4]}', None, "missing_id"),
+    (b'{"id": true, "input": [1, 2, 3, 4]}', None, "missing_id"),
+    (b'{"id": "a", "id": "b", "input": [1, 2, 3, 4]}', None, "duplicate_id"),
+    (b'{"id": "a"}', None, "bad_schema"),
+    (b'{"id": "a", "input": [1, 2, 3]}', None, "bad_shape"),
+    (b'{"id": "a", "input": [[1, 2], [3]]}', None, "bad_shape"),
+    (b'{"id": "a", "input": ["1", "x", 3, 4]}', None, "bad_shape"),
+    (b'{"id": "a", "input": [1, 2, 3, NaN]}', None, "not_finite"),
+    (b'{"id": "a", "input": [1, 2, 3, 1e999]}', None, "not_finite"),
+    (b"\x00\x00\x80\x3f" * 4, [("content-type", TENSOR_TYPE.encode()), ("id", b"t")], "bad_dtype"),
+    (b"\x00\x00\x80\x3f" * 4, [("content-type", TENSOR_TYPE.encode()), ("id", b"t"),
+                               ("dtype", b"complex64")], "bad_dtype"),
+    (b"\x00\x00\x80\x3f" * 4, [("content-type", TENSOR_TYPE.encode()), ("dtype", b"float32")],
+     "missing_id"),
+    (b"\x00\x00\x80\x3f" * 4, [("content-type", TENSOR_TYPE.encode()), ("id", b"a"), ("id", b"b"),
+                               ("dtype", b"float32")], "duplicate_id"),
+    (b"\x00\x00\x80\x3f" * 3, [("content-type", TENSOR_TYPE.encode()), ("id", b"t"),
+                               ("dtype", b"float32")], "bad_shape"),
+    (b"\x00\x00\x80" * 4, [("content-type", TENSOR_TYPE.encode()), ("id", b"t"),
+                           ("dtype", b"float32")], "bad_shape"),
+    (np.full(4, np.inf, dtype="<f4").tobytes(), [("content-type", TENSOR_TYPE.encode()),
+                                                  ("id", b"t"), ("dtype", b"float32")], "not_finite"),
+    (b"not npy", [("content-type", NPY_TYPE.encode()), ("id", b"n")], "bad_schema"),
+    (b"{}", [("content-type", b"text/csv")], "bad_content_type"),
+    (None, None, "bad_schema"),
+    (b'{"id": "a", "input": [' + b"1," * 400_000 + b"1]}", None, "too_large"),
+]
+
+
+@pytest.mark.parametrize("value,headers,reason", BAD_CASES)
+def test_bad_model_records(value, headers, reason):
+    with pytest.raises(BadRecord) as info:
+        decode_model_input(value, headers, size=SIZE, max_bytes=100_000)
+    assert info.value.reason == reason, info.value.detail
+    assert info.value.reason in INVALID_REASONS
+
+
+def test_bn_records():
+    rec = decode_bn_input(b'{"id": "c", "evidence": {"B": "z", "A": "hi"}}',
+                          features=FEATURES, states=STATES)
+    assert rec.record_id == "c" and rec.states.tolist() == [1, 2]
+    cases = {
+        b'{"id": "c", "evidence": {"A": "hi", "B": "z", "C": "q"}}': "unknown_variable",
+        b'{"id": "c", "evidence": {"A": "mid", "B": "z"}}': "unknown_state",
+        b'{"id": "c", "evidence": {"A": ["hi"], "B": "z"}}': "unknown_state",
+        b'{"id": "c", "evidence": {"A": "hi"}}': "missing_evidence",
+        b'{"id": "c", "evidence": ["A", "hi"]}': "bad_schema",
+        b'{"evidence": {"A": "hi", "B": "z"}}': "missing_id",
+        b"\xff\xfe": "not_json",
+    }
+    for value, reason in cases.items():
+        with pytest.raises(BadRecord) as info:
+            decode_bn_input(value, features=FEATURES, states=STATES)
+        assert info.value.reason == reason, value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.tuples(st.sampled_from(
+    ["content-type", "id", "dtype", "shape", "x"]), st.binary(max_size=20)), max_size=5))
+def test_decoder_never_raises_anything_but_bad_record(value, headers):
+    """Arbitrary bytes and headers: a valid input or a BadRecord with a known reason."""
+    try:
+        rec = decode_model_input(value, headers, size=SIZE)
+    except BadRecord as exc:
+        assert exc.reason in INVALID_REASONS
+    else:
+        assert rec.values.shape == (SIZE,) and np.isfinite(rec.values).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=5),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c,
+                                                                        max_size=4),
+                    max_leaves=12))
+def test_bn_decoder_on_arbitrary_json(obj):
+    value = json.dumps({"id": "h", "evidence": obj}).encode()
+    try:
+        rec = decode_bn_input(value, features=FEATURES, states=STATES)
+    except BadRecord as exc:
+        assert exc.reason in INVALID_REASONS
+    else:
+        assert rec.states.shape == (2,)
