@@ -1,61 +1,238 @@
 """``boxwatch demo``: the bundled example end to end, on embedded defaults only.
 
-Today it generates a signing key, builds a signed artifact around the bundled digits model,
-verifies it as an agent would and prints what is inside. It grows into the full stream demo
-(embedded broker, agent, live table) as those parts land.
+1. a signing key, the example data sets and the build config in the work folder;
+2. ``build-artifact`` on the digits MLP and the synthetic credit BN (artifact + report);
+3. an embedded Kafka-protocol broker on a free loopback port (or ``--bootstrap-servers``);
+4. the agent, verifying the artifact, with /metrics on a free loopback port;
+5. a stream of known digits (JSON and binary), unknown inputs (digits 8-9, noise), credit
+   applications and a few malformed records; a live table of what comes back;
+6. everything stopped cleanly, and a final summary.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import click
+import numpy as np
+import yaml
 
-from boxwatch.agent.artifact import (
-    build_artifact_bytes,
-    digest_files,
-    load_artifact,
-    write_artifact,
-)
-from boxwatch.agent.describe import describe, render_description
-from boxwatch.agent.keys import generate_keypair, load_private_key, load_trusted_keys
+from boxwatch.agent.config import load_agent_config
+from boxwatch.agent.keys import generate_keypair
+from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.examples import example_path
 
-DIGITS_CLASSES = [str(d) for d in range(8)]
+TOPICS = {"inputs": "demo.inputs", "bn_inputs": "demo.credit", "verdicts": "demo.verdicts",
+          "gate": "demo.gate", "dead_letter": "demo.dead-letter", "release": "demo.released",
+          "review": "demo.review"}
+OUTPUT_TOPICS = ("verdicts", "gate", "dead_letter")
 
 
-def build_example_artifact(workdir: Path, created_at: int | None = None) -> tuple[Path, Path]:
-    """Create a key pair and the example artifact in ``workdir``; return (artifact, public key)."""
-    keys = workdir / "keys"
-    private, public = keys / "demo.key", keys / "demo.pub"
+def write_build_config(workdir: Path) -> Path:
+    """The bundled build config, with absolute paths to the bundled model, BN and rules."""
+    from boxwatch.examples.digits_data import write_datasets
+
+    write_datasets(workdir / "data")
+    cfg = yaml.safe_load(example_path("demo", "build.yaml").read_text())
+    cfg["model"]["path"] = str(example_path("digits", "model.onnx"))
+    for key in ("file", "rules", "fmo"):
+        cfg["bn"][key] = str(example_path("credit", Path(cfg["bn"][key]).name))
+    path = workdir / "build.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def build_example(workdir: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """Key, config, artifact and report in ``workdir``; returns (artifact, public key, summary)."""
+    from boxwatch.agent.artifact import write_artifact
+    from boxwatch.agent.keys import load_private_key
+    from boxwatch.offline.build import build, prepare
+    from boxwatch.offline.cli_build import _progress, summary_table
+    from boxwatch.offline.config import load_config
+    from boxwatch.offline.report import write_report
+
+    private, public = workdir / "keys" / "demo.key", workdir / "keys" / "demo.pub"
     generate_keypair(private, public, force=True)
-    model = example_path("digits", "model.onnx")
-    preprocessing = {"input_name": "input", "shape": [64], "dtype": "float32", "scale": 1 / 16}
-    data = build_artifact_bytes(
-        {"model/preprocessing.json": preprocessing},
-        private_key=load_private_key(private),
-        created_at=created_at,
-        model={"format": "onnx", **digest_files([model])},
-        config={"example": "digits"},
-        contents={"classes": DIGITS_CLASSES, "model_version": "digits-mlp-1"},
-    )
-    out = workdir / "example.bwa"
-    write_artifact(out, data)
-    return out, public
+    config = write_build_config(workdir)
+    outcome = build(prepare(load_config(config)), load_private_key(private), progress=_progress)
+    artifact = workdir / "demo.bwa"
+    write_artifact(artifact, outcome.artifact)
+    outcome.summary["artifact"]["path"] = str(artifact)
+    write_report(outcome.summary, workdir / "report")
+    click.echo(summary_table(outcome.summary, artifact), err=True)
+    return artifact, public, outcome.summary
+
+
+def credit_records(n: int, seed: int = 1) -> list[bytes]:
+    """Credit applications: uniformly random states of the example BN's 11 features."""
+    from boxwatch.offline.bn_io import load_network
+
+    net = load_network(example_path("credit", "credit.net"))
+    rng = np.random.default_rng(seed)
+    features = [v for v in net.variables if v != "CreditWorthiness"]
+    out = []
+    for i in range(n):
+        evidence = {f: net.states[f][int(rng.integers(len(net.states[f])))] for f in features}
+        out.append(json.dumps({"id": f"credit-{i}", "evidence": evidence}).encode())
+    return out
+
+
+def stream(bootstrap: str, workdir: Path, n_known: int, n_unknown: int, n_credit: int) -> int:
+    """Produce the demo's inputs; returns how many records were sent."""
+    from kafka import KafkaProducer
+
+    data = np.load(workdir / "data" / "stream.npz")
+    known, unknown = data["x_known"][:n_known], data["x_unknown"][:n_unknown]
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    sent = 0
+    for i, x in enumerate(known):
+        if i % 2:  # half as JSON, half as raw float32 tensors
+            producer.send(TOPICS["inputs"], json.dumps({"id": f"known-{i}", "input": x.tolist()}).encode())
+        else:
+            producer.send(TOPICS["inputs"], x.astype("<f4").tobytes(),
+                          headers=[("content-type", TENSOR_TYPE.encode()), ("id", f"known-{i}".encode()),
+                                   ("dtype", b"float32")])
+        sent += 1
+    for i, x in enumerate(unknown):
+        producer.send(TOPICS["inputs"], json.dumps({"id": f"unknown-{i}", "input": x.tolist()}).encode())
+        sent += 1
+    for value in credit_records(n_credit):
+        producer.send(TOPICS["bn_inputs"], value)
+        sent += 1
+    for bad in (b"{not json", b'{"id": "short", "input": [1, 2, 3]}', b'{"input": [0]}'):
+        producer.send(TOPICS["inputs"], bad)
+        sent += 1
+    producer.send(TOPICS["bn_inputs"], b'{"id": "c-bad", "evidence": {"Age": "ancient"}}')
+    producer.flush()
+    producer.close()
+    return sent + 1
+
+
+def _table(counts: Counter, gate: Counter, dlq: int, started: float, metrics_url: str) -> str:
+    n = sum(counts.values())
+    rate = lambda k: counts.get(k, 0) / n if n else 0.0  # noqa: E731
+    elapsed = max(time.time() - started, 1e-9)
+    total = n + sum(gate.values()) + dlq
+    return (f"verdicts {n:5d} (accept {counts.get('accept', 0)}, uncertainty "
+            f"{counts.get('uncertainty', 0)}, reject {counts.get('reject', 0)}) | uncertainty rate "
+            f"{rate('uncertainty'):.3f} reject rate {rate('reject'):.3f} | gate certified "
+            f"{gate.get('certified', 0)} blocked {gate.get('blocked', 0)} unverified "
+            f"{gate.get('unverified', 0)} | dead letters {dlq} | {total / elapsed:.0f} out/s | "
+            f"{metrics_url}")
+
+
+def watch(bootstrap: str, expected: int, metrics_url: str, timeout: float) -> dict[str, Any]:
+    """Read the output topics until every input has its output; print a live table."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(*(TOPICS[t] for t in OUTPUT_TOPICS), bootstrap_servers=bootstrap,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             group_id=None, consumer_timeout_ms=500)
+    verdicts: Counter = Counter()
+    by_class: Counter = Counter()
+    gate: Counter = Counter()
+    dlq: Counter = Counter()
+    started = time.time()
+    last = 0.0
+    while time.time() - started < timeout:
+        for rec in consumer.poll(timeout_ms=300).values():
+            for r in rec:
+                if r.topic == TOPICS["dead_letter"]:
+                    dlq[dict(r.headers).get("boxwatch-dlq-reason", b"?").decode()] += 1
+                    continue
+                body = json.loads(r.value)
+                if r.topic == TOPICS["verdicts"]:
+                    verdicts[body["verdict"]] += 1
+                    kind = "known" if body["id"].startswith("known") else "unknown"
+                    by_class[(kind, body["verdict"])] += 1
+                else:
+                    gate[body["outcome"]] += 1
+        done = sum(verdicts.values()) + sum(gate.values()) + sum(dlq.values())
+        if time.time() - last > 1.0 or done >= expected:
+            click.echo(_table(verdicts, gate, sum(dlq.values()), started, metrics_url), err=True)
+            last = time.time()
+        if done >= expected:
+            break
+    consumer.close()
+    return {"verdicts": dict(verdicts), "by_kind": {f"{k} {v}": n for (k, v), n in by_class.items()},
+            "gate": dict(gate), "dead_letters": dict(dlq),
+            "received": sum(verdicts.values()) + sum(gate.values()) + sum(dlq.values())}
 
 
 @click.command()
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-out"),
-              show_default=True, help="Where keys and the artifact are written.")
-def demo(workdir: Path) -> None:
-    """Run the bundled example: key, signed artifact, verification, inspection.
+              show_default=True, help="Where keys, data, the artifact and the report are written.")
+@click.option("--bootstrap-servers", help="Use this Kafka instead of the embedded broker.")
+@click.option("--broker", type=click.Choice(["noida", "tansu"]), default="noida", show_default=True,
+              help="Which embedded Kafka-protocol broker to start.")
+@click.option("--known", "n_known", default=300, show_default=True, help="Known digits to stream.")
+@click.option("--unknown", "n_unknown", default=150, show_default=True,
+              help="Unknown inputs (digits 8-9, noise) to stream.")
+@click.option("--credit", "n_credit", default=300, show_default=True,
+              help="Credit applications to stream.")
+@click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for outputs.")
+def demo(workdir: Path, bootstrap_servers: str | None, broker: str, n_known: int, n_unknown: int,
+         n_credit: int, timeout: float) -> None:
+    """Run the bundled example end to end: build, broker, agent, stream, live table.
 
-    Needs nothing but this package: the example model ships inside it.
+    Builds the example artifact (digits MLP monitors + credit BN rules) and report, starts an
+    embedded Kafka-protocol broker on a free loopback port (unless --bootstrap-servers),
+    runs the agent on it, streams known and unknown digits, credit applications and a few
+    malformed records, shows what comes back live, then stops everything. Needs nothing
+    outside this package (the offline extra and the demo extra installed).
     """
-    artifact_path, public = build_example_artifact(workdir)
-    click.echo(f"built {artifact_path}", err=True)
-    artifact = load_artifact(artifact_path, load_trusted_keys([public]))
-    click.echo(f"verified {artifact_path} with {public} (key {artifact.key_id})", err=True)
-    click.echo(render_description(describe(artifact, signature_checked=True)))
-    sys.stdout.flush()
+    from boxwatch.agent.cli_agent import build_agent, serve
+
+    t0 = time.time()
+    workdir.mkdir(parents=True, exist_ok=True)
+    click.echo(f"[1/4] building the example artifact in {workdir}/", err=True)
+    artifact, public, _summary = build_example(workdir)
+    embedded = None
+    if bootstrap_servers is None:
+        from boxwatch.embedded_broker import EmbeddedBroker
+
+        embedded = EmbeddedBroker(broker).start()
+        bootstrap_servers = embedded.bootstrap_servers
+        click.echo(f"[2/4] embedded {broker} broker on {bootstrap_servers}", err=True)
+    else:
+        click.echo(f"[2/4] using Kafka at {bootstrap_servers}", err=True)
+    agent = http = thread = None
+    try:
+        cfg = load_agent_config(None, environ={}, overrides={
+            "artifact": str(artifact), "public_keys": [str(public)],
+            "model": str(example_path("digits", "model.onnx")),
+            "kafka.bootstrap_servers": bootstrap_servers, "kafka.create_topics": True,
+            "kafka.group_id": "boxwatch-demo", "metrics.address": "127.0.0.1:0",
+            **{f"topics.{k}": v for k, v in TOPICS.items()}})
+        agent = build_agent(cfg)
+        agent.check_topics()
+        http = serve(agent)
+        metrics_url = f"http://{http.address}/metrics"
+        thread = threading.Thread(target=agent.run, name="boxwatch-agent", daemon=True)
+        thread.start()
+        click.echo(f"[3/4] agent running with artifact {agent.runtime.artifact_id}; metrics at "
+                   f"{metrics_url}, status page at http://{http.address}/", err=True)
+        sent = stream(bootstrap_servers, workdir, n_known, n_unknown, n_credit)
+        click.echo(f"[4/4] streamed {sent} records; waiting for the outputs", err=True)
+        result = watch(bootstrap_servers, sent, metrics_url, timeout)
+    finally:
+        if agent is not None:
+            agent.stop()
+        if thread is not None:
+            thread.join(timeout=15)
+        if http is not None:
+            http.stop()
+        if embedded is not None:
+            embedded.stop()
+    click.echo(json.dumps({**result, "sent": sent, "seconds": round(time.time() - t0, 1),
+                           "artifact": str(artifact), "report": str(workdir / "report" / "report.html")},
+                          indent=2))
+    if result["received"] < sent:
+        click.echo(f"error: only {result['received']} of {sent} outputs arrived", err=True)
+        sys.exit(1)

@@ -2,7 +2,7 @@
 
 Digits 8 and 9 are never seen in training, so the demo can stream them as *unknown* inputs.
 Seeded and single-threaded, so re-running reproduces ``model.onnx`` (committed, so the demo
-needs no torch). Run: ``python examples/digits/train_model.py``.
+needs no torch). Run: ``python examples/digits/train_model.py`` (with boxwatch installed).
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from make_data import split_indices  # the same split the demo data uses
 from sklearn.datasets import load_digits
 from torch import nn
+
+from boxwatch.examples.digits_data import split_indices  # the split the demo data uses
 
 HERE = Path(__file__).resolve().parent
 KNOWN_CLASSES = 8

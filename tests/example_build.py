@@ -1,0 +1,45 @@
+"""Builds the bundled example artifact once for the agent tests (a faster tau list)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from boxwatch.agent.artifact import write_artifact
+from boxwatch.agent.keys import generate_keypair, load_private_key
+from boxwatch.demo import write_build_config
+from boxwatch.examples import example_path
+from boxwatch.offline.build import build, prepare
+from boxwatch.offline.config import load_config
+
+
+@dataclass(frozen=True)
+class ExampleArtifact:
+    """Paths of a built example: artifact, keys, model, config and data folder."""
+
+    artifact: Path
+    private_key: Path
+    public_key: Path
+    model: Path
+    config: Path
+    data: Path
+    summary: dict
+
+
+def build_example(workdir: Path, *, created_at: int = 1_700_000_000,
+                  taus: tuple[float, ...] = (1.0, 0.2, 0.05)) -> ExampleArtifact:
+    """Key pair, data, config and signed artifact of the example in ``workdir``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    private, public = workdir / "keys" / "test.key", workdir / "keys" / "test.pub"
+    generate_keypair(private, public, force=True)
+    config = write_build_config(workdir)
+    raw = yaml.safe_load(config.read_text())
+    raw["monitor"]["tau"] = list(taus)
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    outcome = build(prepare(load_config(config)), load_private_key(private), created_at=created_at)
+    artifact = workdir / "example.bwa"
+    write_artifact(artifact, outcome.artifact)
+    return ExampleArtifact(artifact, private, public, example_path("digits", "model.onnx"), config,
+                           workdir / "data", outcome.summary)
