@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from threadpoolctl import threadpool_limits
 
 from boxwatch import __version__
 from boxwatch.agent.artifact import build_artifact_bytes, digest_files, resolve_created_at
@@ -175,7 +176,10 @@ def build(
         digest = digest_files(mi.files)
         model_record = {"format": mi.format, **digest}
         t0 = time.perf_counter()
-        monitor = fit_monitors(mi, cfg.section("monitor"), extract=extract, progress=progress)
+        # Hundreds of small k-means fits: one BLAS/OpenMP thread is ~9x faster here than
+        # two threads contending (measured on the example: 1.6 s against 14.2 s).
+        with threadpool_limits(limits=1):
+            monitor = fit_monitors(mi, cfg.section("monitor"), extract=extract, progress=progress)
         timings["monitors"] = time.perf_counter() - t0
         members[MODEL_SPEC] = {
             "format": mi.format, "preprocessing": mi.preprocessing.to_dict(),
