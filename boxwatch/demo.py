@@ -69,21 +69,29 @@ def build_example(workdir: Path) -> tuple[Path, Path, dict[str, Any]]:
     return artifact, public, outcome.summary
 
 
-def credit_records(n: int, seed: int = 1) -> list[bytes]:
-    """Credit applications: uniformly random states of the example BN's 11 features."""
-    from boxwatch.offline.bn_io import load_network
+def credit_records(artifact: Any, n: int, seed: int = 1) -> list[bytes]:
+    """Credit applications: half uniformly random, half inside a random rule's premise.
 
-    net = load_network(example_path("credit", "credit.net"))
+    ``artifact`` is the loaded artifact; its diagram gives the features and states, its
+    ``bn/rules.json`` the premises (so the gate has rules to certify or block with).
+    """
+    d = artifact.json("bn/diagram.json")
+    features, states = d["features"], d["states"]
+    rules = artifact.json("bn/rules.json")
     rng = np.random.default_rng(seed)
-    features = [v for v in net.variables if v != "CreditWorthiness"]
     out = []
     for i in range(n):
-        evidence = {f: net.states[f][int(rng.integers(len(net.states[f])))] for f in features}
+        premise = rules[int(rng.integers(len(rules)))]["premise"] if i % 2 and rules else {}
+        evidence = {}
+        for f, names in zip(features, states, strict=True):
+            allowed = premise.get(f, range(len(names)))
+            evidence[f] = names[int(rng.choice(list(allowed)))]
         out.append(json.dumps({"id": f"credit-{i}", "evidence": evidence}).encode())
     return out
 
 
-def stream(bootstrap: str, workdir: Path, n_known: int, n_unknown: int, n_credit: int) -> int:
+def stream(bootstrap: str, workdir: Path, artifact: Any, n_known: int, n_unknown: int,
+           n_credit: int) -> int:
     """Produce the demo's inputs; returns how many records were sent."""
     from kafka import KafkaProducer
 
@@ -102,7 +110,7 @@ def stream(bootstrap: str, workdir: Path, n_known: int, n_unknown: int, n_credit
     for i, x in enumerate(unknown):
         producer.send(TOPICS["inputs"], json.dumps({"id": f"unknown-{i}", "input": x.tolist()}).encode())
         sent += 1
-    for value in credit_records(n_credit):
+    for value in credit_records(artifact, n_credit):
         producer.send(TOPICS["bn_inputs"], value)
         sent += 1
     for bad in (b"{not json", b'{"id": "short", "input": [1, 2, 3]}', b'{"input": [0]}'):
@@ -218,7 +226,8 @@ def demo(workdir: Path, bootstrap_servers: str | None, broker: str, n_known: int
         thread.start()
         click.echo(f"[3/4] agent running with artifact {agent.runtime.artifact_id}; metrics at "
                    f"{metrics_url}, status page at http://{http.address}/", err=True)
-        sent = stream(bootstrap_servers, workdir, n_known, n_unknown, n_credit)
+        sent = stream(bootstrap_servers, workdir, agent.runtime.artifact, n_known, n_unknown,
+                      n_credit)
         click.echo(f"[4/4] streamed {sent} records; waiting for the outputs", err=True)
         result = watch(bootstrap_servers, sent, metrics_url, timeout)
     finally:

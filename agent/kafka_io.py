@@ -1,0 +1,110 @@
+"""Kafka clients for the agent: at-least-once consumer, acks=all producer, topic checks.
+
+The client options of the config (``kafka.client``: SASL, SSL...) pass through unchanged to
+every kafka-python client; the agent's own reliability settings override them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from boxwatch.agent.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Errors after which a delivery or commit is retried rather than fatal.
+RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
+
+
+def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Options of the agent's consumer: manual commits, bounded batches, quick rebalance."""
+    return {
+        **cfg["kafka.client"],
+        "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
+        "group_id": cfg["kafka.group_id"],
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": cfg["batch.max_records"],
+        # The broker may hold a fetch this long waiting for data; keep it within the batch
+        # wait, or an idle-ish stream pays up to kafka-python's 500 ms default per record.
+        "fetch_max_wait_ms": min(cfg["batch.max_wait_ms"], 500),
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 1_000,
+        "client_id": "boxwatch-agent",
+    }
+
+
+def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Options of the agent's producer: acks=all, ordered retries, bounded blocking."""
+    return {
+        **cfg["kafka.client"],
+        "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
+        "acks": "all",
+        "linger_ms": 2,
+        "max_in_flight_requests_per_connection": 1,
+        "retries": 5,
+        "request_timeout_ms": 10_000,
+        "delivery_timeout_ms": 30_000,
+        "max_block_ms": 10_000,
+        "client_id": "boxwatch-agent",
+    }
+
+
+def admin_client(cfg: Mapping[str, Any]) -> KafkaAdminClient:
+    return KafkaAdminClient(
+        **cfg["kafka.client"],
+        bootstrap_servers=cfg["kafka.bootstrap_servers"].split(","),
+        client_id="boxwatch-agent-admin",
+        request_timeout_ms=10_000,
+    )
+
+
+def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
+    """Check that ``topics`` exist; create the missing ones when the config says so.
+
+    Returns the topics created. Raises :class:`ConfigError` naming the missing topics.
+    """
+    wanted = sorted(set(topics))
+    try:
+        admin = admin_client(cfg)
+    except KafkaError as exc:
+        raise ConfigError(
+            f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} ({type(exc).__name__})"
+        ) from None
+    try:
+        existing = set(admin.list_topics())
+        missing = [t for t in wanted if t not in existing]
+        if not missing:
+            return []
+        if not cfg["kafka.create_topics"]:
+            raise ConfigError(
+                f"topics missing on {cfg['kafka.bootstrap_servers']}: {missing} (create them, "
+                "or set kafka.create_topics: true)"
+            )
+        new = [NewTopic(t, cfg["kafka.partitions"], 1) for t in missing]
+        try:
+            admin.create_topics(new)
+        except TopicAlreadyExistsError:
+            pass
+        log.info("created topics %s", missing)
+        return missing
+    except KafkaError as exc:
+        raise ConfigError(f"topic check failed on {cfg['kafka.bootstrap_servers']}: {exc}") from None
+    finally:
+        admin.close()
+
+
+def make_consumer(cfg: Mapping[str, Any], topics: list[str]) -> KafkaConsumer:
+    consumer = KafkaConsumer(**consumer_options(cfg))
+    consumer.subscribe(topics)
+    return consumer
+
+
+def make_producer(cfg: Mapping[str, Any]) -> KafkaProducer:
+    return KafkaProducer(**producer_options(cfg))
