@@ -29,18 +29,18 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.structs import OffsetAndMetadata
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import machine_line, write_section  # noqa: E402
+from _results import machine_line, write_section
 
-from boxwatch.agent.artifact import write_artifact  # noqa: E402
-from boxwatch.agent.cli_agent import build_agent  # noqa: E402
-from boxwatch.agent.config import load_agent_config  # noqa: E402
-from boxwatch.agent.keys import generate_keypair, load_private_key  # noqa: E402
-from boxwatch.agent.records import TENSOR_TYPE  # noqa: E402
-from boxwatch.demo import write_build_config  # noqa: E402
-from boxwatch.embedded_broker import EmbeddedBroker  # noqa: E402
-from boxwatch.examples import example_path  # noqa: E402
-from boxwatch.offline.build import build, prepare  # noqa: E402
-from boxwatch.offline.config import load_config  # noqa: E402
+from boxwatch.agent.artifact import write_artifact
+from boxwatch.agent.cli_agent import build_agent
+from boxwatch.agent.config import load_agent_config
+from boxwatch.agent.keys import generate_keypair, load_private_key
+from boxwatch.agent.records import TENSOR_TYPE
+from boxwatch.demo import write_build_config
+from boxwatch.embedded_broker import EmbeddedBroker
+from boxwatch.examples import example_path
+from boxwatch.offline.build import build, prepare
+from boxwatch.offline.config import load_config
 
 HEADING = "## agent_throughput (bench/agent_throughput.py)"
 PARTITIONS = 6
