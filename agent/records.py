@@ -129,6 +129,8 @@ def decode_model_input(
             raise BadRecord("bad_schema", "no 'input' field", rid) from None
         except (TypeError, ValueError):
             raise BadRecord("bad_shape", "'input' is not a rectangular array of numbers", rid) from None
+        except OverflowError:
+            raise BadRecord("not_finite", "a number is too large for a float", rid) from None
     elif ctype in (TENSOR_TYPE, NPY_TYPE):
         if "id" not in h:
             raise BadRecord("missing_id", "binary records need an 'id' header")

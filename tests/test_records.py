@@ -70,6 +70,8 @@ BAD_CASES = [
     (b'{"id": "a", "input": ["1", "x", 3, 4]}', None, "bad_shape"),
     (b'{"id": "a", "input": [1, 2, 3, NaN]}', None, "not_finite"),
     (b'{"id": "a", "input": [1, 2, 3, 1e999]}', None, "not_finite"),
+    (b'{"id": "a", "input": [1, 2, 3, 1' + b"0" * 400 + b']}', None, "not_finite"),
+    (b'{"id": "a", "input": ' + b"[" * 5000 + b"]" * 5000 + b"}", None, "not_json"),
     (b"\x00\x00\x80\x3f" * 4, [("content-type", TENSOR_TYPE.encode()), ("id", b"t")], "bad_dtype"),
     (b"\x00\x00\x80\x3f" * 4, [("content-type", TENSOR_TYPE.encode()), ("id", b"t"),
                                ("dtype", b"complex64")], "bad_dtype"),
