@@ -14,8 +14,11 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from boxwatch.agent.metrics import GATE_OUTCOMES, VERDICTS
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>boxwatch agent</title>
+<meta http-equiv="refresh" content="5">
 <style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}th{{background:#f3f3f3}}</style>
 </head><body>
@@ -52,7 +55,8 @@ def render_status_page(info: dict[str, Any]) -> str:
         records=info["records"], rate=info["records_per_second"],
         uncertainty_rate=info["uncertainty_rate"], reject_rate=info["reject_rate"],
         dead_letters=info["dead_letters"],
-        verdict_rows=rows(info["verdicts"], "verdict"), gate_rows=rows(info["gate"], "gate"),
+        verdict_rows=rows({v: info["verdicts"].get(v, 0) for v in VERDICTS}, "verdict"),
+        gate_rows=rows({g: info["gate"].get(g, 0) for g in GATE_OUTCOMES}, "gate"),
     )
 
 

@@ -1,0 +1,709 @@
+"""The runtime decision diagram: an exact, canonical ordered multi-valued decision diagram (MDD).
+
+A Bayesian-network classifier compiled offline (:mod:`boxwatch.offline.bn_compile`) becomes
+one :class:`DecisionDiagram`; the agent evaluates it on every record with a few vectorised
+gathers per level, counts models on it, and (de)serialises it as artifact members.
+
+Representation
+--------------
+* ``features[i]`` is the variable tested at level ``i`` (the variable order);
+  ``states[i][j]`` names value index ``j`` of that feature.
+* Node ids ``0 .. n_terminals-1`` are sinks (``terminals[t]`` is the label of sink ``t``);
+  internal node ``k`` has id ``n_terminals + k``, tests level ``node_level[k]`` and goes to
+  ``node_children[k, j]`` on value ``j`` (``-1`` beyond the level's cardinality).
+* Sinks are class states, not booleans. For a threshold decision
+  ``P(C = positive | x) >= threshold`` on a binary class variable the terminals are the two
+  class states in the network's (BIF) order; on a class variable with more states they are
+  ``(f"not {positive}", positive)``. An argmax (multi-class) diagram would list every state.
+
+Canonical form: reduced (no internal node whose children are all equal, no two nodes with the
+same level and children; edges may skip levels) and numbered by level ascending, within a
+level by first discovery in a breadth-first search from the root that visits children in
+value order. Two diagrams of the same function and variable order are therefore equal array
+for array (``==`` compares them that way). :meth:`DecisionDiagram.canonical` builds this
+form from any, possibly unreduced, node table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from boxwatch.agent.errors import ArtifactError, BoxwatchError
+
+SCHEMA = "boxwatch.bn-diagram"
+SCHEMA_VERSION = 1
+DIAGRAM_JSON = "diagram.json"
+DIAGRAM_NPZ = "diagram.npz"
+
+
+class RecordError(BoxwatchError, ValueError):
+    """A record cannot be encoded: it lacks a feature or names an unknown state."""
+
+    def __init__(self, message: str, *, record: int, variable: str, state: Any = None):
+        self.record = record
+        self.variable = variable
+        self.state = state
+        super().__init__(message)
+
+
+@dataclass(frozen=True, eq=False)
+class DecisionDiagram:
+    """An exact, canonical ordered MDD over discrete features with class-state sinks.
+
+    Parameters
+    ----------
+    features : tuple of str, length n_features
+        Level ``i`` tests ``features[i]``.
+    states : tuple of tuple of str, length n_features
+        State names per feature; value index ``j`` of level ``i`` means ``states[i][j]``.
+    terminals : tuple of str, length n_terminals
+        Sink labels (class states); sink id ``t`` means ``terminals[t]``.
+    node_level : ndarray of shape (n_internal,), int32
+        Level of each internal node.
+    node_children : ndarray of shape (n_internal, max_card), int32
+        Child node ids; ``-1`` beyond the level's cardinality.
+    root : int
+        Root node id (a sink id when the classifier is constant).
+    class_variable, positive : str
+        The class variable and its positive state (``positive in terminals``).
+    threshold : float
+        Decide ``positive`` iff ``P(class_variable = positive | x) >= threshold``.
+    """
+
+    features: tuple[str, ...]
+    states: tuple[tuple[str, ...], ...]
+    terminals: tuple[str, ...]
+    node_level: np.ndarray
+    node_children: np.ndarray
+    root: int
+    class_variable: str
+    positive: str
+    threshold: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", tuple(str(f) for f in self.features))
+        object.__setattr__(self, "states", tuple(tuple(str(s) for s in st) for st in self.states))
+        object.__setattr__(self, "terminals", tuple(str(t) for t in self.terminals))
+        object.__setattr__(self, "root", int(self.root))
+        object.__setattr__(self, "threshold", float(self.threshold))
+        level = np.array(self.node_level, dtype=np.int32).reshape(-1)
+        children = np.array(self.node_children, dtype=np.int32)
+        if children.size == 0 and level.size == 0:
+            width = max((len(s) for s in self.states), default=0)
+            children = np.zeros((0, width), dtype=np.int32)
+        if children.ndim != 2 or children.shape[0] != level.shape[0]:
+            raise ValueError(
+                f"node_children has shape {children.shape}; expected ({level.shape[0]}, max_card)"
+            )
+        level.flags.writeable = False
+        children.flags.writeable = False
+        object.__setattr__(self, "node_level", level)
+        object.__setattr__(self, "node_children", children)
+
+    # ------------------------------------------------------------------ equality
+    def same_as(self, other: DecisionDiagram) -> bool:
+        """True when both diagrams are identical: same order, names, decision and arrays."""
+        return (
+            isinstance(other, DecisionDiagram)
+            and self.features == other.features
+            and self.states == other.states
+            and self.terminals == other.terminals
+            and self.root == other.root
+            and self.class_variable == other.class_variable
+            and self.positive == other.positive
+            and self.threshold == other.threshold
+            and np.array_equal(self.node_level, other.node_level)
+            and np.array_equal(self.node_children, other.node_children)
+        )
+
+    def same_function(self, other: DecisionDiagram) -> bool:
+        """True when both compute the same labels under the same order (decision meta aside)."""
+        return (
+            isinstance(other, DecisionDiagram)
+            and self.features == other.features
+            and self.states == other.states
+            and self.terminals == other.terminals
+            and self.root == other.root
+            and np.array_equal(self.node_level, other.node_level)
+            and np.array_equal(self.node_children, other.node_children)
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DecisionDiagram):
+            return NotImplemented
+        return self.same_as(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_features(self) -> int:
+        """Number of levels (features)."""
+        return len(self.features)
+
+    @property
+    def n_terminals(self) -> int:
+        """Number of sinks (class states)."""
+        return len(self.terminals)
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of internal (non-sink) nodes of the reduced diagram."""
+        return int(self.node_level.shape[0])
+
+    @cached_property
+    def cardinalities(self) -> np.ndarray:
+        """ndarray of shape (n_features,): number of states per level."""
+        return np.array([len(s) for s in self.states], dtype=np.int64)
+
+    @property
+    def nodes_per_level(self) -> tuple[int, ...]:
+        """Internal nodes per level of the reduced diagram, in variable order."""
+        return tuple(int(c) for c in np.bincount(self.node_level, minlength=self.n_features))
+
+    @property
+    def n_edges(self) -> int:
+        """Number of (node, value) edges of the reduced diagram."""
+        return int(self.cardinalities[self.node_level].sum()) if self.n_nodes else 0
+
+    @property
+    def positive_terminal(self) -> int:
+        """Sink id of the positive class state."""
+        return self.terminals.index(self.positive)
+
+    @cached_property
+    def _levels_all(self) -> np.ndarray:
+        """Level of every node id, sinks at level ``n_features``."""
+        return np.concatenate(
+            [np.full(self.n_terminals, self.n_features, dtype=np.int32), self.node_level]
+        )
+
+    def quasi_nodes_per_level(self) -> tuple[int, ...]:
+        """Internal nodes per level of the quasi-reduced diagram (every path tests every level).
+
+        A node ``u`` first reached from a parent at level ``m`` (the root: from level -1)
+        stands for one quasi-reduced node at each level ``m+1 .. level(u)`` (sinks: up to
+        the last level), which is what a bottom-up unique-rows construction keeps.
+        """
+        n, nt = self.n_features, self.n_terminals
+        lv = self._levels_all
+        min_parent = np.full(nt + self.n_nodes, n, dtype=np.int64)
+        min_parent[self.root] = -1
+        if self.n_nodes:
+            src = np.repeat(self.node_level.astype(np.int64), self.node_children.shape[1])
+            dst = self.node_children.reshape(-1).astype(np.int64)
+            ok = dst >= 0
+            np.minimum.at(min_parent, dst[ok], src[ok])
+        diff = np.zeros(n + 1, dtype=np.int64)
+        reach = np.nonzero(min_parent < n)[0]
+        lo = min_parent[reach] + 1
+        hi = np.minimum(lv[reach], n - 1) + 1  # exclusive
+        keep = hi > lo
+        np.add.at(diff, lo[keep], 1)
+        np.add.at(diff, hi[keep], -1)
+        return tuple(int(c) for c in np.cumsum(diff)[:n])
+
+    @property
+    def n_nodes_quasi(self) -> int:
+        """Internal node count of the quasi-reduced diagram (the papers' figure)."""
+        return int(sum(self.quasi_nodes_per_level()))
+
+    # ------------------------------------------------------------------ evaluation
+    @cached_property
+    def _eval_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """(level of every id, children of every id with sinks as self-loops)."""
+        nt, width = self.n_terminals, max(1, self.node_children.shape[1])
+        table = np.empty((nt + self.n_nodes, width), dtype=np.int32)
+        table[:nt] = np.arange(nt, dtype=np.int32)[:, None]
+        if self.n_nodes:
+            table[nt:, : self.node_children.shape[1]] = self.node_children
+        return self._levels_all, table
+
+    def check_indices(self, X: Any) -> np.ndarray:
+        """Validate a batch of state indices and return it as an int array.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), or sequence of mappings
+            State indices in ``features`` order; or state names in that order (a string
+            array); or records ``{feature: state name}`` (see :meth:`encode`).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features), int64
+        """
+        if isinstance(X, Sequence) and X and isinstance(X[0], Mapping):
+            return self.encode(X)
+        X = np.asarray(X)
+        if X.ndim == 2 and X.dtype.kind in "UO" and X.shape[1] == self.n_features:
+            return self.encode_names(X)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(
+                f"X has shape {X.shape}; expected (n_samples, {self.n_features}) "
+                f"in the order {list(self.features)}"
+            )
+        if X.dtype.kind not in "iu":
+            raise ValueError(f"X has dtype {X.dtype}; expected integer state indices")
+        bad = (X < 0) | (X >= self.cardinalities)
+        if bad.any():
+            row, col = map(int, np.argwhere(bad)[0])
+            raise ValueError(
+                f"X[{row}, {col}] = {int(X[row, col])} is not a state index of "
+                f"{self.features[col]!r} (0..{len(self.states[col]) - 1}); "
+                f"{int(bad.sum())} bad entries in all"
+            )
+        return X
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Sink id (index into ``terminals``) reached by each assignment.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), or sequence of mappings
+            State indices in ``features`` order, state names, or records
+            (see :meth:`check_indices`).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), int32
+        """
+        X = self.check_indices(X)
+        levels, table = self._eval_tables
+        cur = np.full(X.shape[0], self.root, dtype=np.int32)
+        if self.root < self.n_terminals:
+            return cur
+        width = table.shape[1]
+        flat = table.reshape(-1)
+        start = int(self.node_level[self.root - self.n_terminals])
+        for lvl in range(start, self.n_features):
+            here = levels[cur] == lvl
+            step = flat[cur.astype(np.int64) * width + X[:, lvl]]
+            cur = np.where(here, step, cur)
+        return cur
+
+    def predict_labels(self, X: Any) -> np.ndarray:
+        """Terminal label (class state name) per assignment: ndarray of shape (n_samples,)."""
+        return np.asarray(self.terminals, dtype=object)[self.predict(X)]
+
+    def predict_positive(self, X: Any) -> np.ndarray:
+        """Boolean decision ``P(C = positive | x) >= threshold`` per assignment."""
+        return self.predict(X) == self.positive_terminal
+
+    @cached_property
+    def _state_index(self) -> tuple[dict[str, int], ...]:
+        return tuple({s: j for j, s in enumerate(st)} for st in self.states)
+
+    def encode(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """Map records of ``{feature: state name}`` to state indices in ``features`` order.
+
+        Keys that are not features (the class, other variables) are ignored.
+
+        Parameters
+        ----------
+        records : sequence of mappings, length n_samples
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features), int64
+
+        Raises
+        ------
+        RecordError
+            Naming the record (position in ``records``), the variable and the state, when a
+            feature is missing or its state is not one of the feature's states.
+        """
+        out = np.empty((len(records), self.n_features), dtype=np.int64)
+        for col, (feature, index) in enumerate(zip(self.features, self._state_index, strict=True)):
+            try:
+                out[:, col] = [index[rec[feature]] for rec in records]
+            except (KeyError, TypeError):
+                self._raise_record_error(records, col)
+        return out
+
+    def encode_names(self, names: Any) -> np.ndarray:
+        """Map a string array of state names (columns in ``features`` order) to indices.
+
+        Parameters
+        ----------
+        names : array-like of str, shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features), int64
+
+        Raises
+        ------
+        RecordError
+            Naming the first row and feature whose state is unknown.
+        """
+        names = np.asarray(names)
+        if names.ndim != 2 or names.shape[1] != self.n_features:
+            raise ValueError(
+                f"names has shape {names.shape}; expected (n_samples, {self.n_features})"
+            )
+        out = np.empty(names.shape, dtype=np.int64)
+        for col, index in enumerate(self._state_index):
+            uniq, inverse = np.unique(names[:, col].astype(str), return_inverse=True)
+            codes = np.array([index.get(str(u), -1) for u in uniq], dtype=np.int64)
+            if (codes < 0).any():
+                bad = str(uniq[np.argmax(codes < 0)])
+                row = int(np.nonzero(names[:, col].astype(str) == bad)[0][0])
+                raise RecordError(
+                    f"record {row}: feature {self.features[col]!r} has state {bad!r}, "
+                    f"not one of {list(self.states[col])}",
+                    record=row,
+                    variable=self.features[col],
+                    state=bad,
+                )
+            out[:, col] = codes[inverse.reshape(-1)]
+        return out
+
+    def _raise_record_error(self, records: Sequence[Mapping[str, Any]], col: int) -> None:
+        feature, index = self.features[col], self._state_index[col]
+        for i, rec in enumerate(records):
+            if not isinstance(rec, Mapping):
+                raise RecordError(
+                    f"record {i}: expected a mapping of feature to state name, "
+                    f"got {type(rec).__name__}",
+                    record=i,
+                    variable=feature,
+                )
+            if feature not in rec:
+                raise RecordError(
+                    f"record {i}: feature {feature!r} is missing", record=i, variable=feature
+                )
+            state = rec[feature]
+            try:
+                known = state in index
+            except TypeError:
+                known = False
+            if not known:
+                raise RecordError(
+                    f"record {i}: feature {feature!r} has state {state!r}, "
+                    f"not one of {list(self.states[col])}",
+                    record=i,
+                    variable=feature,
+                    state=state,
+                )
+        raise AssertionError("unreachable: no bad record found")  # pragma: no cover
+
+    # ------------------------------------------------------------------ counting
+    def counts(self) -> dict[str, int]:
+        """Exact number of full assignments reaching each sink, by terminal label.
+
+        Linear in the diagram's size; a skipped level multiplies by its cardinality.
+        Python integers, so feature spaces past 2**63 count exactly.
+        """
+        n, nt = self.n_features, self.n_terminals
+        prefix = [1]
+        for c in self.cardinalities:
+            prefix.append(prefix[-1] * int(c))
+        lv = self._levels_all
+        cnt = np.zeros((nt + self.n_nodes, nt), dtype=object)
+        cnt[:nt] = 0
+        for t in range(nt):
+            cnt[t, t] = 1
+        if self.n_nodes:
+            for lvl in range(n - 1, -1, -1):
+                ks = np.nonzero(self.node_level == lvl)[0]
+                if not ks.size:
+                    continue
+                skip = np.array(
+                    [prefix[c] // prefix[lvl + 1] if c > lvl else 0 for c in range(n + 1)],
+                    dtype=object,
+                )
+                acc = np.zeros((ks.size, nt), dtype=object)
+                for j in range(int(self.cardinalities[lvl])):
+                    ch = self.node_children[ks, j]
+                    acc = acc + cnt[ch] * skip[lv[ch]][:, None]
+                cnt[nt + ks] = acc
+        above = prefix[int(lv[self.root])]
+        return {term: int(cnt[self.root, t]) * above for t, term in enumerate(self.terminals)}
+
+    def count(self, terminal: str | int) -> int:
+        """Exact number of full assignments reaching one sink (by label or sink id)."""
+        label = self.terminals[terminal] if isinstance(terminal, int) else terminal
+        if label not in self.terminals:
+            raise ValueError(f"{label!r} is not a terminal of this diagram: {list(self.terminals)}")
+        return self.counts()[label]
+
+    @property
+    def n_inputs(self) -> int:
+        """Number of full assignments: the product of the cardinalities."""
+        total = 1
+        for c in self.cardinalities:
+            total *= int(c)
+        return total
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def canonical(
+        cls,
+        *,
+        features: Sequence[str],
+        states: Sequence[Sequence[str]],
+        terminals: Sequence[str],
+        node_level: Any,
+        node_children: Any,
+        root: int,
+        class_variable: str,
+        positive: str,
+        threshold: float,
+    ) -> DecisionDiagram:
+        """Reduce and renumber any node table into the canonical diagram of its function.
+
+        The input may hold redundant, duplicate and unreachable nodes and any numbering,
+        provided edges go to strictly deeper levels (sinks count as level ``n_features``)
+        and ids follow the sink/internal convention above.
+        """
+        cards = np.array([len(s) for s in states], dtype=np.int64)
+        level, children, root = _reduce(
+            np.asarray(node_level, dtype=np.int64).reshape(-1),
+            np.asarray(node_children, dtype=np.int64),
+            int(root),
+            len(terminals),
+            cards,
+        )
+        return cls(
+            features=tuple(features),
+            states=tuple(tuple(s) for s in states),
+            terminals=tuple(terminals),
+            node_level=level,
+            node_children=children,
+            root=root,
+            class_variable=class_variable,
+            positive=positive,
+            threshold=threshold,
+        )
+
+    def is_canonical(self) -> bool:
+        """True when the diagram is already in canonical (reduced, renumbered) form."""
+        again = DecisionDiagram.canonical(
+            features=self.features,
+            states=self.states,
+            terminals=self.terminals,
+            node_level=self.node_level,
+            node_children=self.node_children,
+            root=self.root,
+            class_variable=self.class_variable,
+            positive=self.positive,
+            threshold=self.threshold,
+        )
+        return again.same_as(self)
+
+    # ------------------------------------------------------------------ serialisation
+    def meta(self) -> dict[str, Any]:
+        """The JSON half of the serialised diagram."""
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "class_variable": self.class_variable,
+            "positive": self.positive,
+            "threshold": self.threshold,
+            "decision": "P(class_variable = positive | features) >= threshold",
+            "features": list(self.features),
+            "states": [list(s) for s in self.states],
+            "terminals": list(self.terminals),
+            "root": self.root,
+            "n_nodes": self.n_nodes,
+        }
+
+    def to_members(self, prefix: str = "bn/") -> dict[str, Any]:
+        """Artifact members: ``{prefix}diagram.json`` (meta) and ``{prefix}diagram.npz`` (arrays)."""
+        return {
+            f"{prefix}{DIAGRAM_JSON}": self.meta(),
+            f"{prefix}{DIAGRAM_NPZ}": {
+                "node_level": np.asarray(self.node_level, dtype=np.int32),
+                "node_children": np.asarray(self.node_children, dtype=np.int32),
+            },
+        }
+
+    @classmethod
+    def from_members(
+        cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, where: str = "bn"
+    ) -> DecisionDiagram:
+        """Rebuild a diagram from :meth:`to_members`' JSON and arrays, validating everything.
+
+        Raises
+        ------
+        ArtifactError
+            On a wrong schema, missing or mistyped fields, arrays of the wrong shape, node ids
+            out of range, edges that do not go to deeper levels, or a non-canonical diagram.
+        """
+        def bad(problem: str) -> ArtifactError:
+            return ArtifactError(f"{where} diagram: {problem}")
+
+        if not isinstance(meta, Mapping):
+            raise bad("meta is not a JSON object")
+        if meta.get("schema") != SCHEMA:
+            raise bad(f"schema is {meta.get('schema')!r}, expected {SCHEMA!r}")
+        if meta.get("schema_version") != SCHEMA_VERSION:
+            raise bad(f"schema_version {meta.get('schema_version')!r} is not supported")
+        features = meta.get("features")
+        states = meta.get("states")
+        terminals = meta.get("terminals")
+        if not _str_list(features) or len(set(features)) != len(features):
+            raise bad("'features' must be a list of distinct strings")
+        if (
+            not isinstance(states, list)
+            or len(states) != len(features)
+            or not all(_str_list(s) and len(s) >= 1 and len(set(s)) == len(s) for s in states)
+        ):
+            raise bad("'states' must hold one non-empty list of distinct names per feature")
+        if not _str_list(terminals) or len(terminals) < 1 or len(set(terminals)) != len(terminals):
+            raise bad("'terminals' must be a non-empty list of distinct strings")
+        for key in ("class_variable", "positive"):
+            if not isinstance(meta.get(key), str):
+                raise bad(f"{key!r} must be a string")
+        if meta["positive"] not in terminals:
+            raise bad(f"positive {meta['positive']!r} is not a terminal {terminals}")
+        threshold = meta.get("threshold")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise bad("'threshold' must be a number")
+        root = meta.get("root")
+        if isinstance(root, bool) or not isinstance(root, int):
+            raise bad("'root' must be an integer")
+        for key in ("node_level", "node_children"):
+            if key not in arrays:
+                raise bad(f"array {key!r} is missing")
+            if np.asarray(arrays[key]).dtype.kind not in "iu":
+                raise bad(f"array {key!r} is not an integer array")
+        level = np.asarray(arrays["node_level"]).astype(np.int64)
+        children = np.asarray(arrays["node_children"]).astype(np.int64)
+        n, nt, k = len(features), len(terminals), level.shape[0] if level.ndim == 1 else -1
+        cards = np.array([len(s) for s in states], dtype=np.int64)
+        width = int(cards.max()) if n else 0
+        if level.ndim != 1:
+            raise bad(f"node_level has shape {level.shape}, expected one dimension")
+        if children.shape != (k, width):
+            raise bad(f"node_children has shape {children.shape}, expected {(k, width)}")
+        if meta.get("n_nodes", k) != k:
+            raise bad(f"n_nodes {meta.get('n_nodes')} disagrees with {k} nodes in the arrays")
+        if not 0 <= root < nt + k:
+            raise bad(f"root {root} is not a node id (0..{nt + k - 1})")
+        if k:
+            if level.min() < 0 or level.max() >= n:
+                raise bad(f"node levels must lie in 0..{n - 1}")
+            valid = np.arange(width)[None, :] < cards[level][:, None]
+            if (children[~valid] != -1).any():
+                raise bad("children beyond a level's cardinality must be -1")
+            used = children[valid]
+            if used.min() < 0 or used.max() >= nt + k:
+                raise bad(f"child ids must lie in 0..{nt + k - 1}")
+            lv = np.concatenate([np.full(nt, n), level])
+            if (lv[children] <= level[:, None])[valid].any():
+                raise bad("an edge does not go to a deeper level")
+        diagram = cls(
+            features=tuple(features),
+            states=tuple(tuple(s) for s in states),
+            terminals=tuple(terminals),
+            node_level=level,
+            node_children=children,
+            root=root,
+            class_variable=meta["class_variable"],
+            positive=meta["positive"],
+            threshold=float(threshold),
+        )
+        if not diagram.is_canonical():
+            raise bad("nodes are not in canonical (reduced, breadth-first numbered) form")
+        return diagram
+
+
+def _str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a small non-negative (or -1) int matrix and each row's index in them.
+
+    Rows are packed into one int64 key when they fit (much faster to sort than rows).
+
+    Returns
+    -------
+    uniq : ndarray of shape (n_unique, width)
+    inverse : ndarray of shape (n_rows,)
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    n, width = rows.shape
+    if n == 0:
+        return rows, np.zeros(0, dtype=np.int64)
+    base = int(rows.max()) + 2
+    if width * np.log2(base) < 62:
+        key = np.zeros(n, dtype=np.int64)
+        for j in range(width):
+            key = key * base + (rows[:, j] + 1)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return rows[first], inverse.reshape(-1)
+    uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+    return uniq, inverse.reshape(-1)
+
+
+def _reduce(
+    level: np.ndarray, children: np.ndarray, root: int, nt: int, cards: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Canonical node table of a diagram; assumes edges go to deeper levels (unchecked)."""
+    n = cards.shape[0]
+    width = int(cards.max()) if n else 0
+    k = level.shape[0]
+    remap = np.arange(nt + k, dtype=np.int64)
+    new_level: list[np.ndarray] = []
+    new_children: list[np.ndarray] = []
+    next_id = nt
+    for lvl in range(n - 1, -1, -1):
+        ks = np.nonzero(level == lvl)[0]
+        if not ks.size:
+            continue
+        card = int(cards[lvl])
+        ch = remap[children[ks, :card]]
+        redundant = (ch == ch[:, :1]).all(axis=1)
+        remap[nt + ks[redundant]] = ch[redundant, 0]
+        rest = ks[~redundant]
+        if rest.size:
+            rows, inverse = unique_rows(ch[~redundant])
+            remap[nt + rest] = next_id + inverse
+            padded = np.full((rows.shape[0], width), -1, dtype=np.int64)
+            padded[:, :card] = rows
+            new_level.append(np.full(rows.shape[0], lvl, dtype=np.int64))
+            new_children.append(padded)
+            next_id += rows.shape[0]
+    root = int(remap[root])
+    if not new_level or root < nt:
+        return np.zeros(0, np.int32), np.zeros((0, width), np.int32), root
+    level2 = np.concatenate(new_level)
+    children2 = np.concatenate(new_children)
+    order = _bfs_order(children2, root - nt, nt)
+    order = order[np.argsort(level2[order], kind="stable")]
+    renum = np.arange(nt + level2.shape[0], dtype=np.int64)
+    renum[nt + order] = nt + np.arange(order.shape[0])
+    out_children = children2[order]
+    out_children = np.where(out_children >= 0, renum[np.maximum(out_children, 0)], -1)
+    return (
+        level2[order].astype(np.int32),
+        out_children.astype(np.int32),
+        int(renum[root]),
+    )
+
+
+def _bfs_order(children: np.ndarray, root_k: int, nt: int) -> np.ndarray:
+    """Internal indices reachable from ``root_k`` in breadth-first discovery order."""
+    seen = np.zeros(children.shape[0], dtype=bool)
+    seen[root_k] = True
+    frontier = np.array([root_k], dtype=np.int64)
+    found = [frontier]
+    while frontier.size:
+        ch = children[frontier].reshape(-1)
+        ch = ch[ch >= nt] - nt
+        if not ch.size:
+            break
+        uniq, first = np.unique(ch, return_index=True)
+        nxt = uniq[np.argsort(first, kind="stable")]
+        nxt = nxt[~seen[nxt]]
+        seen[nxt] = True
+        frontier = nxt
+        found.append(nxt)
+    return np.concatenate(found)

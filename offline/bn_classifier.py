@@ -1,0 +1,151 @@
+"""The classifier a Bayesian network defines: class, positive state, threshold, features, order.
+
+Decision: ``positive`` iff ``P(class = positive | features) >= threshold``. Everything not a
+feature is summed out. :func:`resolve_spec` validates a user's :class:`ClassifierSpec`
+against a network (all problems at once) and fills in the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from boxwatch.agent.errors import ConfigError
+from boxwatch.offline.bn_io import Network
+
+
+@dataclass(frozen=True)
+class ClassifierSpec:
+    """What the user asks for; ``None`` fields take the documented defaults.
+
+    Parameters
+    ----------
+    class_variable : str
+    positive : str
+        Name of the positive state of ``class_variable``.
+    threshold : float
+        In (0, 1): decide positive iff ``P(class = positive | x) >= threshold``.
+    features : sequence of str, optional
+        Default: all leaves of the network; when the class itself is a leaf, all other
+        variables.
+    order : sequence of str, optional
+        The variable order of the diagram (a permutation of the features). Default:
+        :func:`default_order`.
+    """
+
+    class_variable: str
+    positive: str
+    threshold: float
+    features: Sequence[str] | None = None
+    order: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """A validated spec: ``order`` lists the features in diagram order."""
+
+    class_variable: str
+    positive: str
+    threshold: float
+    order: tuple[str, ...]
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The feature variables, in diagram order."""
+        return self.order
+
+
+def default_features(network: Network, class_variable: str) -> tuple[str, ...]:
+    """All leaves (file order); when the class is a leaf, every other variable (file order)."""
+    leaves = network.leaves()
+    if class_variable in leaves:
+        return tuple(v for v in network.variables if v != class_variable)
+    return leaves
+
+
+def default_order(network: Network, class_variable: str, features: Sequence[str]) -> tuple[str, ...]:
+    """Deterministic default order: features by first visit of a depth-first search.
+
+    The search starts at the class variable and walks the undirected network graph,
+    visiting neighbours as parents first, then children, each in file order. Features
+    hanging off the same branch end up adjacent, which keeps the interface between the
+    tested prefix and the rest small (small diagrams, fast decomposition).
+    """
+    wanted = set(features)
+    seen: set[str] = set()
+    out: list[str] = []
+    stack = [class_variable]
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in wanted:
+            out.append(v)
+        nbrs = [*network.parents[v], *network.children(v)]
+        stack.extend(reversed([u for u in nbrs if u not in seen]))
+    out.extend(f for f in network.variables if f in wanted and f not in seen)
+    return tuple(out)
+
+
+def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
+    """Validate ``spec`` against ``network`` and fill in defaults.
+
+    Raises
+    ------
+    ConfigError
+        Listing every problem: unknown class or state, threshold outside (0, 1), unknown or
+        repeated features, the class among the features, an order that is not a
+        permutation of the features.
+    """
+    problems: list[str] = []
+    where = network.source
+    cls = spec.class_variable
+    if cls not in network.states:
+        problems.append(f"{where}: class variable {cls!r} is not in the network")
+    elif spec.positive not in network.states[cls]:
+        problems.append(
+            f"{where}: positive state {spec.positive!r} is not a state of {cls!r} "
+            f"{list(network.states[cls])}"
+        )
+    elif len(network.states[cls]) < 2:
+        problems.append(f"{where}: class variable {cls!r} has a single state")
+    try:
+        threshold = float(spec.threshold)
+    except (TypeError, ValueError):
+        threshold = float("nan")
+    if not 0.0 < threshold < 1.0:
+        problems.append(f"threshold {spec.threshold!r} must lie strictly between 0 and 1")
+    if spec.features is not None:
+        features = tuple(spec.features)
+        unknown = [f for f in features if f not in network.states]
+        if unknown:
+            problems.append(f"{where}: features not in the network: {unknown}")
+        dup = sorted({f for f in features if features.count(f) > 1})
+        if dup:
+            problems.append(f"features listed more than once: {dup}")
+        if cls in features:
+            problems.append(f"the class variable {cls!r} cannot also be a feature")
+        if not features:
+            problems.append("the feature list is empty")
+    elif cls in network.states:
+        features = default_features(network, cls)
+    else:
+        features = ()
+    order: tuple[str, ...] = ()
+    if spec.order is not None:
+        order = tuple(spec.order)
+        if sorted(order) != sorted(features):
+            missing = [f for f in features if f not in order]
+            extra = [f for f in order if f not in features]
+            problems.append(
+                "order must list each feature exactly once"
+                + (f"; missing {missing}" if missing else "")
+                + (f"; not features {extra}" if extra else "")
+                + ("; repeated entries" if len(set(order)) != len(order) else "")
+            )
+    if problems:
+        raise ConfigError(problems)
+    if spec.order is None:
+        order = default_order(network, cls, features)
+    return ResolvedSpec(class_variable=cls, positive=spec.positive, threshold=threshold, order=order)

@@ -1,0 +1,89 @@
+"""``boxwatch compile-bn``, called in-process: JSON keys, figures, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
+from boxwatch.offline.bn_io import write_bif
+from boxwatch.offline.bn_synthetic import random_dag
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
+JSON_KEYS = {"features", "order", "nodes", "nodes_quasi", "nodes_per_level", "positives",
+             "inputs", "ties", "seconds", "parse_seconds"}
+
+
+@pytest.fixture
+def bif_file(tmp_path: Path) -> Path:
+    path = tmp_path / "net.bif"
+    path.write_text(write_bif(random_dag(7, seed=8, floor=0.01)))
+    return path
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["compile-bn", *args], catch_exceptions=False)
+
+
+def test_json_output_has_the_documented_keys(bif_file):
+    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
+              "--features", "v0,v5,v6", "--order", "v6,v0,v5", "--json")
+    assert res.exit_code == EXIT_OK, res.output
+    info = json.loads(res.stdout)
+    assert JSON_KEYS <= set(info)
+    assert info["order"] == ["v6", "v0", "v5"]
+    assert sorted(info["features"]) == ["v0", "v5", "v6"]
+    net = random_dag(7, seed=8, floor=0.01)
+    assert info["inputs"] == int(np.prod([net.card(v) for v in ("v0", "v5", "v6")]))
+    assert sum(info["nodes_quasi_per_level"]) == info["nodes_quasi"]
+    assert sum(info["nodes_per_level"]) == info["nodes"]
+    assert 0 <= info["positives"] <= info["inputs"]
+
+
+def test_both_methods_report_the_same_diagram(bif_file):
+    common = [str(bif_file), "--class", "v3", "--positive", "s0", "--threshold", "0.5",
+              "--features", "v0,v4,v5,v6", "--json"]
+    a = json.loads(run(*common, "--method", "joint").stdout)
+    b = json.loads(run(*common, "--method", "decompose").stdout)
+    for key in ("nodes", "nodes_quasi", "positives", "ties", "nodes_per_level"):
+        assert a[key] == b[key], key
+    assert (a["method"], b["method"]) == ("joint", "decompose/separator")
+
+
+def test_text_output_goes_to_stdout_and_a_note_to_stderr(bif_file):
+    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.5")
+    assert res.exit_code == EXIT_OK
+    assert "quasi-reduced" in res.stdout and "positives" in res.stdout
+    assert "compiled" in res.stderr and "compiled" not in res.stdout
+
+
+def test_bad_spec_exits_2_with_every_problem(bif_file):
+    res = run(str(bif_file), "--class", "v3", "--positive", "nope", "--threshold", "0",
+              "--features", "v0,zz")
+    assert res.exit_code == EXIT_USAGE
+    assert "positive state 'nope'" in res.stderr
+    assert "threshold 0.0" in res.stderr
+    assert "['zz']" in res.stderr
+
+
+def test_parse_error_exits_2_naming_the_line(tmp_path):
+    path = tmp_path / "broken.bif"
+    path.write_text("variable A {\n  type discrete [ 2 ] { a, b };\n}\nprobability ( A ) {\n"
+                    "  table 0.5, x;\n}\n")
+    res = run(str(path), "--class", "A", "--positive", "a", "--threshold", "0.5")
+    assert res.exit_code == EXIT_USAGE
+    assert f"{path}:5: expected a number, found 'x'" in res.stderr
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data/bn (absent in a plain clone)")
+def test_child_reference_figures_from_the_command_line():
+    res = run(str(SHARED / "child.bif.gz"), "--class", "BirthAsphyxia", "--positive", "no",
+              "--threshold", "0.9", "--order",
+              "LVHreport,GruntingReport,RUQO2,LowerBodyO2,XrayReport,Age,CO2Report", "--json")
+    info = json.loads(res.stdout)
+    assert (info["nodes_quasi"], info["positives"], info["inputs"]) == (41, 844, 1080)
