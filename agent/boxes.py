@@ -1,0 +1,441 @@
+"""Fitted box monitors at run time: membership, verdicts and out-of-box scores, numpy only.
+
+The offline builder (``boxwatch.offline.monitor.BoxMonitor``) learns the boxes; this module
+holds what the agent needs to apply them online without scikit-learn, and their
+(de)serialisation into artifact members (canonical JSON + numeric ``.npz`` arrays).
+
+Verdicts follow Algorithm 3 of the resolution-box paper: for the predicted class ``y`` of an
+input, *accept* when its activation lies in some good box of ``y`` and in no bad box of ``y``,
+*uncertainty* when it lies in a good and a bad box, *reject* otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from boxwatch.agent.errors import ArtifactError, ConfigError
+
+ACCEPT, UNCERTAIN, REJECT = 0, 1, 2
+VERDICT_NAMES: tuple[str, str, str] = ("accept", "uncertainty", "reject")
+COMBINE_RULES = ("any", "majority", "all")
+NORMALIZATIONS = ("none", "l2")
+FORMAT = "boxwatch.boxes"
+FORMAT_VERSION = 1
+_ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
+_BLOCK = 16  # dimensions tested between checks for an early exit
+# Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
+# about _BROADCAST_ELEMENTS instead of making per-dimension passes (measured crossovers).
+_ROWWISE_MIN = 512
+_ROWWISE_MIN_DISTANCE = 4096
+_BROADCAST_ELEMENTS = 1 << 18
+_SMALL_BATCH = 64  # at most this many inputs: one broadcast against (n_classes, max_boxes) padding
+
+
+def verdict_names(verdicts: np.ndarray) -> np.ndarray:
+    """Map verdict codes (0 accept, 1 uncertainty, 2 reject) to their names."""
+    return np.asarray(VERDICT_NAMES, dtype=object)[np.asarray(verdicts)]
+
+
+def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
+    """Apply the monitor's feature normalisation (``"none"`` or ``"l2"``, row-wise) as float32.
+
+    ``"l2"`` divides each row by its Euclidean norm (rows of norm 0 are left at 0); the
+    monitor records which one it used so the agent reproduces it exactly.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    if how == "none":
+        return x
+    if how == "l2":
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
+        norms[norms == 0] = 1.0
+        return x / norms[:, None]
+    raise ConfigError(f"normalize={how!r}: expected one of {NORMALIZATIONS}")
+
+
+@dataclass(frozen=True)
+class BoxSet:
+    """The boxes of one layer for every class, grouped by class.
+
+    Class ``c`` owns rows ``offsets[c]:offsets[c + 1]`` of ``lo`` and ``hi``.
+
+    Attributes
+    ----------
+    lo, hi : ndarray of shape (n_boxes, n_features), float32
+        Lower and upper corners (``lo <= hi``).
+    offsets : ndarray of shape (n_classes + 1,), int64
+        Start of each class's rows; ``offsets[-1] == n_boxes``.
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+    offsets: np.ndarray
+    _order: np.ndarray = field(init=False, repr=False, compare=False)
+    _padded: tuple[np.ndarray, np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        lo = np.ascontiguousarray(self.lo, dtype=np.float32)
+        hi = np.ascontiguousarray(self.hi, dtype=np.float32)
+        offsets = np.asarray(self.offsets, dtype=np.int64)
+        if lo.ndim != 2 or lo.shape != hi.shape:
+            raise ValueError(f"lo {lo.shape} and hi {hi.shape} must be equal 2-d shapes")
+        if offsets.ndim != 1 or offsets[0] != 0 or offsets[-1] != len(lo) or np.any(np.diff(offsets) < 0):
+            raise ValueError(f"offsets {offsets.tolist()} do not partition {len(lo)} boxes")
+        if np.any(~(lo <= hi)):
+            raise ValueError("every box needs lo <= hi (and no NaN)")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        object.__setattr__(self, "offsets", offsets)
+        # Narrowest sides first: they reject non-members soonest.
+        object.__setattr__(self, "_order", np.argsort(hi - lo, axis=1, kind="stable"))
+        # (n_classes, max_boxes, n_features) copies for small batches, with a mask of the
+        # real boxes (padding boxes are zeros and masked out).
+        counts = np.diff(offsets)
+        width = max(1, int(counts.max()) if len(counts) else 1)
+        plo = np.zeros((len(counts), width, lo.shape[1]), dtype=np.float32)
+        phi = np.zeros_like(plo)
+        slot = np.arange(len(lo)) - np.repeat(offsets[:-1], counts)
+        owner = np.repeat(np.arange(len(counts)), counts)
+        plo[owner, slot], phi[owner, slot] = lo, hi
+        real = np.arange(width)[None, :] < counts[:, None]
+        object.__setattr__(self, "_padded", (plo, phi, real))
+
+    @classmethod
+    def from_boxes(cls, per_class: Sequence[tuple[np.ndarray, np.ndarray]], n_features: int) -> BoxSet:
+        """Build from one ``(lo, hi)`` pair of shape (n_boxes_c, n_features) per class."""
+        counts = [len(lo) for lo, _ in per_class]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        empty = np.zeros((0, n_features), np.float32)
+        lo = np.concatenate([np.asarray(lo, np.float32).reshape(-1, n_features) for lo, _ in per_class] or [empty])
+        hi = np.concatenate([np.asarray(hi, np.float32).reshape(-1, n_features) for _, hi in per_class] or [empty])
+        return cls(lo, hi, offsets)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def n_features(self) -> int:
+        return self.lo.shape[1]
+
+    def counts(self) -> np.ndarray:
+        """Number of boxes per class, shape (n_classes,)."""
+        return np.diff(self.offsets)
+
+    def boxes_of(self, cls: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` of class ``cls``, each of shape (n_boxes_cls, n_features)."""
+        a, b = self.offsets[cls], self.offsets[cls + 1]
+        return self.lo[a:b], self.hi[a:b]
+
+    def contains(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Whether each ``x[i]`` lies in some box of class ``y[i]`` (closed boxes).
+
+        Exact and vectorised: inputs are grouped by class and transposed, so each box test
+        is a run of in-place comparisons over contiguous feature rows (no gathers); each box
+        tests its narrowest sides first and stops once no input of the class is left. Small
+        groups (online batches) are broadcast over (inputs, boxes, features) instead.
+
+        Parameters
+        ----------
+        x : ndarray of shape (n_samples, n_features)
+        y : ndarray of shape (n_samples,), int, values in ``[0, n_classes)``
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), bool
+        """
+        x, y = self._check(x, y)
+        if len(x) <= _SMALL_BATCH:  # online batches: one broadcast against padded boxes
+            plo, phi, real = self._padded
+            xb = x[:, None, :]
+            return np.any(np.all((xb >= plo[y]) & (xb <= phi[y]), axis=2) & real[y], axis=1)
+        out = np.zeros(len(x), dtype=bool)
+        for cls, idx, xt in self._per_class(x, y):
+            out[idx] = self._contains_class(xt, cls)
+        return out
+
+    def _per_class(self, x: np.ndarray, y: np.ndarray):
+        """Yield ``(class, indices, x[indices].T)`` per chunk and class that has boxes.
+
+        The transposed block is contiguous, so per-dimension work reads contiguous rows.
+        Assumes valid input.
+        """
+        for s in range(0, len(x), _ROWS_PER_CHUNK):
+            xb, yb = x[s:s + _ROWS_PER_CHUNK], y[s:s + _ROWS_PER_CHUNK]
+            order = np.argsort(yb, kind="stable")
+            bounds = np.searchsorted(yb[order], np.arange(self.n_classes + 1))
+            xs = np.take(xb, order, axis=0)
+            for cls in range(self.n_classes):
+                a, b = bounds[cls], bounds[cls + 1]
+                if a < b and self.offsets[cls] < self.offsets[cls + 1]:
+                    yield cls, s + order[a:b], np.ascontiguousarray(xs[a:b].T)
+
+    def _contains_class(self, xt: np.ndarray, cls: int) -> np.ndarray:
+        """Membership of the columns of ``xt`` (n_features, n) in class ``cls``'s boxes.
+
+        Assumes valid input.
+        """
+        n, d = xt.shape[1], xt.shape[0]
+        a, b = self.offsets[cls], self.offsets[cls + 1]
+        if n < _ROWWISE_MIN:  # few inputs: broadcasting beats thousands of small calls
+            lo, hi = self.lo[None, a:b], self.hi[None, a:b]
+            found = np.empty(n, dtype=bool)
+            for s, x in _broadcast_chunks(xt, b - a):
+                found[s:s + len(x)] = np.any(np.all((x >= lo) & (x <= hi), axis=2), axis=1)
+            return found
+        found = np.zeros(n, dtype=bool)
+        ok = np.empty(n, dtype=bool)
+        tmp = np.empty(n, dtype=bool)
+        for k in range(self.offsets[cls], self.offsets[cls + 1]):
+            lo, hi, dims = self.lo[k], self.hi[k], self._order[k]
+            np.logical_not(found, out=ok)
+            for pos in range(0, d, _BLOCK):
+                if not ok.any():
+                    break
+                for j in dims[pos:pos + _BLOCK]:
+                    np.greater_equal(xt[j], lo[j], out=tmp)
+                    ok &= tmp
+                    np.less_equal(xt[j], hi[j], out=tmp)
+                    ok &= tmp
+            found |= ok
+        return found
+
+    def distance(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Euclidean distance from each ``x[i]`` to the nearest box of class ``y[i]``.
+
+        0 inside a box; ``inf`` when class ``y[i]`` has no box. Accumulated per dimension
+        in float32 over contiguous rows (as :meth:`contains` does).
+
+        Parameters
+        ----------
+        x : ndarray of shape (n_samples, n_features)
+        y : ndarray of shape (n_samples,), int
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), float64
+        """
+        x, y = self._check(x, y)
+        if len(x) <= _SMALL_BATCH:
+            plo, phi, real = self._padded
+            xb = x[:, None, :]
+            gap = np.clip(xb, plo[y], phi[y])
+            gap -= xb
+            d2 = np.where(real[y], np.einsum("ikj,ikj->ik", gap, gap), np.inf)
+            return np.sqrt(np.min(d2, axis=1), dtype=np.float64)
+        out = np.full(len(x), np.inf)
+        for cls, idx, xt in self._per_class(x, y):
+            n = xt.shape[1]
+            if n < _ROWWISE_MIN_DISTANCE:  # few inputs: broadcast over (inputs, boxes, features)
+                a, b = self.offsets[cls], self.offsets[cls + 1]
+                lo, hi = self.lo[None, a:b], self.hi[None, a:b]
+                best = np.empty(n, dtype=np.float32)
+                for s, xc in _broadcast_chunks(xt, b - a):
+                    gap = np.clip(xc, lo, hi)
+                    gap -= xc
+                    best[s:s + len(xc)] = np.einsum("ikj,ikj->ik", gap, gap).min(axis=1)
+                out[idx] = np.sqrt(best, dtype=np.float64)
+                continue
+            best = np.full(n, np.inf, dtype=np.float32)
+            acc = np.empty(n, dtype=np.float32)
+            gap = np.empty(n, dtype=np.float32)
+            for k in range(self.offsets[cls], self.offsets[cls + 1]):
+                lo, hi = self.lo[k], self.hi[k]
+                acc.fill(0.0)
+                for j in range(xt.shape[0]):
+                    np.clip(xt[j], lo[j], hi[j], out=gap)
+                    gap -= xt[j]
+                    gap *= gap
+                    acc += gap
+                np.minimum(best, acc, out=best)
+            out[idx] = np.sqrt(best, dtype=np.float64)
+        return out
+
+    def _check(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = np.asarray(x, dtype=np.float32)
+        y = np.asarray(y)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise ValueError(f"x has shape {x.shape}; expected (n_samples, {self.n_features})")
+        if y.shape != (len(x),):
+            raise ValueError(f"y has shape {y.shape}; expected ({len(x)},)")
+        if len(y) and (y.min() < 0 or y.max() >= self.n_classes):
+            raise ValueError(f"predicted classes must lie in [0, {self.n_classes}); got {y.min()}..{y.max()}")
+        return x, y.astype(np.int64, copy=False)
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """Numeric arrays for an ``.npz`` member, names prefixed by ``prefix``."""
+        return {f"{prefix}.lo": self.lo, f"{prefix}.hi": self.hi, f"{prefix}.offsets": self.offsets}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str) -> BoxSet:
+        """Inverse of :meth:`to_arrays`."""
+        return cls(arrays[f"{prefix}.lo"], arrays[f"{prefix}.hi"], arrays[f"{prefix}.offsets"])
+
+
+def _broadcast_chunks(xt: np.ndarray, n_boxes: int):
+    """Yield ``(start, x)`` with ``x`` of shape (m, 1, n_features) covering the columns of ``xt``."""
+    n_features, n = xt.shape
+    step = max(1, _BROADCAST_ELEMENTS // max(1, n_boxes * n_features))
+    for s in range(0, n, step):
+        yield s, xt[:, s:s + step].T[:, None, :]
+
+
+def layer_verdicts(good: BoxSet, bad: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Algorithm 3 for one layer: verdict codes of shape (n_samples,), int8."""
+    in_good = good.contains(x, y)
+    in_bad = bad.contains(x, y)
+    out = np.full(len(in_good), REJECT, dtype=np.int8)
+    out[in_good] = ACCEPT
+    out[in_good & in_bad] = UNCERTAIN
+    return out
+
+
+def combine_verdicts(per_layer: np.ndarray, rule: str) -> np.ndarray:
+    """Combine verdicts of shape (n_layers, n_samples) into one per sample.
+
+    Rules:
+
+    * ``"any"`` (default, cautious): reject if any layer rejects; else uncertainty if any
+      layer is uncertain; else accept.
+    * ``"majority"``: reject if more than half of the layers reject; else uncertainty if
+      any layer is uncertain or rejects; else accept.
+    * ``"all"`` (permissive): reject only if every layer rejects; else accept if every
+      layer accepts; else uncertainty.
+    """
+    per_layer = np.asarray(per_layer)
+    n_layers = per_layer.shape[0]
+    rejects = np.sum(per_layer == REJECT, axis=0)
+    accepts = np.sum(per_layer == ACCEPT, axis=0)
+    if rule == "any":
+        return np.max(per_layer, axis=0).astype(np.int8)
+    if rule == "majority":
+        out = np.where(accepts == n_layers, ACCEPT, UNCERTAIN)
+        return np.where(2 * rejects > n_layers, REJECT, out).astype(np.int8)
+    if rule == "all":
+        out = np.where(accepts == n_layers, ACCEPT, UNCERTAIN)
+        return np.where(rejects == n_layers, REJECT, out).astype(np.int8)
+    raise ConfigError(f"combine={rule!r}: expected one of {COMBINE_RULES}")
+
+
+@dataclass
+class BoxRuntime:
+    """Everything the agent needs to apply a fitted box monitor; no scikit-learn.
+
+    Attributes
+    ----------
+    layers : list of str
+        Monitored layers, in order.
+    n_classes : int
+    good, bad : dict of str to BoxSet
+        Boxes of correctly / incorrectly classified training activations, per layer.
+    normalize : {"none", "l2"}
+        Feature normalisation applied before any box test.
+    combine : {"any", "majority", "all"}
+        How per-layer verdicts make the combined one (:func:`combine_verdicts`).
+    score_layers : list of str
+        Layers whose distances make the combined score.
+    score_scales : dict of str to float
+        Each score layer's distance is divided by its scale (set by calibration, else 1).
+    threshold : float or None
+        Combined scores ``<= threshold`` are accepted by :meth:`decide`.
+    meta : dict
+        JSON-able provenance (taus, calibration figures).
+    """
+
+    layers: list[str]
+    n_classes: int
+    good: dict[str, BoxSet]
+    bad: dict[str, BoxSet]
+    normalize: str = "l2"
+    combine: str = "any"
+    score_layers: list[str] = field(default_factory=list)
+    score_scales: dict[str, float] = field(default_factory=dict)
+    threshold: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def _features(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
+        if layer not in activations:
+            raise ConfigError(f"activations lack monitored layer {layer!r}; got {sorted(activations)}")
+        x = np.asarray(activations[layer])
+        return normalize_features(x.reshape(len(x), -1), self.normalize)
+
+    def verdicts(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
+                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Combined and per-layer verdict codes, each of shape (n_samples,), int8."""
+        y_pred = np.asarray(y_pred)
+        per = {layer: layer_verdicts(self.good[layer], self.bad[layer],
+                                     self._features(activations, layer), y_pred)
+               for layer in self.layers}
+        return combine_verdicts(np.stack([per[layer] for layer in self.layers]), self.combine), per
+
+    def layer_scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray) -> dict[str, np.ndarray]:
+        """Distance to the nearest good box of the predicted class, per score layer."""
+        y_pred = np.asarray(y_pred)
+        return {layer: self.good[layer].distance(self._features(activations, layer), y_pred)
+                for layer in self.score_layers}
+
+    def combine_scores(self, per_layer: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Mean over score layers of distance / scale: shape (n_samples,)."""
+        return np.mean([per_layer[layer] / self.score_scales.get(layer, 1.0)
+                        for layer in self.score_layers], axis=0)
+
+    def scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray) -> np.ndarray:
+        """Continuous out-of-box score (higher = more unusual), shape (n_samples,)."""
+        return self.combine_scores(self.layer_scores(activations, y_pred))
+
+    def decide(self, scores: np.ndarray) -> np.ndarray:
+        """Accept (``True``) where the score is at most the calibrated threshold."""
+        if self.threshold is None:
+            raise ConfigError("the monitor has no threshold: calibrate it first")
+        return np.asarray(scores) <= self.threshold
+
+    def to_members(self, prefix: str = "monitors/boxes") -> dict[str, Any]:
+        """Artifact members ``{prefix}.json`` (structure) and ``{prefix}.npz`` (boxes)."""
+        arrays: dict[str, np.ndarray] = {}
+        for i, layer in enumerate(self.layers):
+            arrays.update(self.good[layer].to_arrays(f"L{i}.good"))
+            arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
+        spec = {
+            "format": FORMAT, "version": FORMAT_VERSION, "layers": list(self.layers),
+            "n_classes": int(self.n_classes), "normalize": self.normalize, "combine": self.combine,
+            "score_layers": list(self.score_layers),
+            "score_scales": {k: float(v) for k, v in self.score_scales.items()},
+            "threshold": None if self.threshold is None else float(self.threshold),
+            "verdicts": list(VERDICT_NAMES), "meta": self.meta,
+        }
+        return {f"{prefix}.json": spec, f"{prefix}.npz": arrays}
+
+    @classmethod
+    def from_members(cls, json_member: Callable[[str], Any] | Mapping[str, Any],
+                     arrays_member: Callable[[str], Mapping[str, np.ndarray]] | Mapping[str, Any],
+                     prefix: str = "monitors/boxes") -> BoxRuntime:
+        """Rebuild from :meth:`to_members` output, or from an artifact's ``.json`` / ``.arrays``.
+
+        Parameters
+        ----------
+        json_member, arrays_member
+            Either callables such as ``artifact.json`` / ``artifact.arrays`` or a mapping of
+            member name to value (e.g. the dict :meth:`to_members` returned).
+        """
+        jname, aname = f"{prefix}.json", f"{prefix}.npz"
+        spec = json_member(jname) if callable(json_member) else json_member[jname]
+        arrays = arrays_member(aname) if callable(arrays_member) else arrays_member[aname]
+        try:
+            if not isinstance(spec, dict) or spec.get("format") != FORMAT or spec.get("version") != FORMAT_VERSION:
+                raise ArtifactError(f"{jname}: not a {FORMAT} v{FORMAT_VERSION} member")
+            layers = list(spec["layers"])
+            good = {layer: BoxSet.from_arrays(arrays, f"L{i}.good") for i, layer in enumerate(layers)}
+            bad = {layer: BoxSet.from_arrays(arrays, f"L{i}.bad") for i, layer in enumerate(layers)}
+            n_classes = int(spec["n_classes"])
+            if any(b.n_classes != n_classes for b in [*good.values(), *bad.values()]):
+                raise ArtifactError(f"{aname}: box sets disagree with n_classes={n_classes}")
+            return cls(layers=layers, n_classes=n_classes, good=good, bad=bad,
+                       normalize=spec["normalize"], combine=spec["combine"],
+                       score_layers=list(spec["score_layers"]),
+                       score_scales={k: float(v) for k, v in spec["score_scales"].items()},
+                       threshold=spec["threshold"], meta=dict(spec.get("meta", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

@@ -1,0 +1,317 @@
+"""Layer taps: run a classifier once and get its logits plus chosen intermediate activations.
+
+Two model formats, both without pickled Python objects:
+
+* **ONNX** (``.onnx``): the chosen tensors are appended to the graph's outputs (after ONNX
+  shape inference), so one ``onnxruntime`` session call returns logits and activations.
+  Editing the graph needs the small ``onnx`` package, imported only when a tap is opened.
+* **Torch** (``.pt2``: a ``torch.export`` program): forward hooks by module name on the
+  unflattened program. TorchScript files (``.pt`` / ``.ts``) are loaded for listing and
+  logits only, since TorchScript modules refuse forward hooks. torch is imported lazily.
+
+Activations of rank > 2 (conv maps, ``(n, C, H, W)``) are reduced per the ``pooling`` option:
+``"flatten"`` (default, row-major ``C*H*W`` features), ``"avg"`` or ``"max"`` (global pooling
+over every axis after the channel axis, giving ``C`` features). ``pooling`` may also map
+layer names to options (layers not named use ``"flatten"``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from boxwatch.agent.errors import ConfigError
+
+POOLINGS = ("flatten", "avg", "max")
+THREADS_ENV = "BOXWATCH_ORT_THREADS"
+DEFAULT_THREADS = 1
+ONNX_SUFFIXES = (".onnx",)
+EXPORT_SUFFIXES = (".pt2",)
+TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".torchscript")
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """One candidate layer: its name, output shape (``None`` = dynamic axis) and kind."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    kind: str
+
+    def n_features(self, pooling: str = "flatten") -> int | None:
+        """Feature count after ``pooling``; ``None`` when unknown (no shape, or a dynamic axis)."""
+        if not self.shape:
+            return None
+        dims = self.shape[1:]
+        if pooling != "flatten" and len(self.shape) > 2:
+            dims = dims[:1]
+        if any(d is None for d in dims):
+            return None
+        return int(np.prod(dims)) if dims else 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "shape": list(self.shape)}
+
+
+def resolve_threads(threads: int | None) -> int:
+    """Intra-op threads: the argument, else ``BOXWATCH_ORT_THREADS``, else 1."""
+    if threads is None:
+        env = os.environ.get(THREADS_ENV)
+        if env is None:
+            return DEFAULT_THREADS
+        try:
+            threads = int(env)
+        except ValueError:
+            raise ConfigError(f"{THREADS_ENV}={env!r} is not an integer") from None
+    if int(threads) < 1:
+        raise ConfigError(f"threads={threads} should be >= 1")
+    return int(threads)
+
+
+def pool(x: np.ndarray, pooling: str) -> np.ndarray:
+    """Reduce one activation batch to (n_samples, n_features) float32; see module doc."""
+    x = np.asarray(x)
+    if x.ndim <= 2 or pooling == "flatten":
+        return x.reshape(len(x), -1).astype(np.float32, copy=False)
+    axes = tuple(range(2, x.ndim))
+    if pooling == "avg":
+        return x.mean(axis=axes).astype(np.float32, copy=False)
+    if pooling == "max":
+        return x.max(axis=axes).astype(np.float32, copy=False)
+    raise ConfigError(f"pooling={pooling!r}: expected one of {POOLINGS}")
+
+
+def _check_pooling(pooling: str | Mapping[str, str], layers: Sequence[str]) -> dict[str, str]:
+    """Per-layer pooling from one option or a ``{layer: option}`` mapping."""
+    if not isinstance(pooling, Mapping) and pooling not in POOLINGS:
+        raise ConfigError(f"pooling={pooling!r}: expected one of {POOLINGS}")
+    per = dict(pooling) if isinstance(pooling, Mapping) else {name: pooling for name in layers}
+    problems = [f"pooling={p!r} for layer {n!r}: expected one of {POOLINGS}"
+                for n, p in per.items() if p not in POOLINGS]
+    problems += [f"pooling given for layer {n!r}, which is not tapped; tapped: {list(layers)}"
+                 for n in per if n not in layers]
+    if problems:
+        raise ConfigError(problems)
+    return {name: per.get(name, "flatten") for name in layers}
+
+
+def _check_names(wanted: Sequence[str], valid: Sequence[str], model: str) -> None:
+    unknown = [name for name in wanted if name not in valid]
+    if unknown:
+        raise ConfigError([f"{model}: unknown layer {name!r}; valid layers: {list(valid)}"
+                           for name in unknown])
+
+
+class OnnxTap:
+    """ONNX model whose session returns logits plus the chosen layers' activations.
+
+    Parameters
+    ----------
+    model : str or Path
+        ``.onnx`` file (external weight files beside it are loaded too).
+    layers : sequence of str
+        Tensor names (or node names, meaning the node's first output) to expose; see
+        :meth:`candidates`.
+    pooling : {"flatten", "avg", "max"} or mapping of layer to it, default="flatten"
+    threads : int, optional
+        onnxruntime intra-op threads (default ``BOXWATCH_ORT_THREADS`` or 1; more threads
+        worsen tail latency for small models).
+    """
+
+    def __init__(self, model: str | Path, layers: Sequence[str] = (), *,
+                 pooling: str | Mapping[str, str] = "flatten", threads: int | None = None):
+        self.pooling = _check_pooling(pooling, list(layers))
+        self.path = Path(model)
+        self.threads = resolve_threads(threads)
+        onnx = _import_onnx()
+        import onnxruntime as ort
+
+        if not self.path.is_file():
+            raise ConfigError(f"{self.path}: no such model file")
+        try:
+            proto = onnx.load(str(self.path))
+            inferred = onnx.shape_inference.infer_shapes(proto)
+        except Exception as exc:  # onnx raises several unrelated types for bad files
+            raise ConfigError(f"{self.path}: not a readable ONNX model ({exc})") from None
+        graph = inferred.graph
+        initializers = {t.name for t in graph.initializer}
+        self.input_names = [i.name for i in graph.input if i.name not in initializers]
+        if len(self.input_names) != 1:
+            raise ConfigError(f"{self.path}: expected one input tensor, found {self.input_names}")
+        self.output_name = graph.output[0].name
+        infos = {v.name: v for v in [*graph.value_info, *graph.output]}
+        self._layers: dict[str, LayerInfo] = {}
+        aliases: dict[str, str] = {}
+        for node in graph.node:
+            for out in node.output:
+                info = infos.get(out)
+                if info is None or info.type.tensor_type.elem_type not in _FLOAT_TYPES:
+                    continue
+                self._layers[out] = LayerInfo(out, _onnx_shape(info), node.op_type)
+            if node.name and node.output and node.output[0] in self._layers:
+                aliases.setdefault(node.name, node.output[0])
+        valid = [*self._layers, *[a for a in aliases if a not in self._layers]]
+        _check_names(layers, valid, str(self.path))
+        self.layers = list(layers)
+        self._tensor = {name: aliases.get(name, name) for name in self.layers}
+        present = {o.name for o in proto.graph.output}
+        for tensor in dict.fromkeys(self._tensor.values()):
+            if tensor not in present:
+                proto.graph.output.append(infos[tensor])
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.session = ort.InferenceSession(proto.SerializeToString(), opts,
+                                            providers=["CPUExecutionProvider"])
+        self._fetch = [self.output_name, *dict.fromkeys(self._tensor.values())]
+
+    def candidates(self) -> list[LayerInfo]:
+        """Every float tensor a node produces, in graph order."""
+        return list(self._layers.values())
+
+    def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """One session call: ``(logits, {layer: (n_samples, n_features) float32})``."""
+        outs = self.session.run(self._fetch, {self.input_names[0]: np.asarray(x, dtype=np.float32)})
+        by_tensor = dict(zip(self._fetch, outs, strict=True))
+        return outs[0], {name: pool(by_tensor[self._tensor[name]], self.pooling[name]) for name in self.layers}
+
+
+_FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def _onnx_shape(info) -> tuple[int | None, ...]:
+    dims = info.type.tensor_type.shape.dim
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
+
+
+def _import_onnx():
+    try:
+        import onnx
+    except ModuleNotFoundError:
+        raise ConfigError("tapping ONNX layers needs the 'onnx' package: pip install onnx") from None
+    return onnx
+
+
+class TorchTap:
+    """``torch.export`` program (``.pt2``) with forward hooks on the chosen modules.
+
+    Parameters
+    ----------
+    model : str or Path
+        ``.pt2`` file from ``torch.export.save``; a TorchScript file is accepted for listing
+        and logits only (TorchScript modules refuse forward hooks).
+    layers : sequence of str
+        Module names as in ``named_modules()``, e.g. ``"fc1"`` or ``"block.conv"``.
+    pooling : {"flatten", "avg", "max"} or mapping of layer to it, default="flatten"
+    threads : int, optional
+        ``torch.set_num_threads`` (process-wide), default ``BOXWATCH_ORT_THREADS`` or 1.
+    """
+
+    def __init__(self, model: str | Path, layers: Sequence[str] = (), *,
+                 pooling: str | Mapping[str, str] = "flatten", threads: int | None = None):
+        self.pooling = _check_pooling(pooling, list(layers))
+        try:
+            import torch
+        except ModuleNotFoundError:
+            raise ConfigError("Torch models need torch: pip install 'boxwatch[torch]'") from None
+        self.path = Path(model)
+        self.threads = resolve_threads(threads)
+        torch.set_num_threads(self.threads)
+        if not self.path.is_file():
+            raise ConfigError(f"{self.path}: no such model file")
+        self._torch = torch
+        self.scripted = self.path.suffix not in EXPORT_SUFFIXES
+        try:
+            if self.scripted:
+                self.module = torch.jit.load(str(self.path), map_location="cpu")
+                self._example = None
+            else:
+                program = torch.export.load(str(self.path))
+                self.module = torch.export.unflatten(program)
+                self._example = _example_input(program)
+        except Exception as exc:  # torch raises many types for unreadable files
+            raise ConfigError(f"{self.path}: not a loadable torch.export/TorchScript model ({exc})") from None
+        self.module.eval()
+        modules = dict(self.module.named_modules())
+        valid = [name for name in modules if name and not name.startswith("_")]
+        _check_names(layers, valid, str(self.path))
+        if layers and self.scripted:
+            raise ConfigError(f"{self.path}: TorchScript modules do not accept forward hooks; "
+                              "save the model with torch.export (.pt2) or export it to ONNX")
+        self.layers = list(layers)
+        self._valid = valid
+        self._captured: dict[str, Any] = {}
+        for name in self.layers:
+            modules[name].register_forward_hook(self._hook(name))
+
+    def _hook(self, name: str):
+        def capture(_module, _inputs, output):
+            self._captured[name] = output[0] if isinstance(output, tuple | list) else output
+        return capture
+
+    def candidates(self) -> list[LayerInfo]:
+        """Every named module with its output shape (from one run on a zero example input)."""
+        if self._example is None:
+            modules = dict(self.module.named_modules())
+            return [LayerInfo(n, (), type(modules[n]).__name__.split(".")[-1]) for n in self._valid]
+        torch = self._torch
+        shapes: dict[str, tuple] = {}
+        modules = dict(self.module.named_modules())
+        handles = []
+        for name in self._valid:
+            def record(_m, _i, out, name=name):
+                t = out[0] if isinstance(out, tuple | list) else out
+                if isinstance(t, torch.Tensor):
+                    shapes[name] = (None, *t.shape[1:])
+            handles.append(modules[name].register_forward_hook(record))
+        try:
+            with torch.no_grad():
+                self.module(self._example)
+        finally:
+            for h in handles:
+                h.remove()
+        return [LayerInfo(n, tuple(shapes[n]), type(modules[n]).__name__) for n in self._valid if n in shapes]
+
+    def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """One forward pass: ``(logits, {layer: (n_samples, n_features) float32})``."""
+        torch = self._torch
+        self._captured.clear()
+        with torch.no_grad():
+            out = self.module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+        logits = out[0] if isinstance(out, tuple | list) else out
+        return (logits.detach().numpy(),
+                {name: pool(self._captured[name].detach().numpy(), self.pooling[name]) for name in self.layers})
+
+
+def _example_input(program) -> Any:
+    """A zero input of the program's input shape, dynamic axes set to 2."""
+    import torch
+
+    placeholder = next(n for n in program.graph.nodes if n.op == "placeholder"
+                       and n.name in program.graph_signature.user_inputs)
+    val = placeholder.meta["val"]
+    shape = [d if isinstance(d, int) else 2 for d in val.shape]
+    return torch.zeros(shape, dtype=val.dtype)
+
+
+def open_tap(model: str | Path, layers: Sequence[str] = (), *,
+             pooling: str | Mapping[str, str] = "flatten", threads: int | None = None) -> OnnxTap | TorchTap:
+    """Open ``model`` with the tap its suffix calls for (``.onnx``; ``.pt2``; ``.pt``/``.ts``)."""
+    suffix = Path(model).suffix.lower()
+    if suffix in ONNX_SUFFIXES:
+        return OnnxTap(model, layers, pooling=pooling, threads=threads)
+    if suffix in EXPORT_SUFFIXES + TORCHSCRIPT_SUFFIXES:
+        return TorchTap(model, layers, pooling=pooling, threads=threads)
+    raise ConfigError(f"{model}: unknown model format {suffix!r}; expected .onnx, .pt2 "
+                      "(torch.export) or .pt/.ts (TorchScript)")
+
+
+def list_layers(model: str | Path, *, threads: int | None = None) -> list[LayerInfo]:
+    """Candidate layers of ``model`` with output shapes."""
+    return open_tap(model, (), threads=threads).candidates()

@@ -1,0 +1,232 @@
+"""Box runtime (agent side): the paper's Examples 1, 5 and 6, vectorised vs naive checks,
+verdict combination and the artifact round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from boxwatch.agent.artifact import build_artifact_bytes, load_artifact
+from boxwatch.agent.boxes import (
+    ACCEPT,
+    REJECT,
+    UNCERTAIN,
+    BoxRuntime,
+    BoxSet,
+    combine_verdicts,
+    layer_verdicts,
+    normalize_features,
+    verdict_names,
+)
+from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.keys import key_id
+from boxwatch.offline.taukmeans import cluster_boxes
+
+# Example 5 (Table 1, class 1 at layer 2): the clusters the example gives.
+C1 = np.array([(0.078, 0.062), (0.222, 0.162)])
+C2 = np.array([(0.69, 0.61), (0.79, 0.71)])
+C3 = np.array([(0.289, 0.281), (0.389, 0.381)])
+
+
+def _box(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return cluster_boxes(points, np.zeros(len(points), dtype=np.int64))
+
+
+def example_runtime() -> BoxRuntime:
+    """Class index 0 = the paper's class 1 (good C1, C2; bad C3); class index 1 has no boxes."""
+    empty = (np.zeros((0, 2)), np.zeros((0, 2)))
+    good = BoxSet.from_boxes([(np.vstack([_box(C1)[0], _box(C2)[0]]),
+                               np.vstack([_box(C1)[1], _box(C2)[1]])), empty], 2)
+    bad = BoxSet.from_boxes([_box(C3), empty], 2)
+    return BoxRuntime(layers=["layer2"], n_classes=2, good={"layer2": good}, bad={"layer2": bad},
+                      normalize="none", score_layers=["layer2"])
+
+
+def test_example1_tight_box():
+    x = np.array([(0.1, 0.5), (0.1, 1.0), (0.2, 0.8), (0.6, 0.2), (1.0, 0.3)])
+    lo, hi = _box(x)
+    np.testing.assert_array_equal(lo, [[0.1, 0.2]])
+    np.testing.assert_array_equal(hi, [[1.0, 1.0]])
+
+
+def test_example5_boxes():
+    labels = np.array([0, 0, 1, 1])
+    lo, hi = cluster_boxes(np.vstack([C1, C2]), labels)
+    np.testing.assert_array_equal(lo, [[0.078, 0.062], [0.69, 0.61]])
+    np.testing.assert_array_equal(hi, [[0.222, 0.162], [0.79, 0.71]])
+    lo3, hi3 = _box(C3)
+    np.testing.assert_array_equal(np.stack([lo3[0], hi3[0]], axis=1), [[0.289, 0.389], [0.281, 0.381]])
+
+
+def test_example6_verdicts():
+    rt = example_runtime()
+    acts = {"layer2": np.array([(0.14, 0.13), (0.58, 0.56)])}
+    combined, per_layer = rt.verdicts(acts, np.array([0, 0]))
+    assert verdict_names(combined).tolist() == ["accept", "reject"]
+    np.testing.assert_array_equal(per_layer["layer2"], combined)
+    # A point inside the bad box only is rejected; one inside nothing of class 1 too.
+    more = {"layer2": np.array([(0.3, 0.3), (0.1, 0.1)])}
+    assert rt.verdicts(more, np.array([0, 1]))[0].tolist() == [REJECT, REJECT]
+
+
+def test_uncertainty_when_good_and_bad_overlap():
+    good = BoxSet.from_boxes([(np.array([[0.0, 0.0]]), np.array([[1.0, 1.0]]))], 2)
+    bad = BoxSet.from_boxes([(np.array([[0.5, 0.5]]), np.array([[2.0, 2.0]]))], 2)
+    x = np.array([[0.25, 0.25], [0.75, 0.75], [1.5, 1.5], [1.0, 0.5]])
+    v = layer_verdicts(good, bad, x, np.zeros(4, dtype=int))
+    assert v.tolist() == [ACCEPT, UNCERTAIN, REJECT, UNCERTAIN]
+
+
+def _random_boxset(rng: np.random.Generator, n_classes: int, d: int, *, empty_class: int | None = None) -> BoxSet:
+    per_class = []
+    for cls in range(n_classes):
+        k = 0 if cls == empty_class else int(rng.integers(1, 6))
+        centre = rng.normal(size=(k, d)).astype(np.float32)
+        half = np.abs(rng.normal(scale=0.8, size=(k, d))).astype(np.float32)
+        half[rng.random((k, d)) < 0.1] = 0.0  # some zero-width sides
+        per_class.append((centre - half, centre + half))
+    return BoxSet.from_boxes(per_class, d)
+
+
+def _naive_contains(bs: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    out = []
+    for xi, yi in zip(x, y, strict=True):
+        lo, hi = bs.boxes_of(int(yi))
+        out.append(any(all(lo[k, j] <= xi[j] <= hi[k, j] for j in range(len(xi))) for k in range(len(lo))))
+    return np.array(out, dtype=bool)
+
+
+def _naive_distance(bs: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    out = []
+    for xi, yi in zip(x, y, strict=True):
+        lo, hi = bs.boxes_of(int(yi))
+        best = np.inf
+        for k in range(len(lo)):
+            gap = [max(lo[k, j] - xi[j], 0.0, xi[j] - hi[k, j]) for j in range(len(xi))]
+            best = min(best, float(np.sqrt(np.sum(np.square(gap, dtype=np.float64)))))
+        out.append(best)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorised_membership_and_distance_equal_naive_loop(seed):
+    rng = np.random.default_rng(seed)
+    d, n_classes = 5, 4
+    bs = _random_boxset(rng, n_classes, d, empty_class=3)
+    x = rng.normal(scale=0.9, size=(400, d)).astype(np.float32)
+    # Points exactly on box corners and faces must count as inside (closed boxes).
+    y = rng.integers(0, n_classes, size=len(x))
+    for i in range(0, 60, 2):
+        lo, hi = bs.boxes_of(int(y[i]))
+        if len(lo):
+            x[i] = lo[0] if i % 4 == 0 else np.where(rng.random(d) < 0.5, lo[0], hi[0])
+    got = bs.contains(x, y)
+    np.testing.assert_array_equal(got, _naive_contains(bs, x, y))
+    np.testing.assert_array_equal(bs.contains(x[:9], y[:9]), got[:9])  # small-batch path
+    np.testing.assert_allclose(bs.distance(x[:9], y[:9]), _naive_distance(bs, x[:9], y[:9]), rtol=1e-5, atol=1e-6)
+    assert 0 < got.sum() < len(got)
+    dist = bs.distance(x, y)
+    np.testing.assert_allclose(dist, _naive_distance(bs, x, y), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(dist == 0, got)
+    assert np.all(np.isinf(dist[y == 3]))
+
+
+def test_both_membership_paths_and_chunking_agree(monkeypatch):
+    rng = np.random.default_rng(5)
+    bs = _random_boxset(rng, 3, 8)
+    x = rng.normal(size=(3000, 8)).astype(np.float32)
+    y = rng.integers(0, 3, size=len(x))
+    monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN_DISTANCE", 512)
+    whole = bs.contains(x, y)  # ~1,000 inputs per class: per-dimension passes
+    dist = bs.distance(x, y)
+    np.testing.assert_array_equal(whole[:300], _naive_contains(bs, x[:300], y[:300]))
+    np.testing.assert_allclose(dist[:300], _naive_distance(bs, x[:300], y[:300]), rtol=1e-5, atol=1e-6)
+    # Several chunks and early-exit blocks on the per-dimension path ...
+    monkeypatch.setattr("boxwatch.agent.boxes._ROWS_PER_CHUNK", 1400)
+    monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN", 100)
+    monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN_DISTANCE", 100)
+    monkeypatch.setattr("boxwatch.agent.boxes._BLOCK", 3)
+    np.testing.assert_array_equal(bs.contains(x, y), whole)
+    np.testing.assert_allclose(bs.distance(x, y), dist, rtol=1e-5)
+    # ... the padded path for small batches ...
+    monkeypatch.setattr("boxwatch.agent.boxes._SMALL_BATCH", 10**9)
+    np.testing.assert_array_equal(bs.contains(x, y), whole)
+    np.testing.assert_allclose(bs.distance(x, y), dist, rtol=1e-5)
+    monkeypatch.setattr("boxwatch.agent.boxes._SMALL_BATCH", 0)
+    # ... and the broadcast path for small groups give the same answers.
+    monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN", 10**9)
+    monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN_DISTANCE", 10**9)
+    monkeypatch.setattr("boxwatch.agent.boxes._BROADCAST_ELEMENTS", 100)
+    np.testing.assert_array_equal(bs.contains(x, y), whole)
+    np.testing.assert_allclose(bs.distance(x, y), dist, rtol=1e-5)
+
+
+def test_boxset_rejects_bad_input():
+    with pytest.raises(ValueError, match="lo <= hi"):
+        BoxSet(np.array([[1.0]]), np.array([[0.0]]), np.array([0, 1]))
+    bs = BoxSet.from_boxes([(np.zeros((1, 2)), np.ones((1, 2)))], 2)
+    with pytest.raises(ValueError, match="expected"):
+        bs.contains(np.zeros((3, 3)), np.zeros(3, dtype=int))
+    with pytest.raises(ValueError, match="classes"):
+        bs.contains(np.zeros((1, 2)), np.array([4]))
+
+
+def test_combine_rules():
+    per = np.array([[ACCEPT, ACCEPT, REJECT, UNCERTAIN, REJECT],
+                    [ACCEPT, REJECT, REJECT, ACCEPT, REJECT],
+                    [ACCEPT, ACCEPT, ACCEPT, ACCEPT, REJECT]])
+    assert combine_verdicts(per, "any").tolist() == [ACCEPT, REJECT, REJECT, UNCERTAIN, REJECT]
+    assert combine_verdicts(per, "majority").tolist() == [ACCEPT, UNCERTAIN, REJECT, UNCERTAIN, REJECT]
+    assert combine_verdicts(per, "all").tolist() == [ACCEPT, UNCERTAIN, UNCERTAIN, UNCERTAIN, REJECT]
+    with pytest.raises(ConfigError, match="combine"):
+        combine_verdicts(per, "vote")
+
+
+def test_l2_normalisation():
+    x = np.array([[3.0, 4.0], [0.0, 0.0]])
+    np.testing.assert_allclose(normalize_features(x, "l2"), [[0.6, 0.8], [0.0, 0.0]])
+    with pytest.raises(ConfigError):
+        normalize_features(x, "zscore")
+
+
+def test_round_trip_through_signed_artifact():
+    rng = np.random.default_rng(3)
+    rt = BoxRuntime(layers=["a", "b"], n_classes=4,
+                    good={"a": _random_boxset(rng, 4, 6), "b": _random_boxset(rng, 4, 3, empty_class=2)},
+                    bad={"a": _random_boxset(rng, 4, 6, empty_class=0), "b": _random_boxset(rng, 4, 3)},
+                    normalize="l2", combine="majority", score_layers=["a"], score_scales={"a": 0.5},
+                    threshold=1.25, meta={"tau": {"a": [0.1] * 4}})
+    key = Ed25519PrivateKey.generate()
+    data = build_artifact_bytes(rt.to_members(), private_key=key, created_at=0)
+    art = load_artifact(data, {key_id(key.public_key()): key.public_key()})
+    back = BoxRuntime.from_members(art.json, art.arrays)
+    acts = {"a": rng.normal(size=(200, 6)), "b": rng.normal(size=(200, 3))}
+    y = rng.integers(0, 4, size=200)
+    for got, want in zip(back.verdicts(acts, y), rt.verdicts(acts, y), strict=True):
+        if isinstance(want, dict):
+            for layer in want:
+                np.testing.assert_array_equal(got[layer], want[layer])
+        else:
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(back.scores(acts, y), rt.scores(acts, y))
+    assert (back.threshold, back.combine, back.normalize, back.score_scales) == (1.25, "majority", "l2", {"a": 0.5})
+    # Same content -> byte-identical artifact.
+    assert build_artifact_bytes(back.to_members(), private_key=key, created_at=0) == data
+
+
+def test_from_members_rejects_malformed():
+    members = example_runtime().to_members()
+    spec = dict(members["monitors/boxes.json"], format="other")
+    with pytest.raises(ArtifactError, match="not a boxwatch.boxes"):
+        BoxRuntime.from_members({"monitors/boxes.json": spec}, members)
+    arrays = dict(members["monitors/boxes.npz"])
+    del arrays["L0.good.lo"]
+    with pytest.raises(ArtifactError, match="malformed"):
+        BoxRuntime.from_members(members, {"monitors/boxes.npz": arrays})
+
+
+def test_decide_needs_threshold():
+    rt = example_runtime()
+    with pytest.raises(ConfigError, match="calibrate"):
+        rt.decide(np.zeros(2))

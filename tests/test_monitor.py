@@ -1,0 +1,206 @@
+"""BoxMonitor (offline estimator): fitting, verdicts, scores, tau selection, calibration,
+round trip to the agent runtime, evaluation outcomes, and the bundled digits model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from boxwatch.agent.boxes import ACCEPT, REJECT, UNCERTAIN, BoxRuntime
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.taps import OnnxTap
+from boxwatch.offline.evaluation import (
+    Outcomes,
+    auroc,
+    detection,
+    outcome_counts,
+    outcomes_per_class,
+    tau_curves,
+)
+from boxwatch.offline.monitor import BoxMonitor, build_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"
+
+# Table 1 of the paper: layer-2 features, true labels and predictions (class 1 -> 0, 2 -> 1).
+TABLE1 = np.array([(0.078, 0.062), (0.222, 0.162), (0.69, 0.61), (0.79, 0.71),
+                   (0.289, 0.281), (0.389, 0.381), (0.566, 0.614), (0.666, 0.714)])
+TABLE1_TRUE = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+TABLE1_PRED = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+
+
+def synthetic(seed=0, n=300, d=6, n_classes=3):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, size=n)
+    centres = np.random.default_rng(100).normal(scale=4.0, size=(n_classes, d))  # same for every seed
+    acts = {"a": centres[y] + rng.normal(size=(n, d)), "b": np.abs(centres[y][:, :3] + rng.normal(size=(n, 3)))}
+    pred = np.where(rng.random(n) < 0.9, y, rng.integers(0, n_classes, size=n))
+    return acts, y, pred
+
+
+def test_fit_on_table1_reproduces_example6():
+    mon = BoxMonitor(["l2"], tau=0.7, normalize="none").fit({"l2": TABLE1}, TABLE1_TRUE, TABLE1_PRED)
+    good_lo, good_hi = mon.runtime_.good["l2"].boxes_of(0)
+    order = np.argsort(good_lo[:, 0])
+    np.testing.assert_allclose(good_lo[order], [[0.078, 0.062], [0.69, 0.61]], rtol=1e-6)
+    np.testing.assert_allclose(good_hi[order], [[0.222, 0.162], [0.79, 0.71]], rtol=1e-6)
+    v = mon.predict({"l2": np.array([(0.14, 0.13), (0.58, 0.56)])}, np.array([0, 0]))
+    assert v.names().tolist() == ["accept", "reject"]
+
+
+def test_every_good_training_point_is_in_a_box_of_its_class():
+    acts, y, pred = synthetic()
+    for normalize in ("none", "l2"):
+        mon = BoxMonitor(tau=0.1, normalize=normalize, max_clusters=8).fit(acts, y, pred)
+        good = y == pred
+        v = mon.predict({k: a[good] for k, a in acts.items()}, pred[good])
+        for layer in ("a", "b"):
+            assert np.all(v.per_layer[layer] != REJECT)
+        assert np.all(mon.score_samples({k: a[good] for k, a in acts.items()}, pred[good]) == 0)
+        bad = ~good  # bad training points sit in a bad box: never plain accept
+        vb = mon.predict({k: a[bad] for k, a in acts.items()}, pred[bad])
+        assert np.all(vb.per_layer["a"] != ACCEPT)
+
+
+def test_fit_is_deterministic_and_seed_is_used():
+    acts, y, pred = synthetic(1)
+    m1 = BoxMonitor(tau=0.05, max_clusters=8, random_state=3).fit(acts, y, pred)
+    m2 = BoxMonitor(tau=0.05, max_clusters=8, random_state=3).fit(acts, y, pred)
+    for layer in ("a", "b"):
+        np.testing.assert_array_equal(m1.runtime_.good[layer].lo, m2.runtime_.good[layer].lo)
+        np.testing.assert_array_equal(m1.runtime_.bad[layer].hi, m2.runtime_.bad[layer].hi)
+    assert _members_equal(m1.to_members(), m2.to_members())
+    m3 = BoxMonitor(tau=0.05, max_clusters=8, random_state=4).fit(acts, y, pred)
+    assert m3.tau_["a"].tolist() == m1.tau_["a"].tolist()
+
+
+def _members_equal(a, b):
+    if a.keys() != b.keys() or a["monitors/boxes.json"] != b["monitors/boxes.json"]:
+        return False
+    return all(np.array_equal(a[k][n], b[k][n]) for k in a if k.endswith(".npz") for n in a[k])
+
+
+def test_combine_rule_and_per_layer_tau_mapping():
+    acts, y, pred = synthetic(2)
+    mon = BoxMonitor(tau={"a": 0.5, "b": [0.1, 0.2, 0.3]}, combine="all").fit(acts, y, pred)
+    np.testing.assert_array_equal(mon.tau_["a"], [0.5] * 3)
+    np.testing.assert_array_equal(mon.tau_["b"], [0.1, 0.2, 0.3])
+    v = mon.predict(acts, pred)
+    per = np.stack([v.per_layer["a"], v.per_layer["b"]])
+    assert np.all((v.combined == REJECT) == np.all(per == REJECT, axis=0))
+    assert np.all((v.combined == ACCEPT) == np.all(per == ACCEPT, axis=0))
+
+
+def test_auto_tau_by_validation_f1():
+    acts, y, pred = synthetic(3)
+    vacts, vy, vpred = synthetic(4, n=200)
+    rng = np.random.default_rng(0)
+    unknown = {"a": rng.normal(scale=6, size=(150, 6)), "b": np.abs(rng.normal(scale=6, size=(150, 3)))}
+    val = ({k: np.vstack([vacts[k], unknown[k]]) for k in vacts},
+           np.concatenate([vy, np.full(150, -1)]), np.concatenate([vpred, rng.integers(0, 3, 150)]))
+    taus = (1.0, 0.5, 0.1, 0.01)
+    mon = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(acts, y, pred, validation=val)
+    for layer in ("a", "b"):
+        table = mon.selection_["f1"][layer]
+        assert table.shape == (4, 3)
+        best = table.max(axis=0)
+        chosen_rows = [taus.index(t) for t in mon.tau_[layer]]
+        np.testing.assert_allclose(table[chosen_rows, range(3)], best)
+        # Cross-check one entry against the evaluation module.
+        sweep = build_sweep(acts, y, pred, layers=["a", "b"], taus=taus, n_classes=3, max_clusters=8)
+        verdicts = sweep.verdicts(val[0], val[2])[layer][mon.tau_[layer][0]]
+        assert outcomes_per_class(verdicts, val[1], val[2], 3)[0].f1 == pytest.approx(best[0])
+
+
+def test_auto_tau_without_validation_uses_coverage_search():
+    acts, y, pred = synthetic(5, n=300)
+    mon = BoxMonitor(tau="auto", max_clusters=4, eps_ival=0.05).fit(acts, y, pred)
+    assert mon.selection_ is None
+    for layer in ("a", "b"):
+        assert np.all((mon.tau_[layer] >= 0) & (mon.tau_[layer] <= 1))
+
+
+def test_calibrate_reaches_target_and_measures_unknowns():
+    acts, y, pred = synthetic(6)
+    mon = BoxMonitor(tau=0.05, max_clusters=8).fit(acts, y, pred)
+    kacts, _, kpred = synthetic(7, n=300)
+    rng = np.random.default_rng(1)
+    uacts = {"a": rng.normal(scale=8, size=(300, 6)), "b": np.abs(rng.normal(scale=8, size=(300, 3)))}
+    upred = rng.integers(0, 3, 300)
+    cal = mon.calibrate(kacts, kpred, target_acceptance=0.9, acts_unknown=uacts, y_pred_unknown=upred)
+    sk = mon.score_samples(kacts, kpred)
+    assert np.mean(sk <= cal.threshold) >= 0.9
+    assert cal.known_acceptance == pytest.approx(np.mean(sk <= cal.threshold))
+    su = mon.score_samples(uacts, upred)
+    assert cal.unknown_acceptance == pytest.approx(np.mean(su <= cal.threshold))
+    assert cal.unknown_acceptance < 0.5
+    np.testing.assert_array_equal(mon.decide(uacts, upred), su <= cal.threshold)
+    # The agent runtime rebuilt from the members reproduces scores and decisions.
+    rt = BoxRuntime.from_members(mon.to_members(), mon.to_members())
+    np.testing.assert_array_equal(rt.scores(uacts, upred), su)
+    assert rt.threshold == cal.threshold
+
+
+def test_score_grows_with_distance_from_boxes():
+    acts, y, pred = synthetic(8)
+    mon = BoxMonitor(["a"], tau=0.1, normalize="none").fit(acts, y, pred)
+    far = {"a": acts["a"][:50] * 50.0}
+    near = {"a": acts["a"][:50]}
+    assert np.all(mon.score_samples(far, pred[:50]) >= mon.score_samples(near, pred[:50]) - 1e-12)
+
+
+def test_config_errors_name_every_problem():
+    acts, y, pred = synthetic(9, n=100)
+    with pytest.raises(ConfigError) as err:
+        BoxMonitor(["a", "zz"], combine="vote", normalize="zscore").fit(acts, y, pred)
+    text = str(err.value)
+    assert "combine='vote'" in text and "normalize='zscore'" in text and "zz" in text
+    with pytest.raises(ConfigError, match="not fitted"):
+        BoxMonitor().predict(acts, pred)
+    with pytest.raises(ConfigError, match="rows"):
+        BoxMonitor(tau=0.5).fit({"a": acts["a"][:10]}, y, pred)
+
+
+def test_outcome_counts_follow_table2():
+    verdicts = np.array([ACCEPT, REJECT, UNCERTAIN, ACCEPT, REJECT, UNCERTAIN, ACCEPT])
+    y_true = np.array([0, 0, 0, 1, -1, 2, 1])
+    y_pred = np.array([0, 0, 0, 0, 0, 0, 1])
+    counts = outcome_counts(verdicts, y_true, y_pred, 3)
+    assert counts[0].tolist() == [1, 1, 1, 1, 1, 1]
+    assert counts[1].tolist() == [1, 0, 0, 0, 0, 0]
+    o = Outcomes(*counts[0])
+    assert o.precision == 0.5 and o.recall == pytest.approx(1 / 3) and o.f1 == pytest.approx(0.4)
+    curves = tau_curves({0.1: verdicts, 0.5: verdicts}, y_true, y_pred, 3)
+    assert list(curves) == [0.5, 0.1]
+
+
+def test_auroc_and_fpr():
+    assert auroc(np.array([0, 1, 2]), np.array([3, 4])) == 1.0
+    assert auroc(np.array([1, 1]), np.array([1, 1])) == 0.5
+    d = detection(np.arange(100), np.array([50, 96, 200]))
+    assert d.threshold == 94 and d.fpr == pytest.approx(1 / 3)
+
+
+def test_digits_model_monitor_flags_unseen_digits():
+    """The bundled MLP (digits 0-7): monitors on both hidden layers, 8 and 9 as unknowns."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    known = digits.target < 8
+    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "/act2/Relu_output_0"])
+    logits, acts = tap.run(x)
+    pred = logits.argmax(1)
+    idx = np.flatnonzero(known)
+    train, held = idx[::2], idx[1::2]
+    mon = BoxMonitor(tau=0.05, max_clusters=8, random_state=0).fit({k: a[train] for k, a in acts.items()},
+                                                    digits.target[train], pred[train], n_classes=8)
+    unk = np.flatnonzero(~known)
+    cal = mon.calibrate({k: a[held] for k, a in acts.items()}, pred[held], target_acceptance=0.95,
+                        acts_unknown={k: a[unk] for k, a in acts.items()}, y_pred_unknown=pred[unk])
+    sk = mon.score_samples({k: a[held] for k, a in acts.items()}, pred[held])
+    su = mon.score_samples({k: a[unk] for k, a in acts.items()}, pred[unk])
+    assert auroc(sk, su) > 0.85
+    assert cal.unknown_acceptance < 0.6

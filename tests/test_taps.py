@@ -1,0 +1,174 @@
+"""Layer taps: ONNX and torch.export paths agree, names are checked, pooling, CLI ``layers``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import numpy_helper
+
+from boxwatch.agent.cli_layers import layers as layers_cmd
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.taps import OnnxTap, TorchTap, list_layers, open_tap, pool, resolve_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*torch.jit.load.*:DeprecationWarning", "ignore:.*LeafSpec.*:FutureWarning",
+    "ignore:.*legacy TorchScript-based ONNX export.*:DeprecationWarning")
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.act = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(4 * 4 * 4, 6)
+        self.relu = nn.ReLU()
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.pool(self.act(self.conv(x)))
+        return self.out(self.relu(self.fc(h.flatten(1))))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The same seeded model as ONNX (legacy exporter, one file) and as a torch.export program."""
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    folder = tmp_path_factory.mktemp("models")
+    example = torch.zeros(2, 1, 8, 8)
+    onnx_path, pt2, scripted = folder / "cnn.onnx", folder / "cnn.pt2", folder / "cnn.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # legacy exporter / TorchScript notices
+        torch.onnx.export(model, (example,), str(onnx_path), dynamo=False, input_names=["input"],
+                          output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17)
+        batch = torch.export.Dim("batch", min=1)
+        program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}})
+        torch.export.save(program, str(pt2))
+        torch.jit.save(torch.jit.script(model), str(scripted))
+    return model, onnx_path, pt2, scripted
+
+
+@pytest.mark.slow  # exports the model three ways (~5-8 s, shared by the tests using `exported`)
+def test_onnx_and_torch_paths_give_the_same_activations(exported):
+    model, onnx_path, pt2, _ = exported
+    x = np.random.default_rng(0).normal(size=(5, 1, 8, 8)).astype(np.float32)
+    pooling = {"pool": "avg", "relu": "flatten"}
+    tt = TorchTap(pt2, ["pool", "relu"], pooling=pooling)
+    ot = OnnxTap(onnx_path, ["/pool/MaxPool_output_0", "/relu/Relu_output_0"],
+                 pooling={"/pool/MaxPool_output_0": "avg", "/relu/Relu_output_0": "flatten"})
+    lt, at = tt.run(x)
+    lo, ao = ot.run(x)
+    np.testing.assert_allclose(lt, lo, atol=1e-5)
+    np.testing.assert_allclose(at["pool"], ao["/pool/MaxPool_output_0"], atol=1e-5)
+    np.testing.assert_allclose(at["relu"], ao["/relu/Relu_output_0"], atol=1e-5)
+    assert at["pool"].shape == (5, 4) and at["relu"].shape == (5, 6)
+    # And both equal the eager model's own intermediate values.
+    with torch.no_grad():
+        h = model.pool(model.act(model.conv(torch.from_numpy(x))))
+    np.testing.assert_allclose(ao["/pool/MaxPool_output_0"], h.mean(dim=(2, 3)).numpy(), atol=1e-5)
+    flat = OnnxTap(onnx_path, ["/pool/MaxPool_output_0"]).run(x)[1]["/pool/MaxPool_output_0"]
+    np.testing.assert_allclose(flat, h.flatten(1).numpy(), atol=1e-5)
+
+
+def test_onnx_tap_on_digits_model_matches_its_weights():
+    x = np.random.default_rng(1).random((7, 64)).astype(np.float32)
+    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "/act2/Relu"], threads=1)
+    logits, acts = tap.run(x)
+    plain = ort.InferenceSession(str(DIGITS_MODEL), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(logits, plain.run(None, {"input": x})[0], atol=1e-6)
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(DIGITS_MODEL)).graph.initializer}
+    w1, b1 = weights["fc1.weight"], weights["fc1.bias"]
+    np.testing.assert_allclose(acts["/act1/Relu_output_0"], np.maximum(x @ w1.T + b1, 0), atol=1e-5)
+    assert acts["/act2/Relu"].shape == (7, 32)  # node name = its first output
+
+
+@pytest.mark.slow
+def test_unknown_layers_fail_with_the_valid_names(exported):
+    _, onnx_path, pt2, _ = exported
+    with pytest.raises(ConfigError) as err:
+        OnnxTap(onnx_path, ["nope", "/relu/Relu_output_0", "also-nope"])
+    assert len(err.value.problems) == 2 and "/relu/Relu_output_0" in str(err.value)
+    with pytest.raises(ConfigError, match="valid layers: .*'fc'"):
+        TorchTap(pt2, ["fc9"])
+
+
+@pytest.mark.slow
+def test_listing_layers_with_shapes(exported):
+    _, onnx_path, pt2, scripted = exported
+    onnx_layers = {info.name: info for info in list_layers(onnx_path)}
+    assert onnx_layers["/pool/MaxPool_output_0"].shape == (None, 4, 4, 4)
+    assert onnx_layers["/pool/MaxPool_output_0"].n_features("avg") == 4
+    assert onnx_layers["/pool/MaxPool_output_0"].n_features("flatten") == 64
+    torch_layers = {info.name: info for info in list_layers(pt2)}
+    assert torch_layers["pool"].shape == (None, 4, 4, 4)
+    assert torch_layers["fc"].shape == (None, 6)
+    assert {"conv", "act", "pool", "fc", "relu", "out"} <= set(torch_layers)
+    assert {info.name for info in list_layers(scripted)} >= {"conv", "fc"}
+
+
+@pytest.mark.slow
+def test_torchscript_refuses_hooks_clearly(exported):
+    *_, scripted = exported
+    with pytest.raises(ConfigError, match="torch.export"):
+        TorchTap(scripted, ["fc"])
+    logits, acts = TorchTap(scripted).run(np.zeros((2, 1, 8, 8), np.float32))
+    assert logits.shape == (2, 3) and acts == {}
+
+
+def test_options_are_checked(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="pooling"):
+        OnnxTap(DIGITS_MODEL, ["logits"], pooling="median")
+    with pytest.raises(ConfigError, match="not tapped"):
+        OnnxTap(DIGITS_MODEL, ["logits"], pooling={"other": "avg"})
+    with pytest.raises(ConfigError, match="unknown model format"):
+        open_tap(tmp_path / "model.h5")
+    with pytest.raises(ConfigError, match="no such model"):
+        open_tap(tmp_path / "missing.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ConfigError, match="not a readable ONNX"):
+        OnnxTap(bad)
+    monkeypatch.setenv("BOXWATCH_ORT_THREADS", "3")
+    assert resolve_threads(None) == 3 and resolve_threads(2) == 2
+    monkeypatch.setenv("BOXWATCH_ORT_THREADS", "many")
+    with pytest.raises(ConfigError, match="BOXWATCH_ORT_THREADS"):
+        resolve_threads(None)
+
+
+def test_pool_reduces_conv_maps():
+    x = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    assert pool(x, "flatten").shape == (2, 12)
+    np.testing.assert_array_equal(pool(x, "avg"), x.mean(axis=(2, 3)))
+    np.testing.assert_array_equal(pool(x, "max"), x.max(axis=(2, 3)))
+    np.testing.assert_array_equal(pool(x[:, :, 0, 0], "avg"), x[:, :, 0, 0])
+
+
+def test_cli_layers():
+    runner = CliRunner()
+    res = runner.invoke(layers_cmd, [str(DIGITS_MODEL)])
+    assert res.exit_code == 0, res.output
+    assert "/act1/Relu_output_0" in res.stdout and "(?, 64)" in res.stdout
+    res = runner.invoke(layers_cmd, [str(DIGITS_MODEL), "--json"])
+    data = json.loads(res.stdout)
+    assert [row["features"] for row in data["layers"] if row["name"] == "logits"] == [8]
+    res = runner.invoke(layers_cmd, ["/nonexistent/model.onnx"])
+    assert res.exit_code == 2 and "no such model" in res.stderr
+    # Registered as a lazy verb of the main command.
+    from boxwatch.cli import cli
+
+    res = runner.invoke(cli, ["layers", str(DIGITS_MODEL), "--pooling", "avg"])
+    assert res.exit_code == 0 and "logits" in res.stdout
