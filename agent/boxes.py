@@ -21,7 +21,7 @@ from boxwatch.agent.errors import ArtifactError, ConfigError
 
 ACCEPT, UNCERTAIN, REJECT = 0, 1, 2
 VERDICT_NAMES: tuple[str, str, str] = ("accept", "uncertainty", "reject")
-COMBINE_RULES = ("any", "majority", "all")
+COMBINE_RULES = ("any", "majority", "all", "calibrated")
 NORMALIZATIONS = ("none", "l2")
 FORMAT = "boxwatch.boxes"
 FORMAT_VERSION = 1
@@ -333,8 +333,9 @@ class BoxRuntime:
         Boxes of correctly / incorrectly classified training activations, per layer.
     normalize : {"none", "l2"}
         Feature normalisation applied before any box test.
-    combine : {"any", "majority", "all"}
-        How per-layer verdicts make the combined one (:func:`combine_verdicts`).
+    combine : {"any", "majority", "all", "calibrated"}
+        How per-layer verdicts make the combined one (:func:`combine_verdicts`), or
+        ``"calibrated"`` (see :meth:`verdicts`).
     score_layers : list of str
         Layers whose distances make the combined score.
     score_scales : dict of str to float
@@ -364,12 +365,31 @@ class BoxRuntime:
 
     def verdicts(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Combined and per-layer verdict codes, each of shape (n_samples,), int8."""
+        """Combined and per-layer verdict codes, each of shape (n_samples,), int8.
+
+        Per-layer verdicts are always Algorithm 3's. The combined verdict follows
+        ``combine``: a rule over the layer verdicts (:func:`combine_verdicts`), or
+        ``"calibrated"``: *reject* when the score exceeds the calibrated threshold, else
+        *uncertainty* when some layer puts the input inside a bad box of its predicted
+        class, else *accept* -- the operating point chosen by :meth:`calibrate` decides
+        acceptance, and the bad boxes still flag regions where the network errs.
+        """
         y_pred = np.asarray(y_pred)
-        per = {layer: layer_verdicts(self.good[layer], self.bad[layer],
-                                     self._features(activations, layer), y_pred)
+        feats = {layer: self._features(activations, layer) for layer in self.layers}
+        per = {layer: layer_verdicts(self.good[layer], self.bad[layer], feats[layer], y_pred)
                for layer in self.layers}
-        return combine_verdicts(np.stack([per[layer] for layer in self.layers]), self.combine), per
+        if self.combine != "calibrated":
+            return combine_verdicts(np.stack([per[layer] for layer in self.layers]),
+                                    self.combine), per
+        if self.threshold is None:
+            raise ConfigError("combine='calibrated' needs a threshold: calibrate the monitor first")
+        scores = self.combine_scores({layer: self.good[layer].distance(feats[layer], y_pred)
+                                      for layer in self.score_layers})
+        in_bad = np.zeros(len(y_pred), dtype=bool)
+        for layer in self.layers:
+            in_bad |= self.bad[layer].contains(feats[layer], y_pred)
+        combined = np.where(scores > self.threshold, REJECT, np.where(in_bad, UNCERTAIN, ACCEPT))
+        return combined.astype(np.int8), per
 
     def layer_scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray) -> dict[str, np.ndarray]:
         """Distance to the nearest good box of the predicted class, per score layer."""

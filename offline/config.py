@@ -88,7 +88,7 @@ SCHEMA: dict[str, Any] = {
                 "tau": {"oneOf": [_TAU, {"type": "array", "items": _TAU, "minItems": 1},
                                   {"const": "search"}]},
                 "selection": {"enum": ["f1", "coverage", "fixed"]},
-                "combine": {"enum": ["any", "majority", "all"]},
+                "combine": {"enum": ["any", "majority", "all", "calibrated"]},
                 "normalize": {"enum": ["l2", "none"]},
                 "score_layers": _NAMES,
                 "target_acceptance": {"type": "number", "exclusiveMinimum": 0,
