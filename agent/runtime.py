@@ -78,9 +78,9 @@ class MonitorRuntime:
         logits, acts = self.tap.run(self.preprocessing.apply(x))
         t1 = time.perf_counter()
         predicted = np.asarray(logits).argmax(axis=1)
-        verdicts, per_layer = self.boxes.verdicts(acts, predicted)
-        scores = self.boxes.scores(acts, predicted) if self.boxes.score_layers else (
-            np.zeros(len(predicted)))
+        verdicts, per_layer, scores = self.boxes.assess(acts, predicted)
+        if scores is None:
+            scores = np.full(len(predicted), np.nan)
         t2 = time.perf_counter()
         return ModelResult(predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1)
 

@@ -87,12 +87,17 @@ def prepare(cfg: BuildConfig) -> BNInputs:
                     int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)))
 
 
-def _without_timings(value: Any) -> Any:
-    """Drop ``seconds`` fields: the artifact must be byte-identical across rebuilds."""
+# Fields that depend on timing (seconds; which exact engine answered first under a time
+# budget): dropped from the artifact, which must be byte-identical across rebuilds.
+_UNREPRODUCIBLE = ("seconds", "engine")
+
+
+def _reproducible(value: Any) -> Any:
+    """``value`` without the timing-dependent fields, recursively."""
     if isinstance(value, dict):
-        return {k: _without_timings(v) for k, v in value.items() if k != "seconds"}
+        return {k: _reproducible(v) for k, v in value.items() if k not in _UNREPRODUCIBLE}
     if isinstance(value, list):
-        return [_without_timings(v) for v in value]
+        return [_reproducible(v) for v in value]
     return value
 
 
@@ -100,13 +105,14 @@ def run(bn: BNInputs) -> BNOutcome:
     """Compile and verify; everything deterministic."""
     result = compile_classifier(bn.network, bn.spec)
     d = result.diagram
-    report = BNVerifier(d, network=bn.network).verify(bn.rules, counterexamples=bn.counterexamples)
+    with BNVerifier(d, network=bn.network) as verifier:
+        report = verifier.verify(bn.rules, counterexamples=bn.counterexamples)
     schema = ClassifierSchema.from_diagram(d, bn.network.variables)
     gate_rules = []
     for rule, res in zip(bn.rules.rules, report.rules, strict=True):
         gate_rules.append({"id": rule.name, "premise": {k: list(v) for k, v in rule.premise.items()},
                            "conclusion": list(rule.conclusion), "verdict": res.verdict})
-    verification = _without_timings(report.to_dict())
+    verification = _reproducible(report.to_dict())
     figures = result.summary()
     rules_summary = []
     for rule, res in zip(bn.rules.rules, report.rules, strict=True):

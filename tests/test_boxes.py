@@ -150,10 +150,10 @@ def test_both_membership_paths_and_chunking_agree(monkeypatch):
     np.testing.assert_array_equal(bs.contains(x, y), whole)
     np.testing.assert_allclose(bs.distance(x, y), dist, rtol=1e-5)
     # ... the padded path for small batches ...
-    monkeypatch.setattr("boxwatch.agent.boxes._SMALL_BATCH", 10**9)
+    monkeypatch.setattr("boxwatch.agent.boxes._PADDED_ELEMENTS", 10**12)
     np.testing.assert_array_equal(bs.contains(x, y), whole)
     np.testing.assert_allclose(bs.distance(x, y), dist, rtol=1e-5)
-    monkeypatch.setattr("boxwatch.agent.boxes._SMALL_BATCH", 0)
+    monkeypatch.setattr("boxwatch.agent.boxes._PADDED_ELEMENTS", 0)
     # ... and the broadcast path for small groups give the same answers.
     monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN", 10**9)
     monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN_DISTANCE", 10**9)

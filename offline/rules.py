@@ -1,0 +1,478 @@
+"""YAML language for expert rules (if-then) and monotonicity queries on a BN classifier.
+
+A spec file names rules whose premise constrains feature variables by state name or by
+ordinal index, and whose conclusion is a class state; optionally it declares the ordinal
+order of each variable's states and lists monotonicity queries. Every problem in a file is
+reported at once (``ConfigError``), each naming the rule or query and the offending term.
+See ``docs/rules.md`` for the language with examples.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from boxwatch.agent.errors import ConfigError
+
+MONOTONICITY_KINDS = ("fmo", "increasing", "decreasing")
+_OPS = ("<=", ">=", "==", "!=", "<", ">")
+_EXPR = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(.+?)\s*$")
+_IN = re.compile(r"^\s*in\s*\[(.*)\]\s*$", re.IGNORECASE)
+_RANGE = re.compile(r"^\s*(.+?)\s*\.\.\s*(.+?)\s*$")
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML with YAML 1.2 booleans: only true/false, so states named yes, no, on, off
+    (common in BIF networks) stay strings."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
+
+
+@dataclass(frozen=True)
+class ClassifierSchema:
+    """What a spec is checked against: features with their states, the class, other variables.
+
+    Parameters
+    ----------
+    features : mapping of str to sequence of str
+        Feature variables and their state names, in the network's (diagram's) state order.
+    class_variable : str
+        The class variable.
+    class_states : sequence of str
+        The class variable's state names (conclusions must be among them).
+    other_variables : collection of str
+        Network variables that are neither features nor the class (for precise errors).
+    """
+
+    features: Mapping[str, Sequence[str]]
+    class_variable: str
+    class_states: Sequence[str]
+    other_variables: Collection[str] = ()
+
+    @classmethod
+    def from_diagram(cls, diagram: Any, variables: Collection[str] = ()) -> ClassifierSchema:
+        """Schema of a ``DecisionDiagram``; ``variables`` are all network variables, if known."""
+        features = dict(zip(diagram.features, diagram.states, strict=True))
+        others = [v for v in variables if v not in features and v != diagram.class_variable]
+        return cls(features, diagram.class_variable, tuple(diagram.terminals), tuple(others))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An if-then rule: every input inside ``premise`` must be classified in ``conclusion``.
+
+    ``premise`` maps a feature to the allowed state indices (network order, sorted);
+    features absent from it are unconstrained. ``conclusion`` holds allowed class states.
+    """
+
+    name: str
+    premise: dict[str, tuple[int, ...]]
+    conclusion: tuple[str, ...]
+    text: str = ""
+
+    def to_dict(self, schema: ClassifierSchema | None = None) -> dict[str, Any]:
+        """JSON-able form; with a schema, premise values are given as state names."""
+        if schema is None:
+            premise: dict[str, Any] = {k: list(v) for k, v in self.premise.items()}
+        else:
+            premise = {k: [schema.features[k][j] for j in v] for k, v in self.premise.items()}
+        return {"name": self.name, "premise": premise, "conclusion": list(self.conclusion),
+                "text": self.text}
+
+
+@dataclass(frozen=True)
+class MonotonicityQuery:
+    """Does the class move monotonically as ``feature`` rises through ``order``, given ``given``?
+
+    ``kind`` is ``"fmo"`` (the class flips at most once: no H-L-H or L-H-L), ``"increasing"``
+    (the positive class is never lost as the feature rises) or ``"decreasing"`` (never gained).
+    ``order`` lists the feature's state indices from lowest to highest; ``given`` maps other
+    features to their allowed state indices (a partial assignment when each is one value).
+    """
+
+    name: str
+    feature: str
+    order: tuple[int, ...]
+    given: dict[str, tuple[int, ...]]
+    kind: str = "fmo"
+
+    def to_dict(self, schema: ClassifierSchema | None = None) -> dict[str, Any]:
+        """JSON-able form; with a schema, values are given as state names."""
+        if schema is None:
+            given: dict[str, Any] = {k: list(v) for k, v in self.given.items()}
+            order: list[Any] = list(self.order)
+        else:
+            given = {k: [schema.features[k][j] for j in v] for k, v in self.given.items()}
+            order = [schema.features[self.feature][j] for j in self.order]
+        return {"name": self.name, "feature": self.feature, "kind": self.kind,
+                "order": order, "given": given}
+
+
+@dataclass
+class Spec:
+    """A parsed spec file: rules, monotonicity queries and the declared state orders."""
+
+    rules: list[Rule] = field(default_factory=list)
+    queries: list[MonotonicityQuery] = field(default_factory=list)
+    state_order: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def load_spec(path: str | Path, schema: ClassifierSchema, *,
+              default_order: Mapping[str, Sequence[str]] | None = None) -> Spec:
+    """Read and validate a YAML spec file; raise ``ConfigError`` listing every problem.
+
+    ``default_order`` gives state orders (e.g. another file's ``states``) that this file's
+    own ``states`` section extends or overrides.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+    return parse_spec(data, schema, source=str(path), default_order=default_order)
+
+
+def parse_spec(data: Any, schema: ClassifierSchema, *, source: str = "spec",
+               default_order: Mapping[str, Sequence[str]] | None = None) -> Spec:
+    """Validate a spec given as plain data (the YAML document); see :func:`load_spec`."""
+    problems: list[str] = []
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the document must be a mapping with 'rules' and/or "
+                          "'monotonicity'")
+    unknown = sorted(set(data) - {"class", "states", "rules", "monotonicity"})
+    if unknown:
+        problems.append(f"{source}: unknown top-level key(s) {unknown}; expected class, "
+                        "states, rules, monotonicity")
+    declared = data.get("class")
+    if declared is not None and declared != schema.class_variable:
+        problems.append(f"{source}: class {declared!r} does not match the classifier's class "
+                        f"variable {schema.class_variable!r}")
+    order = {k: list(v) for k, v in (default_order or {}).items()}
+    order.update(_parse_states(data.get("states") or {}, schema, source, problems))
+    ctx = _Context(schema, order, problems)
+    rules = _parse_rules(data.get("rules") or [], ctx, source)
+    queries = _parse_queries(data.get("monotonicity") or [], ctx, source)
+    if problems:
+        raise ConfigError(problems)
+    return Spec(rules, queries, {k: tuple(v) for k, v in order.items()})
+
+
+@dataclass
+class _Context:
+    schema: ClassifierSchema
+    order: dict[str, list[str]]
+    problems: list[str]
+
+    def states(self, var: str) -> list[str]:
+        """States of a feature or of the class in declared ordinal order."""
+        if var in self.order:
+            return self.order[var]
+        if var == self.schema.class_variable:
+            return list(self.schema.class_states)
+        return list(self.schema.features[var])
+
+    def check_variable(self, var: Any, where: str, *, allow_class: bool = False) -> bool:
+        """Is ``var`` a feature (or the class when allowed)? Record a problem when not."""
+        s = self.schema
+        if var in s.features or (allow_class and var == s.class_variable):
+            return True
+        if var == s.class_variable:
+            self.problems.append(f"{where}: {var!r} is the class variable; a premise may "
+                                 "only constrain features")
+        elif var in s.other_variables:
+            self.problems.append(f"{where}: {var!r} is a network variable but not a feature "
+                                 f"of this classifier (features: {', '.join(s.features)})")
+        else:
+            self.problems.append(f"{where}: unknown variable {var!r} (features: "
+                                 f"{', '.join(s.features)})")
+        return False
+
+
+def _parse_states(raw: Any, schema: ClassifierSchema, source: str,
+                  problems: list[str]) -> dict[str, list[str]]:
+    """Declared ordinal orders: each must be a permutation of the variable's states."""
+    if not isinstance(raw, dict):
+        problems.append(f"{source}: 'states' must map variables to lists of state names")
+        return {}
+    order: dict[str, list[str]] = {}
+    for var, names in raw.items():
+        where = f"{source}: states of {var!r}"
+        if var == schema.class_variable:
+            actual = list(schema.class_states)
+        elif var in schema.features:
+            actual = list(schema.features[var])
+        else:
+            problems.append(f"{where}: not a feature or the class of this classifier")
+            continue
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            problems.append(f"{where}: must be a list of state names")
+            continue
+        if sorted(names) != sorted(actual) or len(set(names)) != len(names):
+            problems.append(f"{where}: {names} must list each of its states {actual} exactly "
+                            "once")
+            continue
+        order[var] = names
+    return order
+
+
+def _parse_rules(raw: Any, ctx: _Context, source: str) -> list[Rule]:
+    if not isinstance(raw, list):
+        ctx.problems.append(f"{source}: 'rules' must be a list of rules")
+        return []
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for k, item in enumerate(raw):
+        name = item.get("name") if isinstance(item, dict) else None
+        name = str(name) if name is not None else f"rule #{k + 1}"
+        where = f"{source}: rule {name!r}"
+        if not isinstance(item, dict):
+            ctx.problems.append(f"{where}: must be a mapping with name, if, then")
+            continue
+        if name in seen:
+            ctx.problems.append(f"{where}: duplicate rule name")
+        seen.add(name)
+        extra = sorted(set(item) - {"name", "if", "then", "description"})
+        if extra:
+            ctx.problems.append(f"{where}: unknown key(s) {extra}; expected name, if, then, "
+                                "description")
+        premise = _parse_constraints(item.get("if") or {}, ctx, where, "if")
+        conclusion = _parse_conclusion(item.get("then"), ctx, where)
+        if premise is not None and conclusion is not None:
+            rules.append(Rule(name, premise, conclusion, _rule_text(item)))
+    return rules
+
+
+def _parse_queries(raw: Any, ctx: _Context, source: str) -> list[MonotonicityQuery]:
+    if not isinstance(raw, list):
+        ctx.problems.append(f"{source}: 'monotonicity' must be a list of queries")
+        return []
+    queries: list[MonotonicityQuery] = []
+    for k, item in enumerate(raw):
+        name = item.get("name") if isinstance(item, dict) else None
+        name = str(name) if name is not None else f"query #{k + 1}"
+        where = f"{source}: monotonicity query {name!r}"
+        if not isinstance(item, dict):
+            ctx.problems.append(f"{where}: must be a mapping with name, feature, given, check")
+            continue
+        extra = sorted(set(item) - {"name", "feature", "given", "check", "description"})
+        if extra:
+            ctx.problems.append(f"{where}: unknown key(s) {extra}; expected name, feature, "
+                                "given, check, description")
+        kind = item.get("check", "fmo")
+        if kind not in MONOTONICITY_KINDS:
+            ctx.problems.append(f"{where}: check {kind!r} must be one of "
+                                f"{', '.join(MONOTONICITY_KINDS)}")
+        feature = item.get("feature")
+        ok = feature is not None and ctx.check_variable(feature, f"{where}: feature")
+        if feature is None:
+            ctx.problems.append(f"{where}: 'feature' is required")
+        given = _parse_constraints(item.get("given") or {}, ctx, where, "given")
+        if ok and given is not None and feature in given:
+            ctx.problems.append(f"{where}: given: the queried feature {feature!r} must not be "
+                                "constrained")
+            continue
+        if ok and given is not None and kind in MONOTONICITY_KINDS:
+            network = list(ctx.schema.features[feature])
+            order = tuple(network.index(s) for s in ctx.states(feature))
+            queries.append(MonotonicityQuery(name, feature, order, given, kind))
+    return queries
+
+
+def _parse_constraints(raw: Any, ctx: _Context, where: str,
+                       key: str) -> dict[str, tuple[int, ...]] | None:
+    """Per-feature allowed state indices (network order); ``None`` when any term failed."""
+    if not isinstance(raw, dict):
+        ctx.problems.append(f"{where}: '{key}' must map features to conditions")
+        return None
+    out: dict[str, tuple[int, ...]] = {}
+    ok = True
+    for var, cond in raw.items():
+        term = f"{where}: {key} {var}: {cond!r}"
+        if not ctx.check_variable(var, f"{where}: {key}"):
+            ok = False
+            continue
+        positions = _parse_condition(cond, ctx.states(var), term, ctx.problems)
+        if positions is None:
+            ok = False
+            continue
+        if not positions:
+            ctx.problems.append(f"{term}: allows no state of {var} (states in order: "
+                                f"{ctx.states(var)})")
+            ok = False
+            continue
+        network = list(ctx.schema.features[var])
+        ordered = ctx.states(var)
+        out[var] = tuple(sorted(network.index(ordered[p]) for p in positions))
+    return out if ok else None
+
+
+def _parse_conclusion(raw: Any, ctx: _Context, where: str) -> tuple[str, ...] | None:
+    term = f"{where}: then {raw!r}"
+    if raw is None:
+        ctx.problems.append(f"{where}: 'then' (the expected class state) is required")
+        return None
+    if isinstance(raw, dict):
+        if list(raw) != [ctx.schema.class_variable]:
+            ctx.problems.append(f"{term}: must name a state of the class "
+                                f"{ctx.schema.class_variable!r}")
+            return None
+        raw = raw[ctx.schema.class_variable]
+    states = ctx.states(ctx.schema.class_variable)
+    positions = _parse_condition(raw, states, term, ctx.problems)
+    if positions is None:
+        return None
+    if not positions:
+        ctx.problems.append(f"{term}: allows no class state")
+        return None
+    return tuple(states[p] for p in sorted(positions))
+
+
+def _parse_condition(cond: Any, states: list[str], term: str,
+                     problems: list[str]) -> set[int] | None:
+    """Positions (in ``states``' ordinal order) a condition allows; ``None`` on error."""
+    n = len(states)
+    if isinstance(cond, bool) and _value(cond, states) is None:
+        problems.append(f"{term}: expected a state, an index or a condition, not a boolean "
+                        f"(states in order: {states})")
+        return None
+    if isinstance(cond, int | str) and _value(cond, states) is not None:
+        return {_value(cond, states)}  # type: ignore[arg-type]
+    if isinstance(cond, list):
+        return _parse_values(cond, states, term, problems)
+    if isinstance(cond, dict):
+        allowed = set(range(n))
+        ok = True
+        for op, operand in cond.items():
+            sub = _parse_op(str(op), operand, states, term, problems)
+            if sub is None:
+                ok = False
+            else:
+                allowed &= sub
+        return allowed if ok else None
+    if isinstance(cond, str):
+        text = cond.strip()
+        m = _IN.match(text)
+        if m:
+            items = [s.strip() for s in m.group(1).split(",") if s.strip()]
+            return _parse_values(items, states, term, problems)
+        if " and " in text:
+            allowed = set(range(n))
+            for part in text.split(" and "):
+                sub = _parse_condition(part.strip(), states, term, problems)
+                if sub is None:
+                    return None
+                allowed &= sub
+            return allowed
+        m = _EXPR.match(text)
+        if m:
+            return _parse_op(m.group(1), m.group(2), states, term, problems)
+        m = _RANGE.match(text)
+        if m:
+            lo, hi = _value(m.group(1), states), _value(m.group(2), states)
+            bad = [s for s, v in ((m.group(1), lo), (m.group(2), hi)) if v is None]
+            if bad:
+                problems.append(f"{term}: {_unknown(bad[0], states)}")
+                return None
+            return set(range(lo, hi + 1))  # type: ignore[arg-type]
+    problems.append(f"{term}: unknown state or index, or not a condition (states in order: "
+                    f"{states}; conditions: a state, an index, '<= 2', 'in [a, b]', '1..2')")
+    return None
+
+
+def _parse_op(op: str, operand: Any, states: list[str], term: str,
+              problems: list[str]) -> set[int] | None:
+    if op == "in":
+        if not isinstance(operand, list):
+            problems.append(f"{term}: 'in' needs a list")
+            return None
+        return _parse_values(operand, states, term, problems)
+    if op not in _OPS:
+        problems.append(f"{term}: unknown operator {op!r} (use {', '.join(_OPS)}, in)")
+        return None
+    v = _value(operand, states)
+    if v is None:
+        problems.append(f"{term}: {_unknown(operand, states)}")
+        return None
+    idx = range(len(states))
+    tests = {"<=": lambda j: j <= v, "<": lambda j: j < v, ">=": lambda j: j >= v,
+             ">": lambda j: j > v, "==": lambda j: j == v, "!=": lambda j: j != v}
+    return {j for j in idx if tests[op](j)}
+
+
+def _parse_values(items: list[Any], states: list[str], term: str,
+                  problems: list[str]) -> set[int] | None:
+    out: set[int] = set()
+    for item in items:
+        v = _value(item, states)
+        if v is None:
+            problems.append(f"{term}: {_unknown(item, states)}")
+            return None
+        out.add(v)
+    return out
+
+
+def _unknown(token: Any, states: list[str]) -> str:
+    """Why ``token`` names no state: an index out of range, or an unknown name."""
+    text = str(token).strip()
+    if re.fullmatch(r"\d+", text):
+        return f"index {text} is out of range 0..{len(states) - 1} (states in order: {states})"
+    return f"unknown state {text!r} (states in order: {states})"
+
+
+def _value(token: Any, states: list[str]) -> int | None:
+    """Ordinal position of a state name or index token; ``None`` when it names neither.
+
+    A string equal to a state name means that state; otherwise an integer (YAML int or a
+    string of digits) means the ordinal index. A YAML boolean names the state spelled
+    ``true``/``false`` in any case (networks with TRUE/FALSE states).
+    """
+    if isinstance(token, bool):
+        named = [j for j, s in enumerate(states) if s.lower() == str(token).lower()]
+        return named[0] if len(named) == 1 else None
+    if isinstance(token, str):
+        text = token.strip()
+        if text in states:
+            return states.index(text)
+        if re.fullmatch(r"\d+", text):
+            token = int(text)
+        else:
+            return None
+    if isinstance(token, int) and 0 <= token < len(states):
+        return token
+    return None
+
+
+def _rule_text(item: dict[str, Any]) -> str:
+    """One-line human rendering of a rule as written: ``if A: > 0, B: low then Positive``."""
+    cond = ", ".join(f"{k} {_cond_text(v)}" for k, v in (item.get("if") or {}).items())
+    return f"if {cond or 'anything'} then {item.get('then')}"
+
+
+def _cond_text(cond: Any) -> str:
+    if isinstance(cond, str) and _EXPR.match(cond):
+        return cond.strip()
+    if isinstance(cond, list):
+        return "in [" + ", ".join(str(c) for c in cond) + "]"
+    if isinstance(cond, dict):
+        return " and ".join(f"{k} {v}" for k, v in cond.items())
+    return f"= {cond}"

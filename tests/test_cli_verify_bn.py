@@ -1,0 +1,104 @@
+"""``boxwatch verify-bn`` in-process: tables, JSON, exit codes 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from boxwatch.cli import cli
+
+# P(C=yes | A, B) >= 0.5 holds exactly for (A, B) in {(mid, on), (high, off), (high, on)}
+# (worked out by hand from these CPTs: e.g. high/off 0.4*0.6*0.2 = 0.048 > 0.6*0.1*0.7).
+BIF = """network tiny { }
+variable C { type discrete [ 2 ] { no, yes }; }
+variable A { type discrete [ 3 ] { low, mid, high }; }
+variable B { type discrete [ 2 ] { off, on }; }
+probability ( C ) { table 0.6, 0.4; }
+probability ( A | C ) { (no) 0.6, 0.3, 0.1; (yes) 0.1, 0.3, 0.6; }
+probability ( B | C ) { (no) 0.7, 0.3; (yes) 0.2, 0.8; }
+"""
+HOLDING = """rules:
+  - name: high_is_yes
+    if: {A: high}
+    then: yes
+  - name: low_off_is_no
+    if: {A: "< 1", B: "off"}
+    then: no
+"""
+VIOLATED = HOLDING + """  - name: on_is_yes
+    if: {B: on}
+    then: yes
+"""
+FMO = """states:
+  A: [high, mid, low]
+monotonicity:
+  - {name: a_fmo, feature: A}
+  - {name: a_down, feature: A, check: decreasing, given: {B: on}}
+  - {name: b_fmo, feature: B}
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "tiny.bif").write_text(BIF)
+    for name, text in (("ok.yaml", HOLDING), ("bad.yaml", VIOLATED), ("fmo.yaml", FMO)):
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def run(files, *args):
+    base = ["verify-bn", str(files / "tiny.bif"), "--class", "C", "--positive", "yes",
+            "--threshold", "0.5"]
+    return CliRunner().invoke(cli, base + list(args), catch_exceptions=False)
+
+
+def test_all_rules_hold_exit_0_and_table(files):
+    res = run(files, "--rules", str(files / "ok.yaml"), "--fmo", str(files / "fmo.yaml"))
+    assert res.exit_code == 0, res.output
+    assert "high_is_yes" in res.stdout and "holds" in res.stdout
+    assert "b_fmo" in res.stdout and "cannot flip twice" in res.stdout
+    assert "2 of 2 rules hold" in res.stderr
+
+
+def test_violated_rule_exit_1_with_count_and_compact_counterexample(files):
+    res = run(files, "--rules", str(files / "bad.yaml"), "--json")
+    assert res.exit_code == 1
+    report = json.loads(res.stdout)
+    assert report["all_hold"] is False
+    on = {r["rule"]: r for r in report["rules"]}["on_is_yes"]
+    assert (on["verdict"], on["violating_inputs"], on["premise_inputs"]) == ("violated", 1, 3)
+    assert on["counterexamples"][0]["fixed"] == {"A": "low"}
+    assert on["witness"] == {"A": "low", "B": "on"} and on["witness_class"] == "no"
+    # P(A=low, B=on) = 0.6*0.6*0.3 + 0.4*0.1*0.8
+    assert on["violating_probability"] == pytest.approx(0.6 * 0.6 * 0.3 + 0.4 * 0.1 * 0.8)
+    text = run(files, "--rules", str(files / "bad.yaml"))
+    assert "A=low" in text.stdout and "1 of 3" in text.stdout
+
+
+def test_monotonicity_with_declared_descending_order(files):
+    # A declared high < mid < low: the class only ever goes yes -> no as A "rises".
+    res = run(files, "--rules", str(files / "ok.yaml"), "--fmo", str(files / "fmo.yaml"),
+              "--json")
+    mono = {m["query"]: m for m in json.loads(res.stdout)["monotonicity"]}
+    assert mono["a_fmo"]["verdict"] == "holds"
+    assert mono["a_down"]["verdict"] == "holds"
+    assert mono["b_fmo"]["verdict"] == "holds" and "cannot flip twice" in mono["b_fmo"]["reason"]
+
+
+def test_input_errors_exit_2_listing_every_problem(files):
+    (files / "typo.yaml").write_text(
+        "rules:\n  - {name: r1, if: {Z: 1}, then: yes}\n  - {name: r2, if: {C: yes}, "
+        "then: maybe}\n")
+    res = run(files, "--rules", str(files / "typo.yaml"))
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 3
+    assert any("'r1'" in ln and "'Z'" in ln for ln in lines)
+    assert any("'r2'" in ln and "class variable" in ln for ln in lines)
+    assert any("'r2'" in ln and "maybe" in ln for ln in lines)
+    missing = run(files, "--rules", str(files / "nope.yaml"))
+    assert missing.exit_code == 2 and "cannot read" in missing.stderr
+    bad_class = run(files, "--rules", str(files / "ok.yaml"), "--features", "A,Q")
+    assert bad_class.exit_code == 2
