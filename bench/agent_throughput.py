@@ -143,6 +143,44 @@ def monitor_fraction(artifact: Path, public: Path, x: np.ndarray) -> tuple[float
     return mi, mm, mm / mi
 
 
+def cnn_monitor_fraction() -> tuple[float, float, float] | None:
+    """Model vs monitor time at batch 256 for bench/monitors.py's MNIST CNN (4 layers).
+
+    Needs ../shared/data/mnist and bench/.cache/cnn.onnx (run bench/monitors.py first);
+    returns None when either is absent.
+    """
+    from boxwatch.agent.taps import OnnxTap
+    from boxwatch.offline.datasets import read_idx
+    from boxwatch.offline.monitor import BoxMonitor
+
+    root = Path(__file__).resolve().parents[1]
+    data, model = root.parent / "shared" / "data" / "mnist", root / "bench" / ".cache" / "cnn.onnx"
+    if not (data / "train10k-images-idx3-ubyte.gz").is_file() or not model.is_file():
+        return None
+    x = read_idx(data / "train10k-images-idx3-ubyte.gz")[:3000].astype(np.float32)[:, None] / 255
+    y = read_idx(data / "train10k-labels-idx1-ubyte.gz")[:3000].astype(np.int64)
+    layers = ["/pool2/MaxPool_output_0", "/act3/Relu_output_0", "/act4/Relu_output_0", "logits"]
+    tap = OnnxTap(model, layers, pooling={layers[0]: "avg"}, threads=1)
+    logits, acts = tap.run(x)
+    pred = logits.argmax(1)
+    fit = slice(0, 2000)
+    monitor = BoxMonitor(layers, tau=0.05, combine="calibrated").fit(
+        {k: v[fit] for k, v in acts.items()}, y[fit], pred[fit])
+    monitor.calibrate({k: v[2000:] for k, v in acts.items()}, pred[2000:])
+    rt = monitor.runtime_
+    batch = x[:256]
+    inf, mon = [], []
+    for _ in range(100):
+        t0 = time.perf_counter()
+        lg, a = tap.run(batch)
+        t1 = time.perf_counter()
+        rt.assess(a, lg.argmax(1))
+        inf.append(t1 - t0)
+        mon.append(time.perf_counter() - t1)
+    mi, mm = float(np.median(inf)), float(np.median(mon))
+    return mi, mm, mm / mi
+
+
 def latency(bootstrap: str, artifact: Path, public: Path, x: np.ndarray, rate: int,
             seconds: float) -> tuple[float, float, int]:
     """p50 / p99 milliseconds from produce to a readable verdict at ``rate`` records/s."""
@@ -228,6 +266,7 @@ def main() -> None:
         finally:
             broker.stop()
         model_s, monitor_s, frac = monitor_fraction(artifact, public, x)
+        cnn = cnn_monitor_fraction()
     rows = [
         ("bare client ceiling (consume, decode, produce, flush, commit)", f"{bare:,.0f} rec/s", "-"),
         ("agent, binary float32 inputs", f"{binary:,.0f} rec/s",
@@ -236,6 +275,10 @@ def main() -> None:
         ("model call, batch 256 (median)", f"{model_s * 1e3:.3f} ms", "-"),
         ("monitors, batch 256 (median)", f"{monitor_s * 1e3:.3f} ms",
          f"{frac:.0%} of model time (target <= 10%)"),
+        ("MNIST CNN (bench/monitors.py), model call, batch 256",
+         "-" if cnn is None else f"{cnn[0] * 1e3:.3f} ms", "needs ../shared/data and its cache"),
+        ("MNIST CNN, 4 monitored layers, batch 256", "-" if cnn is None else f"{cnn[1] * 1e3:.3f} ms",
+         "-" if cnn is None else f"{cnn[2]:.0%} of model time (target <= 10%)"),
         (f"end-to-end latency at 1,000 rec/s ({n_lat} records)", f"p50 {p50:.1f} ms, p99 {p99:.1f} ms",
          "target p99 <= 50 ms"),
     ]

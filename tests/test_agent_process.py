@@ -1,0 +1,105 @@
+"""The agent's record processing without a broker: capture, routing, payload digests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from example_build import build_example
+
+from boxwatch.agent.cli_agent import build_agent
+from boxwatch.agent.config import load_agent_config
+
+TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead_letter": "dlq",
+          "capture": "cap", "release": "rel", "review": "rev"}
+
+
+@dataclass
+class Record:
+    """The fields of a consumed Kafka record the agent reads."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    headers: list = field(default_factory=list)
+    key: bytes | None = None
+    timestamp: int = 0
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    return build_example(tmp_path_factory.mktemp("process"))
+
+
+def make_agent(example, **extra):
+    cfg = load_agent_config(None, environ={}, overrides={
+        "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
+        "model": str(example.model), **{f"topics.{k}": v for k, v in TOPICS.items()}, **extra})
+    return build_agent(cfg)
+
+
+def test_capture_gets_every_rejected_or_uncertain_input(example):
+    agent = make_agent(example)
+    data = np.load(example.data / "stream.npz")
+    x = np.concatenate([data["x_known"][:40], data["x_unknown"][:40]])
+    recs = [Record("in", 0, i, json.dumps({"id": f"r{i}", "input": row.tolist()}).encode())
+            for i, row in enumerate(x)]
+    outs = agent.process(recs)
+    verdicts = {json.loads(o.value)["id"]: json.loads(o.value)["verdict"]
+                for o in outs if o.topic == "v"}
+    captured = [o for o in outs if o.topic == "cap"]
+    flagged = {rid for rid, v in verdicts.items() if v != "accept"}
+    assert flagged, "the stream should hold rejected inputs"
+    assert {json.loads(o.value)["id"] for o in captured} == flagged
+    for o in captured:
+        assert dict(o.headers)["boxwatch-verdict"].decode() == verdicts[json.loads(o.value)["id"]]
+    assert len(verdicts) == len(x)
+
+
+def test_gate_policy_routes_records(example):
+    agent = make_agent(example, gate_policy={"certified": "release", "blocked": "review",
+                                             "unverified": "none"})
+    d = agent.runtime.diagram
+    rng = np.random.default_rng(5)
+    recs = []
+    for i in range(200):
+        evidence = {f: d.states[j][rng.integers(len(d.states[j]))] for j, f in enumerate(d.features)}
+        recs.append(Record("bn", 1, i, json.dumps({"id": f"c{i}", "evidence": evidence}).encode()))
+    outs = agent.process(recs)
+    gate = {json.loads(o.value)["id"]: json.loads(o.value) for o in outs if o.topic == "g"}
+    assert len(gate) == 200
+    released = [o for o in outs if o.topic == "rel"]
+    reviewed = [o for o in outs if o.topic == "rev"]
+    by_value = {r.value: f"c{r.offset}" for r in recs}
+    assert {by_value[o.value] for o in released} == {k for k, g in gate.items()
+                                                      if g["outcome"] == "certified"}
+    assert {by_value[o.value] for o in reviewed} == {k for k, g in gate.items()
+                                                      if g["outcome"] == "blocked"}
+    for o in released + reviewed:
+        headers = dict(o.headers)
+        g = gate[by_value[o.value]]
+        assert headers["boxwatch-decision"].decode() == g["decision"]
+        assert headers["boxwatch-gate"].decode() == g["outcome"]
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_dead_letters_keep_bytes_or_only_their_digest(example, store):
+    agent = make_agent(example, **{"dead_letter.store_payload": store})
+    secret = b'{"id": "p1", "input": "name: Jane Doe"}'
+    outs = agent.process([Record("in", 2, 7, secret, headers=[("trace", b"abc")])])
+    assert len(outs) == 1 and outs[0].topic == "dlq"
+    headers = dict(outs[0].headers)
+    assert headers["boxwatch-dlq-reason"] == b"bad_shape"
+    assert headers["boxwatch-source-offset"] == b"7"
+    assert headers["boxwatch-payload-sha256"].decode() == hashlib.sha256(secret).hexdigest()
+    if store:
+        assert outs[0].value == secret and headers["trace"] == b"abc"
+    else:
+        assert b"Jane" not in outs[0].value and "trace" not in headers
+        stub = json.loads(outs[0].value)
+        assert stub["payload_sha256"] == hashlib.sha256(secret).hexdigest()
+        assert stub["payload_bytes"] == len(secret)
