@@ -210,6 +210,23 @@ class BoxSet:
             found |= ok
         return found
 
+    def distance_and_contains(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`distance` and :meth:`contains` together, sharing one pass when it fits.
+
+        Exact: ``clip(x, lo, hi) - x`` is 0 in every dimension iff ``lo <= x <= hi``.
+        """
+        x, y = self._check(x, y)
+        if not self._padded_fits(len(x)):
+            return self.distance(x, y), self.contains(x, y)
+        plo, phi, real = self._padded
+        xb = x[:, None, :]
+        gap = np.clip(xb, plo[y], phi[y])
+        gap -= xb
+        live = real[y]
+        inside = np.any(live & ~np.any(gap, axis=2), axis=1)
+        d2 = np.where(live, np.einsum("ikj,ikj->ik", gap, gap), np.inf)
+        return np.sqrt(np.min(d2, axis=1), dtype=np.float64), inside
+
     def distance(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Euclidean distance from each ``x[i]`` to the nearest box of class ``y[i]``.
 
@@ -392,8 +409,19 @@ class BoxRuntime:
         not needed by the combination rule) or when no score layer is set.
         """
         y_pred = np.asarray(y_pred)
-        feats = {layer: self._features(activations, layer) for layer in self.layers}
-        in_good = {layer: self.good[layer].contains(feats[layer], y_pred) for layer in self.layers}
+        calibrated = self.combine == "calibrated"
+        scored = (want_scores or calibrated) and bool(self.score_layers)
+        feats = {layer: self._features(activations, layer)
+                 for layer in dict.fromkeys([*self.layers, *(self.score_layers if scored else [])])}
+        dist: dict[str, np.ndarray] = {}
+        in_good: dict[str, np.ndarray] = {}
+        for layer in feats:
+            if scored and layer in self.score_layers:
+                dist[layer], inside = self.good[layer].distance_and_contains(feats[layer], y_pred)
+                if layer in self.layers:
+                    in_good[layer] = inside
+            else:
+                in_good[layer] = self.good[layer].contains(feats[layer], y_pred)
         in_bad = {layer: self.bad[layer].contains(feats[layer], y_pred) for layer in self.layers}
         per = {}
         for layer in self.layers:
@@ -401,16 +429,10 @@ class BoxRuntime:
             v[in_good[layer]] = ACCEPT
             v[in_good[layer] & in_bad[layer]] = UNCERTAIN
             per[layer] = v
-        calibrated = self.combine == "calibrated"
-        if calibrated and self.threshold is None:
-            raise ConfigError("combine='calibrated' needs a threshold: calibrate the monitor first")
-        scores = None
-        if (want_scores or calibrated) and self.score_layers:
-            for layer in self.score_layers:
-                if layer not in feats:
-                    feats[layer] = self._features(activations, layer)
-            scores = self.combine_scores({layer: self.good[layer].distance(feats[layer], y_pred)
-                                          for layer in self.score_layers})
+        if calibrated and (self.threshold is None or not self.score_layers):
+            raise ConfigError("combine='calibrated' needs score layers and a threshold: "
+                              "calibrate the monitor first")
+        scores = self.combine_scores(dist) if scored else None
         if not calibrated:
             combined = combine_verdicts(np.stack([per[layer] for layer in self.layers]),
                                         self.combine)

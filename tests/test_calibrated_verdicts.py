@@ -60,3 +60,20 @@ def test_calibrated_rule_needs_a_threshold():
                     combine="calibrated", score_layers=["a"])
     with pytest.raises(ConfigError, match="calibrate the monitor first"):
         rt.verdicts({"a": np.zeros((3, 2), np.float32)}, np.zeros(3, int))
+
+
+@pytest.mark.parametrize("padded_elements", [0, 1 << 30])
+def test_distance_and_contains_equals_the_separate_answers(monkeypatch, padded_elements):
+    monkeypatch.setattr("boxwatch.agent.boxes._PADDED_ELEMENTS", padded_elements)
+    rng = np.random.default_rng(3)
+    boxes = random_boxes(rng, 5, 4, 6)
+    x = rng.uniform(-1.2, 1.6, size=(300, 6)).astype(np.float32)
+    y = rng.integers(0, 5, 300)
+    for i in range(20):  # corners of a box of the class: inside (closed boxes), distance 0
+        lo, hi = boxes.boxes_of(y[i])
+        x[i] = lo[0] if i % 2 else hi[0]
+    dist, inside = boxes.distance_and_contains(x, y)
+    np.testing.assert_array_equal(inside, boxes.contains(x, y))
+    np.testing.assert_allclose(dist, boxes.distance(x, y), rtol=1e-6)
+    np.testing.assert_array_equal(inside, dist == 0)
+    assert inside.any() and not inside.all()
