@@ -20,7 +20,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from threadpoolctl import threadpool_limits
 
 from boxwatch import __version__
-from boxwatch.agent.artifact import build_artifact_bytes, digest_files, resolve_created_at
+from boxwatch.agent.artifact import (
+    build_artifact_bytes,
+    digest_files,
+    load_artifact,
+    resolve_created_at,
+)
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.preprocessing import Preprocessing
@@ -206,23 +211,19 @@ def build(
     artifact = build_artifact_bytes(members, private_key=private_key, created_at=epoch,
                                     model=model_record, config=_config_record(cfg),
                                     contents=contents)
+    built = load_artifact(artifact, None)  # the contract's own reading of what was written
     failures = policy_failures(cfg.section("policy"), summary)
     summary["metadata"] = {"name": meta.get("name", cfg.path.stem),
                            "model_version": meta.get("model_version", "unknown"),
-                           "builder_version": __version__, "created_at": epoch}
-    summary["artifact"] = {"artifact_id": hashlib.sha256(_manifest_of(artifact)).hexdigest()[:16],
+                           "builder_version": __version__,
+                           "created_at": built.manifest["created_at"]}
+    summary["artifact"] = {"artifact_id": built.artifact_id,
                            "key_id": key_id(private_key.public_key()),
                            "sha256": hashlib.sha256(artifact).hexdigest(), "bytes": len(artifact)}
     summary["policy"] = {"fail_on": list(cfg.section("policy").get("fail_on", [])),
                          "failed": failures}
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return BuildOutcome(artifact, summary, failures)
-
-
-def _manifest_of(artifact: bytes) -> bytes:
-    from boxwatch.agent.artifact import load_artifact
-
-    return load_artifact(artifact, None).manifest_bytes
 
 
 def _config_record(cfg: BuildConfig) -> dict[str, Any]:

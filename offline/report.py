@@ -303,6 +303,14 @@ def _class_names(summary_model: Mapping[str, Any] | None, n: int) -> list[str]:
     return [names[k] if k < len(names) else f"class {k}" for k in range(n)]
 
 
+def _coverage_measure(monitor: dict[str, Any]) -> str:
+    """What the coverage curves plot, as the summary states it (default: r_u itself)."""
+    for layer in monitor.get("coverage", {}).values():
+        if layer.get("measure"):
+            return str(layer["measure"])
+    return "the upper coverage bound r_u"
+
+
 def coverage_figure(monitor: Mapping[str, Any], classes: Sequence[str] = ()) -> str:
     """Fig. 5: mean clustering coverage vs tau, one line per class, one panel per layer.
 
@@ -583,9 +591,9 @@ def _monitor_figures(summary: Mapping[str, Any]) -> str:
     if monitor.get("coverage"):
         out.append(_figure(
             "fig-coverage", coverage_figure(monitor, classes), "clustering coverage vs tau",
-            "Fig. 5 \u2014 Mean clustering coverage r<sub>u</sub> of the good features' boxes "
-            "vs the clustering parameter \u03c4, one line per class, one panel per layer; "
-            "large dots mark each class's chosen \u03c4."))
+            "Fig. 5 \u2014 Clustering coverage of the good features' boxes vs the clustering "
+            "parameter \u03c4, one line per class, one panel per layer; large dots mark each "
+            "class's chosen \u03c4. Plotted: " + html.escape(_coverage_measure(monitor)) + "."))
     else:
         out.append(_omitted("fig-coverage-omitted", "No coverage data in the summary."))
     if monitor.get("curves"):
