@@ -27,6 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_section
+
 from boxwatch.offline.bn_classifier import ClassifierSpec
 from boxwatch.offline.bn_compile import compile_classifier
 from boxwatch.offline.bn_io import load_network
@@ -37,7 +40,6 @@ from boxwatch.offline.verify import JOINT_LIMIT, MAX_MASS_CUBES, BNVerifier
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "bn"
-RESULTS = ROOT / "bench" / "RESULTS.md"
 HEADING = "## bn_verify (bench/bn_verify.py)"
 N_QUERIES = 100
 K = 10
@@ -191,19 +193,7 @@ def main() -> None:
         *lines,
     ])
     print(text)
-    write_section(text)
-
-
-def write_section(text: str) -> None:
-    """Replace this bench's section of bench/RESULTS.md, keeping the others."""
-    old = RESULTS.read_text() if RESULTS.is_file() else "# Bench results\n"
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + f"\n\n{HEADING}\n\n{text}\n"
-    else:
-        nxt = old.find("\n## ", start + len(HEADING))
-        new = old[:start] + f"{HEADING}\n\n{text}\n" + (old[nxt:] if nxt >= 0 else "")
-    RESULTS.write_text(new)
+    write_section(HEADING, text)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_section
+
 from boxwatch.offline.bn_classifier import ClassifierSpec
 from boxwatch.offline.bn_compile import compile_classifier
 from boxwatch.offline.bn_io import Network, load_network
@@ -40,7 +43,6 @@ from boxwatch.offline.verify import BNVerifier, VerificationReport
 ROOT = Path(__file__).resolve().parents[1]
 NETWORK = ROOT.parent / "shared" / "data" / "bn" / "credit.net"
 EXAMPLES = ROOT / "examples" / "credit"
-RESULTS = ROOT / "bench" / "RESULTS.md"
 HEADING = "## credit_case_study (bench/credit_case_study.py)"
 CLASS = "CreditWorthiness"
 POSITIVE = "Positive"
@@ -228,19 +230,7 @@ def main() -> None:
         *per_rule,
     ])
     print(text)
-    write_section(text)
-
-
-def write_section(text: str) -> None:
-    """Replace this bench's section of bench/RESULTS.md, keeping the others."""
-    old = RESULTS.read_text() if RESULTS.is_file() else "# Bench results\n"
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + f"\n\n{HEADING}\n\n{text}\n"
-    else:
-        nxt = old.find("\n## ", start + len(HEADING))
-        new = old[:start] + f"{HEADING}\n\n{text}\n" + (old[nxt:] if nxt >= 0 else "")
-    RESULTS.write_text(new)
+    write_section(HEADING, text)
 
 
 if __name__ == "__main__":

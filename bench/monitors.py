@@ -29,6 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import memory_gb, write_section
+
 from boxwatch.agent.boxes import COMBINE_RULES, BoxSet, combine_verdicts, normalize_features
 from boxwatch.agent.taps import OnnxTap
 from boxwatch.offline.evaluation import OUTCOMES, detection, outcome_counts
@@ -38,7 +41,6 @@ from boxwatch.offline.taukmeans import TauKMeansPath, cluster_boxes
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 CACHE = ROOT / "bench" / ".cache"
-RESULTS = ROOT / "bench" / "RESULTS.md"
 SEED = 0
 N_VALIDATION_UNKNOWN = 2000
 REPEATS = 3  # throughput runs; the best is reported
@@ -305,7 +307,7 @@ def main() -> None:
     # Report.
     out = []
     out.append(f"_{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {platform.node() and 'this machine'}: "
-               f"{os.cpu_count()} cores, {_mem_gb():.0f} GB RAM, Python {platform.python_version()}; "
+               f"{os.cpu_count()} cores, {memory_gb():.0f} GB RAM, Python {platform.python_version()}; "
                f"total run {time.perf_counter() - t_all:.0f} s; 1-min load average {load_start:.1f} at "
                f"start, {os.getloadavg()[0]:.1f} at end (the cores are shared: rates are lower bounds)_\n")
     out += [f"- {line}" for line in lines]
@@ -339,26 +341,8 @@ def main() -> None:
                    + f" | {r[10]:.3f} | {r[11]:.3f} | {r[12]:.3f} |")
     text = "\n".join(out)
     print(text)
-    write_section(text)
+    write_section("## monitors (bench/monitors.py)", text)
 
-
-def _mem_gb() -> float:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError):
-        return float("nan")
-
-
-def write_section(text: str, heading: str = "## monitors (bench/monitors.py)") -> None:
-    """Replace this bench's section of bench/RESULTS.md, keeping the others."""
-    old = RESULTS.read_text() if RESULTS.is_file() else "# Bench results\n"
-    start = old.find(heading)
-    if start < 0:
-        new = old.rstrip("\n") + f"\n\n{heading}\n\n{text}\n"
-    else:
-        nxt = old.find("\n## ", start + len(heading))
-        new = old[:start] + f"{heading}\n\n{text}\n" + (old[nxt:] if nxt >= 0 else "")
-    RESULTS.write_text(new)
 
 
 if __name__ == "__main__":
