@@ -1,7 +1,9 @@
 """Kafka clients for the agent: at-least-once consumer, acks=all producer, topic checks.
 
 The client options of the config (``kafka.client``: SASL, SSL...) pass through unchanged to
-every kafka-python client; the agent's own reliability settings override them.
+every kafka-python client that knows them (so a consumer-only option such as
+``group_instance_id``, for static group membership, reaches only the consumer); the agent's
+own reliability settings override them.
 """
 
 from __future__ import annotations
@@ -22,10 +24,21 @@ log = logging.getLogger(__name__)
 RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
 
 
+def client_options(cfg: Mapping[str, Any], client: type) -> dict[str, Any]:
+    """The ``kafka.client`` options meant for ``client`` (a kafka-python client class).
+
+    An option no kafka-python client knows is passed on, so the client refuses it loudly.
+    """
+    known = (KafkaConsumer.DEFAULT_CONFIG, KafkaProducer.DEFAULT_CONFIG,
+             KafkaAdminClient.DEFAULT_CONFIG)
+    return {k: v for k, v in cfg["kafka.client"].items()
+            if k in client.DEFAULT_CONFIG or not any(k in d for d in known)}
+
+
 def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Options of the agent's consumer: manual commits, bounded batches, quick rebalance."""
     return {
-        **cfg["kafka.client"],
+        **client_options(cfg, KafkaConsumer),
         "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
         "group_id": cfg["kafka.group_id"],
         "enable_auto_commit": False,
@@ -43,11 +56,15 @@ def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
 def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Options of the agent's producer: acks=all, ordered retries, bounded blocking."""
     return {
-        **cfg["kafka.client"],
+        **client_options(cfg, KafkaProducer),
         "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
         "acks": "all",
         "linger_ms": 2,
         "max_in_flight_requests_per_connection": 1,
+        # kafka-python 3's idempotent producer never delivers again after a batch times out
+        # during a broker outage (seen on both test brokers); one in-flight request keeps
+        # per-partition order without it, and redelivery is at-least-once anyway.
+        "enable_idempotence": False,
         "retries": 5,
         "request_timeout_ms": 10_000,
         "delivery_timeout_ms": 30_000,
@@ -58,7 +75,7 @@ def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def admin_client(cfg: Mapping[str, Any]) -> KafkaAdminClient:
     return KafkaAdminClient(
-        **cfg["kafka.client"],
+        **client_options(cfg, KafkaAdminClient),
         bootstrap_servers=cfg["kafka.bootstrap_servers"].split(","),
         client_id="boxwatch-agent-admin",
         request_timeout_ms=10_000,

@@ -364,11 +364,19 @@ class Agent:
         log.warning("consumption %s", "paused: outputs cannot be delivered" if paused else "resumed")
 
     def _keep_membership(self) -> None:
-        """Poll paused partitions (returns nothing) so the group keeps this member."""
+        """Poll while paused so the group keeps this member; never consume records here.
+
+        A rebalance during the poll hands out partitions unpaused: anything it returns is
+        sought back (fetched again after recovery, not skipped) and every partition paused.
+        """
         try:
-            self._consumer.poll(timeout_ms=0)
+            polled = self._consumer.poll(timeout_ms=0)
         except RETRYABLE:
-            pass
+            return
+        for tp, recs in polled.items():
+            if recs:
+                self._consumer.seek(tp, recs[0].offset)
+        self._consumer.pause(*self._consumer.assignment())
 
     def _commit(self, records: list[Any]) -> None:
         offsets: dict[TopicPartition, int] = {}
@@ -386,7 +394,7 @@ class Agent:
                 if attempt >= 5 or self.stop_event.is_set():
                     log.warning("commit failed (%s); the batch may be redelivered", exc)
                     return
-                time.sleep(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
+                self.stop_event.wait(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
                 attempt += 1
 
     # -- health, lag, reload ----------------------------------------------------------
@@ -462,3 +470,5 @@ class _Rebalance(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned):
         log.info("assigned %d partitions", len(assigned))
+        if self.agent.status.paused and assigned:
+            self.agent._consumer.pause(*assigned)  # still backpressured: stay paused

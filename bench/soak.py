@@ -1,0 +1,250 @@
+"""Soak: the agent (a real subprocess) under a steady binary stream for a long time.
+
+Streams 64-float binary inputs at ``--rate`` records/s (default 2,000) for ``--minutes``
+(default 30) into an embedded broker, and checks, after a warm-up:
+
+* RSS growth of the agent process <= 5 % (sampled every 5 s from /proc/PID/status);
+* no errors: every input has its verdict, no produce errors, no dead letters, one process;
+* p99 end-to-end latency of the last window at most 20 % above that of the first window
+  after warm-up (windows of 5 minutes, or half of what is left after warm-up on shorter
+  runs); a last window faster than the first passes.
+
+Latency of one input = Kafka timestamp of its verdict (set by the agent's producer) minus
+the send time written into the input's id by this script. Writes its table into
+bench/RESULTS.md under "## soak (bench/soak.py)".
+
+Usage::
+
+    .venv/bin/python bench/soak.py                 # 30 minutes
+    .venv/bin/python bench/soak.py --minutes 3     # a short run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka_helpers import create_topics  # noqa: E402
+from reliability_helpers import (  # noqa: E402
+    TOPICS,
+    AgentProcess,
+    stream_rows,
+    write_agent_config,
+)
+
+from boxwatch.agent.records import TENSOR_TYPE  # noqa: E402
+from boxwatch.embedded_broker import EmbeddedBroker  # noqa: E402
+
+SECTION = "## soak (bench/soak.py)"
+RSS_LIMIT = 0.05
+P99_LIMIT = 0.20
+
+
+class Collector(threading.Thread):
+    """Reads the verdict topic; keeps (verdict time s, latency s) per input and seen ids."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.lat: list[tuple[float, float]] = []
+        self.seen: set[int] = set()
+        self.dups = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        c = KafkaConsumer(TOPICS["verdicts"], bootstrap_servers=self.bootstrap, group_id=None,
+                          auto_offset_reset="earliest", enable_auto_commit=False)
+        try:
+            while not self.halt.is_set():
+                for batch in c.poll(timeout_ms=200, max_records=5000).values():
+                    for r in batch:
+                        rid = json.loads(r.value)["id"]
+                        seq, sent_ms = (int(x) for x in rid.split("-"))
+                        if seq in self.seen:
+                            self.dups += 1
+                        self.seen.add(seq)
+                        self.lat.append((r.timestamp / 1000.0, (r.timestamp - sent_ms) / 1000.0))
+        finally:
+            c.close()
+
+
+def produce(bootstrap: str, rows: np.ndarray, rate: float, seconds: float, errors: list) -> int:
+    """Send at ``rate``/s for ``seconds``, in 10 ms ticks; returns the number sent."""
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2,
+                      max_block_ms=10_000)
+    payloads = [r.astype("<f4").tobytes() for r in rows]
+    t0 = time.monotonic()
+    sent = 0
+    try:
+        while (now := time.monotonic()) - t0 < seconds:
+            due = int((now - t0) * rate)
+            ms = int(time.time() * 1000)
+            while sent < due:
+                rid = f"{sent}-{ms}".encode()
+                fut = p.send(TOPICS["inputs"], value=payloads[sent % len(payloads)], key=rid,
+                             headers=[("content-type", TENSOR_TYPE.encode()), ("id", rid),
+                                      ("dtype", b"float32")])
+                fut.add_errback(lambda exc: errors.append(repr(exc)))
+                sent += 1
+            time.sleep(0.01)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=10)
+    return sent
+
+
+def p99(values: list[float]) -> float:
+    return float(np.percentile(values, 99)) if values else float("nan")
+
+
+def write_results(lines: list[str], section: str = SECTION) -> None:
+    """Replace (or append) ``section`` of bench/RESULTS.md with ``lines``."""
+    path = ROOT / "bench" / "RESULTS.md"
+    text = path.read_text() if path.exists() else "# Bench results\n"
+    block = "\n".join([section, "", *lines, ""]) + "\n"
+    start = text.find(section)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + block
+    else:
+        nxt = text.find("\n## ", start + len(section))
+        text = text[:start] + block + (text[nxt + 1:] if nxt >= 0 else "")
+    path.write_text(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--rate", type=float, default=2000.0, help="records per second")
+    ap.add_argument("--warmup", type=float, default=None,
+                    help="warm-up seconds (default: 2 minutes, or 1/6 of a short run)")
+    ap.add_argument("--broker", choices=("noida", "tansu"), default="noida")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/boxwatch-soak"))
+    ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
+    args = ap.parse_args()
+    seconds = args.minutes * 60
+    warm = args.warmup if args.warmup is not None else min(120.0, seconds / 6)
+    window = min(300.0, (seconds - warm) / 2)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+
+    from example_build import build_example
+
+    t_start = time.time()
+    example = build_example(args.workdir / "example")
+    broker = EmbeddedBroker(args.broker).start()
+    agent = None
+    collector = Collector(broker.bootstrap_servers)
+    rss: list[tuple[float, int]] = []
+    errors: list[str] = []
+    try:
+        create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4,
+                                                 TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
+        cfg = write_agent_config(args.workdir / "agent.yaml", example, broker.bootstrap_servers,
+                                 topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+                                 group_id="soak")
+        log = args.workdir / "agent.log"
+        log.unlink(missing_ok=True)
+        agent = AgentProcess(cfg, log).start()
+        agent.wait_ready(120)
+        collector.start()
+        stop = threading.Event()
+
+        def sample() -> None:
+            t0 = time.monotonic()
+            while not stop.wait(5.0):
+                rss.append((time.monotonic() - t0, agent.rss_bytes()))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t_stream = time.time()
+        rows = stream_rows(example, 4096, seed=7)
+        sent = produce(broker.bootstrap_servers, rows, args.rate, seconds, errors)
+        deadline = time.monotonic() + 120
+        while len(collector.seen) < sent and time.monotonic() < deadline:
+            time.sleep(0.5)
+        stop.set()
+        metrics = agent.scrape()
+        alive, starts, peak = agent.alive, agent.starts, agent.peak_rss_bytes()
+        cpu = _cpu_seconds(agent.pid)
+        code = agent.stop()
+    finally:
+        collector.halt.set()
+        if agent is not None:
+            agent.kill()
+        broker.stop()
+    collector.join(10)
+
+    lat = [(t - t_stream, v) for t, v in collector.lat]
+    first = [v for t, v in lat if warm <= t < warm + window]
+    last = [v for t, v in lat if seconds - window <= t < seconds]
+    after = [b for t, b in rss if t >= warm]
+    growth = (max(after[-3:]) - after[0]) / after[0] if len(after) > 3 else float("nan")
+    p99_first, p99_last = p99(first), p99(last)
+    drift = (p99_last - p99_first) / p99_first if p99_first else float("nan")
+    lost = sent - len(collector.seen)
+    produce_errors = metrics.get("boxwatch_agent_produce_errors_total", -1)
+    dead = metrics.get('boxwatch_agent_outputs_total{kind="dead_letter"}', -1)
+    ok = {
+        "rss": growth <= RSS_LIMIT,
+        "errors": (lost == 0 and produce_errors == 0 and dead == 0 and not errors and alive
+                   and starts == 1 and code == 0),
+        "p99": drift <= P99_LIMIT,
+    }
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    lines = [
+        f"_{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; this machine: {os.cpu_count()} cores "
+        f"(shared with other jobs), {mem:.0f} GB RAM, Python {platform.python_version()}; "
+        f"broker {args.broker}; total run {time.time() - t_start:.0f} s_",
+        "",
+        f"Run: {args.minutes:g} min at {args.rate:g} records/s (binary float32 x 64, 4 "
+        f"partitions, batch <= 256); warm-up {warm:.0f} s; latency windows {window:.0f} s "
+        "(first after warm-up vs last).",
+        "",
+        "| figure | value | target | pass |",
+        "|---|---|---|---|",
+        f"| inputs sent / verdicts (distinct ids) | {sent:,} / {len(collector.seen):,} "
+        f"({collector.dups} duplicates) | all | {'yes' if lost == 0 else 'NO'} |",
+        f"| achieved rate | {sent / seconds:,.0f} records/s | {args.rate:g} | |",
+        f"| agent RSS after warm-up: first / last / peak (VmHWM) | {after[0] / 2**20:.1f} / "
+        f"{after[-1] / 2**20:.1f} / {peak / 2**20:.1f} MiB | | |" if after else "| RSS | n/a | | |",
+        f"| RSS growth after warm-up | {growth * 100:+.2f} % | <= 5 % | "
+        f"{'yes' if ok['rss'] else 'NO'} |",
+        f"| p99 latency, first window after warm-up | {p99_first * 1e3:.1f} ms | | |",
+        f"| p99 latency, last window | {p99_last * 1e3:.1f} ms | <= first + 20 % | "
+        f"{'yes' if ok['p99'] else 'NO'} ({drift * 100:+.1f} %) |",
+        "| latency p50 / p90 / p99 / max, whole run | "
+        + " / ".join(f"{np.percentile([v for _, v in lat], q) * 1e3:.0f}" for q in
+                     (50, 90, 99, 100)) + " ms | | |",
+        f"| produce errors / dead letters / client errors | {produce_errors:g} / {dead:g} / "
+        f"{len(errors)} | 0 | {'yes' if ok['errors'] else 'NO'} |",
+        f"| agent process: starts / exit code / CPU | {starts} / {code} / "
+        f"{cpu / seconds * 100:.0f} % of one core | 1 / 0 | |",
+    ]
+    if args.minutes < 30:
+        lines += ["", f"This was a SHORT run ({args.minutes:g} min); the 30-minute run "
+                  "(`bench/soak.py` without --minutes) has not been recorded here."]
+    print("\n".join(lines))
+    if not args.no_write:
+        write_results(lines)
+    return 0 if all(ok.values()) else 1
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

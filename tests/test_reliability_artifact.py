@@ -1,0 +1,231 @@
+"""Artifact trust: tampered artifacts stop the agent at start; reloads verify, swap whole,
+keep the old artifact on failure, refuse rollbacks, and accept rotated keys by key id.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+from kafka_helpers import create_topics
+from reliability_helpers import (
+    PYTHON,
+    ROOT,
+    TOPICS,
+    AgentProcess,
+    OutputCollector,
+    StreamProducer,
+    artifact_id,
+    resign,
+    shared_example,
+    stream_rows,
+    tensor_record,
+    write_agent_config,
+)
+
+from boxwatch.agent.artifact import _container, _signature_bytes, canonical_json, load_artifact
+from boxwatch.agent.cli_agent import build_agent
+from boxwatch.agent.config import load_agent_config
+from boxwatch.agent.keys import generate_keypair, load_private_key
+
+T0 = 1_700_000_000
+RELOADS = "boxwatch_agent_artifact_reloads_total"
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    return shared_example(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def key2(tmp_path_factory):
+    """A second signing key (rotation, or an untrusted signer)."""
+    d = tmp_path_factory.mktemp("key2")
+    generate_keypair(d / "k2.key", d / "k2.pub")
+    return d / "k2.key", d / "k2.pub"
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    out = bytearray(data)
+    out[at] ^= 0x40
+    return bytes(out)
+
+
+def tampered_artifacts(example, key2, out) -> dict[str, tuple[object, str]]:
+    """name -> (artifact path, text expected in the one-line error)."""
+    art = load_artifact(example.artifact, None)
+    data = example.artifact.read_bytes()
+    key = load_private_key(example.private_key)
+    cases = {}
+
+    def write(name: str, blob: bytes, needle: str) -> None:
+        path = out / f"{name}.bwa"
+        path.write_bytes(blob)
+        cases[name] = (path, needle)
+
+    member_at = data.index(art.members["monitors/boxes.npz"][:64]) + 100
+    write("flip_member_byte", _flip(data, member_at), "")
+    write("flip_manifest_byte", _flip(data, data.index(b'"created_at_epoch"') + 3), "")
+    write("flip_last_byte", _flip(data, len(data) - 1), "")
+    write("truncated", data[: len(data) // 2], "")
+    members = dict(art.members)
+    members["bn/rules.json"], members["model/spec.json"] = (members["model/spec.json"],
+                                                            members["bn/rules.json"])
+    sig = _signature_bytes(key, art.manifest_bytes)
+    write("swapped_members", _container(art.manifest_bytes, sig, members), "member")
+    other = resign(example.artifact, key2[0], out / "other_key.bwa", created_at=T0 + 1)
+    cases["other_key"] = (other, "untrusted key id")
+    manifest = {**art.manifest, "schema_version": "2.0"}
+    mb = canonical_json(manifest)
+    write("unknown_schema", _container(mb, _signature_bytes(key, mb), dict(art.members)),
+          "schema version")
+    bad_model = {**art.manifest["model"], "digest": "sha256:" + "0" * 64}
+    wrong = resign(example.artifact, example.private_key, out / "model_digest.bwa",
+                   created_at=T0 + 2, manifest_changes={"model": bad_model})
+    cases["model_digest_mismatch"] = (wrong, "does not match")
+    return cases
+
+
+@pytest.mark.slow
+def test_tampered_artifacts_stop_the_agent_at_start(example, key2, tmp_path):
+    """Each tampered artifact: exit code 1, one line on stderr, no traceback."""
+    cases = tampered_artifacts(example, key2, tmp_path)
+    procs = {}
+    for name, (path, _) in cases.items():
+        args = [PYTHON, "-m", "boxwatch", "agent", "--artifact", str(path), "--public-key",
+                str(example.public_key), "--model", str(example.model), "--bootstrap-servers",
+                "127.0.0.1:1", "--metrics-address", "127.0.0.1:0"]
+        procs[name] = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        lines = err.strip().splitlines()
+        assert proc.returncode == 1, (name, proc.returncode, err)
+        assert "Traceback" not in err and len(lines) == 1, (name, err)
+        assert lines[0].startswith("error: refusing to start:"), (name, err)
+        assert cases[name][1] in lines[0], (name, err)
+
+
+def test_start_trusts_several_keys_by_key_id(example, key2, tmp_path):
+    """Rotation: an artifact signed by the new key starts when both keys are trusted."""
+    new = resign(example.artifact, key2[0], tmp_path / "new.bwa", created_at=T0 + 10)
+    base = {"model": str(example.model), "kafka.bootstrap_servers": "127.0.0.1:1"}
+    both = load_agent_config(None, environ={}, overrides={
+        **base, "artifact": str(new), "public_keys": [str(example.public_key), str(key2[1])]})
+    assert build_agent(both).runtime.artifact.key_id == load_artifact(new, None).key_id
+    old_only = load_agent_config(None, environ={}, overrides={
+        **base, "artifact": str(new), "public_keys": [str(example.public_key)]})
+    from boxwatch.agent.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match="untrusted key id"):
+        build_agent(old_only)
+
+
+def test_allow_rollback_accepts_an_older_artifact(example, tmp_path):
+    """In-process: with allow_rollback an older valid artifact is swapped in; without, refused."""
+    live = tmp_path / "live.bwa"
+    newer = resign(example.artifact, example.private_key, tmp_path / "newer.bwa",
+                   created_at=T0 + 50)
+    shutil.copyfile(newer, live)
+    for allow, result in ((False, "refused_rollback"), (True, "success")):
+        cfg = load_agent_config(None, environ={}, overrides={
+            "artifact": str(live), "public_keys": [str(example.public_key)],
+            "model": str(example.model), "allow_rollback": allow})
+        shutil.copyfile(newer, live)
+        agent = build_agent(cfg)
+        shutil.copyfile(example.artifact, live)
+        agent.request_reload()
+        agent._reload()
+        got = agent.metrics.artifact_reloads.labels(result)._value.get()
+        assert got == 1, (allow, result)
+        expected = example.artifact if allow else newer
+        assert agent.runtime.artifact_id == artifact_id(expected, example.public_key)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_broker,
+                                                            tmp_path):
+    """SIGHUP: newer artifact swapped in; tampered kept out; older refused; rotated key ok."""
+    broker = make_broker("noida").start()
+    create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2,
+                                            TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
+    live = tmp_path / "live.bwa"
+    shutil.copyfile(example.artifact, live)
+    a = artifact_id(example.artifact, example.public_key)
+    b_path = resign(example.artifact, example.private_key, tmp_path / "b.bwa", created_at=T0 + 100)
+    c_path = resign(example.artifact, key2[0], tmp_path / "c.bwa", created_at=T0 + 200)
+    b, c = artifact_id(b_path, example.public_key), artifact_id(c_path, key2[1])
+    tampered = bytearray(c_path.read_bytes())
+    tampered[len(tampered) // 2] ^= 1
+
+    class Live:
+        artifact, public_key, model = live, example.public_key, example.model
+
+    cfg = write_agent_config(tmp_path / "agent.yaml", Live, broker.bootstrap_servers,
+                             topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+                             public_keys=[str(example.public_key), str(key2[1])])
+    agent = AgentProcess(cfg, tmp_path / "agent.log")
+    collector = OutputCollector(broker.bootstrap_servers, [TOPICS["verdicts"]],
+                                json_topics=[TOPICS["verdicts"]])
+    rows = stream_rows(example, 100, seed=5)
+    sent = 0
+
+    def stream(n: int) -> None:
+        nonlocal sent
+        recs = [(f"h{sent + i}".encode(), *tensor_record(f"h{sent + i}", rows[i % 100]))
+                for i in range(n)]
+        p = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], recs)
+        p.start()
+        p.join(60)
+        assert p.error is None
+        sent += n
+        assert collector.wait_for(lambda col: col.count >= sent, timeout=60)
+
+    def reload_to(blob: bytes, result: str, count: float) -> dict:
+        tmp = live.with_suffix(".tmp")
+        tmp.write_bytes(blob)
+        tmp.replace(live)
+        agent.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = agent.scrape()
+            if m.get(f'{RELOADS}{{result="{result}"}}') == count:
+                return m
+            time.sleep(0.2)
+        raise AssertionError(f"no {result} reload counted:\n{agent.log_tail()}")
+
+    def active(m: dict) -> set[str]:
+        return {k.split('artifact_id="')[1].split('"')[0] for k, v in m.items()
+                if k.startswith("boxwatch_agent_artifact_info{") and v == 1}
+
+    try:
+        collector.start()
+        agent.start().wait_ready()
+        stream(50)
+        assert active(reload_to(b_path.read_bytes(), "success", 1)) == {b}
+        stream(50)
+        m = reload_to(bytes(tampered), "failure", 1)
+        assert active(m) == {b} and agent.alive
+        stream(50)
+        m = reload_to(example.artifact.read_bytes(), "refused_rollback", 1)
+        assert active(m) == {b}
+        stream(50)
+        m = reload_to(c_path.read_bytes(), "success", 2)
+        assert active(m) == {c}
+        stream(50)
+        assert agent.stop() == 0, agent.log_tail()
+    finally:
+        agent.kill()
+        collector.stop()
+    by_id = {v["id"]: v["artifact_id"] for v in collector.values[TOPICS["verdicts"]]}
+    phases = [a, b, b, b, c]
+    for i in range(sent):
+        assert by_id[f"h{i}"] == phases[i // 50], (i, by_id[f"h{i}"])
+    log = agent.log_text()
+    assert "artifact reload failed, keeping" in log and "artifact reload refused" in log
+    assert json.dumps(m)  # metrics were readable to the end
