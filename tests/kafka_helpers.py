@@ -37,6 +37,11 @@ BROKER_DEFECTS: dict[str, dict[str, str]] = {
     "noida": {
         "large_json_stall": "noida-db: a consumer group received nothing from 10,000 JSON "
                             "records of ~6.5 KB (6 partitions)",
+        "sigkill_member": "noida-db never removes a SIGKILLed group member: its partitions "
+                          "are not reassigned (static membership, group_instance_id, lets "
+                          "the restarted member take them back)",
+        "acked_writes_on_kill": "noida-db saves ~0.7 s after a write: a SIGKILLed broker can "
+                                "lose writes it already acknowledged",
         "member_expiry": "noida-db never evicts a SIGKILLed group member (no takeover in "
                          "60 s); a restart with the same group_instance_id reclaims its "
                          "partitions in ~2 s",
