@@ -107,15 +107,21 @@ def header_map(headers: Headers | None) -> dict[str, bytes]:
     return out
 
 
+def _check_payload(value: bytes | None, max_bytes: int) -> bytes:
+    """A record value must exist and stay within the size limit."""
+    if value is None:
+        raise BadRecord("bad_schema", "empty record (null value)")
+    if len(value) > max_bytes:
+        raise BadRecord("too_large", f"{len(value)} bytes exceeds the {max_bytes}-byte limit")
+    return value
+
+
 def decode_model_input(
     value: bytes | None, headers: Headers | None, *, size: int,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> ModelInput:
     """Decode one model-input record into ``size`` finite float64 values."""
-    if value is None:
-        raise BadRecord("bad_schema", "empty record (null value)")
-    if len(value) > max_bytes:
-        raise BadRecord("too_large", f"{len(value)} bytes exceeds the {max_bytes}-byte limit")
+    value = _check_payload(value, max_bytes)
     h = header_map(headers)
     ctype = h.get("content-type", b"").decode("latin-1").split(";")[0].strip().lower()
     if ctype in ("", JSON_TYPE):
@@ -180,10 +186,7 @@ def decode_bn_input(
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> BNInput:
     """Decode one BN record into state indices, in ``features`` order."""
-    if value is None:
-        raise BadRecord("bad_schema", "empty record (null value)")
-    if len(value) > max_bytes:
-        raise BadRecord("too_large", f"{len(value)} bytes exceeds the {max_bytes}-byte limit")
+    value = _check_payload(value, max_bytes)
     obj = parse_json_object(value)
     rid = _record_id(obj.get("id"))
     evidence = obj.get("evidence")

@@ -13,6 +13,7 @@ from boxwatch.cli import EXIT_USAGE, echo_err, fail
 from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn_compile import METHODS, CompileResult, compile_classifier
 from boxwatch.offline.bn_io import load_network
+from boxwatch.offline.cli_options import classifier_options
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -47,17 +48,7 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
 
 
 @click.command("compile-bn")
-@click.argument("network_file", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--class", "class_variable", required=True, help="The class variable C.")
-@click.option("--positive", required=True, help="The positive state of C (by name).")
-@click.option("--threshold", type=float, required=True,
-              help="Decide positive iff P(C = positive | x) >= T; T in (0, 1).")
-@click.option("--features", default=None,
-              help="Comma-separated feature variables (default: all leaves; when C is a "
-                   "leaf, all other variables).")
-@click.option("--order", default=None,
-              help="Comma-separated variable order of the diagram (default: features in "
-                   "the order a depth-first search from the class first reaches them).")
+@classifier_options
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
               help="joint: the joint table (fast while it fits); decompose: split the "
                    "features (for huge feature spaces); auto picks by size.")

@@ -15,6 +15,7 @@ from boxwatch.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
 from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn_compile import compile_classifier
 from boxwatch.offline.bn_io import load_network
+from boxwatch.offline.cli_options import classifier_options
 from boxwatch.offline.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.verify import BNVerifier, VerificationReport
 
@@ -81,16 +82,7 @@ def _load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema) -> Spec
 
 
 @click.command("verify-bn")
-@click.argument("network_file", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--class", "class_variable", required=True, help="The class variable C.")
-@click.option("--positive", required=True, help="The positive state of C (by name).")
-@click.option("--threshold", type=float, required=True,
-              help="Decide positive iff P(C = positive | x) >= T; T in (0, 1).")
-@click.option("--features", default=None,
-              help="Comma-separated feature variables (default: all leaves; when C is a "
-                   "leaf, all other variables).")
-@click.option("--order", default=None,
-              help="Comma-separated variable order of the diagram (default: the compiler's).")
+@classifier_options
 @click.option("--rules", "rules_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="YAML file of if-then rules (and optionally monotonicity queries and "
