@@ -117,9 +117,10 @@ def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
         admin.close()
 
 
-def make_consumer(cfg: Mapping[str, Any], topics: list[str]) -> KafkaConsumer:
+def make_consumer(cfg: Mapping[str, Any], topics: list[str], listener: Any = None) -> KafkaConsumer:
+    """The agent's consumer, subscribed once (with the rebalance ``listener``)."""
     consumer = KafkaConsumer(**consumer_options(cfg))
-    consumer.subscribe(topics)
+    consumer.subscribe(topics, listener=listener)
     return consumer
 
 

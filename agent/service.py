@@ -129,9 +129,7 @@ class Agent:
 
     def run(self) -> None:
         """Blocking loop until :meth:`stop`; closes the clients in ``finally``."""
-        self._consumer = make_consumer(self.cfg, self.input_topics())
-        self._consumer.unsubscribe()
-        self._consumer.subscribe(self.input_topics(), listener=_Rebalance(self))
+        self._consumer = make_consumer(self.cfg, self.input_topics(), listener=_Rebalance(self))
         self._producer = make_producer(self.cfg)
         wait_ms = self.cfg["batch.max_wait_ms"]
         try:

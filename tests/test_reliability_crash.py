@@ -60,20 +60,27 @@ def _missing(collector: OutputCollector, ids: list[str]) -> list[str]:
     return [i for i in ids if got[i] == 0]
 
 
-def test_sigkill_at_random_moments_loses_nothing(example, noida, tmp_path, record_property):
-    """5 SIGKILLs while 20,000 binary inputs stream: every id gets >= 1 verdict."""
+def test_sigkill_at_random_moments_loses_nothing(example, tansu, tmp_path, record_property):
+    """5 SIGKILLs while 20,000 binary inputs stream: every id gets >= 1 verdict.
+
+    Runs on Tansu, like an Apache Kafka group: the killed member's session expires and the
+    restarted agent takes its partitions. noida-db never expires a SIGKILLed member, and
+    with static membership (group_instance_id) its rejoin sometimes stalls under load (seen
+    twice on a loaded machine: the restarted member stayed assigned but was never served).
+    """
+    noida = tansu
     create_topics(noida.bootstrap_servers, {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4,
                                             TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
     cfg = write_agent_config(tmp_path / "agent.yaml", example, noida.bootstrap_servers,
                              topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
-                             batch__max_records=BATCH,
-                             kafka__client={"group_instance_id": "crash-agent-1"})
+                             batch__max_records=BATCH)
     agent = AgentProcess(cfg, tmp_path / "agent.log")
     records = _records(example, N_CRASH, "c")
     ids = [k.decode() for k, _, _ in records]
     collector = OutputCollector(noida.bootstrap_servers, [TOPICS["verdicts"]],
                                 json_topics=[TOPICS["verdicts"]])
-    producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=2500)
+    # Slow enough that all kills (each followed by a ~10 s session expiry) fall in the stream.
+    producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=200)
     rng = random.Random(20261202)
     kills: list[dict] = []
     try:
