@@ -109,16 +109,10 @@ class DecisionDiagram:
     def same_as(self, other: DecisionDiagram) -> bool:
         """True when both diagrams are identical: same order, names, decision and arrays."""
         return (
-            isinstance(other, DecisionDiagram)
-            and self.features == other.features
-            and self.states == other.states
-            and self.terminals == other.terminals
-            and self.root == other.root
+            self.same_function(other)
             and self.class_variable == other.class_variable
             and self.positive == other.positive
             and self.threshold == other.threshold
-            and np.array_equal(self.node_level, other.node_level)
-            and np.array_equal(self.node_children, other.node_children)
         )
 
     def same_function(self, other: DecisionDiagram) -> bool:
