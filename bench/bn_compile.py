@@ -28,27 +28,11 @@ from _results import machine_line, write_section
 
 from boxwatch.offline.bn_classifier import ClassifierSpec
 from boxwatch.offline.bn_compile import TIE_TOLERANCE, compile_classifier
-from boxwatch.offline.bn_io import load_network
+from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
 from boxwatch.offline.bn_synthetic import chain_tan, naive_bayes
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 REPEATS = 5
-# name: file, class, positive (None: state 1), T, order (None: default), reference
-# (quasi nodes, positives, seconds) or None
-NETWORKS = {
-    "asia": ("asia.bif.gz", "bronc", "yes", 0.5, None, None),
-    "child": ("child.bif.gz", "BirthAsphyxia", None, 0.9,
-              "LVHreport GruntingReport RUQO2 LowerBodyO2 XrayReport Age CO2Report",
-              (41, 844, 3.2)),
-    "alarm": ("alarm.bif.gz", "DISCONNECT", None, 0.9,
-              "BP PCWP CVP PRESS MINVOL EXPCO2 HISTORY PAP HRBP HRSAT HREKG", (180, 153_472, 19.7)),
-    "win95pts": ("win95pts.bif.gz", "PTROFFLINE", None, 0.5,
-                 "Problem3 PrtStatMem Problem2 PrtStatPaper PrtStatToner Problem6 PrtFile "
-                 "Problem1 PrtIcon REPEAT PSERRMEM TstpsTxt HrglssDrtnAftrPrnt Problem5 "
-                 "Problem4 PrtStatOff", (242, 16_466, 143.0)),
-    "insurance": ("insurance.bif.gz", "RiskAversion", "Adventurous", 0.5, None, None),
-    "credit": ("credit.net", "CreditWorthiness", "Positive", 0.5, None, None),
-}
 TARGETS = {"child": 0.05, "alarm": 0.2, "win95pts": 0.5}
 BIG = {"naive Bayes, 40 binary features": ("nb", 40), "chain TAN, 30 binary features": ("tan", 30)}
 
@@ -66,10 +50,9 @@ def median_seconds(network, spec, method: str) -> tuple[float, object]:
 def network_rows() -> list[str]:
     """One table row per shared network: both routes beside the reference."""
     rows = []
-    for name, (file, cls, positive, threshold, order, ref) in NETWORKS.items():
-        network = load_network(SHARED / file)
-        spec = ClassifierSpec(cls, positive or network.states[cls][1], threshold,
-                              order=order.split() if order else None)
+    for name, classifier in REFERENCE_CLASSIFIERS.items():
+        network, spec = classifier.load(SHARED)
+        ref = classifier.reference
         joint_s, joint = median_seconds(network, spec, "joint")
         split_s, split = median_seconds(network, spec, "decompose")
         same = "yes" if split.diagram == joint.diagram else "NO"
@@ -122,10 +105,8 @@ def big_case(kind: str, n: int) -> dict:
 
 def predict_rate() -> str:
     """Assignments per second of ``predict`` on alarm, batch 100,000."""
-    file, cls, _, threshold, order, _ = NETWORKS["alarm"]
-    network = load_network(SHARED / file)
-    d = compile_classifier(network, ClassifierSpec(cls, network.states[cls][1], threshold,
-                                                   order=order.split())).diagram
+    network, spec = REFERENCE_CLASSIFIERS["alarm"].load(SHARED)
+    d = compile_classifier(network, spec).diagram
     X = np.random.default_rng(0).integers(0, d.cardinalities, size=(100_000, d.n_features))
     d.predict(X)
     times = []

@@ -32,7 +32,7 @@ from _results import write_section
 
 from boxwatch.offline.bn_classifier import ClassifierSpec
 from boxwatch.offline.bn_compile import compile_classifier
-from boxwatch.offline.bn_io import load_network
+from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
 from boxwatch.offline.bn_synthetic import naive_bayes
 from boxwatch.offline.cnf import encode_diagram
 from boxwatch.offline.rules import MonotonicityQuery, Rule
@@ -46,18 +46,7 @@ K = 10
 SEED = 0
 N_SYNTHETIC = 26
 N_SYNTHETIC_QUERIES = 20
-NETWORKS = {
-    "asia": ("bronc", 0.5, None),
-    "child": ("BirthAsphyxia", 0.9, ("LVHreport", "GruntingReport", "RUQO2", "LowerBodyO2",
-                                     "XrayReport", "Age", "CO2Report")),
-    "alarm": ("DISCONNECT", 0.9, ("BP", "PCWP", "CVP", "PRESS", "MINVOL", "EXPCO2", "HISTORY",
-                                  "PAP", "HRBP", "HRSAT", "HREKG")),
-    "win95pts": ("PTROFFLINE", 0.5, ("Problem3", "PrtStatMem", "Problem2", "PrtStatPaper",
-                                     "PrtStatToner", "Problem6", "PrtFile", "Problem1",
-                                     "PrtIcon", "REPEAT", "PSERRMEM", "TstpsTxt",
-                                     "HrglssDrtnAftrPrnt", "Problem5", "Problem4",
-                                     "PrtStatOff")),
-}
+NETWORKS = ("asia", "child", "alarm", "win95pts")
 
 
 def random_rules(rng: np.random.Generator, diagram, n: int) -> list[Rule]:
@@ -110,13 +99,11 @@ def median_ms(fn, items) -> float | None:
 
 def bench_network(name: str, n_queries: int = N_QUERIES) -> dict:
     if name in NETWORKS:
-        cls, threshold, order = NETWORKS[name]
-        network = load_network(DATA / f"{name}.bif.gz")
+        network, spec = REFERENCE_CLASSIFIERS[name].load(DATA)
     else:
         network = naive_bayes(N_SYNTHETIC, seed=SEED)
-        cls, threshold, order = "C", 0.5, None
-    diagram = compile_classifier(
-        network, ClassifierSpec(cls, network.states[cls][1], threshold, order=order)).diagram
+        spec = ClassifierSpec("C", network.states["C"][1], 0.5)
+    diagram = compile_classifier(network, spec).diagram
     encode = []
     for _ in range(5):
         t0 = time.perf_counter()

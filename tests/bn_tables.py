@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from boxwatch.agent.diagram import DecisionDiagram
+from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
 
 
 def all_assignments(cards: Sequence[int]) -> np.ndarray:
@@ -120,19 +121,6 @@ def brute_monotone(table: np.ndarray, feature: int, order: Sequence[int],
 
 DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 
-# The reference classifiers (issue 3): class, threshold, variable order (None: default).
-REFERENCE = {
-    "asia": ("bronc", 0.5, None),
-    "child": ("BirthAsphyxia", 0.9, ("LVHreport", "GruntingReport", "RUQO2", "LowerBodyO2",
-                                     "XrayReport", "Age", "CO2Report")),
-    "alarm": ("DISCONNECT", 0.9, ("BP", "PCWP", "CVP", "PRESS", "MINVOL", "EXPCO2", "HISTORY",
-                                  "PAP", "HRBP", "HRSAT", "HREKG")),
-    "win95pts": ("PTROFFLINE", 0.5, ("Problem3", "PrtStatMem", "Problem2", "PrtStatPaper",
-                                     "PrtStatToner", "Problem6", "PrtFile", "Problem1",
-                                     "PrtIcon", "REPEAT", "PSERRMEM", "TstpsTxt",
-                                     "HrglssDrtnAftrPrnt", "Problem5", "Problem4",
-                                     "PrtStatOff")),
-}
 
 
 def compile_reference(name: str):
@@ -142,7 +130,6 @@ def compile_reference(name: str):
     """
     import pytest
 
-    from boxwatch.offline.bn_classifier import ClassifierSpec
     from boxwatch.offline.bn_compile import compile_classifier
     from boxwatch.offline.bn_io import load_network
 
@@ -150,6 +137,5 @@ def compile_reference(name: str):
     if not path.is_file():
         pytest.skip(f"{path} is absent (../shared data not available)")
     network = load_network(path)
-    cls, threshold, order = REFERENCE[name]
-    spec = ClassifierSpec(cls, network.states[cls][1], threshold, order=order)
+    spec = REFERENCE_CLASSIFIERS[name].spec(network)
     return compile_classifier(network, spec).diagram, network

@@ -17,7 +17,8 @@ import pytest
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn_classifier import ClassifierSpec, default_order, resolve_spec
 from boxwatch.offline.bn_compile import TIE_TOLERANCE, compile_classifier
-from boxwatch.offline.bn_io import Network, load_network
+from boxwatch.offline.bn_io import Network
+from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
 from boxwatch.offline.bn_synthetic import chain_tan, naive_bayes, random_dag
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
@@ -25,20 +26,6 @@ needs_shared = pytest.mark.skipif(
     not SHARED.is_dir(), reason="needs ../shared/data/bn (absent in a plain clone)"
 )
 
-# (file, class, positive (None: state index 1), threshold, order (None: leaves, default order))
-REFERENCE = {
-    "child": ("child.bif.gz", "BirthAsphyxia", None, 0.9,
-              "LVHreport GruntingReport RUQO2 LowerBodyO2 XrayReport Age CO2Report"),
-    "alarm": ("alarm.bif.gz", "DISCONNECT", None, 0.9,
-              "BP PCWP CVP PRESS MINVOL EXPCO2 HISTORY PAP HRBP HRSAT HREKG"),
-    "win95pts": ("win95pts.bif.gz", "PTROFFLINE", None, 0.5,
-                 "Problem3 PrtStatMem Problem2 PrtStatPaper PrtStatToner Problem6 PrtFile "
-                 "Problem1 PrtIcon REPEAT PSERRMEM TstpsTxt HrglssDrtnAftrPrnt Problem5 "
-                 "Problem4 PrtStatOff"),
-    "asia": ("asia.bif.gz", "bronc", "yes", 0.5, None),
-    "insurance": ("insurance.bif.gz", "RiskAversion", "Adventurous", 0.5, None),
-    "credit": ("credit.net", "CreditWorthiness", "Positive", 0.5, None),
-}
 
 
 # ---------------------------------------------------------------------------- independent code
@@ -270,10 +257,7 @@ def test_defaults_leaves_or_all_others_and_a_deterministic_order():
 
 # ---------------------------------------------------------------------------- shared networks
 def _reference(name: str) -> tuple[Network, ClassifierSpec]:
-    file, cls, positive, threshold, order = REFERENCE[name]
-    net = load_network(SHARED / file)
-    positive = positive or net.states[cls][1]
-    return net, ClassifierSpec(cls, positive, threshold, order=order.split() if order else None)
+    return REFERENCE_CLASSIFIERS[name].load(SHARED)
 
 
 @needs_shared
