@@ -172,8 +172,8 @@ class Agent:
         for rec in records:
             if rec.timestamp and rec.timestamp > 0:
                 self.metrics.end_to_end_seconds.observe(max(now - rec.timestamp / 1000.0, 0.0))
-        for out in outputs:
-            self.metrics.outputs.labels(out.kind).inc()
+        for kind, n in _Counter(out.kind for out in outputs).items():
+            self.metrics.outputs.labels(kind).inc(n)
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         self.status.batches += 1

@@ -201,6 +201,9 @@ class BoxMonitor(BaseEstimator):
     calibration_ : Calibration or None
     build_seconds_ : float
         Time spent building the boxes (last sweep).
+    sweep_ : BoxSweep
+        The boxes of every swept tau (the candidates with ``tau="auto"`` and validation
+        data), kept for per-tau evaluation curves.
     """
 
     def __init__(self, layers: Sequence[str] | None = None, *, tau: Any = "auto",
@@ -313,6 +316,7 @@ class BoxMonitor(BaseEstimator):
         self.tau_ = {layer: np.asarray(chosen[layer], dtype=np.float64) for layer in layers}
         self.selection_ = selection
         self.build_seconds_ = sweep.seconds
+        self.sweep_ = sweep
         self.calibration_ = None
         self.runtime_ = BoxRuntime(layers=layers, n_classes=k, good=good, bad=bad,
                                    normalize=self.normalize, combine=self.combine,

@@ -125,9 +125,11 @@ def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, ta
                                                n_classes)).as_dict(),
           "per_layer": {layer: total(outcomes_per_class(v, eval_true, eval_pred, n_classes)).as_dict()
                         for layer, v in verdicts.per_layer.items()}}
-    sweep = build_sweep(acts["train"], y["train"], preds["train"], layers=mi.layers, taus=taus,
-                        n_classes=n_classes, normalize=monitor.normalize,
-                        random_state=params.get("random_state", 0))
+    sweep = monitor.sweep_
+    if sweep.taus != taus:  # fit swept other taus (fixed tau, coverage selection)
+        sweep = build_sweep(acts["train"], y["train"], preds["train"], layers=mi.layers,
+                            taus=taus, n_classes=n_classes, normalize=monitor.normalize,
+                            random_state=params.get("random_state", 0))
     by_layer = sweep.verdicts(eval_acts, eval_pred)
     curves = {}
     for layer in mi.layers:
