@@ -53,14 +53,14 @@ def build_example(workdir: Path) -> tuple[Path, Path, dict[str, Any]]:
     from boxwatch.agent.artifact import write_artifact
     from boxwatch.agent.keys import load_private_key
     from boxwatch.offline.build import build, prepare
-    from boxwatch.offline.cli_build import _progress, summary_table
+    from boxwatch.offline.cli_build import progress_bar, summary_table
     from boxwatch.offline.config import load_config
     from boxwatch.offline.report import write_report
 
     private, public = workdir / "keys" / "demo.key", workdir / "keys" / "demo.pub"
     generate_keypair(private, public, force=True)
     config = write_build_config(workdir)
-    outcome = build(prepare(load_config(config)), load_private_key(private), progress=_progress)
+    outcome = build(prepare(load_config(config)), load_private_key(private), progress=progress_bar)
     artifact = workdir / "demo.bwa"
     write_artifact(artifact, outcome.artifact)
     outcome.summary["artifact"]["path"] = str(artifact)
@@ -124,7 +124,10 @@ def stream(bootstrap: str, workdir: Path, artifact: Any, n_known: int, n_unknown
 
 def _table(counts: Counter, gate: Counter, dlq: int, started: float, metrics_url: str) -> str:
     n = sum(counts.values())
-    rate = lambda k: counts.get(k, 0) / n if n else 0.0  # noqa: E731
+
+    def rate(verdict: str) -> float:
+        return counts.get(verdict, 0) / n if n else 0.0
+
     elapsed = max(time.time() - started, 1e-9)
     total = n + sum(gate.values()) + dlq
     return (f"verdicts {n:5d} (accept {counts.get('accept', 0)}, uncertainty "

@@ -20,7 +20,8 @@ from boxwatch.offline.report import write_report
 KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
 
 
-def _progress(label: str, total: int) -> Any:
+def progress_bar(label: str, total: int) -> Any:
+    """A stderr progress bar for long build steps (what :func:`build` calls ``progress``)."""
     return click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True)
 
 
@@ -108,7 +109,7 @@ def build_artifact(config: Path, key_path: Path | None, out: Path | None, report
         if out is None:
             raise ConfigError("--out ARTIFACT is required (or use --dry-run)")
         private_key = load_private_key(key_path)
-        outcome = build(prepared, private_key, created_at=created_at, progress=_progress)
+        outcome = build(prepared, private_key, created_at=created_at, progress=progress_bar)
         write_artifact(out, outcome.artifact)
         outcome.summary["artifact"]["path"] = str(out)
         if report_dir is not None:
