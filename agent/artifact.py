@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import functools
 import hashlib
 import io
 import json
@@ -119,7 +120,7 @@ class Artifact:
     manifest_bytes: bytes = field(repr=False)
     path: str | None = None
 
-    @property
+    @functools.cached_property
     def artifact_id(self) -> str:
         """Stable id: the first 16 hex digits of sha256(manifest bytes)."""
         return sha256_hex(self.manifest_bytes)[:16]

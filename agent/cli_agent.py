@@ -103,6 +103,9 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         signal.signal(signal.SIGHUP, lambda *_: worker.request_reload())
     try:
         worker.run()
+    except ConfigError as exc:  # a client option refused when the clients are made
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     finally:
         http.stop()
     log.info("agent stopped")

@@ -86,6 +86,11 @@ def _port_address(v: str) -> str | None:
     return None
 
 
+def _library(v: str) -> str | None:
+    return None if v in ("kafka-python", "confluent-kafka") else \
+        "must be kafka-python or confluent-kafka"
+
+
 def _policy(v: dict) -> str | None:
     bad = {k: t for k, t in v.items()
            if k not in ("certified", "blocked", "unverified") or t not in ("release", "review", "none")}
@@ -105,9 +110,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Kafka bootstrap servers, comma-separated."),
     Setting("kafka.group_id", "BOXWATCH_GROUP_ID", _str, "boxwatch-agent",
             "Consumer group; replicas sharing it split the partitions."),
+    Setting("kafka.library", "BOXWATCH_KAFKA_LIBRARY", _str, "kafka-python",
+            "Kafka client library: `kafka-python` (pure Python, always installed) or "
+            "`confluent-kafka` (librdkafka, several times faster; "
+            "`pip install 'boxwatch[confluent]'`).", _library),
     Setting("kafka.client", "BOXWATCH_KAFKA_CLIENT", _dict, {},
-            "Extra kafka-python client options passed through unchanged (security_protocol, "
-            "sasl_mechanism, sasl_plain_username, ssl_cafile, ...)."),
+            "Extra client options passed through unchanged, named as the chosen library "
+            "names them: kafka-python (security_protocol, sasl_mechanism, "
+            "sasl_plain_username, ssl_cafile, ...) or librdkafka (security.protocol, "
+            "sasl.mechanisms, sasl.username, ssl.ca.location, ...)."),
     Setting("kafka.create_topics", "BOXWATCH_CREATE_TOPICS", _bool, False,
             "Create missing topics at start instead of refusing to start."),
     Setting("kafka.partitions", "BOXWATCH_TOPIC_PARTITIONS", _int, 1,

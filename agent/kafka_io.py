@@ -1,85 +1,122 @@
-"""Kafka clients for the agent: at-least-once consumer, acks=all producer, topic checks.
+"""The agent's view of Kafka: one small interface, two client libraries behind it.
 
-The client options of the config (``kafka.client``: SASL, SSL...) pass through unchanged to
-every kafka-python client that knows them (so a consumer-only option such as
-``group_instance_id``, for static group membership, reaches only the consumer); the agent's
-own reliability settings override them.
+``kafka.library`` picks the library: ``kafka-python`` (pure Python, the default, always
+installed) or ``confluent-kafka`` (librdkafka; ``pip install 'boxwatch[confluent]'``,
+several times faster). Both give the agent the same things: a consumer that returns
+micro-batches of :class:`Record`-like objects, pauses and resumes all its partitions
+(also those a rebalance hands out while paused), commits given offsets synchronously and
+reports lag; a producer that delivers a list of outputs with acks=all and says which were
+not acknowledged; and a start-up topic check. Library errors that a retry may cure are
+raised as :class:`KafkaUnavailable`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from boxwatch.agent.errors import BoxwatchError, ConfigError
 
-from boxwatch.agent.errors import ConfigError
+LIBRARIES = ("kafka-python", "confluent-kafka")
 
-log = logging.getLogger(__name__)
-
-# Errors after which a delivery or commit is retried rather than fatal.
-RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
+Partition = tuple[str, int]
+PartitionsCallback = Callable[[list[Partition]], None]
 
 
-def client_options(cfg: Mapping[str, Any], client: type) -> dict[str, Any]:
-    """The ``kafka.client`` options meant for ``client`` (a kafka-python client class).
-
-    An option no kafka-python client knows is passed on, so the client refuses it loudly.
-    """
-    known = (KafkaConsumer.DEFAULT_CONFIG, KafkaProducer.DEFAULT_CONFIG,
-             KafkaAdminClient.DEFAULT_CONFIG)
-    return {k: v for k, v in cfg["kafka.client"].items()
-            if k in client.DEFAULT_CONFIG or not any(k in d for d in known)}
+class KafkaUnavailable(BoxwatchError):
+    """The broker could not be reached or did not answer in time; retrying may cure it."""
 
 
-def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Options of the agent's consumer: manual commits, bounded batches, quick rebalance."""
-    return {
-        **client_options(cfg, KafkaConsumer),
-        "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
-        "group_id": cfg["kafka.group_id"],
-        "enable_auto_commit": False,
-        "auto_offset_reset": "earliest",
-        "max_poll_records": cfg["batch.max_records"],
-        # The broker may hold a fetch this long waiting for data; keep it within the batch
-        # wait, or an idle-ish stream pays up to kafka-python's 500 ms default per record.
-        "fetch_max_wait_ms": min(cfg["batch.max_wait_ms"], 500),
-        "session_timeout_ms": 10_000,
-        "heartbeat_interval_ms": 1_000,
-        "client_id": "boxwatch-agent",
-    }
+class Record(NamedTuple):
+    """One consumed record (kafka-python's ``ConsumerRecord`` has the same fields)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
 
 
-def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Options of the agent's producer: acks=all, ordered retries, bounded blocking."""
-    return {
-        **client_options(cfg, KafkaProducer),
-        "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
-        "acks": "all",
-        "linger_ms": 2,
-        "max_in_flight_requests_per_connection": 1,
-        # kafka-python 3's idempotent producer never delivers again after a batch times out
-        # during a broker outage (seen on both test brokers); one in-flight request keeps
-        # per-partition order without it, and redelivery is at-least-once anyway.
-        "enable_idempotence": False,
-        "retries": 5,
-        "request_timeout_ms": 10_000,
-        "delivery_timeout_ms": 30_000,
-        "max_block_ms": 10_000,
-        "client_id": "boxwatch-agent",
-    }
+class Outgoing(Protocol):
+    """What a producer delivers (``outputs.Output``)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
 
 
-def admin_client(cfg: Mapping[str, Any]) -> KafkaAdminClient:
-    return KafkaAdminClient(
-        **client_options(cfg, KafkaAdminClient),
-        bootstrap_servers=cfg["kafka.bootstrap_servers"].split(","),
-        client_id="boxwatch-agent-admin",
-        request_timeout_ms=10_000,
-    )
+class AgentConsumer(Protocol):
+    """The consumer side the agent loop needs."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+        """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first."""
+
+    def pause(self) -> None:
+        """Stop fetching from every assigned partition, and from any assigned later."""
+
+    def resume(self) -> None:
+        """Fetch again from every assigned partition."""
+
+    def keep_membership(self) -> None:
+        """Serve the group protocol while paused; never consume (rewinds what it gets)."""
+
+    def commit(self, offsets: Mapping[Partition, int]) -> None:
+        """Commit the next offset to read per partition, synchronously."""
+
+    def lag(self) -> dict[Partition, int]:
+        """Records not yet consumed per assigned partition."""
+
+    def close(self, timeout_s: float) -> None:
+        """Leave the group without committing anything more."""
+
+
+class AgentProducer(Protocol):
+    """The producer side the agent loop needs."""
+
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[Outgoing]:
+        """Send ``outputs`` (acks=all) and wait; return those not acknowledged."""
+
+    def close(self, timeout_s: float) -> None:
+        """Flush what is queued (up to ``timeout_s``) and close."""
+
+
+def library(cfg: Mapping[str, Any]) -> str:
+    """The configured client library; a clear error when it is not installed."""
+    name = cfg["kafka.library"]
+    if name == "confluent-kafka":
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            raise ConfigError("kafka.library is confluent-kafka but it is not installed "
+                              "(pip install 'boxwatch[confluent]')") from None
+    return name
+
+
+def make_consumer(cfg: Mapping[str, Any], topics: list[str], *,
+                  on_assign: PartitionsCallback | None = None,
+                  on_revoke: PartitionsCallback | None = None) -> AgentConsumer:
+    """The agent's consumer, subscribed to ``topics`` with the rebalance callbacks."""
+    if library(cfg) == "confluent-kafka":
+        from boxwatch.agent.kafka_confluent import ConfluentConsumer
+
+        return ConfluentConsumer(cfg, topics, on_assign=on_assign, on_revoke=on_revoke)
+    from boxwatch.agent.kafka_python_client import KafkaPythonConsumer
+
+    return KafkaPythonConsumer(cfg, topics, on_assign=on_assign, on_revoke=on_revoke)
+
+
+def make_producer(cfg: Mapping[str, Any]) -> AgentProducer:
+    """The agent's producer (acks=all, per-partition order kept)."""
+    if library(cfg) == "confluent-kafka":
+        from boxwatch.agent.kafka_confluent import ConfluentProducer
+
+        return ConfluentProducer(cfg)
+    from boxwatch.agent.kafka_python_client import KafkaPythonProducer
+
+    return KafkaPythonProducer(cfg)
 
 
 def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
@@ -88,41 +125,16 @@ def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
     Returns the topics created. Raises :class:`ConfigError` naming the missing topics.
     """
     wanted = sorted(set(topics))
-    try:
-        admin = admin_client(cfg)
-    except KafkaError as exc:
-        raise ConfigError(
-            f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} ({type(exc).__name__})"
-        ) from None
-    try:
-        existing = set(admin.list_topics())
-        missing = [t for t in wanted if t not in existing]
-        if not missing:
-            return []
-        if not cfg["kafka.create_topics"]:
-            raise ConfigError(
-                f"topics missing on {cfg['kafka.bootstrap_servers']}: {missing} (create them, "
-                "or set kafka.create_topics: true)"
-            )
-        new = [NewTopic(t, cfg["kafka.partitions"], 1) for t in missing]
-        try:
-            admin.create_topics(new)
-        except TopicAlreadyExistsError:
-            pass
-        log.info("created topics %s", missing)
-        return missing
-    except KafkaError as exc:
-        raise ConfigError(f"topic check failed on {cfg['kafka.bootstrap_servers']}: {exc}") from None
-    finally:
-        admin.close()
-
-
-def make_consumer(cfg: Mapping[str, Any], topics: list[str], listener: Any = None) -> KafkaConsumer:
-    """The agent's consumer, subscribed once (with the rebalance ``listener``)."""
-    consumer = KafkaConsumer(**consumer_options(cfg))
-    consumer.subscribe(topics, listener=listener)
-    return consumer
-
-
-def make_producer(cfg: Mapping[str, Any]) -> KafkaProducer:
-    return KafkaProducer(**producer_options(cfg))
+    if library(cfg) == "confluent-kafka":
+        from boxwatch.agent.kafka_confluent import create_topics, list_topics
+    else:
+        from boxwatch.agent.kafka_python_client import create_topics, list_topics
+    where = cfg["kafka.bootstrap_servers"]
+    missing = [t for t in wanted if t not in list_topics(cfg)]
+    if not missing:
+        return []
+    if not cfg["kafka.create_topics"]:
+        raise ConfigError(f"topics missing on {where}: {missing} (create them, or set "
+                          "kafka.create_topics: true)")
+    create_topics(cfg, missing, cfg["kafka.partitions"])
+    return missing

@@ -8,6 +8,7 @@ artifact. Tests pass their own ``CollectorRegistry``.
 
 from __future__ import annotations
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from boxwatch import __version__
@@ -143,3 +144,27 @@ class AgentMetrics:
         self.artifact_info.clear()
         self.artifact_info.labels(artifact_id, model_version, schema_version).set(1)
         self.artifact_created.set(created)
+
+
+def observe_many(histogram: Histogram, values: np.ndarray) -> None:
+    """``histogram.observe(v)`` for every value, in one vectorised step per batch.
+
+    Uses the histogram's bucket bounds and values (prometheus_client keeps them as
+    ``_upper_bounds`` / ``_buckets`` / ``_sum``); falls back to one call per value if a
+    future prometheus_client lays them out differently.
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not values.size:
+        return
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for v in values.tolist():
+            histogram.observe(v)
+        return
+    index = np.searchsorted(np.asarray(bounds, dtype=np.float64), values, side="left")
+    for i, n in enumerate(np.bincount(index, minlength=len(bounds)).tolist()):
+        if n:
+            buckets[i].inc(n)
+    total.inc(float(values.sum()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,10 +30,10 @@ class Preprocessing:
         if not self.shape or any(int(d) < 1 for d in self.shape):
             raise ConfigError(f"preprocessing shape {list(self.shape)} must be positive dims")
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         """Number of scalars in one input."""
-        return int(np.prod(self.shape))
+        return math.prod(int(d) for d in self.shape)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         """Shape a batch of raw inputs into the model's input tensor.

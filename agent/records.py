@@ -31,6 +31,7 @@ TENSOR_TYPE = "application/x-boxwatch-tensor"
 NPY_TYPE = "application/x-npy"
 BINARY_DTYPES = {"float32": "<f4", "float64": "<f8", "float16": "<f2", "uint8": "u1", "int64": "<i8"}
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
+_TENSOR_BYTES = TENSOR_TYPE.encode()
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -118,9 +119,13 @@ def _check_payload(value: bytes | None, max_bytes: int) -> bytes:
 
 def decode_model_input(
     value: bytes | None, headers: Headers | None, *, size: int,
-    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES, check_finite: bool = True,
 ) -> ModelInput:
-    """Decode one model-input record into ``size`` finite float64 values."""
+    """Decode one model-input record into ``size`` finite float64 values.
+
+    ``check_finite=False`` leaves the NaN/Inf check to the caller (the agent checks a
+    whole batch at once).
+    """
     value = _check_payload(value, max_bytes)
     h = header_map(headers)
     ctype = h.get("content-type", b"").decode("latin-1").split(";")[0].strip().lower()
@@ -147,9 +152,90 @@ def decode_model_input(
     flat = arr.reshape(-1)
     if flat.size != size:
         raise BadRecord("bad_shape", f"{flat.size} values, the model takes {size}", rid)
-    if not np.isfinite(flat).all():
+    if check_finite and not np.isfinite(flat).all():
         raise BadRecord("not_finite", "NaN or infinite values", rid)
     return ModelInput(rid, flat)
+
+
+def decode_model_batch(
+    records: Sequence[tuple[bytes | None, Headers | None]], *, size: int,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> tuple[np.ndarray, list[str], list[int], list[tuple[int, BadRecord]]]:
+    """Decode a micro-batch of ``(value, headers)`` model inputs at once.
+
+    Returns ``(x, ids, rows, bad)``: ``x`` of shape (len(rows), size), float64, holds the
+    good inputs in order, ``rows`` their positions in ``records``, ``ids`` their ids, and
+    ``bad`` the ``(position, BadRecord)`` of the others; NaN/Inf rows are bad too. The same
+    decisions as :func:`decode_model_input` record by record; plain float32 tensors with no
+    ``shape`` header (the common binary form) skip the per-record array work and are
+    decoded with one ``frombuffer`` for the whole batch.
+    """
+    nbytes = size * 4
+    fast_values: list[bytes] = []
+    fast_at: list[int] = []
+    fast_ids: list[str] = []
+    slow: list[tuple[int, np.ndarray, str]] = []
+    bad: list[tuple[int, BadRecord]] = []
+    plain_fits = nbytes <= max_bytes
+    for i, (value, headers) in enumerate(records):
+        rid = _plain_tensor_id(value, headers, nbytes) if plain_fits else None
+        if rid is not None:
+            fast_values.append(value)  # type: ignore[arg-type]
+            fast_at.append(i)
+            fast_ids.append(rid)
+            continue
+        try:
+            decoded = decode_model_input(value, headers, size=size, max_bytes=max_bytes,
+                                         check_finite=False)
+        except BadRecord as exc:
+            bad.append((i, exc))
+            continue
+        slow.append((i, decoded.values, decoded.record_id))
+    x = np.frombuffer(b"".join(fast_values), dtype="<f4").reshape(len(fast_values), size)
+    x = x.astype(np.float64)
+    rows, ids = fast_at, fast_ids
+    if slow:
+        order = np.argsort(np.array(fast_at + [i for i, _, _ in slow]), kind="stable")
+        x = np.concatenate([x, np.stack([v for _, v, _ in slow])])[order]
+        rows = [(fast_at + [i for i, _, _ in slow])[k] for k in order.tolist()]
+        ids = [(fast_ids + [r for _, _, r in slow])[k] for k in order.tolist()]
+    finite = np.isfinite(x).all(axis=1)
+    if not finite.all():
+        bad += [(rows[k], BadRecord("not_finite", "NaN or infinite values", ids[k]))
+                for k in np.flatnonzero(~finite).tolist()]
+        keep = np.flatnonzero(finite).tolist()
+        x, rows, ids = x[finite], [rows[k] for k in keep], [ids[k] for k in keep]
+    return x, ids, rows, sorted(bad, key=lambda b: b[0])
+
+
+def _plain_tensor_id(value: bytes | None, headers: Headers | None, nbytes: int) -> str | None:
+    """The id of a plain float32 tensor record of ``nbytes`` bytes, else None.
+
+    Plain: content-type tensor, dtype float32, one id header of 1-256 characters, no shape
+    header. Anything else (including every bad record) takes the full decoder.
+    """
+    if value is None or len(value) != nbytes or not headers:
+        return None
+    ctype = dtype = rid = None
+    for key, val in headers:
+        k = key.lower()
+        if k == "content-type":
+            ctype = val
+        elif k == "dtype":
+            dtype = val
+        elif k == "id":
+            if rid is not None:
+                return None
+            rid = val
+        elif k == "shape":
+            return None
+    if ctype != _TENSOR_BYTES or dtype != b"float32" or not rid or len(rid) > 256:
+        return None
+    try:
+        text = rid.decode("utf-8")
+    except (UnicodeDecodeError, AttributeError):
+        return None
+    return text if len(text) <= 256 else None
 
 
 def _decode_tensor(value: bytes, h: dict[str, bytes], rid: str) -> np.ndarray:

@@ -19,23 +19,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from kafka import ConsumerRebalanceListener, TopicPartition
-from kafka.structs import OffsetAndMetadata
 
 from boxwatch.agent.boxes import verdict_names
 from boxwatch.agent.config import AgentConfig
 from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.gate import OUTCOME_NAMES
-from boxwatch.agent.kafka_io import RETRYABLE, ensure_topics, make_consumer, make_producer
-from boxwatch.agent.metrics import AgentMetrics
+from boxwatch.agent.kafka_io import (
+    KafkaUnavailable,
+    Partition,
+    ensure_topics,
+    make_consumer,
+    make_producer,
+)
+from boxwatch.agent.metrics import AgentMetrics, observe_many
 from boxwatch.agent.outputs import (
     Output,
     copy_output,
     dead_letter_output,
     gate_output,
-    verdict_output,
+    verdict_outputs,
 )
-from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_input
+from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_batch
 from boxwatch.agent.runtime import MonitorRuntime
 
 log = logging.getLogger(__name__)
@@ -129,22 +133,22 @@ class Agent:
 
     def run(self) -> None:
         """Blocking loop until :meth:`stop`; closes the clients in ``finally``."""
-        self._consumer = make_consumer(self.cfg, self.input_topics(), listener=_Rebalance(self))
+        self._consumer = make_consumer(self.cfg, self.input_topics(),
+                                       on_revoke=self.forget_partitions)
         self._producer = make_producer(self.cfg)
-        wait_ms = self.cfg["batch.max_wait_ms"]
+        wait_s = self.cfg["batch.max_wait_ms"] / 1000
+        max_records = self.cfg["batch.max_records"]
         try:
             while not self.stop_event.is_set():
                 if self.reload_event.is_set():
                     self._reload()
                 try:
-                    polled = self._consumer.poll(timeout_ms=wait_ms,
-                                                 max_records=self.cfg["batch.max_records"])
-                except RETRYABLE as exc:
+                    records = self._consumer.poll(max_records, wait_s)
+                except KafkaUnavailable as exc:
                     self._set_connected(False)
-                    log.warning("poll failed: %s; retrying", exc)
+                    log.warning("%s; retrying", exc)
                     self.stop_event.wait(BACKOFF_BASE_S)
                     continue
-                records = [r for recs in polled.values() for r in recs]
                 if records:
                     self._handle_batch(records)
                 self._maybe_update_lag()
@@ -155,10 +159,10 @@ class Agent:
         timeout = self.cfg["shutdown_timeout_s"]
         try:
             if self._producer is not None:
-                self._producer.close(timeout=timeout / 2)
+                self._producer.close(timeout / 2)
         finally:
             if self._consumer is not None:
-                self._consumer.close(autocommit=False, timeout_ms=int(timeout * 500))
+                self._consumer.close(timeout / 2)
             self._producer = self._consumer = None
 
     # -- one batch --------------------------------------------------------------------
@@ -169,9 +173,9 @@ class Agent:
             return
         self._commit(records)
         now = time.time()
-        for rec in records:
-            if rec.timestamp and rec.timestamp > 0:
-                self.metrics.end_to_end_seconds.observe(max(now - rec.timestamp / 1000.0, 0.0))
+        stamps = np.array([rec.timestamp or 0 for rec in records], dtype=np.float64)
+        observe_many(self.metrics.end_to_end_seconds,
+                     np.maximum(now - stamps[stamps > 0] / 1000.0, 0.0))
         for kind, n in _Counter(out.kind for out in outputs).items():
             self.metrics.outputs.labels(kind).inc(n)
         self.metrics.batch_size.observe(len(records))
@@ -208,48 +212,39 @@ class Agent:
         if rt.tap is None or rt.preprocessing is None:
             return [self._dead_letter(r, "bad_schema", "the artifact monitors no model")
                     for r in recs]
-        good, ids = [], []
-        for rec in recs:
-            try:
-                decoded = decode_model_input(rec.value, rec.headers, size=rt.preprocessing.size,
-                                             max_bytes=self.cfg["max_record_bytes"])
-            except BadRecord as exc:
-                out.append(self._dead_letter(rec, exc.reason, exc.detail))
-                continue
-            good.append((rec, decoded.values))
-            ids.append(decoded.record_id)
+        x, ids, rows, bad = decode_model_batch([(r.value, r.headers) for r in recs],
+                                               size=rt.preprocessing.size,
+                                               max_bytes=self.cfg["max_record_bytes"])
+        out += [self._dead_letter(recs[i], exc.reason, exc.detail) for i, exc in bad]
+        good = [recs[i] for i in rows]
         if not good:
             return out
         try:
-            res = rt.run_model(np.stack([v for _, v in good]))
+            res = rt.run_model(x)
         except Exception as exc:  # a model failure must not kill the loop; keep the inputs
             log.exception("model call failed on a batch of %d", len(good))
             return out + [self._dead_letter(r, "model_error", f"{type(exc).__name__}: {exc}")
-                          for r, _ in good]
+                          for r in good]
         self.metrics.inference_seconds.observe(res.inference_seconds)
         self.metrics.monitor_seconds.observe(res.monitor_seconds)
         verdicts = verdict_names(res.verdicts)
         layer_names = {layer: verdict_names(v) for layer, v in res.layer_verdicts.items()}
         classes = rt.classes
-        predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted]
+        predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted.tolist()]
         accepted = rt.boxes.decide(res.scores) if rt.boxes.threshold is not None else None
         timings = {"inference_ms": round(res.inference_seconds * 1e3, 3),
                    "monitor_ms": round(res.monitor_seconds * 1e3, 3), "batch_records": len(good)}
+        verdict_list = verdicts.tolist()
+        out += verdict_outputs(
+            self.cfg["topics.verdicts"], good, ids, predicted=predicted, verdicts=verdict_list,
+            layers={layer: v.tolist() for layer, v in layer_names.items()},
+            scores=np.asarray(res.scores, dtype=np.float64).tolist(),
+            accepted=None if accepted is None else accepted.tolist(),
+            artifact_id=rt.artifact_id, model_version=rt.model_version, timings=timings)
         capture = self.cfg["topics.capture"]
-        for i, (rec, _) in enumerate(good):
-            body = {
-                "predicted_class": predicted[i],
-                "verdict": str(verdicts[i]),
-                "layers": {layer: str(v[i]) for layer, v in layer_names.items()},
-                "score": float(res.scores[i]) if np.isfinite(res.scores[i]) else None,
-                "score_accepted": None if accepted is None else bool(accepted[i]),
-                "artifact_id": rt.artifact_id,
-                "model_version": rt.model_version,
-                "timings": timings,
-            }
-            out.append(verdict_output(self.cfg["topics.verdicts"], rec, ids[i], body))
-            if capture and verdicts[i] != "accept":
-                out.append(copy_output("capture", capture, rec, {"boxwatch-verdict": str(verdicts[i])}))
+        if capture:
+            out += [copy_output("capture", capture, good[i], {"boxwatch-verdict": v})
+                    for i, v in enumerate(verdict_list) if v != "accept"]
         self._count_verdicts(predicted, verdicts, layer_names, res.scores)
         return out
 
@@ -261,8 +256,8 @@ class Agent:
         for layer, names in layer_names.items():
             for (v, c), n in _Counter(zip(names.tolist(), predicted, strict=True)).items():
                 self.metrics.layer_verdicts.labels(layer, v, c).inc(n)
-        for s in np.asarray(scores)[np.isfinite(scores)]:
-            self.metrics.score.observe(float(s))
+        scores = np.asarray(scores, dtype=np.float64)
+        observe_many(self.metrics.score, scores[np.isfinite(scores)])
 
     def _process_bn(self, recs: list[Any]) -> list[Output]:
         rt = self.runtime
@@ -310,28 +305,10 @@ class Agent:
         Returns ``False`` only when shutdown interrupts the retries (nothing is committed
         then, so the batch is consumed again after restart).
         """
-        pending = list(outputs)
+        pending: list[Any] = list(outputs)
         attempt = 0
         while pending:
-            failed: list[Output] = []
-            futures = []
-            for i, out in enumerate(pending):
-                try:
-                    futures.append((out, self._producer.send(out.topic, key=out.key, value=out.value,
-                                                             headers=out.headers)))
-                except RETRYABLE as exc:
-                    log.warning("send to %s failed: %s", out.topic, exc)
-                    failed.extend(pending[i:])
-                    break
-            try:
-                self._producer.flush(timeout=FLUSH_TIMEOUT_S)
-            except RETRYABLE as exc:
-                log.warning("flush failed: %s", exc)
-            for out, fut in futures:
-                try:
-                    fut.get(timeout=0)
-                except Exception:  # KafkaError or a still-pending future: resend it
-                    failed.append(out)
+            failed = self._producer.deliver(pending, FLUSH_TIMEOUT_S)
             if not failed:
                 break
             self.metrics.produce_errors.inc()
@@ -342,7 +319,7 @@ class Agent:
                         len(pending), attempt + 1, delay)
             if self.stop_event.wait(delay):
                 return False
-            self._keep_membership()
+            self._consumer.keep_membership()
             pending = failed
             attempt += 1
         self._pause(False)
@@ -352,45 +329,29 @@ class Agent:
     def _pause(self, paused: bool) -> None:
         if paused == self.status.paused:
             return
-        assigned = list(self._consumer.assignment())
         if paused:
-            self._consumer.pause(*assigned)
+            self._consumer.pause()
         else:
-            self._consumer.resume(*assigned)
+            self._consumer.resume()
         self.status.paused = paused
         self.metrics.paused.set(1 if paused else 0)
         log.warning("consumption %s", "paused: outputs cannot be delivered" if paused else "resumed")
 
-    def _keep_membership(self) -> None:
-        """Poll while paused so the group keeps this member; never consume records here.
-
-        A rebalance during the poll hands out partitions unpaused: anything it returns is
-        sought back (fetched again after recovery, not skipped) and every partition paused.
-        """
-        try:
-            polled = self._consumer.poll(timeout_ms=0)
-        except RETRYABLE:
-            return
-        for tp, recs in polled.items():
-            if recs:
-                self._consumer.seek(tp, recs[0].offset)
-        self._consumer.pause(*self._consumer.assignment())
-
     def _commit(self, records: list[Any]) -> None:
-        offsets: dict[TopicPartition, int] = {}
+        offsets: dict[Partition, int] = {}
         for r in records:
-            tp = TopicPartition(r.topic, r.partition)
-            offsets[tp] = max(offsets.get(tp, -1), r.offset)
-        commit = {tp: OffsetAndMetadata(o + 1, "", -1) for tp, o in offsets.items()}
+            tp = (r.topic, r.partition)
+            if r.offset >= offsets.get(tp, -1):
+                offsets[tp] = r.offset + 1
         attempt = 0
         while True:
             try:
-                self._consumer.commit(commit)
+                self._consumer.commit(offsets)
                 self.metrics.commits.inc()
                 return
-            except RETRYABLE as exc:
+            except KafkaUnavailable as exc:
                 if attempt >= 5 or self.stop_event.is_set():
-                    log.warning("commit failed (%s); the batch may be redelivered", exc)
+                    log.warning("%s; the batch may be redelivered", exc)
                     return
                 self.stop_event.wait(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt))
                 attempt += 1
@@ -406,23 +367,20 @@ class Agent:
         if now - self._last_lag < LAG_INTERVAL_S:
             return
         self._last_lag = now
-        assigned = list(self._consumer.assignment())
         try:
-            ends = self._consumer.end_offsets(assigned, timeout_ms=2000) if assigned else {}
-            for tp in assigned:
-                pos = self._consumer.position(tp, timeout_ms=1000)
-                if pos is not None and tp in ends:
-                    lag = max(ends[tp] - pos, 0)
-                    self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
-            self._set_connected(True)
-        except RETRYABLE as exc:
-            log.warning("broker unreachable (%s)", type(exc).__name__)
+            lags = self._consumer.lag()
+        except KafkaUnavailable as exc:
+            log.warning("broker unreachable (%s)", exc)
             self._set_connected(False)
+            return
+        for (topic, partition), lag in lags.items():
+            self.metrics.consumer_lag.labels(topic, str(partition)).set(lag)
+        self._set_connected(True)
 
-    def forget_partitions(self, partitions: list[Any]) -> None:
-        for tp in partitions:
+    def forget_partitions(self, partitions: list[Partition]) -> None:
+        for topic, partition in partitions:
             try:
-                self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
+                self.metrics.consumer_lag.remove(topic, str(partition))
             except KeyError:
                 pass
 
@@ -457,16 +415,3 @@ class Agent:
         self.metrics.artifact_reloads.labels("success").inc()
         self.status.reloads += 1
         log.info("artifact reloaded: now %s", new.artifact_id)
-
-
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-
-    def on_partitions_revoked(self, revoked):
-        self.agent.forget_partitions(list(revoked))
-
-    def on_partitions_assigned(self, assigned):
-        log.info("assigned %d partitions", len(assigned))
-        if self.agent.status.paused and assigned:
-            self.agent._consumer.pause(*assigned)  # still backpressured: stay paused

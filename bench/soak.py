@@ -9,8 +9,9 @@ Streams 64-float binary inputs at ``--rate`` records/s (default 2,000) for ``--m
   after warm-up (windows of 5 minutes, or half of what is left after warm-up on shorter
   runs); a last window faster than the first passes.
 
-Latency of one input = Kafka timestamp of its verdict (set by the agent's producer) minus
-the send time written into the input's id by this script. Writes its table into
+Latency of one input = time its verdict is read here minus the time it was handed to the
+producer (written into its id); the paced stream and the reader use confluent-kafka
+(bench/_stream.py) so they add little of their own; ``--library`` picks the agent's client. Writes its table into
 bench/RESULTS.md under "## soak (bench/soak.py)".
 
 Usage::
@@ -22,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -36,7 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+from _stream import VerdictReader, paced_stream  # noqa: E402
 from kafka_helpers import create_topics  # noqa: E402
 from reliability_helpers import (  # noqa: E402
     TOPICS,
@@ -45,65 +46,11 @@ from reliability_helpers import (  # noqa: E402
     write_agent_config,
 )
 
-from boxwatch.agent.records import TENSOR_TYPE  # noqa: E402
 from boxwatch.embedded_broker import EmbeddedBroker  # noqa: E402
 
 SECTION = "## soak (bench/soak.py)"
 RSS_LIMIT = 0.05
 P99_LIMIT = 0.20
-
-
-class Collector(threading.Thread):
-    """Reads the verdict topic; keeps (verdict time s, latency s) per input and seen ids."""
-
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap = bootstrap
-        self.lat: list[tuple[float, float]] = []
-        self.seen: set[int] = set()
-        self.dups = 0
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        c = KafkaConsumer(TOPICS["verdicts"], bootstrap_servers=self.bootstrap, group_id=None,
-                          auto_offset_reset="earliest", enable_auto_commit=False)
-        try:
-            while not self.halt.is_set():
-                for batch in c.poll(timeout_ms=200, max_records=5000).values():
-                    for r in batch:
-                        rid = json.loads(r.value)["id"]
-                        seq, sent_ms = (int(x) for x in rid.split("-"))
-                        if seq in self.seen:
-                            self.dups += 1
-                        self.seen.add(seq)
-                        self.lat.append((r.timestamp / 1000.0, (r.timestamp - sent_ms) / 1000.0))
-        finally:
-            c.close()
-
-
-def produce(bootstrap: str, rows: np.ndarray, rate: float, seconds: float, errors: list) -> int:
-    """Send at ``rate``/s for ``seconds``, in 10 ms ticks; returns the number sent."""
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2,
-                      max_block_ms=10_000)
-    payloads = [r.astype("<f4").tobytes() for r in rows]
-    t0 = time.monotonic()
-    sent = 0
-    try:
-        while (now := time.monotonic()) - t0 < seconds:
-            due = int((now - t0) * rate)
-            ms = int(time.time() * 1000)
-            while sent < due:
-                rid = f"{sent}-{ms}".encode()
-                fut = p.send(TOPICS["inputs"], value=payloads[sent % len(payloads)], key=rid,
-                             headers=[("content-type", TENSOR_TYPE.encode()), ("id", rid),
-                                      ("dtype", b"float32")])
-                fut.add_errback(lambda exc: errors.append(repr(exc)))
-                sent += 1
-            time.sleep(0.01)
-        p.flush(timeout=30)
-    finally:
-        p.close(timeout=10)
-    return sent
 
 
 def p99(values: list[float]) -> float:
@@ -131,6 +78,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=None,
                     help="warm-up seconds (default: 2 minutes, or 1/6 of a short run)")
     ap.add_argument("--broker", choices=("noida", "tansu"), default="noida")
+    ap.add_argument("--library", choices=("kafka-python", "confluent-kafka"),
+                    default="kafka-python", help="the agent's Kafka client library")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/boxwatch-soak"))
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
@@ -145,7 +94,7 @@ def main() -> int:
     example = build_example(args.workdir / "example")
     broker = EmbeddedBroker(args.broker).start()
     agent = None
-    collector = Collector(broker.bootstrap_servers)
+    collector = VerdictReader(broker.bootstrap_servers, TOPICS["verdicts"])
     rss: list[tuple[float, int]] = []
     errors: list[str] = []
     try:
@@ -153,12 +102,13 @@ def main() -> int:
                                                  TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
         cfg = write_agent_config(args.workdir / "agent.yaml", example, broker.bootstrap_servers,
                                  topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
-                                 group_id="soak")
+                                 group_id="soak", kafka__library=args.library)
         log = args.workdir / "agent.log"
         log.unlink(missing_ok=True)
         agent = AgentProcess(cfg, log).start()
         agent.wait_ready(120)
         collector.start()
+        collector.ready.wait(30)
         stop = threading.Event()
 
         def sample() -> None:
@@ -170,7 +120,8 @@ def main() -> int:
         sampler.start()
         t_stream = time.time()
         rows = stream_rows(example, 4096, seed=7)
-        sent = produce(broker.bootstrap_servers, rows, args.rate, seconds, errors)
+        sent = paced_stream(broker.bootstrap_servers, TOPICS["inputs"], rows, args.rate, seconds,
+                            errors)
         deadline = time.monotonic() + 120
         while len(collector.seen) < sent and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -206,7 +157,7 @@ def main() -> int:
     lines = [
         f"_{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; this machine: {os.cpu_count()} cores "
         f"(shared with other jobs), {mem:.0f} GB RAM, Python {platform.python_version()}; "
-        f"broker {args.broker}; total run {time.time() - t_start:.0f} s_",
+        f"broker {args.broker}; agent client {args.library}; total run {time.time() - t_start:.0f} s_",
         "",
         f"Run: {args.minutes:g} min at {args.rate:g} records/s (binary float32 x 64, 4 "
         f"partitions, batch <= 256); warm-up {warm:.0f} s; latency windows {window:.0f} s "

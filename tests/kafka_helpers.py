@@ -8,6 +8,7 @@ Settings follow ../shared/FACTS.md: a consumer group joins in about half the ses
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -16,6 +17,12 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.consumer.fetcher import ConsumerRecord
+
+# The agent's client libraries (kafka.library); confluent-kafka is skipped when absent.
+AGENT_LIBRARIES = [pytest.param("kafka-python", id="kafka-python"), pytest.param(
+    "confluent-kafka", id="confluent-kafka", marks=pytest.mark.skipif(
+        importlib.util.find_spec("confluent_kafka") is None,
+        reason="confluent-kafka not installed (pip install 'boxwatch[confluent]')"))]
 
 CONSUMER_SETTINGS: dict[str, Any] = {
     "session_timeout_ms": 6000,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from example_build import build_example
 from kafka import TopicPartition
-from kafka_helpers import consume, create_topics
+from kafka_helpers import AGENT_LIBRARIES, consume, create_topics
 
 from boxwatch.agent.boxes import verdict_names
 from boxwatch.agent.cli_agent import build_agent, serve
@@ -92,9 +92,10 @@ def scrape(address: str) -> dict[str, float]:
     return out
 
 
-def test_agent_round_trip(example, broker, kafka):
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_agent_round_trip(example, broker, kafka, library):
     create_topics(broker.bootstrap_servers, {t: 2 for t in TOPICS.values()})
-    cfg = agent_config(example, broker.bootstrap_servers)
+    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": library})
     agent = build_agent(cfg)
     agent.check_topics()
     http = serve(agent)
@@ -175,15 +176,38 @@ def test_agent_round_trip(example, broker, kafka):
         assert group.committed(tp) == end, tp
 
 
-def test_missing_topics_stop_the_agent(example, broker):
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_missing_topics_stop_the_agent(example, broker, library):
     from boxwatch.agent.errors import ConfigError
+    from boxwatch.agent.kafka_io import ensure_topics
 
-    agent = build_agent(agent_config(example, broker.bootstrap_servers))
+    lib = {"kafka.library": library}
+    agent = build_agent(agent_config(example, broker.bootstrap_servers, **lib))
     with pytest.raises(ConfigError, match="topics missing"):
         agent.check_topics()
     created = build_agent(agent_config(example, broker.bootstrap_servers,
-                                       **{"kafka.create_topics": True}))
+                                       **{"kafka.create_topics": True, **lib}))
     created.check_topics()
+    # Created for real: a second check finds nothing missing.
+    assert ensure_topics(created.cfg, [*created.input_topics(), *created.output_topics()]) == []
+
+
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_unknown_client_option_or_unreachable_broker_is_one_clear_error(example, library):
+    """A client option the library refuses, or no broker: a ConfigError, never a traceback."""
+    from boxwatch.agent.errors import ConfigError
+    from boxwatch.agent.kafka_io import make_consumer, make_producer
+    from boxwatch.embedded_broker import free_loopback_port
+
+    bad = agent_config(example, "127.0.0.1:1", **{"kafka.library": library,
+                                                 "kafka.client": {"no_such.option": 1}})
+    for make in (make_producer, lambda cfg: make_consumer(cfg, ["t"])):
+        with pytest.raises(ConfigError, match="refused by .*no_such.option"):
+            make(bad)
+    gone = agent_config(example, f"127.0.0.1:{free_loopback_port()}",
+                        **{"kafka.library": library})
+    with pytest.raises(ConfigError, match="127.0.0.1"):
+        build_agent(gone).check_topics()
 
 
 def test_agent_cli_refuses_bad_artifact_or_model(example, tmp_path):

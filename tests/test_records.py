@@ -16,6 +16,7 @@ from boxwatch.agent.records import (
     TENSOR_TYPE,
     BadRecord,
     decode_bn_input,
+    decode_model_batch,
     decode_model_input,
 )
 
@@ -145,3 +146,40 @@ def test_bn_decoder_on_arbitrary_json(obj):
         assert exc.reason in INVALID_REASONS
     else:
         assert rec.states.shape == (2,)
+
+
+def _record_strategy():
+    """Mostly well-formed float32 tensors, with every kind of variant and damage mixed in."""
+    floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
+    plain = st.lists(floats, min_size=SIZE, max_size=SIZE).map(
+        lambda v: np.array(v, dtype="<f4").tobytes())
+    values = st.one_of(plain, plain, st.binary(max_size=40), st.none(),
+                       st.just(b'{"id": "j", "input": [1, 2, 3, 4]}'))
+    header = st.tuples(st.sampled_from(["content-type", "Content-Type", "id", "ID", "dtype",
+                                        "shape", "other"]),
+                       st.sampled_from([TENSOR_TYPE.encode(), b"float32", b"float64", b"4",
+                                        b"1,4", b"r1", b"\xff\xfe", b"", b"x" * 300]))
+    typical = st.just([("content-type", TENSOR_TYPE.encode()), ("id", b"r"),
+                       ("dtype", b"float32")])
+    return st.tuples(values, st.one_of(typical, typical, st.lists(header, max_size=5)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_record_strategy(), min_size=1, max_size=12), st.sampled_from([16, 1 << 20]))
+def test_batch_decoder_decides_like_the_record_decoder(records, max_bytes):
+    """Same good rows, values, ids and bad reasons as decoding each record on its own."""
+    x, ids, rows, bad = decode_model_batch(records, size=SIZE, max_bytes=max_bytes)
+    want_good, want_bad = [], []
+    for i, (value, headers) in enumerate(records):
+        try:
+            rec = decode_model_input(value, headers, size=SIZE, max_bytes=max_bytes)
+        except BadRecord as exc:
+            want_bad.append((i, exc.reason, exc.detail))
+        else:
+            want_good.append((i, rec.record_id, rec.values))
+    assert rows == [i for i, _, _ in want_good]
+    assert ids == [r for _, r, _ in want_good]
+    assert x.shape == (len(rows), SIZE) and x.dtype == np.float64
+    for k, (_, _, values) in enumerate(want_good):
+        np.testing.assert_array_equal(x[k], values)
+    assert [(i, e.reason, e.detail) for i, e in bad] == want_bad

@@ -1,0 +1,281 @@
+"""confluent-kafka (librdkafka) behind the agent's Kafka interface (``kafka.library:
+confluent-kafka``).
+
+``kafka.client`` holds librdkafka properties here (``security.protocol``,
+``sasl.mechanisms``, ``sasl.username``, ``ssl.ca.location``, ...), passed through unchanged;
+the agent's reliability settings override them. librdkafka reconnects and retries by
+itself; what it reports through ``error_cb`` is logged, and calls that time out raise
+:class:`KafkaUnavailable` so the agent loop backs off as with kafka-python.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.kafka_io import (
+    KafkaUnavailable,
+    Outgoing,
+    Partition,
+    PartitionsCallback,
+    Record,
+)
+
+log = logging.getLogger(__name__)
+_librdkafka_log = logging.getLogger("boxwatch.agent.librdkafka")
+
+ADMIN_TIMEOUT_S = 10.0
+QUERY_TIMEOUT_S = 2.0
+LAG_PROBE_S = 2.0
+_QUIET_CODES = {KafkaError._PARTITION_EOF}
+
+
+def _error_cb(err: KafkaError) -> None:
+    log.warning("kafka: %s", err.str())
+
+
+def _base(cfg: Mapping[str, Any], client_id: str) -> dict[str, Any]:
+    return {**cfg["kafka.client"], "bootstrap.servers": cfg["kafka.bootstrap_servers"],
+            "client.id": client_id, "error_cb": _error_cb, "logger": _librdkafka_log}
+
+
+def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Manual commits, no auto offset store, fetches held at most the batch wait."""
+    return {
+        **_base(cfg, "boxwatch-agent"),
+        "group.id": cfg["kafka.group_id"],
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": min(cfg["batch.max_wait_ms"], 500),
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        # Bound what librdkafka prefetches per partition (KiB), so a paused agent holds little.
+        "queued.max.messages.kbytes": 16_384,
+    }
+
+
+def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """acks=all, one request in flight per connection (order kept without idempotence)."""
+    return {
+        **_base(cfg, "boxwatch-agent"),
+        "acks": "all",
+        "linger.ms": 1,
+        "max.in.flight.requests.per.connection": 1,
+        "enable.idempotence": False,
+        "message.timeout.ms": 30_000,
+        "request.timeout.ms": 10_000,
+        "queue.buffering.max.messages": 200_000,
+    }
+
+
+def _refuse(cfg: Mapping[str, Any], exc: Exception) -> ConfigError:
+    return ConfigError(f"Kafka client options refused by librdkafka: {exc} (kafka.library is "
+                       f"confluent-kafka: kafka.client takes librdkafka property names)")
+
+
+def _admin(cfg: Mapping[str, Any]) -> AdminClient:
+    try:
+        return AdminClient(_base(cfg, "boxwatch-agent-admin"))
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise _refuse(cfg, exc) from None
+
+
+def list_topics(cfg: Mapping[str, Any]) -> set[str]:
+    try:
+        meta = _admin(cfg).list_topics(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        raise ConfigError(f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} "
+                          f"({exc.args[0].str() if exc.args else exc})") from None
+    return set(meta.topics)
+
+
+def create_topics(cfg: Mapping[str, Any], names: list[str], partitions: int) -> None:
+    futures = _admin(cfg).create_topics([NewTopic(t, partitions, 1) for t in names],
+                                        operation_timeout=ADMIN_TIMEOUT_S)
+    for name, fut in futures.items():
+        try:
+            fut.result(ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise ConfigError(f"creating topic {name} failed on "
+                              f"{cfg['kafka.bootstrap_servers']}: {exc}") from None
+    log.info("created topics %s", names)
+
+
+def _record(m: Any) -> Record:
+    ts_type, ts = m.timestamp()
+    return Record(m.topic(), m.partition(), m.offset(), ts if ts_type else 0, m.key(),
+                  m.value(), m.headers() or [])
+
+
+class ConfluentConsumer:
+    """A subscribed librdkafka consumer with the agent's pause and commit semantics."""
+
+    def __init__(self, cfg: Mapping[str, Any], topics: list[str], *,
+                 on_assign: PartitionsCallback | None = None,
+                 on_revoke: PartitionsCallback | None = None) -> None:
+        try:
+            self.raw = Consumer(consumer_options(cfg))
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise _refuse(cfg, exc) from None
+        self.paused = False
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._closing = threading.Event()
+        self._prober: threading.Thread | None = None
+        self._last_lag: tuple[bool, object] = (True, {})
+        self.raw.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked,
+                           on_lost=self._revoked)
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("assigned %d partitions", len(partitions))
+        consumer.assign(partitions)
+        if self.paused and partitions:
+            consumer.pause(partitions)  # still backpressured: stay paused
+        if self._on_assign:
+            self._on_assign([(tp.topic, tp.partition) for tp in partitions])
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._on_revoke:
+            self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+        try:
+            msgs = self.raw.consume(max_records, timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"poll failed: {exc}") from exc
+        out = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                out.append(_record(m))
+            elif err.code() not in _QUIET_CODES:
+                log.warning("consume: %s", err.str())
+        return out
+
+    def pause(self) -> None:
+        self.paused = True
+        self.raw.pause(self.raw.assignment())
+
+    def resume(self) -> None:
+        self.paused = False
+        self.raw.resume(self.raw.assignment())
+
+    def keep_membership(self) -> None:
+        """Serve callbacks while paused; anything a rebalance let through is sought back."""
+        try:
+            msgs = self.raw.consume(1_000, 0)
+        except KafkaException:
+            return
+        first: dict[Partition, int] = {}
+        for m in msgs:
+            if m.error() is None:
+                first.setdefault((m.topic(), m.partition()), m.offset())
+        for (t, p), o in first.items():
+            self.raw.seek(TopicPartition(t, p, o))
+        self.raw.pause(self.raw.assignment())
+
+    def commit(self, offsets: Mapping[Partition, int]) -> None:
+        try:
+            self.raw.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                            asynchronous=False)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"commit failed: {exc}") from exc
+
+    def lag(self) -> dict[Partition, int]:
+        """The latest figures of a background probe (its round trips never stall the loop)."""
+        if self._prober is None:
+            self._prober = threading.Thread(target=self._probe, name="kafka-lag", daemon=True)
+            self._prober.start()
+        ok, value = self._last_lag
+        if not ok:
+            raise KafkaUnavailable(str(value))
+        return dict(value)  # type: ignore[arg-type]
+
+    def _probe(self) -> None:
+        while not self._closing.is_set():
+            try:
+                out = {}
+                for tp in self.raw.position(self.raw.assignment()):
+                    if self._closing.is_set():
+                        return
+                    _, high = self.raw.get_watermark_offsets(tp, timeout=QUERY_TIMEOUT_S,
+                                                             cached=False)
+                    if tp.offset >= 0:
+                        out[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
+                self._last_lag = (True, out)
+            except (KafkaException, RuntimeError) as exc:
+                self._last_lag = (False, f"lag query failed ({exc})")
+            self._closing.wait(LAG_PROBE_S)
+
+    def close(self, timeout_s: float) -> None:
+        """Leave the group; librdkafka's close may block a session timeout, so bound it."""
+        deadline = time.monotonic() + timeout_s
+        self._closing.set()
+        if self._prober is not None:  # at most one query in flight; never close under it
+            self._prober.join(QUERY_TIMEOUT_S + 0.5)
+        closer = threading.Thread(target=self.raw.close, name="kafka-close", daemon=True)
+        closer.start()
+        closer.join(max(deadline - time.monotonic(), 0.5))
+        if closer.is_alive():
+            log.warning("consumer close did not finish in %.1fs; leaving it", timeout_s)
+
+
+class ConfluentProducer:
+    """A librdkafka producer (acks=all) delivering lists of outputs."""
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        try:
+            self.raw = Producer(producer_options(cfg))
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise _refuse(cfg, exc) from None
+
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[Outgoing]:
+        """Produce all, flush, and return what is not known to be acknowledged.
+
+        One callback per batch counts acknowledgements; on the rare batch that is not
+        fully acknowledged, the outputs whose failure was reported are returned, or all of
+        them when some are still unanswered (redelivery is at-least-once anyway).
+        """
+        acked = [0]
+        failed: list[tuple[str, bytes | None, bytes | None]] = []
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                acked[0] += 1
+            else:
+                failed.append((msg.topic(), msg.key(), msg.value()))
+                log.warning("delivery failed: %s", err.str())
+
+        produce = self.raw.produce
+        sent = 0
+        for out in outputs:
+            try:
+                produce(out.topic, out.value, out.key, headers=out.headers,
+                        on_delivery=on_delivery)
+            except BufferError:
+                self.raw.poll(0.1)  # queue full: serve callbacks; the rest is retried later
+                break
+            except KafkaException as exc:
+                log.warning("send to %s failed: %s", out.topic, exc)
+                break
+            sent += 1
+        unanswered = self.raw.flush(timeout_s)
+        if acked[0] == len(outputs):
+            return []
+        if unanswered or len(failed) + acked[0] < sent:
+            return list(outputs)
+        lost = set(failed)
+        return [out for k, out in enumerate(outputs)
+                if k >= sent or (out.topic, out.key, out.value) in lost]
+
+    def close(self, timeout_s: float) -> None:
+        self.raw.flush(timeout_s)

@@ -1,0 +1,237 @@
+"""kafka-python behind the agent's Kafka interface (``kafka.library: kafka-python``).
+
+The client options of the config (``kafka.client``: SASL, SSL...) pass through unchanged to
+every kafka-python client that knows them (so a consumer-only option such as
+``group_instance_id``, for static group membership, reaches only the consumer); the agent's
+own reliability settings override them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as TP
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.kafka_io import KafkaUnavailable, Outgoing, Partition, PartitionsCallback
+
+log = logging.getLogger(__name__)
+
+# Errors after which a poll, delivery or commit is retried rather than fatal.
+RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
+
+
+def client_options(cfg: Mapping[str, Any], client: type) -> dict[str, Any]:
+    """The ``kafka.client`` options meant for ``client`` (a kafka-python client class).
+
+    An option no kafka-python client knows is passed on, so the client refuses it loudly.
+    """
+    known = (KafkaConsumer.DEFAULT_CONFIG, KafkaProducer.DEFAULT_CONFIG,
+             KafkaAdminClient.DEFAULT_CONFIG)
+    return {k: v for k, v in cfg["kafka.client"].items()
+            if k in client.DEFAULT_CONFIG or not any(k in d for d in known)}
+
+
+def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Options of the agent's consumer: manual commits, bounded batches, quick rebalance."""
+    return {
+        **client_options(cfg, KafkaConsumer),
+        "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
+        "group_id": cfg["kafka.group_id"],
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": cfg["batch.max_records"],
+        # The broker may hold a fetch this long waiting for data; keep it within the batch
+        # wait, or an idle-ish stream pays up to kafka-python's 500 ms default per record.
+        "fetch_max_wait_ms": min(cfg["batch.max_wait_ms"], 500),
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 1_000,
+        "client_id": "boxwatch-agent",
+    }
+
+
+def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Options of the agent's producer: acks=all, ordered retries, bounded blocking."""
+    return {
+        **client_options(cfg, KafkaProducer),
+        "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
+        "acks": "all",
+        "linger_ms": 2,
+        "max_in_flight_requests_per_connection": 1,
+        # kafka-python 3's idempotent producer never delivers again after a batch times out
+        # during a broker outage (seen on both test brokers); one in-flight request keeps
+        # per-partition order without it, and redelivery is at-least-once anyway.
+        "enable_idempotence": False,
+        "retries": 5,
+        "request_timeout_ms": 10_000,
+        "delivery_timeout_ms": 30_000,
+        "max_block_ms": 10_000,
+        "client_id": "boxwatch-agent",
+    }
+
+
+def _create(client: type, options: dict[str, Any]) -> Any:
+    """``client(**options)``, with refused options reported as one clear ConfigError."""
+    try:
+        return client(**options)
+    except (ValueError, TypeError, AssertionError) as exc:
+        raise ConfigError(f"Kafka client options refused by kafka-python: {exc} (kafka.client "
+                          "takes kafka-python option names with kafka.library: kafka-python)") from None
+
+
+def _admin(cfg: Mapping[str, Any]) -> KafkaAdminClient:
+    try:
+        return _create(KafkaAdminClient, {
+            **client_options(cfg, KafkaAdminClient),
+            "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
+            "client_id": "boxwatch-agent-admin",
+            "request_timeout_ms": 10_000,
+        })
+    except KafkaError as exc:
+        raise ConfigError(
+            f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} ({type(exc).__name__})"
+        ) from None
+
+
+def list_topics(cfg: Mapping[str, Any]) -> set[str]:
+    admin = _admin(cfg)
+    try:
+        return set(admin.list_topics())
+    except KafkaError as exc:
+        raise ConfigError(f"topic check failed on {cfg['kafka.bootstrap_servers']}: {exc}") from None
+    finally:
+        admin.close()
+
+
+def create_topics(cfg: Mapping[str, Any], names: list[str], partitions: int) -> None:
+    admin = _admin(cfg)
+    try:
+        admin.create_topics([NewTopic(t, partitions, 1) for t in names])
+        log.info("created topics %s", names)
+    except TopicAlreadyExistsError:
+        pass
+    except KafkaError as exc:
+        raise ConfigError(f"creating {names} failed on {cfg['kafka.bootstrap_servers']}: {exc}") from None
+    finally:
+        admin.close()
+
+
+class KafkaPythonConsumer:
+    """A subscribed :class:`KafkaConsumer` with the agent's pause and commit semantics."""
+
+    def __init__(self, cfg: Mapping[str, Any], topics: list[str], *,
+                 on_assign: PartitionsCallback | None = None,
+                 on_revoke: PartitionsCallback | None = None) -> None:
+        self.raw = _create(KafkaConsumer, consumer_options(cfg))
+        self.paused = False
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self.raw.subscribe(topics, listener=_Listener(self))
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+        try:
+            polled = self.raw.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except RETRYABLE as exc:
+            raise KafkaUnavailable(f"poll failed: {exc}") from exc
+        return [r for recs in polled.values() for r in recs]
+
+    def pause(self) -> None:
+        self.paused = True
+        self.raw.pause(*self.raw.assignment())
+
+    def resume(self) -> None:
+        self.paused = False
+        self.raw.resume(*self.raw.assignment())
+
+    def keep_membership(self) -> None:
+        """Poll while paused so the group keeps this member; never consume records here.
+
+        A rebalance during the poll hands out partitions unpaused (kafka-python resets the
+        pause state): anything it returns is sought back (fetched again after recovery, not
+        skipped) and every partition paused again.
+        """
+        try:
+            polled = self.raw.poll(timeout_ms=0)
+        except RETRYABLE:
+            return
+        for tp, recs in polled.items():
+            if recs:
+                self.raw.seek(tp, recs[0].offset)
+        self.raw.pause(*self.raw.assignment())
+
+    def commit(self, offsets: Mapping[Partition, int]) -> None:
+        try:
+            self.raw.commit({TP(t, p): OffsetAndMetadata(o, "", -1)
+                             for (t, p), o in offsets.items()})
+        except RETRYABLE as exc:
+            raise KafkaUnavailable(f"commit failed: {exc}") from exc
+
+    def lag(self) -> dict[Partition, int]:
+        assigned = list(self.raw.assignment())
+        if not assigned:
+            return {}
+        try:
+            ends = self.raw.end_offsets(assigned, timeout_ms=2000)
+            out = {}
+            for tp in assigned:
+                pos = self.raw.position(tp, timeout_ms=1000)
+                if pos is not None and tp in ends:
+                    out[(tp.topic, tp.partition)] = max(ends[tp] - pos, 0)
+            return out
+        except RETRYABLE as exc:
+            raise KafkaUnavailable(f"lag query failed ({type(exc).__name__})") from exc
+
+    def close(self, timeout_s: float) -> None:
+        self.raw.close(autocommit=False, timeout_ms=int(timeout_s * 1000))
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, consumer: KafkaPythonConsumer) -> None:
+        self.consumer = consumer
+
+    def on_partitions_revoked(self, revoked):
+        if self.consumer._on_revoke:
+            self.consumer._on_revoke([(tp.topic, tp.partition) for tp in revoked])
+
+    def on_partitions_assigned(self, assigned):
+        log.info("assigned %d partitions", len(assigned))
+        if self.consumer.paused and assigned:
+            self.consumer.raw.pause(*assigned)  # still backpressured: stay paused
+        if self.consumer._on_assign:
+            self.consumer._on_assign([(tp.topic, tp.partition) for tp in assigned])
+
+
+class KafkaPythonProducer:
+    """A :class:`KafkaProducer` (acks=all) delivering lists of outputs."""
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        self.raw = _create(KafkaProducer, producer_options(cfg))
+
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[Outgoing]:
+        failed: list[Outgoing] = []
+        futures = []
+        send = self.raw.send
+        for i, out in enumerate(outputs):
+            try:
+                futures.append((out, send(out.topic, key=out.key, value=out.value,
+                                          headers=out.headers)))
+            except RETRYABLE as exc:
+                log.warning("send to %s failed: %s", out.topic, exc)
+                failed.extend(outputs[i:])
+                break
+        try:
+            self.raw.flush(timeout=timeout_s)
+        except RETRYABLE as exc:
+            log.warning("flush failed: %s", exc)
+        for out, fut in futures:
+            if not fut.is_done or fut.failed():
+                failed.append(out)
+        return failed
+
+    def close(self, timeout_s: float) -> None:
+        self.raw.close(timeout=timeout_s)

@@ -1,0 +1,84 @@
+"""Shared by the agent benches: a paced binary input stream and a verdict reader.
+
+Both use confluent-kafka (librdkafka), so the load generator and the reader cost the bench
+process little CPU and add little latency of their own; the agent under test runs in its
+own process with whichever client library is being measured. The id of each input is
+``SEQ-SENTNS`` (sequence number, ``time.time_ns()`` when handed to the producer), so the
+reader computes end-to-end latency = time the verdict was read - time the input was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+from confluent_kafka import Consumer, Producer
+
+from boxwatch.agent.records import TENSOR_TYPE
+
+TICK_S = 0.002
+
+
+def paced_stream(bootstrap: str, topic: str, rows: np.ndarray, rate: float, seconds: float,
+                 errors: list[str], stop: threading.Event | None = None) -> int:
+    """Send binary float32 inputs at ``rate``/s for ``seconds`` (2 ms ticks); returns the count."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    payloads = [r.astype("<f4").tobytes() for r in rows]
+    headers_base = [("content-type", TENSOR_TYPE.encode()), ("dtype", b"float32")]
+
+    def on_error(err, _msg) -> None:
+        if err is not None:
+            errors.append(err.str())
+
+    t0 = time.monotonic()
+    sent = 0
+    while (now := time.monotonic()) - t0 < seconds and not (stop and stop.is_set()):
+        due = int((now - t0) * rate)
+        while sent < due:
+            rid = f"{sent}-{time.time_ns()}".encode()
+            p.produce(topic, payloads[sent % len(payloads)], rid,
+                      headers=[*headers_base, ("id", rid)], on_delivery=on_error)
+            sent += 1
+        p.poll(0)
+        time.sleep(TICK_S)
+    if p.flush(30):
+        errors.append("producer flush timed out")
+    return sent
+
+
+class VerdictReader(threading.Thread):
+    """Reads the verdict topic from the start; latency per input, distinct ids, duplicates."""
+
+    def __init__(self, bootstrap: str, topic: str, on_verdict: Callable[[dict], None] | None = None):
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.on_verdict = on_verdict
+        self.lat: list[tuple[float, float]] = []  # (read time s, latency s)
+        self.seen: set[int] = set()
+        self.dups = 0
+        self.halt = threading.Event()
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"reader-{time.time_ns()}",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "fetch.wait.max.ms": 5, "session.timeout.ms": 6000})
+        c.subscribe([self.topic], on_assign=lambda *_: self.ready.set())
+        try:
+            while not self.halt.is_set():
+                msgs = c.consume(5000, 0.002)
+                now = time.time_ns()
+                for m in msgs:
+                    if m.error() is not None:
+                        continue
+                    v = json.loads(m.value())
+                    seq, sent_ns = (int(x) for x in v["id"].split("-"))
+                    if seq in self.seen:
+                        self.dups += 1
+                    self.seen.add(seq)
+                    self.lat.append((now / 1e9, (now - sent_ns) / 1e9))
+        finally:
+            c.close()
