@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger("boxwatch.agent.librdkafka")
 
 ADMIN_TIMEOUT_S = 10.0
-QUERY_TIMEOUT_S = 2.0
+QUERY_TIMEOUT_S = 1.0
 LAG_PROBE_S = 2.0
 _QUIET_CODES = {KafkaError._PARTITION_EOF}
 
@@ -44,6 +44,10 @@ def _error_cb(err: KafkaError) -> None:
 def _base(cfg: Mapping[str, Any], client_id: str) -> dict[str, Any]:
     return {**cfg["kafka.client"], "bootstrap.servers": cfg["kafka.bootstrap_servers"],
             "client.id": client_id, "error_cb": _error_cb, "logger": _librdkafka_log}
+
+
+def _all_brokers_down(err: KafkaError) -> bool:
+    return err.code() == KafkaError._ALL_BROKERS_DOWN
 
 
 def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,6 +77,7 @@ def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "message.timeout.ms": 30_000,
         "request.timeout.ms": 10_000,
         "queue.buffering.max.messages": 200_000,
+        "topic.metadata.refresh.interval.ms": 10_000,
     }
 
 
@@ -89,8 +94,9 @@ def _admin(cfg: Mapping[str, Any]) -> AdminClient:
 
 
 def list_topics(cfg: Mapping[str, Any]) -> set[str]:
+    admin = _admin(cfg)
     try:
-        meta = _admin(cfg).list_topics(timeout=ADMIN_TIMEOUT_S)
+        meta = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
         raise ConfigError(f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} "
                           f"({exc.args[0].str() if exc.args else exc})") from None
@@ -98,8 +104,9 @@ def list_topics(cfg: Mapping[str, Any]) -> set[str]:
 
 
 def create_topics(cfg: Mapping[str, Any], names: list[str], partitions: int) -> None:
-    futures = _admin(cfg).create_topics([NewTopic(t, partitions, 1) for t in names],
-                                        operation_timeout=ADMIN_TIMEOUT_S)
+    admin = _admin(cfg)  # kept referenced until every result is in
+    futures = admin.create_topics([NewTopic(t, partitions, 1) for t in names],
+                                  operation_timeout=ADMIN_TIMEOUT_S)
     for name, fut in futures.items():
         try:
             fut.result(ADMIN_TIMEOUT_S)
@@ -123,8 +130,9 @@ class ConfluentConsumer:
     def __init__(self, cfg: Mapping[str, Any], topics: list[str], *,
                  on_assign: PartitionsCallback | None = None,
                  on_revoke: PartitionsCallback | None = None) -> None:
+        self._down = False
         try:
-            self.raw = Consumer(consumer_options(cfg))
+            self.raw = Consumer({**consumer_options(cfg), "error_cb": self._on_error})
         except (KafkaException, ValueError, TypeError) as exc:
             raise _refuse(cfg, exc) from None
         self.paused = False
@@ -134,6 +142,12 @@ class ConfluentConsumer:
         self._last_lag: tuple[bool, object] = (True, {})
         self.raw.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked,
                            on_lost=self._revoked)
+
+    def _on_error(self, err: KafkaError) -> None:
+        """librdkafka reconnects by itself; remember when every broker is down."""
+        if _all_brokers_down(err):
+            self._down = True
+        _error_cb(err)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("assigned %d partitions", len(partitions))
@@ -156,6 +170,7 @@ class ConfluentConsumer:
         for m in msgs:
             err = m.error()
             if err is None:
+                self._down = False
                 out.append(_record(m))
             elif err.code() not in _QUIET_CODES:
                 log.warning("consume: %s", err.str())
@@ -196,6 +211,8 @@ class ConfluentConsumer:
             self._prober = threading.Thread(target=self._probe, name="kafka-lag", daemon=True)
             self._prober.start()
         ok, value = self._last_lag
+        if self._down:
+            raise KafkaUnavailable("all brokers are down")
         if not ok:
             raise KafkaUnavailable(str(value))
         return dict(value)  # type: ignore[arg-type]
@@ -203,15 +220,18 @@ class ConfluentConsumer:
     def _probe(self) -> None:
         while not self._closing.is_set():
             try:
-                out = {}
+                out, answered = {}, False
                 for tp in self.raw.position(self.raw.assignment()):
                     if self._closing.is_set():
                         return
                     _, high = self.raw.get_watermark_offsets(tp, timeout=QUERY_TIMEOUT_S,
                                                              cached=False)
+                    answered = True
                     if tp.offset >= 0:
                         out[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
                 self._last_lag = (True, out)
+                if answered:  # a broker answered: it is up again
+                    self._down = False
             except (KafkaException, RuntimeError) as exc:
                 self._last_lag = (False, f"lag query failed ({exc})")
             self._closing.wait(LAG_PROBE_S)
@@ -266,6 +286,7 @@ class ConfluentProducer:
                 break
             except KafkaException as exc:
                 log.warning("send to %s failed: %s", out.topic, exc)
+                self._refresh_metadata(out.topic)
                 break
             sent += 1
         unanswered = self.raw.flush(timeout_s)
@@ -276,6 +297,14 @@ class ConfluentProducer:
         lost = set(failed)
         return [out for k, out in enumerate(outputs)
                 if k >= sent or (out.topic, out.key, out.value) in lost]
+
+    def _refresh_metadata(self, topic: str) -> None:
+        """Ask for ``topic``'s metadata now: librdkafka otherwise keeps a deleted (then
+        re-created) topic unknown until its periodic refresh."""
+        try:
+            self.raw.list_topics(topic, timeout=QUERY_TIMEOUT_S)
+        except KafkaException:
+            pass
 
     def close(self, timeout_s: float) -> None:
         self.raw.flush(timeout_s)

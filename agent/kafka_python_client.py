@@ -15,7 +15,7 @@ from typing import Any
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as TP
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
 from boxwatch.agent.errors import ConfigError
@@ -80,7 +80,7 @@ def _create(client: type, options: dict[str, Any]) -> Any:
     """``client(**options)``, with refused options reported as one clear ConfigError."""
     try:
         return client(**options)
-    except (ValueError, TypeError, AssertionError) as exc:
+    except (KafkaConfigurationError, ValueError, TypeError, AssertionError) as exc:
         raise ConfigError(f"Kafka client options refused by kafka-python: {exc} (kafka.client "
                           "takes kafka-python option names with kafka.library: kafka-python)") from None
 

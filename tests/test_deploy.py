@@ -143,7 +143,8 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck():
 def test_dockerfile_installs_the_package_without_the_offline_extra():
     instr = dockerfile()
     runs = " ".join(a for w, a in instr if w == "RUN")
-    assert re.search(r"pip install \.(\s|$)", runs), runs
+    # The package itself, with the confluent extra at most: never the builder's.
+    assert re.search(r"pip install (\.|\"\.\[confluent\]\")(\s|$)", runs), runs
     assert "[offline" not in runs and "torch" not in runs
     for word, args in instr:
         if word == "COPY" and not args.startswith("--from"):
