@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
 import signal
 import sys
@@ -81,6 +83,8 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
           --bootstrap-servers kafka:9092
     Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration or topic error.
     """
+    with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor
+        faulthandler.enable()  # a native crash (onnxruntime, librdkafka) leaves its stacks
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING if not verbose else logging.INFO)

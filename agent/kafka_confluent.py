@@ -137,6 +137,15 @@ class ConfluentConsumer:
             raise _refuse(cfg, exc) from None
         self.paused = False
         self._on_assign, self._on_revoke = on_assign, on_revoke
+        # Lag: the loop thread records positions; a probe thread with its own librdkafka
+        # handle (never shared across threads) asks the broker for high watermarks.
+        self._probe_options = {**_base(cfg, "boxwatch-agent-lag"), "log_level": 0,
+                               "group.id": f"{cfg['kafka.group_id']}.lag-probe",
+                               "enable.auto.commit": False}
+        for key in ("error_cb", "logger"):  # served only by poll(), which the probe never calls
+            self._probe_options.pop(key)
+        self._assignment: set[Partition] = set()
+        self._positions: dict[Partition, int] = {}
         self._closing = threading.Event()
         self._prober: threading.Thread | None = None
         self._last_lag: tuple[bool, object] = (True, {})
@@ -152,12 +161,16 @@ class ConfluentConsumer:
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("assigned %d partitions", len(partitions))
         consumer.assign(partitions)
+        self._assignment = {(tp.topic, tp.partition) for tp in partitions}
         if self.paused and partitions:
             consumer.pause(partitions)  # still backpressured: stay paused
         if self._on_assign:
             self._on_assign([(tp.topic, tp.partition) for tp in partitions])
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self._assignment = self._assignment - gone
+        self._positions = {tp: o for tp, o in self._positions.items() if tp not in gone}
         if self._on_revoke:
             self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
 
@@ -171,7 +184,9 @@ class ConfluentConsumer:
             err = m.error()
             if err is None:
                 self._down = False
-                out.append(_record(m))
+                rec = _record(m)
+                self._positions[(rec.topic, rec.partition)] = rec.offset + 1
+                out.append(rec)
             elif err.code() not in _QUIET_CODES:
                 log.warning("consume: %s", err.str())
         return out
@@ -196,6 +211,7 @@ class ConfluentConsumer:
                 first.setdefault((m.topic(), m.partition()), m.offset())
         for (t, p), o in first.items():
             self.raw.seek(TopicPartition(t, p, o))
+            self._positions[(t, p)] = o
         self.raw.pause(self.raw.assignment())
 
     def commit(self, offsets: Mapping[Partition, int]) -> None:
@@ -218,23 +234,34 @@ class ConfluentConsumer:
         return dict(value)  # type: ignore[arg-type]
 
     def _probe(self) -> None:
-        while not self._closing.is_set():
-            try:
-                out, answered = {}, False
-                for tp in self.raw.position(self.raw.assignment()):
-                    if self._closing.is_set():
-                        return
-                    _, high = self.raw.get_watermark_offsets(tp, timeout=QUERY_TIMEOUT_S,
-                                                             cached=False)
-                    answered = True
-                    if tp.offset >= 0:
-                        out[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
-                self._last_lag = (True, out)
-                if answered:  # a broker answered: it is up again
-                    self._down = False
-            except (KafkaException, RuntimeError) as exc:
-                self._last_lag = (False, f"lag query failed ({exc})")
-            self._closing.wait(LAG_PROBE_S)
+        try:
+            handle = Consumer(self._probe_options)
+        except (KafkaException, ValueError, TypeError) as exc:
+            self._last_lag = (False, f"lag probe cannot start ({exc})")
+            return
+        try:
+            while not self._closing.is_set():
+                self._last_lag = self._query(handle)
+                self._closing.wait(LAG_PROBE_S)
+        finally:
+            handle.close()
+
+    def _query(self, handle: Consumer) -> tuple[bool, object]:
+        """High watermark minus position for every assigned partition."""
+        positions = dict(self._positions)
+        out: dict[Partition, int] = {}
+        try:
+            for topic, partition in sorted(self._assignment):
+                if self._closing.is_set():
+                    break
+                _, high = handle.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=QUERY_TIMEOUT_S, cached=False)
+                self._down = False  # a broker answered
+                if (topic, partition) in positions:
+                    out[(topic, partition)] = max(high - positions[(topic, partition)], 0)
+        except KafkaException as exc:
+            return False, f"lag query failed ({exc})"
+        return True, out
 
     def close(self, timeout_s: float) -> None:
         """Leave the group; librdkafka's close may block a session timeout, so bound it."""

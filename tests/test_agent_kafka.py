@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -92,6 +93,17 @@ def scrape(address: str) -> dict[str, float]:
     return out
 
 
+def _settled_lag(address: str, timeout: float = 15.0) -> dict[str, float]:
+    """The consumer-lag series once they exist and read 0 (or whatever they read at timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lags = {k: v for k, v in scrape(address).items()
+                if k.startswith("boxwatch_agent_consumer_lag_records{")}
+        if (lags and not any(lags.values())) or time.monotonic() > deadline:
+            return lags
+        time.sleep(0.25)
+
+
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
 def test_agent_round_trip(example, broker, kafka, library):
     create_topics(broker.bootstrap_servers, {t: 2 for t in TOPICS.values()})
@@ -115,6 +127,7 @@ def test_agent_round_trip(example, broker, kafka, library):
         producer.flush()
         out = kafka.consumer(TOPICS["verdicts"], TOPICS["gate"], TOPICS["dead_letter"])
         got = consume(out, N_MODEL + N_BN + len(BAD), timeout=60)
+        lags = _settled_lag(http.address)
     finally:
         agent.stop()
         thread.join(timeout=15)
@@ -147,6 +160,9 @@ def test_agent_round_trip(example, broker, kafka, library):
         assert g["outcome"] == ("certified", "blocked", "unverified")[gated.outcomes[i]]
         assert g["rules"] == gated.rule_ids[i]
         outcomes.add(g["outcome"])
+
+    # Lag per consumed partition, caught up once everything is processed.
+    assert lags and set(lags.values()) == {0.0}, lags
 
     # Dead letters: the original bytes and the reason.
     dlq = by_topic[TOPICS["dead_letter"]]
