@@ -341,6 +341,9 @@ def combine_verdicts(per_layer: np.ndarray, rule: str) -> np.ndarray:
     if rule == "all":
         out = np.where(accepts == n_layers, ACCEPT, UNCERTAIN)
         return np.where(rejects == n_layers, REJECT, out).astype(np.int8)
+    if rule == "calibrated":
+        raise ConfigError("combine='calibrated' decides on scores, not on layer verdicts: "
+                          "use BoxRuntime.assess")
     raise ConfigError(f"combine={rule!r}: expected one of {COMBINE_RULES}")
 
 

@@ -247,7 +247,7 @@ def main() -> None:
                      + "; ".join(f"{k} {mon.tau_[k].tolist()}" for k in LAYERS))
         per_layer = mon.predict(test_acts, test_pred).per_layer
         stacked = np.stack([per_layer[k] for k in LAYERS])
-        for combine in COMBINE_RULES:
+        for combine in (r for r in COMBINE_RULES if r != "calibrated"):  # verdict rules
             v = combine_verdicts(stacked, combine)
             c = outcome_counts(v, test_true, test_pred, 10).sum(axis=0)
             combined_rows.append((norm, combine, *c, float(np.mean(v[known] == 0)),
