@@ -58,6 +58,7 @@ class VerdictReader(threading.Thread):
         self.on_verdict = on_verdict
         self.lat: list[tuple[float, float]] = []  # (read time s, latency s)
         self.seen: set[int] = set()
+        self.positions: dict[int, int] = {}  # partition -> next offset to read
         self.dups = 0
         self.halt = threading.Event()
         self.ready = threading.Event()
@@ -74,6 +75,7 @@ class VerdictReader(threading.Thread):
                 for m in msgs:
                     if m.error() is not None:
                         continue
+                    self.positions[m.partition()] = m.offset() + 1
                     v = json.loads(m.value())
                     seq, sent_ns = (int(x) for x in v["id"].split("-"))
                     if seq in self.seen:
@@ -82,3 +84,46 @@ class VerdictReader(threading.Thread):
                     self.lat.append((now / 1e9, (now - sent_ns) / 1e9))
         finally:
             c.close()
+
+
+class Retention(threading.Thread):
+    """Plays the broker's retention: every ``every_s`` deletes what is done with.
+
+    Input records below the agent group's committed offsets and verdicts below what the
+    reader has read (``DeleteRecords``), so an embedded broker's memory stays bounded on
+    long runs, as a production topic's retention keeps its disk bounded. Never deletes an
+    input the agent has not committed nor a verdict the reader has not read.
+    """
+
+    def __init__(self, bootstrap: str, inputs: str, group: str, verdicts: str,
+                 reader: VerdictReader, partitions: int, every_s: float = 60.0):
+        super().__init__(daemon=True)
+        self.bootstrap, self.inputs, self.group, self.verdicts = bootstrap, inputs, group, verdicts
+        self.reader, self.partitions, self.every_s = reader, partitions, every_s
+        self.halt = threading.Event()
+        self.deleted_batches = 0
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        group = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                          "enable.auto.commit": False})
+        try:
+            while not self.halt.wait(self.every_s):
+                try:
+                    committed = group.committed([TopicPartition(self.inputs, p)
+                                                 for p in range(self.partitions)], timeout=10)
+                    cut = [tp for tp in committed if tp.offset > 0]
+                    cut += [TopicPartition(self.verdicts, p, o)
+                            for p, o in dict(self.reader.positions).items()]
+                    if cut:
+                        for fut in admin.delete_records(cut, request_timeout=10).values():
+                            fut.result(15)
+                        self.deleted_batches += 1
+                except Exception as exc:  # reported in the results, never fatal to the run
+                    self.errors.append(repr(exc)[:200])
+        finally:
+            group.close()

@@ -20,6 +20,7 @@ Writes its table to bench/RESULTS.md under "## agent_throughput".
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import tempfile
@@ -258,6 +259,8 @@ def latency(bootstrap: str, artifact: Path, public: Path, x: np.ndarray, rate: i
         reader.start()
         reader.ready.wait(30)
         errors: list[str] = []
+        gc.collect()
+        gc.freeze()  # this process's earlier objects leave the GC's scans (reader pauses)
         # Warm-up: the group join and the first batches are not measured.
         paced_stream(bootstrap, topics["inputs"], x, rate, 3.0, errors)
         time.sleep(1.0)

@@ -23,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import sys
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 sys.path.insert(0, str(ROOT / "bench"))
-from _stream import VerdictReader, paced_stream  # noqa: E402
+from _stream import Retention, VerdictReader, paced_stream  # noqa: E402
 from kafka_helpers import create_topics  # noqa: E402
 from reliability_helpers import (  # noqa: E402
     TOPICS,
@@ -95,6 +96,7 @@ def main() -> int:
     broker = EmbeddedBroker(args.broker).start()
     agent = None
     collector = VerdictReader(broker.bootstrap_servers, TOPICS["verdicts"])
+    retention: Retention | None = None
     rss: list[tuple[float, int]] = []
     errors: list[str] = []
     try:
@@ -109,19 +111,31 @@ def main() -> int:
         agent.wait_ready(120)
         collector.start()
         collector.ready.wait(30)
+        retention = Retention(broker.bootstrap_servers, TOPICS["inputs"], "soak",
+                              TOPICS["verdicts"], collector, partitions=4)
+        retention.start()
         stop = threading.Event()
+        halt = threading.Event()
 
         def sample() -> None:
             t0 = time.monotonic()
             while not stop.wait(5.0):
+                if not agent.alive:  # say when and how, then let the stream end
+                    errors.append(f"agent exited with {agent.proc.returncode} after "
+                                  f"{time.monotonic() - t0:.0f} s")
+                    print(errors[-1], flush=True)
+                    halt.set()
+                    return
                 rss.append((time.monotonic() - t0, agent.rss_bytes()))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        gc.collect()
+        gc.freeze()  # the example build's objects leave the GC's scans (reader pauses)
         t_stream = time.time()
         rows = stream_rows(example, 4096, seed=7)
         sent = paced_stream(broker.bootstrap_servers, TOPICS["inputs"], rows, args.rate, seconds,
-                            errors)
+                            errors, stop=halt)
         deadline = time.monotonic() + 120
         while len(collector.seen) < sent and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -132,6 +146,8 @@ def main() -> int:
         code = agent.stop()
     finally:
         collector.halt.set()
+        if retention is not None:
+            retention.halt.set()
         if agent is not None:
             agent.kill()
         broker.stop()
@@ -180,6 +196,8 @@ def main() -> int:
                      (50, 90, 99, 100)) + " ms | | |",
         f"| produce errors / dead letters / client errors | {produce_errors:g} / {dead:g} / "
         f"{len(errors)} | 0 | {'yes' if ok['errors'] else 'NO'} |",
+        f"| retention passes (DeleteRecords below committed inputs and read verdicts, every "
+        f"60 s) / errors | {retention.deleted_batches} / {len(retention.errors)} | | |",
         f"| agent process: starts / exit code / CPU | {starts} / {code} / "
         f"{cpu / seconds * 100:.0f} % of one core | 1 / 0 | |",
     ]
