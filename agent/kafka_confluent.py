@@ -38,7 +38,12 @@ _QUIET_CODES = {KafkaError._PARTITION_EOF}
 
 
 def _error_cb(err: KafkaError) -> None:
-    log.warning("kafka: %s", err.str())
+    """librdkafka's own log (the ``logger`` option) already reports each failed connection;
+    only its summary events are worth a warning here."""
+    if err.code() == KafkaError._ALL_BROKERS_DOWN or err.fatal():
+        log.warning("kafka: %s", err.str())
+    else:
+        log.debug("kafka: %s", err.str())
 
 
 def _base(cfg: Mapping[str, Any], client_id: str) -> dict[str, Any]:

@@ -124,6 +124,16 @@ def write_agent_config(path: Path, example: Any, bootstrap: str, *, group_id: st
     return path
 
 
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text exposition as {series: value}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
 class AgentProcess:
     """``python -m boxwatch agent -c CONFIG`` as a child process, restartable after a kill.
 
@@ -189,12 +199,7 @@ class AgentProcess:
                 text = r.read().decode()
         except (OSError, urllib.error.URLError):
             return {}
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+        return parse_metrics(text)
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None

@@ -14,6 +14,7 @@ import pytest
 from example_build import build_example
 from kafka import TopicPartition
 from kafka_helpers import AGENT_LIBRARIES, consume, create_topics
+from reliability_helpers import parse_metrics
 
 from boxwatch.agent.boxes import verdict_names
 from boxwatch.agent.cli_agent import build_agent, serve
@@ -84,13 +85,7 @@ BAD = [
 
 
 def scrape(address: str) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+    return parse_metrics(urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode())
 
 
 def _settled_lag(address: str, timeout: float = 15.0) -> dict[str, float]:
