@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test lint bench venv clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py agent/_boxkernel.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
@@ -33,4 +33,4 @@ bench: $(VENV)/.installed
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-out test-artifacts
+	rm -rf $(VENV) build *.egg-info demo-out test-artifacts agent/*.so

@@ -11,6 +11,7 @@ input, *accept* when its activation lies in some good box of ``y`` and in no bad
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,42 @@ _BROADCAST_ELEMENTS = 1 << 18
 # while (inputs x max_boxes x features) stays this small: online batches of a few hundred
 # inputs take ~4x less time than per-class passes (measured on the bundled example).
 _PADDED_ELEMENTS = 1 << 21
+KERNELS = ("native", "numpy")
+
+
+def _load_native():
+    """The optional C kernel (``agent/_boxkernel.c``), or None when it was not built."""
+    try:
+        from boxwatch.agent import _boxkernel
+    except ImportError:
+        return None
+    return _boxkernel
+
+
+_NATIVE = _load_native()
+# BOXWATCH_BOX_KERNEL=numpy forces the numpy path (to compare the two, or to rule one out).
+_kernel = _NATIVE if os.environ.get("BOXWATCH_BOX_KERNEL", "native") != "numpy" else None
+
+
+def box_kernel() -> str:
+    """Which implementation runs box tests: ``"native"`` (the C kernel) or ``"numpy"``."""
+    return "native" if _kernel is not None else "numpy"
+
+
+def set_box_kernel(name: str) -> str:
+    """Choose the box-test implementation; returns the previous one.
+
+    Both give identical verdicts and distances (the kernel mirrors the per-dimension numpy
+    path's float32 rounding); ``"native"`` needs the extension built at install time.
+    """
+    global _kernel
+    if name not in KERNELS:
+        raise ConfigError(f"box kernel {name!r}: expected one of {KERNELS}")
+    if name == "native" and _NATIVE is None:
+        raise ConfigError("the native box kernel was not built (no C compiler at install time?)")
+    previous = box_kernel()
+    _kernel = _NATIVE if name == "native" else None
+    return previous
 
 
 def verdict_names(verdicts: np.ndarray) -> np.ndarray:
@@ -82,7 +119,7 @@ class BoxSet:
     def __post_init__(self) -> None:
         lo = np.ascontiguousarray(self.lo, dtype=np.float32)
         hi = np.ascontiguousarray(self.hi, dtype=np.float32)
-        offsets = np.asarray(self.offsets, dtype=np.int64)
+        offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
         if lo.ndim != 2 or lo.shape != hi.shape:
             raise ValueError(f"lo {lo.shape} and hi {hi.shape} must be equal 2-d shapes")
         if offsets.ndim != 1 or offsets[0] != 0 or offsets[-1] != len(lo) or np.any(np.diff(offsets) < 0):
@@ -151,6 +188,10 @@ class BoxSet:
         ndarray of shape (n_samples,), bool
         """
         x, y = self._check(x, y)
+        if _kernel is not None and self.n_features:
+            out = np.empty(len(x), dtype=np.uint8)
+            _kernel.contains(x, y, self.lo, self.hi, self.offsets, self.n_features, out)
+            return out.view(bool)
         if self._padded_fits(len(x)):  # online batches: one broadcast against padded boxes
             plo, phi, real = self._padded
             xb = x[:, None, :]
@@ -216,6 +257,8 @@ class BoxSet:
         Exact: ``clip(x, lo, hi) - x`` is 0 in every dimension iff ``lo <= x <= hi``.
         """
         x, y = self._check(x, y)
+        if _kernel is not None and self.n_features:
+            return self._native_distance_contains(x, y)
         if not self._padded_fits(len(x)):
             return self.distance(x, y), self.contains(x, y)
         plo, phi, real = self._padded
@@ -243,6 +286,8 @@ class BoxSet:
         ndarray of shape (n_samples,), float64
         """
         x, y = self._check(x, y)
+        if _kernel is not None and self.n_features:
+            return self._native_distance_contains(x, y)[0]
         if self._padded_fits(len(x)):
             plo, phi, real = self._padded
             xb = x[:, None, :]
@@ -278,8 +323,15 @@ class BoxSet:
             out[idx] = np.sqrt(best, dtype=np.float64)
         return out
 
+    def _native_distance_contains(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        inside = np.empty(len(x), dtype=np.uint8)
+        dist = np.empty(len(x), dtype=np.float64)
+        _kernel.distance_contains(x, y, self.lo, self.hi, self.offsets, self.n_features, inside, dist)
+        return dist, inside.view(bool)
+
     def _check(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x = np.asarray(x, dtype=np.float32)
+        """Validated ``x`` (C-contiguous float32) and ``y`` (C-contiguous int64)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
         y = np.asarray(y)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"x has shape {x.shape}; expected (n_samples, {self.n_features})")
@@ -287,7 +339,7 @@ class BoxSet:
             raise ValueError(f"y has shape {y.shape}; expected ({len(x)},)")
         if len(y) and (y.min() < 0 or y.max() >= self.n_classes):
             raise ValueError(f"predicted classes must lie in [0, {self.n_classes}); got {y.min()}..{y.max()}")
-        return x, y.astype(np.int64, copy=False)
+        return x, np.ascontiguousarray(y, dtype=np.int64)
 
     def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         """Numeric arrays for an ``.npz`` member, names prefixed by ``prefix``."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.config import AgentConfig, load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.http import AgentHTTPServer
@@ -100,8 +101,8 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     http = serve(worker)
-    log.info("agent ready: artifact %s, metrics on http://%s/metrics",
-             worker.runtime.artifact_id, http.address)
+    log.info("agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
+             worker.runtime.artifact_id, box_kernel(), http.address)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: worker.stop())
         signal.signal(signal.SIGINT, lambda *_: worker.stop())

@@ -12,6 +12,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from boxwatch import __version__
+from boxwatch.agent.boxes import box_kernel
 
 VERDICTS = ("accept", "uncertainty", "reject")
 GATE_OUTCOMES = ("certified", "blocked", "unverified")
@@ -44,8 +45,10 @@ class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
-        self.build_info = Info("boxwatch_agent_build", "boxwatch version of this agent.", registry=r)
-        self.build_info.info({"version": __version__})
+        self.build_info = Info("boxwatch_agent_build",
+                               "boxwatch version of this agent and its box-test kernel (native or numpy).",
+                               registry=r)
+        self.build_info.info({"version": __version__, "box_kernel": box_kernel()})
         self.artifact_info = Gauge(
             "boxwatch_agent_artifact_info",
             "The artifact in use (value 1): its id, model version and schema version.",

@@ -1,5 +1,5 @@
 """Box runtime (agent side): the paper's Examples 1, 5 and 6, vectorised vs naive checks,
-verdict combination and the artifact round trip."""
+verdict combination and the artifact round trip; each with the native kernel and numpy."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.artifact import build_artifact_bytes, load_artifact
 from boxwatch.agent.boxes import (
     ACCEPT,
+    KERNELS,
     REJECT,
     UNCERTAIN,
     BoxRuntime,
@@ -17,6 +19,7 @@ from boxwatch.agent.boxes import (
     combine_verdicts,
     layer_verdicts,
     normalize_features,
+    set_box_kernel,
     verdict_names,
 )
 from boxwatch.agent.errors import ArtifactError, ConfigError
@@ -41,6 +44,16 @@ def example_runtime() -> BoxRuntime:
     bad = BoxSet.from_boxes([_box(C3), empty], 2)
     return BoxRuntime(layers=["layer2"], n_classes=2, good={"layer2": good}, bad={"layer2": bad},
                       normalize="none", score_layers=["layer2"])
+
+
+@pytest.fixture(autouse=True, params=KERNELS)
+def kernel(request: pytest.FixtureRequest):
+    """Run every test here with the native kernel and with numpy (same answers expected)."""
+    if request.param == "native" and boxes_module._NATIVE is None:
+        pytest.skip("the native box kernel is not built (it needs a C compiler at install time)")
+    previous = set_box_kernel(request.param)
+    yield request.param
+    set_box_kernel(previous)
 
 
 def test_example1_tight_box():

@@ -1,0 +1,125 @@
+"""The native box kernel decides exactly like the numpy path: same memberships, and distances
+bit-identical to the per-dimension float32 accumulation (within 1e-5 of the padded path)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boxwatch.agent import boxes as boxes_module
+from boxwatch.agent.boxes import BoxSet, box_kernel, set_box_kernel
+from boxwatch.agent.errors import ConfigError
+
+native = pytest.mark.skipif(boxes_module._NATIVE is None,
+                            reason="the native box kernel is not built (no C compiler at install time)")
+
+
+def test_kernel_is_built_where_a_compiler_is():
+    """A development install with a C compiler must build the kernel (it is optional only
+    where none exists), so a broken build cannot silently fall back to numpy in CI."""
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here: the numpy path is expected")
+    assert boxes_module._NATIVE is not None, "agent/_boxkernel.c was not built: run `make venv`"
+
+
+def test_set_box_kernel_names_the_choices():
+    with pytest.raises(ConfigError, match="expected one of"):
+        set_box_kernel("fortran")
+    before = box_kernel()
+    assert set_box_kernel("numpy") == before
+    assert box_kernel() == "numpy"
+    set_box_kernel(before)
+
+
+@st.composite
+def problems(draw):
+    """Random boxes (some classes empty, some sides of zero width) and inputs, a share of
+    them on box corners and faces, with NaN and infinite features sprinkled in."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    d = draw(st.integers(1, 40))
+    n_classes = draw(st.integers(1, 5))
+    per_class = []
+    for _ in range(n_classes):
+        k = draw(st.integers(0, 6))
+        centre = rng.normal(size=(k, d)).astype(np.float32)
+        half = np.abs(rng.normal(scale=0.7, size=(k, d))).astype(np.float32)
+        half[rng.random((k, d)) < 0.1] = 0.0
+        per_class.append((centre - half, centre + half))
+    bs = BoxSet.from_boxes(per_class, d)
+    n = draw(st.integers(0, 300))
+    x = (rng.normal(scale=draw(st.sampled_from([0.1, 0.5, 2.0])), size=(n, d))).astype(np.float32)
+    y = rng.integers(0, n_classes, size=n)
+    if len(bs.lo) and n:
+        pick = rng.integers(0, len(bs.lo), size=n)
+        on_face = rng.random(n) < 0.4
+        corner = np.where(rng.random((n, d)) < 0.5, bs.lo[pick], bs.hi[pick])
+        x[on_face] = corner[on_face]
+        y[on_face] = np.searchsorted(bs.offsets, pick[on_face], side="right") - 1
+    special = rng.random((n, d)) < 0.01
+    x[special] = rng.choice(np.array([np.nan, np.inf, -np.inf], np.float32), size=int(special.sum()))
+    return bs, x, y
+
+
+@native
+@settings(max_examples=200, deadline=None)
+@given(problems())
+def test_native_equals_numpy(problem):
+    bs, x, y = problem
+    previous = set_box_kernel("native")
+    try:
+        inside = bs.contains(x, y)
+        dist, inside2 = bs.distance_and_contains(x, y)
+        dist_only = bs.distance(x, y)
+        set_box_kernel("numpy")
+        np.testing.assert_array_equal(inside, bs.contains(x, y))
+        np.testing.assert_array_equal(inside2, inside)
+        np.testing.assert_array_equal(dist_only, dist)
+        padded, inside_np = bs.distance_and_contains(x, y)
+        np.testing.assert_array_equal(inside_np, inside)
+        np.testing.assert_allclose(dist, padded, rtol=1e-5, atol=1e-6)
+        # The per-dimension numpy path accumulates exactly as the kernel does: bit-identical.
+        saved = (boxes_module._PADDED_ELEMENTS, boxes_module._ROWWISE_MIN_DISTANCE)
+        boxes_module._PADDED_ELEMENTS, boxes_module._ROWWISE_MIN_DISTANCE = 0, 0
+        try:
+            np.testing.assert_array_equal(bs.distance(x, y), dist)
+        finally:
+            boxes_module._PADDED_ELEMENTS, boxes_module._ROWWISE_MIN_DISTANCE = saved
+    finally:
+        set_box_kernel(previous)
+
+
+@native
+def test_native_kernel_checks_its_buffers():
+    """Called directly with inconsistent buffers, the kernel refuses instead of reading past them."""
+    k = boxes_module._NATIVE
+    lo = np.zeros((2, 3), np.float32)
+    hi = np.ones((2, 3), np.float32)
+    offsets = np.array([0, 1, 2], np.int64)
+    x = np.zeros((4, 3), np.float32)
+    y = np.zeros(4, np.int64)
+    out = np.empty(4, np.uint8)
+    k.contains(x, y, lo, hi, offsets, 3, out)
+    assert out.tolist() == [1, 1, 1, 1]
+    with pytest.raises(ValueError, match="disagree"):
+        k.contains(x[:3], y, lo, hi, offsets, 3, out)
+    with pytest.raises(ValueError, match="out of range"):
+        k.contains(x, np.array([0, 1, 2, 0], np.int64), lo, hi, offsets, 3, out)
+    with pytest.raises(ValueError, match="offsets"):
+        k.contains(x, y, lo, hi, np.array([0, 3, 2], np.int64), 3, out)
+    with pytest.raises(ValueError, match="one byte"):
+        k.contains(x, y, lo, hi, offsets, 3, np.empty(3, np.uint8))
+    with pytest.raises(ValueError, match="writable"):
+        k.contains(x, y, lo, hi, offsets, 3, np.frombuffer(b"\0" * 4, np.uint8))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        k.contains(np.zeros((3, 4), np.float32).T, y, lo, hi, offsets, 3, out)
+    dist = np.empty(4, np.float64)
+    with pytest.raises(ValueError, match="float64"):
+        k.distance_contains(x, y, lo, hi, offsets, 3, out, np.empty(4, np.float32))
+    k.distance_contains(x + 2, y, lo, hi, offsets, 3, out, dist)
+    np.testing.assert_allclose(dist, np.sqrt(3.0))
+    assert not out.any()
