@@ -10,7 +10,9 @@ for each Kafka client library the agent supports (kafka-python, confluent-kafka)
   the agent running as its own process (``boxwatch agent``), the paced load and the reader
   in this one (bench/_stream.py);
 
-and once: monitor time as a fraction of model time at batch 256 (in-process, same artifact).
+and once: monitor time as a fraction of model time at batch 256 (in-process, same batches),
+with the native box kernel and with numpy, for the bundled example and for the MNIST CNN
+of bench/monitors.py (when ../shared/data and that bench's cached model are present).
 
 Run: ``.venv/bin/python bench/agent_throughput.py [--records 20000] [--broker noida]
 [--library both]``.
@@ -42,7 +44,9 @@ from _stream import VerdictReader, paced_stream
 from confluent_kafka import Consumer, Producer, TopicPartition
 from reliability_helpers import AgentProcess, write_agent_config
 
+from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.artifact import write_artifact
+from boxwatch.agent.boxes import set_box_kernel
 from boxwatch.agent.cli_agent import build_agent
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.kafka_io import LIBRARIES
@@ -184,22 +188,37 @@ def agent_rate(bootstrap: str, artifact: Path, public: Path, topic: str, n: int,
     return (agent.status.records - r0) / seconds
 
 
-def monitor_fraction(artifact: Path, public: Path, x: np.ndarray) -> tuple[float, float, float]:
-    """Median model and monitor seconds for batches of 256, and their ratio."""
+def _model_and_monitors(run_model, assess, batch: np.ndarray, repeats: int) -> dict[str, float]:
+    """Median model seconds, and median monitor seconds per box kernel, on one batch."""
+    kernels = ["native", "numpy"] if boxes_module._NATIVE is not None else ["numpy"]
+    times: dict[str, list[float]] = {"model": [], **{k: [] for k in kernels}}
+    try:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            logits, acts = run_model(batch)
+            times["model"].append(time.perf_counter() - t0)
+            predicted = logits.argmax(1)
+            for kernel in kernels:
+                set_box_kernel(kernel)
+                t1 = time.perf_counter()
+                assess(acts, predicted)
+                times[kernel].append(time.perf_counter() - t1)
+    finally:
+        set_box_kernel(kernels[0])
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def monitor_fraction(artifact: Path, public: Path, x: np.ndarray) -> dict[str, float]:
+    """Model and monitor seconds (per box kernel) at batch 256 on the bundled example."""
     from boxwatch.agent.runtime import load_runtime
 
     rt = load_runtime(artifact, [str(public)], model_path=example_path("digits", "model.onnx"))
     batch = x[np.arange(256) % len(x)]
-    inf, mon = [], []
-    for _ in range(200):
-        res = rt.run_model(batch)
-        inf.append(res.inference_seconds)
-        mon.append(res.monitor_seconds)
-    mi, mm = float(np.median(inf)), float(np.median(mon))
-    return mi, mm, mm / mi
+    return _model_and_monitors(lambda b: rt.tap.run(rt.preprocessing.apply(b)),
+                               rt.boxes.assess, batch, 300)
 
 
-def cnn_monitor_fraction() -> tuple[float, float, float] | None:
+def cnn_monitor_fraction() -> dict[str, float] | None:
     """Model vs monitor time at batch 256 for bench/monitors.py's MNIST CNN (4 layers).
 
     Needs ../shared/data/mnist and bench/.cache/cnn.onnx (run bench/monitors.py first);
@@ -223,18 +242,7 @@ def cnn_monitor_fraction() -> tuple[float, float, float] | None:
     monitor = BoxMonitor(layers, tau=0.05, combine="calibrated").fit(
         {k: v[fit] for k, v in acts.items()}, y[fit], pred[fit])
     monitor.calibrate({k: v[2000:] for k, v in acts.items()}, pred[2000:])
-    rt = monitor.runtime_
-    batch = x[:256]
-    inf, mon = [], []
-    for _ in range(100):
-        t0 = time.perf_counter()
-        lg, a = tap.run(batch)
-        t1 = time.perf_counter()
-        rt.assess(a, lg.argmax(1))
-        inf.append(t1 - t0)
-        mon.append(time.perf_counter() - t1)
-    mi, mm = float(np.median(inf)), float(np.median(mon))
-    return mi, mm, mm / mi
+    return _model_and_monitors(tap.run, monitor.runtime_.assess, x[:256], 100)
 
 
 def latency(bootstrap: str, artifact: Path, public: Path, x: np.ndarray, rate: int,
@@ -277,6 +285,18 @@ def latency(bootstrap: str, artifact: Path, public: Path, x: np.ndarray, rate: i
     if errors:
         raise SystemExit(f"load generator errors: {errors[:3]}")
     return float(np.percentile(lat, 50)), float(np.percentile(lat, 99)), len(lat)
+
+
+def _monitor_rows(name: str, t: dict[str, float] | None) -> list[tuple[str, str, str]]:
+    if t is None:
+        return [(f"{name}: model call, batch 256", "-", "-")]
+    rows = [(f"{name}: model call, batch 256 (median)", f"{t['model'] * 1e3:.3f} ms", "-")]
+    for kernel in ("native", "numpy"):
+        if kernel in t:
+            rows.append((f"{name}: monitors, {kernel} box kernel, batch 256 (median)",
+                         f"{t[kernel] * 1e3:.3f} ms",
+                         f"{t[kernel] / t['model']:.0%} of model time (target <= 10%)"))
+    return rows
 
 
 def main() -> None:
@@ -330,7 +350,7 @@ def main() -> None:
                                                          args.latency_seconds, lib, work)
         finally:
             broker.stop()
-        model_s, monitor_s, frac = monitor_fraction(artifact, public, x)
+        mlp = monitor_fraction(artifact, public, x)
         cnn = cnn_monitor_fraction()
     rows = []
     for lib, r in results.items():
@@ -346,13 +366,9 @@ def main() -> None:
              f"p50 {r['p50']:.1f} ms, p99 {r['p99']:.1f} ms", "target p99 <= 50 ms"),
         ]
     rows += [
-        ("model call, batch 256 (median)", f"{model_s * 1e3:.3f} ms", "-"),
-        ("monitors, batch 256 (median)", f"{monitor_s * 1e3:.3f} ms",
-         f"{frac:.0%} of model time (target <= 10%)"),
-        ("MNIST CNN (bench/monitors.py), model call, batch 256",
-         "-" if cnn is None else f"{cnn[0] * 1e3:.3f} ms", "needs ../shared/data and its cache"),
-        ("MNIST CNN, 4 monitored layers, batch 256", "-" if cnn is None else f"{cnn[1] * 1e3:.3f} ms",
-         "-" if cnn is None else f"{cnn[2]:.0%} of model time (target <= 10%)"),
+        *_monitor_rows("example MLP (64-64-32-8, 2 monitored layers)", mlp),
+        *_monitor_rows("MNIST CNN of bench/monitors.py (4 monitored layers; needs ../shared/data "
+                       "and its cache)", cnn),
     ]
     table = "\n".join(["| measure | value | against target |", "|---|---|---|",
                        *(f"| {a} | {b} | {c} |" for a, b, c in rows)])

@@ -123,3 +123,16 @@ def test_native_kernel_checks_its_buffers():
     k.distance_contains(x + 2, y, lo, hi, offsets, 3, out, dist)
     np.testing.assert_allclose(dist, np.sqrt(3.0))
     assert not out.any()
+
+
+def test_build_info_names_the_kernel_in_use():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from boxwatch.agent.metrics import AgentMetrics
+
+    previous = set_box_kernel("numpy")
+    try:
+        text = generate_latest(AgentMetrics(CollectorRegistry()).registry).decode()
+    finally:
+        set_box_kernel(previous)
+    assert 'boxwatch_agent_build_info{box_kernel="numpy",' in text
