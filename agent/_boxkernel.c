@@ -70,7 +70,12 @@ static int parse(PyObject *const *argv, Args *a) {
             if (off[c + 1] < off[c]) bad = "offsets must not decrease";
         const int64_t *y = (const int64_t *)a->y.buf;
         for (Py_ssize_t i = 0; !bad && i < a->n; i++)
-            if (y[i] < 0 || y[i] >= a->n_classes) bad = "a predicted class is out of range";
+            if (y[i] < 0 || y[i] >= a->n_classes) {
+                PyErr_Format(PyExc_ValueError, "predicted classes must lie in [0, %zd); input %zd has %lld",
+                             a->n_classes, i, (long long)y[i]);
+                release(a);
+                return -1;
+            }
     }
     if (bad) {
         PyErr_SetString(PyExc_ValueError, bad);
