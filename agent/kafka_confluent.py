@@ -285,34 +285,37 @@ class ConfluentProducer:
     """A librdkafka producer (acks=all) delivering lists of outputs."""
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
+        # Only failures are reported (one callback per failed message, none per success):
+        # a batch is acknowledged when flush() leaves nothing outstanding and none failed.
+        self._failed: list[tuple[str, bytes | None, bytes | None]] = []
         try:
-            self.raw = Producer(producer_options(cfg))
+            self.raw = Producer({**producer_options(cfg), "delivery.report.only.error": True,
+                                 "on_delivery": self._on_failure})
         except (KafkaException, ValueError, TypeError) as exc:
             raise _refuse(cfg, exc) from None
+
+    def _on_failure(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._failed.append((msg.topic(), msg.key(), msg.value()))
+            log.warning("delivery failed: %s", err.str())
 
     def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[Outgoing]:
         """Produce all, flush, and return what is not known to be acknowledged.
 
-        One callback per batch counts acknowledgements; on the rare batch that is not
-        fully acknowledged, the outputs whose failure was reported are returned, or all of
-        them when some are still unanswered (redelivery is at-least-once anyway).
+        Failures arrive through :meth:`_on_failure` while flushing. When nothing is left
+        outstanding, the outputs reported failed (and any not handed over) are returned;
+        when some are still unanswered at the timeout, all of them are (redelivery is
+        at-least-once anyway).
         """
-        acked = [0]
-        failed: list[tuple[str, bytes | None, bytes | None]] = []
-
-        def on_delivery(err: KafkaError | None, msg: Any) -> None:
-            if err is None:
-                acked[0] += 1
-            else:
-                failed.append((msg.topic(), msg.key(), msg.value()))
-                log.warning("delivery failed: %s", err.str())
-
+        self._failed = failed = []
         produce = self.raw.produce
         sent = 0
         for out in outputs:
             try:
-                produce(out.topic, out.value, out.key, headers=out.headers,
-                        on_delivery=on_delivery)
+                if out.headers:
+                    produce(out.topic, out.value, out.key, headers=out.headers)
+                else:
+                    produce(out.topic, out.value, out.key)
             except BufferError:
                 self.raw.poll(0.1)  # queue full: serve callbacks; the rest is retried later
                 break
@@ -321,11 +324,10 @@ class ConfluentProducer:
                 self._refresh_metadata(out.topic)
                 break
             sent += 1
-        unanswered = self.raw.flush(timeout_s)
-        if acked[0] == len(outputs):
-            return []
-        if unanswered or len(failed) + acked[0] < sent:
+        if self.raw.flush(timeout_s):
             return list(outputs)
+        if sent == len(outputs) and not failed:
+            return []
         lost = set(failed)
         return [out for k, out in enumerate(outputs)
                 if k >= sent or (out.topic, out.key, out.value) in lost]
