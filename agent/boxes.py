@@ -11,7 +11,6 @@ input, *accept* when its activation lies in some good box of ``y`` and in no bad
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,8 +49,7 @@ def _load_native():
 
 
 _NATIVE = _load_native()
-# BOXWATCH_BOX_KERNEL=numpy forces the numpy path (to compare the two, or to rule one out).
-_kernel = _NATIVE if os.environ.get("BOXWATCH_BOX_KERNEL", "native") != "numpy" else None
+_kernel = _NATIVE
 
 
 def box_kernel() -> str:
@@ -60,14 +58,18 @@ def box_kernel() -> str:
 
 
 def set_box_kernel(name: str) -> str:
-    """Choose the box-test implementation; returns the previous one.
+    """Choose the box-test implementation (``"auto"``, ``"native"`` or ``"numpy"``);
+    returns the previous one.
 
     Both give identical verdicts and distances (the kernel mirrors the per-dimension numpy
-    path's float32 rounding); ``"native"`` needs the extension built at install time.
+    path's float32 rounding); ``"native"`` needs the extension built at install time and
+    ``"auto"`` takes it when it was.
     """
     global _kernel
+    if name == "auto":
+        name = "native" if _NATIVE is not None else "numpy"
     if name not in KERNELS:
-        raise ConfigError(f"box kernel {name!r}: expected one of {KERNELS}")
+        raise ConfigError(f"box kernel {name!r}: expected auto or one of {KERNELS}")
     if name == "native" and _NATIVE is None:
         raise ConfigError("the native box kernel was not built (no C compiler at install time?)")
     previous = box_kernel()

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from boxwatch.agent.boxes import box_kernel
+from boxwatch.agent.boxes import box_kernel, set_box_kernel
 from boxwatch.agent.config import AgentConfig, load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.http import AgentHTTPServer
@@ -27,6 +27,8 @@ log = logging.getLogger("boxwatch.agent")
 
 def build_agent(cfg: AgentConfig, metrics: AgentMetrics | None = None) -> Agent:
     """Load and verify the artifact named by ``cfg`` and make an :class:`Agent` (no I/O yet)."""
+    set_box_kernel(cfg["box_kernel"])
+
     def load():
         return load_runtime(cfg["artifact"], cfg["public_keys"], model_path=cfg["model"],
                             threads=cfg["inference_threads"])

@@ -91,6 +91,10 @@ def _library(v: str) -> str | None:
         "must be kafka-python or confluent-kafka"
 
 
+def _box_kernel(v: str) -> str | None:
+    return None if v in ("auto", "native", "numpy") else "must be auto, native or numpy"
+
+
 def _policy(v: dict) -> str | None:
     bad = {k: t for k, t in v.items()
            if k not in ("certified", "blocked", "unverified") or t not in ("release", "review", "none")}
@@ -151,6 +155,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(dead letters can hold personal data)."),
     Setting("max_record_bytes", "BOXWATCH_MAX_RECORD_BYTES", _int, 1 << 20,
             "Records larger than this go to the dead-letter topic.", _positive),
+    Setting("box_kernel", "BOXWATCH_BOX_KERNEL", _str, "auto",
+            "Box-test implementation: `auto` (the native C kernel when it was built at "
+            "install time, else numpy), `native` (refuse to start without it) or `numpy`. "
+            "Both decide identically; `boxwatch_agent_build_info{box_kernel}` says which runs.",
+            _box_kernel),
     Setting("inference_threads", "BOXWATCH_INFERENCE_THREADS", _int, 1,
             "onnxruntime intra-op threads (1 keeps p99 latency low).", _positive),
     Setting("metrics.address", "BOXWATCH_METRICS_ADDRESS", _str, "127.0.0.1:9108",

@@ -1,4 +1,5 @@
-"""The agent's record processing without a broker: capture, routing, payload digests."""
+"""The agent's record processing without a broker: capture, routing, payload digests, and
+the box-kernel setting."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 from example_build import build_example
+from prometheus_client import generate_latest
 
+from boxwatch.agent import boxes as boxes_module
+from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.cli_agent import build_agent
 from boxwatch.agent.config import load_agent_config
 
@@ -103,3 +107,29 @@ def test_dead_letters_keep_bytes_or_only_their_digest(example, store):
         stub = json.loads(outs[0].value)
         assert stub["payload_sha256"] == hashlib.sha256(secret).hexdigest()
         assert stub["payload_bytes"] == len(secret)
+
+
+@pytest.mark.skipif(boxes_module._NATIVE is None,
+                    reason="the native box kernel is not built (no C compiler at install time)")
+def test_box_kernel_setting_changes_the_implementation_not_the_verdicts(example):
+    data = np.load(example.data / "stream.npz")
+    x = np.concatenate([data["x_known"][:100], data["x_unknown"][:100]])
+    recs = [Record("in", 0, i, json.dumps({"id": f"r{i}", "input": row.tolist()}).encode())
+            for i, row in enumerate(x)]
+    bodies = {}
+    try:
+        for kernel in ("numpy", "native"):
+            agent = make_agent(example, box_kernel=kernel)
+            assert box_kernel() == kernel
+            info = generate_latest(agent.metrics.registry).decode()
+            assert f'box_kernel="{kernel}"' in info
+            bodies[kernel] = [json.loads(o.value) for o in agent.process(recs) if o.topic == "v"]
+    finally:
+        make_agent(example)  # box_kernel: auto
+    assert box_kernel() == "native"
+    strip = [{k: v for k, v in b.items() if k not in ("timings", "score")} for b in bodies["numpy"]]
+    assert strip == [{k: v for k, v in b.items() if k not in ("timings", "score")}
+                     for b in bodies["native"]]
+    assert {b["verdict"] for b in bodies["native"]} >= {"accept", "reject"}
+    np.testing.assert_allclose([b["score"] for b in bodies["numpy"]],
+                               [b["score"] for b in bodies["native"]], rtol=1e-5, atol=1e-6)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.boxes import BoxSet, box_kernel, set_box_kernel
+from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ConfigError
 
 native = pytest.mark.skipif(boxes_module._NATIVE is None,
@@ -27,12 +28,25 @@ def test_kernel_is_built_where_a_compiler_is():
 
 
 def test_set_box_kernel_names_the_choices():
-    with pytest.raises(ConfigError, match="expected one of"):
+    with pytest.raises(ConfigError, match="expected auto or one of"):
         set_box_kernel("fortran")
     before = box_kernel()
-    assert set_box_kernel("numpy") == before
-    assert box_kernel() == "numpy"
-    set_box_kernel(before)
+    try:
+        assert set_box_kernel("numpy") == before
+        assert box_kernel() == "numpy"
+        set_box_kernel("auto")
+        assert box_kernel() == ("native" if boxes_module._NATIVE is not None else "numpy")
+    finally:
+        set_box_kernel(before)
+
+
+def test_agent_setting_chooses_the_kernel():
+    base = {"artifact": "a.bwa", "public_keys": ["k.pub"]}
+    assert load_agent_config(None, environ={}, overrides=base)["box_kernel"] == "auto"
+    cfg = load_agent_config(None, environ={"BOXWATCH_BOX_KERNEL": "numpy"}, overrides=base)
+    assert cfg["box_kernel"] == "numpy"
+    with pytest.raises(ConfigError, match="box_kernel.*must be auto, native or numpy"):
+        load_agent_config(None, environ={"BOXWATCH_BOX_KERNEL": "fast"}, overrides=base)
 
 
 @st.composite
