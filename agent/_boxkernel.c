@@ -41,6 +41,20 @@ static int get(PyObject *obj, Py_buffer *view, int writable, const char *name) {
     return 0;
 }
 
+/* A writable output buffer of exactly `len` bytes; releases `a` on failure. */
+static int get_out(PyObject *obj, Py_buffer *view, const char *name, const char *unit,
+                   Py_ssize_t len, Args *a) {
+    if (get(obj, view, 1, name) < 0) { release(a); return -1; }
+    if (view->len != len) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zd bytes (one %s per input), not %zd",
+                     name, len, unit, view->len);
+        PyBuffer_Release(view);
+        release(a);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parse (x, y, lo, hi, offsets, d) and check every size, so no loop can read out of bounds. */
 static int parse(PyObject *const *argv, Args *a) {
     memset(a, 0, sizeof(*a));
@@ -131,14 +145,7 @@ static PyObject *contains(PyObject *self, PyObject *const *argv, Py_ssize_t argc
     }
     Args a;
     Py_buffer out;
-    if (parse(argv, &a) < 0) return NULL;
-    if (get(argv[6], &out, 1, "out") < 0) { release(&a); return NULL; }
-    if (out.len != a.n) {
-        PyErr_SetString(PyExc_ValueError, "out must hold one byte per input");
-        PyBuffer_Release(&out);
-        release(&a);
-        return NULL;
-    }
+    if (parse(argv, &a) < 0 || get_out(argv[6], &out, "out", "byte", a.n, &a) < 0) return NULL;
     uint8_t *res = (uint8_t *)out.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < a.n; i++) res[i] = (uint8_t)in_any(&a, i);
@@ -156,14 +163,9 @@ static PyObject *distance_contains(PyObject *self, PyObject *const *argv, Py_ssi
     }
     Args a;
     Py_buffer inside, dist;
-    if (parse(argv, &a) < 0) return NULL;
-    if (get(argv[6], &inside, 1, "inside") < 0) { release(&a); return NULL; }
-    if (get(argv[7], &dist, 1, "dist") < 0) { PyBuffer_Release(&inside); release(&a); return NULL; }
-    if (inside.len != a.n || dist.len != a.n * (Py_ssize_t)sizeof(double)) {
-        PyErr_SetString(PyExc_ValueError, "inside must hold one byte and dist one float64 per input");
+    if (parse(argv, &a) < 0 || get_out(argv[6], &inside, "inside", "byte", a.n, &a) < 0) return NULL;
+    if (get_out(argv[7], &dist, "dist", "float64", a.n * (Py_ssize_t)sizeof(double), &a) < 0) {
         PyBuffer_Release(&inside);
-        PyBuffer_Release(&dist);
-        release(&a);
         return NULL;
     }
     uint8_t *in = (uint8_t *)inside.buf;

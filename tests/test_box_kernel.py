@@ -125,14 +125,14 @@ def test_native_kernel_checks_its_buffers():
         k.contains(x, np.array([0, 1, 2, 0], np.int64), lo, hi, offsets, 3, out)
     with pytest.raises(ValueError, match="offsets"):
         k.contains(x, y, lo, hi, np.array([0, 3, 2], np.int64), 3, out)
-    with pytest.raises(ValueError, match="one byte"):
+    with pytest.raises(ValueError, match="out must hold 4 bytes"):
         k.contains(x, y, lo, hi, offsets, 3, np.empty(3, np.uint8))
     with pytest.raises(ValueError, match="writable"):
         k.contains(x, y, lo, hi, offsets, 3, np.frombuffer(b"\0" * 4, np.uint8))
     with pytest.raises(ValueError, match="C-contiguous"):
         k.contains(np.zeros((3, 4), np.float32).T, y, lo, hi, offsets, 3, out)
     dist = np.empty(4, np.float64)
-    with pytest.raises(ValueError, match="float64"):
+    with pytest.raises(ValueError, match="dist must hold 32 bytes"):
         k.distance_contains(x, y, lo, hi, offsets, 3, out, np.empty(4, np.float32))
     k.distance_contains(x + 2, y, lo, hi, offsets, 3, out, dist)
     np.testing.assert_allclose(dist, np.sqrt(3.0))
