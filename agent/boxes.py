@@ -496,7 +496,8 @@ class BoxRuntime:
                                         self.combine)
             return combined, per, scores
         any_bad = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
-        combined = np.where(scores > self.threshold, REJECT, np.where(any_bad, UNCERTAIN, ACCEPT))
+        within = np.isfinite(scores) & (scores <= self.threshold)  # NaN never accepts
+        combined = np.where(within, np.where(any_bad, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
 
     def layer_scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray) -> dict[str, np.ndarray]:
@@ -515,10 +516,11 @@ class BoxRuntime:
         return self.combine_scores(self.layer_scores(activations, y_pred))
 
     def decide(self, scores: np.ndarray) -> np.ndarray:
-        """Accept (``True``) where the score is at most the calibrated threshold."""
+        """Accept (``True``) where the score is finite and at most the calibrated threshold."""
         if self.threshold is None:
             raise ConfigError("the monitor has no threshold: calibrate it first")
-        return np.asarray(scores) <= self.threshold
+        scores = np.asarray(scores)
+        return np.isfinite(scores) & (scores <= self.threshold)
 
     def to_members(self, prefix: str = "monitors/boxes") -> dict[str, Any]:
         """Artifact members ``{prefix}.json`` (structure) and ``{prefix}.npz`` (boxes)."""

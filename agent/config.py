@@ -155,6 +155,12 @@ SETTINGS: tuple[Setting, ...] = (
             "(dead letters can hold personal data)."),
     Setting("max_record_bytes", "BOXWATCH_MAX_RECORD_BYTES", _int, 1 << 20,
             "Records larger than this go to the dead-letter topic.", _positive),
+    Setting("max_output_bytes", "BOXWATCH_MAX_OUTPUT_BYTES", _int, 990_000,
+            "Outputs whose key, value and headers exceed this (dead letters and copies of "
+            "large records) are sent as a digest stub (sha256 and size, "
+            "`boxwatch-payload-omitted: true`) instead; keep it below the producer's and the "
+            "broker's maximum message size. An output the broker still refuses is retried "
+            "a few times, then sent as a stub, then dropped and counted.", _positive),
     Setting("box_kernel", "BOXWATCH_BOX_KERNEL", _str, "auto",
             "Box-test implementation: `auto` (the native C kernel when it was built at "
             "install time, else numpy), `native` (refuse to start without it) or `numpy`. "

@@ -20,7 +20,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.headers import UNREADABLE
 from boxwatch.agent.kafka_io import (
+    DeliveryFailure,
     KafkaUnavailable,
     Outgoing,
     Partition,
@@ -35,6 +37,11 @@ ADMIN_TIMEOUT_S = 10.0
 QUERY_TIMEOUT_S = 1.0
 LAG_PROBE_S = 2.0
 _QUIET_CODES = {KafkaError._PARTITION_EOF}
+# Delivery errors about the record itself: sending the same bytes again cannot succeed.
+REFUSED_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG,
+                           KafkaError.INVALID_MSG_SIZE, KafkaError.RECORD_LIST_TOO_LARGE,
+                           KafkaError.INVALID_RECORD, KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                           KafkaError._INVALID_ARG, KafkaError._BAD_MSG})
 
 
 def _error_cb(err: KafkaError) -> None:
@@ -123,10 +130,25 @@ def create_topics(cfg: Mapping[str, Any], names: list[str], partitions: int) -> 
     log.info("created topics %s", names)
 
 
+def _headers(m: Any) -> list[tuple[str, bytes | None]]:
+    """The message's headers, or :data:`headers.UNREADABLE` when the binding cannot read them.
+
+    On a header name that is not UTF-8, ``Message.headers()`` raises ``SystemError``, or
+    returns with the decoding error still set, which the next checked C call raises: the
+    ``tuple`` built here is that call, so the error surfaces inside this ``try``.
+    """
+    try:
+        headers = m.headers()
+        tuple.__new__(tuple, (headers,))
+    except (UnicodeDecodeError, SystemError, ValueError):
+        return list(UNREADABLE)
+    return headers or []
+
+
 def _record(m: Any) -> Record:
     ts_type, ts = m.timestamp()
     return Record(m.topic(), m.partition(), m.offset(), ts if ts_type else 0, m.key(),
-                  m.value(), m.headers() or [])
+                  m.value(), _headers(m))
 
 
 class ConfluentConsumer:
@@ -287,7 +309,7 @@ class ConfluentProducer:
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         # Only failures are reported (one callback per failed message, none per success):
         # a batch is acknowledged when flush() leaves nothing outstanding and none failed.
-        self._failed: list[tuple[str, bytes | None, bytes | None]] = []
+        self._failed: dict[tuple[str, bytes | None, bytes | None], KafkaError] = {}
         try:
             self.raw = Producer({**producer_options(cfg), "delivery.report.only.error": True,
                                  "on_delivery": self._on_failure})
@@ -296,18 +318,19 @@ class ConfluentProducer:
 
     def _on_failure(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self._failed.append((msg.topic(), msg.key(), msg.value()))
+            self._failed[(msg.topic(), msg.key(), msg.value())] = err
             log.warning("delivery failed: %s", err.str())
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[Outgoing]:
-        """Produce all, flush, and return what is not known to be acknowledged.
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[DeliveryFailure]:
+        """Produce all, flush, and report what is not known to be acknowledged.
 
-        Failures arrive through :meth:`_on_failure` while flushing. When nothing is left
-        outstanding, the outputs reported failed (and any not handed over) are returned;
-        when some are still unanswered at the timeout, all of them are (redelivery is
-        at-least-once anyway).
+        Failures arrive through :meth:`_on_failure` while flushing. An output that
+        ``produce`` refuses for itself (too large, a value it cannot write) is reported
+        not retriable and the others still go; when some are still unanswered at the
+        timeout, all of them are reported (redelivery is at-least-once anyway).
         """
-        self._failed = failed = []
+        self._failed = failed = {}
+        refused: list[DeliveryFailure] = []
         produce = self.raw.produce
         sent = 0
         for out in outputs:
@@ -320,17 +343,32 @@ class ConfluentProducer:
                 self.raw.poll(0.1)  # queue full: serve callbacks; the rest is retried later
                 break
             except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() in REFUSED_CODES:
+                    refused.append(DeliveryFailure(out, err.str(), False))
+                    sent += 1
+                    continue
                 log.warning("send to %s failed: %s", out.topic, exc)
                 self._refresh_metadata(out.topic)
                 break
+            except (TypeError, ValueError) as exc:
+                refused.append(DeliveryFailure(out, f"{type(exc).__name__}: {exc}", False))
+                sent += 1
+                continue
             sent += 1
         if self.raw.flush(timeout_s):
-            return list(outputs)
+            return [DeliveryFailure(out, "not acknowledged in time", True) for out in outputs]
         if sent == len(outputs) and not failed:
-            return []
-        lost = set(failed)
-        return [out for k, out in enumerate(outputs)
-                if k >= sent or (out.topic, out.key, out.value) in lost]
+            return refused
+        out_failures = list(refused)
+        for k, out in enumerate(outputs):
+            err = failed.get((out.topic, out.key, out.value))
+            if k >= sent:
+                out_failures.append(DeliveryFailure(out, "not sent", True))
+            elif err is not None:
+                out_failures.append(DeliveryFailure(out, err.str(),
+                                                    err.code() not in REFUSED_CODES))
+        return out_failures
 
     def _refresh_metadata(self, topic: str) -> None:
         """Ask for ``topic``'s metadata now: librdkafka otherwise keeps a deleted (then

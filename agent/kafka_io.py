@@ -6,7 +6,7 @@ several times faster). Both give the agent the same things: a consumer that retu
 micro-batches of :class:`Record`-like objects, pauses and resumes all its partitions
 (also those a rebalance hands out while paused), commits given offsets synchronously and
 reports lag; a producer that delivers a list of outputs with acks=all and says which were
-not acknowledged; and a start-up topic check. Library errors that a retry may cure are
+not acknowledged, and whether a retry can help; and a start-up topic check. Library errors that a retry may cure are
 raised as :class:`KafkaUnavailable`.
 """
 
@@ -37,6 +37,18 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]]
+
+
+class DeliveryFailure(NamedTuple):
+    """An output the broker did not acknowledge: why, and whether sending it again may work.
+
+    ``retriable`` is False when the output itself is refused (too large for the producer or
+    the broker, a value the library cannot write): the same bytes will never go through.
+    """
+
+    output: Any
+    error: str
+    retriable: bool
 
 
 class Outgoing(Protocol):
@@ -76,7 +88,7 @@ class AgentConsumer(Protocol):
 class AgentProducer(Protocol):
     """The producer side the agent loop needs."""
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[Outgoing]:
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[DeliveryFailure]:
         """Send ``outputs`` (acks=all) and wait; return those not acknowledged."""
 
     def close(self, timeout_s: float) -> None:

@@ -4,6 +4,11 @@ The client options of the config (``kafka.client``: SASL, SSL...) pass through u
 every kafka-python client that knows them (so a consumer-only option such as
 ``group_instance_id``, for static group membership, reaches only the consumer); the agent's
 own reliability settings override them.
+
+kafka-python fails on a header name that is not UTF-8 (a ``CorruptRecordError`` that stalls
+its partition for good); :func:`install_lenient_header_names` makes it read such names as
+:class:`headers.UndecodableName` instead, so the record reaches the agent and becomes a
+dead letter.
 """
 
 from __future__ import annotations
@@ -15,16 +20,96 @@ from typing import Any
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as TP
 from kafka.admin import NewTopic
-from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaConfigurationError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    TopicAlreadyExistsError,
+    UnsupportedForMessageFormatError,
+)
+from kafka.record import default_records
 from kafka.structs import OffsetAndMetadata
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.kafka_io import KafkaUnavailable, Outgoing, Partition, PartitionsCallback
+from boxwatch.agent.headers import UndecodableName
+from boxwatch.agent.kafka_io import (
+    DeliveryFailure,
+    KafkaUnavailable,
+    Outgoing,
+    Partition,
+    PartitionsCallback,
+)
 
 log = logging.getLogger(__name__)
 
 # Errors after which a poll, delivery or commit is retried rather than fatal.
 RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
+# What a send refuses for good, whatever the broker's state: the output itself is at fault
+# (local checks, and the broker's answers about the record). Every other failure is retried.
+REFUSED = (TypeError, ValueError, AssertionError, MessageSizeTooLargeError,
+           RecordListTooLargeError, InvalidRecordError, CorruptRecordError,
+           UnsupportedForMessageFormatError)
+
+
+def _read_record_lenient(batch: Any) -> Any:
+    """One v2 record from ``batch`` at its position; names that are not UTF-8 kept as bytes.
+
+    The record layout of kafka-python's ``DefaultRecordBatch._read_msg`` (Kafka's message
+    format v2), used only where that method failed on a header name.
+    """
+    decode_varint = default_records.decode_varint
+    buffer, pos = batch._buffer, batch._pos
+    length, pos = decode_varint(buffer, pos)
+    start = pos
+    _, pos = decode_varint(buffer, pos)
+    ts_delta, pos = decode_varint(buffer, pos)
+    timestamp = (batch.max_timestamp if batch.timestamp_type == batch.LOG_APPEND_TIME
+                 else batch.first_timestamp + ts_delta)
+    offset_delta, pos = decode_varint(buffer, pos)
+    fields = []
+    for _ in range(2):  # key, value: nullable bytes
+        n, pos = decode_varint(buffer, pos)
+        fields.append(bytes(buffer[pos:pos + n]) if n >= 0 else None)
+        pos += max(n, 0)
+    count, pos = decode_varint(buffer, pos)
+    headers = []
+    for _ in range(max(count, 0)):
+        n, pos = decode_varint(buffer, pos)
+        raw = bytes(buffer[pos:pos + n])
+        try:
+            name: str = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            name = UndecodableName(raw)
+        pos += n
+        n, pos = decode_varint(buffer, pos)
+        headers.append((name, bytes(buffer[pos:pos + n]) if n >= 0 else None))
+        pos += max(n, 0)
+    if count < 0 or pos - start != length:
+        raise default_records.CorruptRecordError("invalid record structure")
+    batch._pos = pos
+    kind = default_records.ControlRecord if batch.is_control_batch else default_records.DefaultRecord
+    return kind(length, batch.base_offset + offset_delta, timestamp, batch.timestamp_type,
+                fields[0], fields[1], headers)
+
+
+def install_lenient_header_names() -> None:
+    """Make kafka-python read non-UTF-8 header names instead of failing the partition."""
+    cls = default_records.DefaultRecordBatch
+    strict = cls._read_msg
+    if getattr(strict, "boxwatch_lenient", False):
+        return
+
+    def read_msg(self, *args, **kwargs):
+        try:
+            return strict(self, *args, **kwargs)
+        except UnicodeDecodeError:  # strict moves the position only on success
+            return _read_record_lenient(self)
+
+    read_msg.boxwatch_lenient = True  # type: ignore[attr-defined]
+    cls._read_msg = read_msg
 
 
 def client_options(cfg: Mapping[str, Any], client: type) -> dict[str, Any]:
@@ -128,6 +213,7 @@ class KafkaPythonConsumer:
     def __init__(self, cfg: Mapping[str, Any], topics: list[str], *,
                  on_assign: PartitionsCallback | None = None,
                  on_revoke: PartitionsCallback | None = None) -> None:
+        install_lenient_header_names()
         self.raw = _create(KafkaConsumer, consumer_options(cfg))
         self.paused = False
         self._on_assign, self._on_revoke = on_assign, on_revoke
@@ -212,25 +298,33 @@ class KafkaPythonProducer:
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         self.raw = _create(KafkaProducer, producer_options(cfg))
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[Outgoing]:
-        failed: list[Outgoing] = []
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[DeliveryFailure]:
+        """Send all, flush, and report each output not acknowledged and whether to retry it."""
+        failed: list[DeliveryFailure] = []
         futures = []
         send = self.raw.send
         for i, out in enumerate(outputs):
             try:
                 futures.append((out, send(out.topic, key=out.key, value=out.value,
                                           headers=out.headers)))
+            except REFUSED as exc:
+                failed.append(DeliveryFailure(out, f"{type(exc).__name__}: {exc}", False))
             except RETRYABLE as exc:
                 log.warning("send to %s failed: %s", out.topic, exc)
-                failed.extend(outputs[i:])
+                failed.extend(DeliveryFailure(o, f"{type(exc).__name__}", True)
+                              for o in outputs[i:])
                 break
         try:
             self.raw.flush(timeout=timeout_s)
         except RETRYABLE as exc:
             log.warning("flush failed: %s", exc)
         for out, fut in futures:
-            if not fut.is_done or fut.failed():
-                failed.append(out)
+            if not fut.is_done:
+                failed.append(DeliveryFailure(out, "not acknowledged in time", True))
+            elif fut.failed():
+                exc = fut.exception
+                failed.append(DeliveryFailure(out, f"{type(exc).__name__}: {exc}",
+                                              not isinstance(exc, REFUSED)))
         return failed
 
     def close(self, timeout_s: float) -> None:

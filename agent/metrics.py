@@ -32,6 +32,7 @@ INVALID_REASONS = (
     "unknown_state",
     "missing_evidence",
     "model_error",
+    "bad_header",
 )
 RELOAD_RESULTS = ("success", "failure", "refused_rollback")
 
@@ -78,6 +79,14 @@ class AgentMetrics:
         self.outputs = Counter(
             "boxwatch_agent_outputs_total",
             "Records produced and acknowledged, by output kind.", ["kind"], registry=r)
+        self.outputs_omitted = Counter(
+            "boxwatch_agent_outputs_payload_omitted_total",
+            "Outputs sent as a digest stub (sha256 and size) because the whole record was too "
+            "large to send, by output kind.", ["kind"], registry=r)
+        self.outputs_dropped = Counter(
+            "boxwatch_agent_outputs_dropped_total",
+            "Outputs given up after bounded retries because the broker refused even their "
+            "stub, by output kind.", ["kind"], registry=r)
         self.produce_errors = Counter(
             "boxwatch_agent_produce_errors_total",
             "Failed attempts to deliver a batch's outputs (retried).", registry=r)
@@ -125,6 +134,8 @@ class AgentMetrics:
             self.inputs.labels(kind)
         for kind in OUTPUT_KINDS:
             self.outputs.labels(kind)
+            self.outputs_omitted.labels(kind)
+            self.outputs_dropped.labels(kind)
         for reason in INVALID_REASONS:
             self.invalid_records.labels(reason)
         for result in RELOAD_RESULTS:

@@ -11,6 +11,11 @@
   ``boxwatch-payload-sha256``.
 * capture / release / review topics -- the original bytes and headers plus
   ``boxwatch-verdict`` or ``boxwatch-decision`` / ``boxwatch-gate`` headers.
+
+Copies and dead letters carry only the headers every producer can write (UTF-8 names, byte
+values; null values are dropped). An output too large to send (:func:`output_bytes` over
+``max_output_bytes``, or refused by the producer or broker) goes as :func:`omit_payload`'s
+stub instead: its sha256 and size in place of the payload, never stuck in retries.
 """
 
 from __future__ import annotations
@@ -22,22 +27,28 @@ from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any, NamedTuple
 
+from boxwatch.agent.headers import carried_headers
+
 VERDICT_SCHEMA = "boxwatch.verdict/1"
 GATE_SCHEMA = "boxwatch.gate/1"
 DEAD_LETTER_SCHEMA = "boxwatch.dead-letter/1"
+OMITTED_SCHEMA = "boxwatch.payload-omitted/1"
 MAX_DETAIL_CHARS = 300
+MAX_KEPT_KEY_BYTES = 1024  # a stub keeps a key up to this size, else only its digest
+OMITTED_HEADER = "boxwatch-payload-omitted"
 
 Headers = list[tuple[str, bytes]]
 
 
 class Output(NamedTuple):
-    """One record to produce; ``kind`` labels the outputs metric."""
+    """One record to produce; ``kind`` labels the outputs metric, ``reason`` a dead letter's."""
 
     kind: str
     topic: str
     key: bytes | None
     value: bytes | None
     headers: Headers
+    reason: str | None = None
 
 
 def source_of(rec: Any) -> dict[str, Any]:
@@ -110,7 +121,7 @@ def gate_output(topic: str, rec: Any, record_id: str, body: dict[str, Any]) -> O
 
 def copy_output(kind: str, topic: str, rec: Any, extra: dict[str, str]) -> Output:
     """The original record, with extra ``boxwatch-*`` headers (capture, release, review)."""
-    headers = list(rec.headers or []) + [(k, v.encode("utf-8")) for k, v in extra.items()]
+    headers = carried_headers(rec.headers) + [(k, v.encode("utf-8")) for k, v in extra.items()]
     return Output(kind, topic, rec.key, rec.value, headers)
 
 
@@ -120,7 +131,7 @@ def dead_letter_output(
     """The bad record kept whole (or as a digest stub) with why it was refused."""
     payload = rec.value if rec.value is not None else b""
     digest = hashlib.sha256(payload).hexdigest()
-    headers: Headers = list(rec.headers or []) if store_payload else []
+    headers: Headers = carried_headers(rec.headers) if store_payload else []
     headers += [
         ("boxwatch-dlq-reason", reason.encode()),
         ("boxwatch-dlq-detail", detail[:MAX_DETAIL_CHARS].encode("utf-8", "replace")),
@@ -135,4 +146,53 @@ def dead_letter_output(
         value = _dumps({"schema": DEAD_LETTER_SCHEMA, "payload_omitted": True,
                         "payload_sha256": digest, "payload_bytes": len(payload),
                         "reason": reason, "source": source_of(rec)})
-    return Output("dead_letter", topic, rec.key, value, headers)
+    return Output("dead_letter", topic, rec.key, value, headers, reason)
+
+
+def output_bytes(out: Output) -> int:
+    """Bytes of key, value and headers: what a producer's maximum message size bounds."""
+    return (len(out.key or b"") + len(out.value or b"")
+            + sum(len(name) + len(value) for name, value in out.headers))
+
+
+def _source_from_headers(headers: Headers) -> dict[str, Any] | None:
+    h = dict(headers)
+    try:
+        return {"topic": h["boxwatch-source-topic"].decode(),
+                "partition": int(h["boxwatch-source-partition"]),
+                "offset": int(h["boxwatch-source-offset"])}
+    except (KeyError, ValueError):
+        return None
+
+
+def omit_payload(out: Output) -> Output:
+    """``out`` as a small stub that can always be sent: the payload's sha256 and size instead
+    of the payload, only ``boxwatch-*`` headers, and a large key replaced by its digest.
+
+    Dead letters keep their schema (``payload_omitted`` is true, ``reason`` and ``source``
+    stay); other outputs become ``boxwatch.payload-omitted/1`` records of their kind.
+    """
+    payload = out.value or b""
+    digest = hashlib.sha256(payload).hexdigest()
+    headers = [(name, value[:MAX_DETAIL_CHARS]) for name, value in out.headers
+               if name.startswith("boxwatch-") and name != OMITTED_HEADER]
+    headers.append((OMITTED_HEADER, b"true"))
+    key = out.key
+    if key is not None and len(key) > MAX_KEPT_KEY_BYTES:
+        headers += [("boxwatch-key-sha256", hashlib.sha256(key).hexdigest().encode()),
+                    ("boxwatch-key-bytes", str(len(key)).encode())]
+        key = None
+    recorded = dict(out.headers).get("boxwatch-payload-sha256")
+    if recorded is not None and recorded != digest.encode():
+        return out._replace(key=key, headers=headers)  # the value is a digest stub already
+    body: dict[str, Any] = {
+        "schema": DEAD_LETTER_SCHEMA if out.kind == "dead_letter" else OMITTED_SCHEMA,
+        "kind": out.kind, "payload_omitted": True, "payload_sha256": digest,
+        "payload_bytes": len(payload),
+        "header_names": [n[:100] for n, _ in out.headers if not n.startswith("boxwatch-")][:50]}
+    if out.reason is not None:
+        body["reason"] = out.reason
+    source = _source_from_headers(out.headers)
+    if source is not None:
+        body["source"] = source
+    return out._replace(key=key, value=_dumps(body), headers=headers)

@@ -9,6 +9,8 @@ Artifact members (written by ``boxwatch build-artifact``):
 * ``bn/rules.json`` -- verified rules for the gate (:class:`RuleGate`).
 
 A :class:`MonitorRuntime` is immutable: reloads build a new one and swap it in whole.
+It fails closed: an input whose logits, monitored activations or score are not finite is
+rejected, whatever the box tests said.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.artifact import Artifact, digest_files, load_artifact
-from boxwatch.agent.boxes import BoxRuntime
+from boxwatch.agent.boxes import REJECT, BoxRuntime
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.gate import RuleGate
@@ -77,12 +79,30 @@ class MonitorRuntime:
         t0 = time.perf_counter()
         logits, acts = self.tap.run(self.preprocessing.apply(x))
         t1 = time.perf_counter()
-        predicted = np.asarray(logits).argmax(axis=1)
+        logits = np.asarray(logits)
+        predicted = logits.argmax(axis=1)
         verdicts, per_layer, scores = self.boxes.assess(acts, predicted)
+        broken = _non_finite_rows(logits, acts, scores)
+        if broken.any():  # fail closed: NaN compares false, so it must never reach "accept"
+            verdicts = np.where(broken, REJECT, verdicts).astype(np.int8)
+            per_layer = {layer: np.where(broken, REJECT, v).astype(np.int8)
+                         for layer, v in per_layer.items()}
         if scores is None:
             scores = np.full(len(predicted), np.nan)
         t2 = time.perf_counter()
         return ModelResult(predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1)
+
+
+def _non_finite_rows(logits: np.ndarray, acts: Mapping[str, np.ndarray],
+                     scores: np.ndarray | None) -> np.ndarray:
+    """Rows of a batch whose logits, tapped activations or score hold a NaN or infinity."""
+    bad = ~np.isfinite(logits.reshape(len(logits), -1)).all(axis=1)
+    for a in acts.values():
+        a = np.asarray(a)
+        bad |= ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
+    if scores is not None:
+        bad |= ~np.isfinite(np.asarray(scores, dtype=np.float64))
+    return bad
 
 
 def load_runtime(

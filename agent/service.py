@@ -3,7 +3,10 @@
 At-least-once: offsets are committed only after every output of the batch is acknowledged
 (acks=all). When outputs cannot be delivered, consumption pauses (one batch in memory at
 most), delivery is retried with exponential backoff and jitter, and resumes by itself.
+An output refused for itself (too large for the producer or the broker) is never retried
+forever: a couple of tries, then its digest stub, then it is dropped and counted.
 A record that cannot be processed goes to the dead-letter topic; the loop never dies on one.
+Verdict, gate and dead-letter metrics count what was delivered, once a batch is acknowledged.
 Shutdown (:meth:`Agent.stop`) finishes the batch in hand, delivers, commits and closes.
 """
 
@@ -24,7 +27,9 @@ from boxwatch.agent.boxes import verdict_names
 from boxwatch.agent.config import AgentConfig
 from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.gate import OUTCOME_NAMES
+from boxwatch.agent.headers import header_problem
 from boxwatch.agent.kafka_io import (
+    DeliveryFailure,
     KafkaUnavailable,
     Partition,
     ensure_topics,
@@ -37,6 +42,8 @@ from boxwatch.agent.outputs import (
     copy_output,
     dead_letter_output,
     gate_output,
+    omit_payload,
+    output_bytes,
     verdict_outputs,
 )
 from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_batch
@@ -48,6 +55,20 @@ BACKOFF_BASE_S = 0.2
 BACKOFF_CAP_S = 5.0
 LAG_INTERVAL_S = 2.0
 FLUSH_TIMEOUT_S = 15.0
+MAX_REFUSALS = 2  # sends of one output the producer or broker refuses, before its stub / drop
+# Outputs whose size the agent does not control (copies of consumed records, dead letters)
+# are checked against max_output_bytes before sending; verdicts and gate records are small.
+_FOREIGN_KINDS = frozenset({"dead_letter", "capture", "release", "review"})
+
+
+@dataclass
+class BatchTally:
+    """What a batch adds to the verdict and gate metrics, applied once it is delivered."""
+
+    verdicts: _Counter = field(default_factory=_Counter)
+    layer_verdicts: _Counter = field(default_factory=_Counter)
+    gate: _Counter = field(default_factory=_Counter)
+    scores: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass
@@ -168,45 +189,60 @@ class Agent:
     # -- one batch --------------------------------------------------------------------
     def _handle_batch(self, records: list[Any]) -> None:
         t0 = time.perf_counter()
-        outputs = self.process(records)
-        if not self._deliver(outputs):
+        tally = BatchTally()
+        outputs = self.process(records, tally)
+        delivered = self._deliver(outputs)
+        if delivered is None:
             return
         self._commit(records)
+        self._count_delivered(tally, delivered)
         now = time.time()
         stamps = np.array([rec.timestamp or 0 for rec in records], dtype=np.float64)
         observe_many(self.metrics.end_to_end_seconds,
                      np.maximum(now - stamps[stamps > 0] / 1000.0, 0.0))
-        for kind, n in _Counter(out.kind for out in outputs).items():
-            self.metrics.outputs.labels(kind).inc(n)
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         self.status.batches += 1
         self.status.last_batch_at = now
 
-    def process(self, records: list[Any]) -> list[Output]:
-        """Turn consumed records into outputs (pure: no Kafka calls; tests use it directly)."""
+    def process(self, records: list[Any], tally: BatchTally | None = None) -> list[Output]:
+        """Turn consumed records into outputs (pure: no Kafka calls; tests use it directly).
+
+        Verdict and gate counts go into ``tally``, for the caller to apply once the outputs
+        are delivered.
+        """
+        tally = BatchTally() if tally is None else tally
         model_topic, bn_topic = self.cfg["topics.inputs"], self.cfg["topics.bn_inputs"]
         outputs: list[Output] = []
-        model_recs = [r for r in records if r.topic == model_topic]
-        bn_recs = [r for r in records if r.topic == bn_topic]
+        model_recs: list[Any] = []
+        bn_recs: list[Any] = []
+        for rec in records:
+            problem = header_problem(rec.headers)
+            if problem is not None:
+                outputs.append(self._dead_letter(rec, "bad_header", problem))
+            elif rec.topic == model_topic:
+                model_recs.append(rec)
+            elif rec.topic == bn_topic:
+                bn_recs.append(rec)
+        n_model = sum(1 for r in records if r.topic == model_topic)
+        if n_model:
+            self.metrics.inputs.labels("model").inc(n_model)
+        if len(records) - n_model:
+            self.metrics.inputs.labels("bn").inc(len(records) - n_model)
         if model_recs:
-            self.metrics.inputs.labels("model").inc(len(model_recs))
-            outputs += self._process_model(model_recs)
+            outputs += self._process_model(model_recs, tally)
         if bn_recs:
-            self.metrics.inputs.labels("bn").inc(len(bn_recs))
-            outputs += self._process_bn(bn_recs)
+            outputs += self._process_bn(bn_recs, tally)
         self.status.records += len(records)
         return outputs
 
     def _dead_letter(self, rec: Any, reason: str, detail: str) -> Output:
-        self.metrics.invalid_records.labels(reason).inc()
-        self.status.dead_letters += 1
         log.info("dead letter %s/%s@%s: %s (%s)", rec.topic, rec.partition, rec.offset, reason,
                  detail)
         return dead_letter_output(self.cfg["topics.dead_letter"], rec, reason, detail,
                                   store_payload=self.cfg["dead_letter.store_payload"])
 
-    def _process_model(self, recs: list[Any]) -> list[Output]:
+    def _process_model(self, recs: list[Any], tally: BatchTally) -> list[Output]:
         rt = self.runtime
         out: list[Output] = []
         if rt.tap is None or rt.preprocessing is None:
@@ -245,21 +281,34 @@ class Agent:
         if capture:
             out += [copy_output("capture", capture, good[i], {"boxwatch-verdict": v})
                     for i, v in enumerate(verdict_list) if v != "accept"]
-        self._count_verdicts(predicted, verdicts, layer_names, res.scores)
+        tally.verdicts.update(zip(verdict_list, predicted, strict=True))
+        for layer, names in layer_names.items():
+            tally.layer_verdicts.update((layer, v, c) for v, c in
+                                        zip(names.tolist(), predicted, strict=True))
+        tally.scores.append(np.asarray(res.scores, dtype=np.float64))
         return out
 
-    def _count_verdicts(self, predicted, verdicts, layer_names, scores) -> None:
-        pairs = _Counter(zip(verdicts.tolist(), predicted, strict=True))
-        for (v, c), n in pairs.items():
-            self.metrics.verdicts.labels(v, c).inc(n)
+    def _count_delivered(self, tally: BatchTally, delivered: list[Output]) -> None:
+        """Metrics and status of a delivered batch: what reached the topics, counted once."""
+        m = self.metrics
+        for kind, n in _Counter(out.kind for out in delivered).items():
+            m.outputs.labels(kind).inc(n)
+        reasons = _Counter(out.reason for out in delivered if out.kind == "dead_letter")
+        for reason, n in reasons.items():
+            m.invalid_records.labels(reason).inc(n)
+        self.status.dead_letters += sum(reasons.values())
+        for (v, c), n in tally.verdicts.items():
+            m.verdicts.labels(v, c).inc(n)
             self.status.verdicts[v] += n
-        for layer, names in layer_names.items():
-            for (v, c), n in _Counter(zip(names.tolist(), predicted, strict=True)).items():
-                self.metrics.layer_verdicts.labels(layer, v, c).inc(n)
-        scores = np.asarray(scores, dtype=np.float64)
-        observe_many(self.metrics.score, scores[np.isfinite(scores)])
+        for (layer, v, c), n in tally.layer_verdicts.items():
+            m.layer_verdicts.labels(layer, v, c).inc(n)
+        for (outcome, decision), n in tally.gate.items():
+            m.gate_outcomes.labels(outcome, decision).inc(n)
+            self.status.gate[outcome] += n
+        for scores in tally.scores:
+            observe_many(m.score, scores[np.isfinite(scores)])
 
-    def _process_bn(self, recs: list[Any]) -> list[Output]:
+    def _process_bn(self, recs: list[Any], tally: BatchTally) -> list[Output]:
         rt = self.runtime
         if rt.diagram is None or rt.gate is None:
             return [self._dead_letter(r, "bad_schema", "the artifact holds no BN classifier")
@@ -294,37 +343,81 @@ class Agent:
             if target:
                 out.append(copy_output(route, target, rec,
                                        {"boxwatch-decision": decision, "boxwatch-gate": outcome}))
-            self.metrics.gate_outcomes.labels(outcome, decision).inc()
-            self.status.gate[outcome] += 1
+            tally.gate[(outcome, decision)] += 1
         return out
 
     # -- delivery and commits -----------------------------------------------------------
-    def _deliver(self, outputs: list[Output]) -> bool:
+    def _deliver(self, outputs: list[Output]) -> list[Output] | None:
         """Send until every output is acknowledged; pause consumption while failing.
 
-        Returns ``False`` only when shutdown interrupts the retries (nothing is committed
-        then, so the batch is consumed again after restart).
+        Outputs larger than ``max_output_bytes`` go as their digest stub. Broker outages
+        are retried with backoff for as long as they last (consumption paused); an output
+        refused for itself is tried :data:`MAX_REFUSALS` times, then as its stub, then
+        dropped (logged and counted). Returns what was delivered (stubs in place of the
+        outputs they replace), or ``None`` only when shutdown interrupts the retries
+        (nothing is committed then, so the batch is consumed again after restart).
         """
-        pending: list[Any] = list(outputs)
+        limit = self.cfg["max_output_bytes"]
+        final = [omit_payload(o) if o.kind in _FOREIGN_KINDS and output_bytes(o) > limit
+                 else o for o in outputs]
+        stubbed = {i for i, (a, b) in enumerate(zip(outputs, final, strict=True)) if a is not b}
+        refusals: _Counter = _Counter()
+        dropped: set[int] = set()
+        todo = list(range(len(final)))
         attempt = 0
-        while pending:
-            failed = self._producer.deliver(pending, FLUSH_TIMEOUT_S)
-            if not failed:
+        while todo:
+            at = {id(final[i]): i for i in todo}
+            failures = self._producer.deliver([final[i] for i in todo], FLUSH_TIMEOUT_S)
+            if not failures:
                 break
             self.metrics.produce_errors.inc()
+            retry: set[int] = set()
+            transient = 0
+            for failure in failures:
+                i = at[id(failure.output)]
+                if failure.retriable:
+                    transient += 1
+                    retry.add(i)
+                elif self._after_refusal(i, failure, final, refusals, stubbed):
+                    retry.add(i)
+                else:
+                    dropped.add(i)
+            todo = sorted(retry)
+            if not transient:
+                continue  # only refusals: each is bounded, no broker to wait for
             self._pause(True)
             self._set_connected(False)
             delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0)
-            log.warning("%d of %d outputs not delivered; retry %d in %.2fs", len(failed),
-                        len(pending), attempt + 1, delay)
+            log.warning("%d of %d outputs not delivered; retry %d in %.2fs", transient,
+                        len(final), attempt + 1, delay)
             if self.stop_event.wait(delay):
-                return False
+                return None
             self._consumer.keep_membership()
-            pending = failed
             attempt += 1
         self._pause(False)
         self._set_connected(True)
-        return True
+        for i in stubbed - dropped:
+            self.metrics.outputs_omitted.labels(final[i].kind).inc()
+        return [out for i, out in enumerate(final) if i not in dropped]
+
+    def _after_refusal(self, i: int, failure: DeliveryFailure, final: list[Output],
+                       refusals: _Counter, stubbed: set[int]) -> bool:
+        """One more refused send of output ``i``: whether to send it (or its stub) again."""
+        refusals[i] += 1
+        out = final[i]
+        if refusals[i] < MAX_REFUSALS:
+            return True
+        if i not in stubbed:
+            log.warning("%s output to %s refused %d times (%s); sending its digest stub",
+                        out.kind, out.topic, refusals[i], failure.error)
+            final[i] = omit_payload(out)
+            stubbed.add(i)
+            refusals[i] = 0
+            return True
+        log.error("dropping a %s output to %s: refused %d times even as a stub (%s)",
+                  out.kind, out.topic, refusals[i], failure.error)
+        self.metrics.outputs_dropped.labels(out.kind).inc()
+        return False
 
     def _pause(self, paused: bool) -> None:
         if paused == self.status.paused:
