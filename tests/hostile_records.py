@@ -57,7 +57,7 @@ class Hostile:
         return any(v is None for _, v in self.headers) or (self.value is None and not self.key)
 
 
-def _tensor(rid: str, row: np.ndarray, dtype: str = "float32") -> tuple[bytes, Headers]:
+def tensor_record(rid: str, row: np.ndarray, dtype: str = "float32") -> tuple[bytes, Headers]:
     return (np.asarray(row, dtype="<f4").tobytes(),
             [(CT, TENSOR_TYPE.encode()), ("id", rid.encode()), ("dtype", dtype.encode())])
 
@@ -167,23 +167,23 @@ def valid_model_records(rows: np.ndarray, size: int) -> list[Hostile]:
             out.append(Hostile("valid_json", "inputs", _json({"id": rid, "input": row.tolist()}),
                                rows=row))
         else:
-            value, headers = _tensor(rid, row)
+            value, headers = tensor_record(rid, row)
             out.append(Hostile("valid_tensor", "inputs", value, headers, rows=row))
     extremes = {"huge_finite": 1e300, "huge_negative": -1e300, "float32_overflow": 1e39}
     for name, v in extremes.items():  # finite input, non-finite activations: never accept
         out.append(Hostile(name, "inputs", _json({"id": f"x-{name}", "input": [v] * size}),
                            verdict="reject", rows=np.full(size, v)))
     row = rows[0]
-    value, headers = _tensor("e-null-header", row)
+    value, headers = tensor_record("e-null-header", row)
     out.append(Hostile("valid_with_null_header", "inputs", value, headers + [("x-note", None)],
                        rows=row))
     out.append(Hostile("valid_with_null_content_type", "inputs",
                        _json({"id": "e-null-ct", "input": row.tolist()}), [(CT, None)],
                        rows=row))
-    value, headers = _tensor("e-empty-name", row)
+    value, headers = tensor_record("e-empty-name", row)
     out.append(Hostile("valid_with_empty_header_name", "inputs", value, headers + [("", b"x")],
                        rows=row))
-    value, headers = _tensor("e-big-key", row)
+    value, headers = tensor_record("e-big-key", row)
     out.append(Hostile("valid_with_large_key", "inputs", value, headers, key=b"k" * 500_000,
                        rows=row))
     return out

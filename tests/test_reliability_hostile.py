@@ -18,7 +18,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hostile_records import Hostile, bad_model_records, bn_records, valid_model_records
+from hostile_records import (
+    Hostile,
+    bad_model_records,
+    bn_records,
+    tensor_record,
+    valid_model_records,
+)
 from kafka import KafkaProducer
 from kafka_helpers import AGENT_LIBRARIES, create_topics
 from reliability_helpers import (
@@ -53,9 +59,9 @@ def _send_all(bootstrap: str, records: list[Hostile]) -> dict[tuple[str, int, in
     through confluent-kafka; everything else (non-UTF-8 names included) through kafka-python.
     """
     kp = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                       max_request_size=4_000_000, request_timeout_ms=10_000)
+                       max_request_size=16_000_000, request_timeout_ms=10_000)
     cp = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                   "message.max.bytes": 4_000_000, "linger.ms": 5})
+                                   "message.max.bytes": 16_000_000, "linger.ms": 5})
     where: dict[tuple[str, int, int], Hostile] = {}
     errors: list[str] = []
 
@@ -237,3 +243,58 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(example, make_broker
     assert metrics['boxwatch_agent_outputs_dropped_total{kind="dead_letter"}'] == 0
     print(f"\nhostile ({library}): {len(bad)} bad records of {len({r.kind for r in bad})} kinds, "
           f"{len(valid)} valid; {len(omitted)} dead letters as stubs; one process (pid {pid})")
+
+
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_records_larger_than_any_output_go_through_as_stubs(example, make_broker, tmp_path,
+                                                            library):
+    """2 MB and 10 MB records and a 1.5 MiB key (Tansu takes them; noida-db refuses records
+    over ~1 MB): the producer refuses their dead letters, which go as stubs after a bounded
+    number of tries (``max_output_bytes`` set high, so nothing is stubbed before sending)."""
+    broker = make_broker("tansu").start()
+    create_topics(broker.bootstrap_servers, {t: 1 for t in TOPICS.values()})
+    rows = stream_rows(example, 20, seed=15)
+    size = rows.shape[1]
+    valid = valid_model_records(rows, size)[:20]
+    big_key = Hostile("valid_key_1_5mib", "inputs", *tensor_record("k-big", rows[0]),
+                      key=b"k" * (3 << 19), rows=rows[0])
+    bad = [Hostile("not_json_2mb", "inputs", b"{" + b" " * 2_000_000, [], None, "not_json"),
+           Hostile("too_large_10mb", "inputs", b"x" * 10_000_000, [], None, "too_large"),
+           Hostile("key_1_5mib", "inputs", b"{oops", [], b"k" * (3 << 19), "not_json")]
+    records = [*valid[:10], *bad, big_key, *valid[10:]]
+    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
+                             kafka__library=library, max_record_bytes=4_000_000,
+                             max_output_bytes=64_000_000)
+    agent = AgentProcess(cfg, tmp_path / "agent.log")
+    collector = OutputCollector(broker.bootstrap_servers,
+                                [TOPICS["verdicts"], TOPICS["dead_letter"]],
+                                keep=[TOPICS["dead_letter"]], json_topics=[TOPICS["verdicts"]])
+    try:
+        collector.start()
+        agent.start().wait_ready()
+        where = _send_all(broker.bootstrap_servers, records)
+        assert collector.wait_for(lambda c: c.count >= len(records), timeout=120), (
+            f"{collector.count} of {len(records)} outputs:\n{agent.log_tail()}")
+        metrics = agent.scrape()
+        assert agent.alive and agent.starts == 1
+        assert agent.stop(timeout=10) == 0, agent.log_tail()
+    finally:
+        agent.kill()
+        collector.stop()
+    letters = collector.records[TOPICS["dead_letter"]]
+    got = {where[(h["boxwatch-source-topic"].decode(), int(h["boxwatch-source-partition"]),
+                  int(h["boxwatch-source-offset"]))].kind: (k, h, json.loads(v))
+           for k, h, v in letters}
+    assert sorted(got) == sorted(r.kind for r in bad)
+    for rec in bad:
+        key, headers, stub = got[rec.kind]
+        assert headers["boxwatch-dlq-reason"].decode() == rec.reason
+        assert stub["payload_omitted"] and stub["payload_bytes"] == len(rec.value)
+        assert stub["payload_sha256"] == hashlib.sha256(rec.value).hexdigest()
+    key, headers, _ = got["key_1_5mib"]
+    assert key is None and int(headers["boxwatch-key-bytes"]) == 3 << 19
+    assert headers["boxwatch-key-sha256"].decode() == hashlib.sha256(b"k" * (3 << 19)).hexdigest()
+    assert set(collector.ids[TOPICS["verdicts"]]) == {_record_id(r) for r in [*valid, big_key]}
+    assert metrics['boxwatch_agent_outputs_payload_omitted_total{kind="dead_letter"}'] == 3
+    assert metrics['boxwatch_agent_outputs_dropped_total{kind="dead_letter"}'] == 0
+    assert metrics["boxwatch_agent_produce_errors_total"] >= 1

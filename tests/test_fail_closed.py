@@ -1,0 +1,63 @@
+"""A NaN or infinite activation or score never means accept (fail closed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from example_build import build_example
+
+from boxwatch.agent.boxes import ACCEPT, REJECT, BoxRuntime, BoxSet
+from boxwatch.agent.runtime import load_runtime
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    example = build_example(tmp_path_factory.mktemp("fail-closed"))
+    return load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+
+
+def _wide_open_runtime(combine: str) -> BoxRuntime:
+    """One layer whose good box holds every finite point: only non-finite values can fail."""
+    big = np.float32(3e38)
+    good = BoxSet.from_boxes([(np.full((1, 2), -big), np.full((1, 2), big))] * 2, 2)
+    empty = BoxSet.from_boxes([(np.zeros((0, 2)), np.zeros((0, 2)))] * 2, 2)
+    return BoxRuntime(layers=["a"], n_classes=2, good={"a": good}, bad={"a": empty},
+                      normalize="none", combine=combine, score_layers=["a"], threshold=0.5)
+
+
+@pytest.mark.parametrize("combine", ["any", "majority", "all", "calibrated"])
+def test_non_finite_activations_are_rejected_by_every_rule(combine):
+    rt = _wide_open_runtime(combine)
+    acts = np.array([[0.0, 1.0], [np.nan, 0.0], [np.inf, 0.0], [-np.inf, 1.0], [2.0, 2.0]],
+                    dtype=np.float32)
+    combined, per_layer, scores = rt.assess({"a": acts}, np.zeros(5, dtype=int))
+    assert combined.tolist() == [ACCEPT, REJECT, REJECT, REJECT, ACCEPT]
+    assert per_layer["a"].tolist() == [ACCEPT, REJECT, REJECT, REJECT, ACCEPT]
+
+
+def test_decide_never_accepts_a_non_finite_score():
+    rt = _wide_open_runtime("calibrated")
+    scores = np.array([0.0, 0.5, 0.6, np.nan, np.inf, -np.inf])
+    assert rt.decide(scores).tolist() == [True, True, False, False, False, False]
+
+
+@pytest.mark.parametrize("value", [1e300, -1e300, 1e39, 3.4e38])
+def test_finite_inputs_that_overflow_the_model_are_rejected(runtime, value):
+    x = np.full((3, runtime.preprocessing.size), value)
+    res = runtime.run_model(x)
+    assert res.verdicts.tolist() == [REJECT] * 3
+    assert all(v.tolist() == [REJECT] * 3 for v in res.layer_verdicts.values())
+    if runtime.boxes.threshold is not None:
+        assert not runtime.boxes.decide(res.scores).any()
+
+
+def test_the_guard_leaves_finite_batches_alone(runtime):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(64, runtime.preprocessing.size))
+    res = runtime.run_model(x)
+    logits, acts = runtime.tap.run(runtime.preprocessing.apply(x))
+    combined, per_layer, _ = runtime.boxes.assess(acts, np.asarray(logits).argmax(axis=1))
+    np.testing.assert_array_equal(res.verdicts, combined)
+    mixed = runtime.run_model(np.concatenate([x[:4], np.full((1, x.shape[1]), 1e300)]))
+    np.testing.assert_array_equal(mixed.verdicts[:4], combined[:4])
+    assert mixed.verdicts[4] == REJECT
