@@ -172,7 +172,10 @@ SETTINGS: tuple[Setting, ...] = (
             "HOST:PORT of /metrics, /healthz, /readyz and the status page. Loopback by "
             "default; use 0.0.0.0:9108 in a container.", _port_address),
     Setting("shutdown_timeout_s", "BOXWATCH_SHUTDOWN_TIMEOUT_S", _int, 10,
-            "Seconds allowed to finish the batch, produce, commit and close.", _positive),
+            "Seconds from a stop request (SIGTERM, SIGINT) to exit: finishing the batch in "
+            "hand (at most 30% of it; a delivery still unanswered then is abandoned, not "
+            "committed, and comes again after restart), committing and closing all fit "
+            "within it.", _positive),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 

@@ -11,6 +11,7 @@ itself; what it reports through ``error_cb`` is logged, and calls that time out 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.headers import UNREADABLE
 from boxwatch.agent.kafka_io import (
+    FLUSH_SLICE_S,
     DeliveryFailure,
     KafkaUnavailable,
     Outgoing,
@@ -145,6 +147,15 @@ def _headers(m: Any) -> list[tuple[str, bytes | None]]:
     return headers or []
 
 
+class _CommitJob:
+    """One commit handed to the commit thread, and its outcome."""
+
+    def __init__(self, offsets: list[TopicPartition]) -> None:
+        self.offsets = offsets
+        self.done = threading.Event()
+        self.error: KafkaException | None = None
+
+
 def _record(m: Any) -> Record:
     ts_type, ts = m.timestamp()
     return Record(m.topic(), m.partition(), m.offset(), ts if ts_type else 0, m.key(),
@@ -171,6 +182,8 @@ class ConfluentConsumer:
                                "enable.auto.commit": False}
         for key in ("error_cb", "logger"):  # served only by poll(), which the probe never calls
             self._probe_options.pop(key)
+        self._commits: queue.SimpleQueue[_CommitJob | None] = queue.SimpleQueue()
+        self._committer: threading.Thread | None = None
         self._assignment: set[Partition] = set()
         self._positions: dict[Partition, int] = {}
         self._closing = threading.Event()
@@ -241,12 +254,31 @@ class ConfluentConsumer:
             self._positions[(t, p)] = o
         self.raw.pause(self.raw.assignment())
 
-    def commit(self, offsets: Mapping[Partition, int]) -> None:
-        try:
-            self.raw.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                            asynchronous=False)
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"commit failed: {exc}") from exc
+    def commit(self, offsets: Mapping[Partition, int], timeout_s: float) -> None:
+        """A synchronous commit, waited for at most ``timeout_s``.
+
+        librdkafka bounds a synchronous commit only by ``socket.timeout.ms`` (60 s), so it
+        runs on a commit thread; one still unanswered after ``timeout_s`` is reported as a
+        failure (the batch may then come again, as after any failed commit).
+        """
+        if self._committer is None:
+            self._committer = threading.Thread(target=self._commit_loop, name="kafka-commit",
+                                               daemon=True)
+            self._committer.start()
+        job = _CommitJob([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+        self._commits.put(job)
+        if not job.done.wait(timeout_s):
+            raise KafkaUnavailable(f"commit not answered in {timeout_s:.1f}s")
+        if job.error is not None:
+            raise KafkaUnavailable(f"commit failed: {job.error}") from job.error
+
+    def _commit_loop(self) -> None:
+        while (job := self._commits.get()) is not None:
+            try:
+                self.raw.commit(offsets=job.offsets, asynchronous=False)
+            except KafkaException as exc:
+                job.error = exc
+            job.done.set()
 
     def lag(self) -> dict[Partition, int]:
         """The latest figures of a background probe (its round trips never stall the loop)."""
@@ -294,8 +326,9 @@ class ConfluentConsumer:
         """Leave the group; librdkafka's close may block a session timeout, so bound it."""
         deadline = time.monotonic() + timeout_s
         self._closing.set()
+        self._commits.put(None)
         if self._prober is not None:  # at most one query in flight; never close under it
-            self._prober.join(QUERY_TIMEOUT_S + 0.5)
+            self._prober.join(min(QUERY_TIMEOUT_S + 0.5, timeout_s / 2))
         closer = threading.Thread(target=self.raw.close, name="kafka-close", daemon=True)
         closer.start()
         closer.join(max(deadline - time.monotonic(), 0.5))
@@ -321,13 +354,15 @@ class ConfluentProducer:
             self._failed[(msg.topic(), msg.key(), msg.value())] = err
             log.warning("delivery failed: %s", err.str())
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[DeliveryFailure]:
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float,
+                stop: threading.Event | None = None) -> list[DeliveryFailure]:
         """Produce all, flush, and report what is not known to be acknowledged.
 
         Failures arrive through :meth:`_on_failure` while flushing. An output that
         ``produce`` refuses for itself (too large, a value it cannot write) is reported
         not retriable and the others still go; when some are still unanswered at the
-        timeout, all of them are reported (redelivery is at-least-once anyway).
+        timeout, or when ``stop`` is set (the flush waits in slices), all of them are
+        reported (redelivery is at-least-once anyway).
         """
         self._failed = failed = {}
         refused: list[DeliveryFailure] = []
@@ -356,7 +391,11 @@ class ConfluentProducer:
                 sent += 1
                 continue
             sent += 1
-        if self.raw.flush(timeout_s):
+        deadline = time.monotonic() + timeout_s
+        left = self.raw.flush(min(FLUSH_SLICE_S, timeout_s))
+        while left and time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+            left = self.raw.flush(min(FLUSH_SLICE_S, max(deadline - time.monotonic(), 0.0)))
+        if left:
             return [DeliveryFailure(out, "not acknowledged in time", True) for out in outputs]
         if sent == len(outputs) and not failed:
             return refused

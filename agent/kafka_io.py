@@ -12,12 +12,14 @@ raised as :class:`KafkaUnavailable`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 
 LIBRARIES = ("kafka-python", "confluent-kafka")
+FLUSH_SLICE_S = 0.2  # a flush waits in slices this long, so a stop request ends it
 
 Partition = tuple[str, int]
 PartitionsCallback = Callable[[list[Partition]], None]
@@ -75,8 +77,8 @@ class AgentConsumer(Protocol):
     def keep_membership(self) -> None:
         """Serve the group protocol while paused; never consume (rewinds what it gets)."""
 
-    def commit(self, offsets: Mapping[Partition, int]) -> None:
-        """Commit the next offset to read per partition, synchronously."""
+    def commit(self, offsets: Mapping[Partition, int], timeout_s: float) -> None:
+        """Commit the next offset to read per partition, synchronously, within ``timeout_s``."""
 
     def lag(self) -> dict[Partition, int]:
         """Records not yet consumed per assigned partition."""
@@ -88,8 +90,10 @@ class AgentConsumer(Protocol):
 class AgentProducer(Protocol):
     """The producer side the agent loop needs."""
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[DeliveryFailure]:
-        """Send ``outputs`` (acks=all) and wait; return those not acknowledged."""
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float,
+                stop: threading.Event | None = None) -> list[DeliveryFailure]:
+        """Send ``outputs`` (acks=all) and wait at most ``timeout_s``, or until ``stop`` is
+        set; return those not acknowledged."""
 
     def close(self, timeout_s: float) -> None:
         """Flush what is queued (up to ``timeout_s``) and close."""

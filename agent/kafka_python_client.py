@@ -14,6 +14,8 @@ dead letter.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +27,7 @@ from kafka.errors import (
     InvalidRecordError,
     KafkaConfigurationError,
     KafkaError,
+    KafkaTimeoutError,
     MessageSizeTooLargeError,
     RecordListTooLargeError,
     TopicAlreadyExistsError,
@@ -36,6 +39,7 @@ from kafka.structs import OffsetAndMetadata
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.headers import UndecodableName
 from boxwatch.agent.kafka_io import (
+    FLUSH_SLICE_S,
     DeliveryFailure,
     KafkaUnavailable,
     Outgoing,
@@ -156,7 +160,9 @@ def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "retries": 5,
         "request_timeout_ms": 10_000,
         "delivery_timeout_ms": 30_000,
-        "max_block_ms": 10_000,
+        # A send waits this long for metadata or buffer space: it bounds how long a stop
+        # request can wait behind it.
+        "max_block_ms": 2_000,
         "client_id": "boxwatch-agent",
     }
 
@@ -250,10 +256,10 @@ class KafkaPythonConsumer:
                 self.raw.seek(tp, recs[0].offset)
         self.raw.pause(*self.raw.assignment())
 
-    def commit(self, offsets: Mapping[Partition, int]) -> None:
+    def commit(self, offsets: Mapping[Partition, int], timeout_s: float) -> None:
         try:
             self.raw.commit({TP(t, p): OffsetAndMetadata(o, "", -1)
-                             for (t, p), o in offsets.items()})
+                             for (t, p), o in offsets.items()}, timeout_ms=int(timeout_s * 1000))
         except RETRYABLE as exc:
             raise KafkaUnavailable(f"commit failed: {exc}") from exc
 
@@ -298,8 +304,13 @@ class KafkaPythonProducer:
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         self.raw = _create(KafkaProducer, producer_options(cfg))
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float) -> list[DeliveryFailure]:
-        """Send all, flush, and report each output not acknowledged and whether to retry it."""
+    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float,
+                stop: threading.Event | None = None) -> list[DeliveryFailure]:
+        """Send all, flush, and report each output not acknowledged and whether to retry it.
+
+        The flush waits in slices, so a set ``stop`` ends it at once (what is unanswered
+        then is reported retriable: nothing is committed, the batch comes again).
+        """
         failed: list[DeliveryFailure] = []
         futures = []
         send = self.raw.send
@@ -314,10 +325,18 @@ class KafkaPythonProducer:
                 failed.extend(DeliveryFailure(o, f"{type(exc).__name__}", True)
                               for o in outputs[i:])
                 break
-        try:
-            self.raw.flush(timeout=timeout_s)
-        except RETRYABLE as exc:
-            log.warning("flush failed: %s", exc)
+        deadline = time.monotonic() + timeout_s
+        while futures and not (stop is not None and stop.is_set()):
+            left = deadline - time.monotonic()
+            try:
+                self.raw.flush(timeout=max(min(FLUSH_SLICE_S, left), 0.0))
+                break
+            except KafkaTimeoutError:
+                if left <= FLUSH_SLICE_S:
+                    break
+            except RETRYABLE as exc:
+                log.warning("flush failed: %s", exc)
+                break
         for out, fut in futures:
             if not fut.is_done:
                 failed.append(DeliveryFailure(out, "not acknowledged in time", True))
@@ -328,4 +347,18 @@ class KafkaPythonProducer:
         return failed
 
     def close(self, timeout_s: float) -> None:
-        self.raw.close(timeout=timeout_s)
+        """Flush up to ``timeout_s``, then close; what is still unanswered is abandoned.
+
+        kafka-python's ``close`` raises when its flush times out and leaves the producer
+        open: its sender is then closed without sending the rest (nothing of that batch was
+        committed, so it comes again after restart).
+        """
+        try:
+            self.raw.close(timeout=timeout_s)
+        except KafkaTimeoutError:
+            log.warning("outputs still unacknowledged after %.1fs; closing the producer "
+                        "without them", timeout_s)
+            sender = getattr(self.raw, "_sender", None)
+            if sender is not None:
+                sender.force_close()
+                sender.join(timeout=1.0)

@@ -55,6 +55,14 @@ BACKOFF_BASE_S = 0.2
 BACKOFF_CAP_S = 5.0
 LAG_INTERVAL_S = 2.0
 FLUSH_TIMEOUT_S = 15.0
+COMMIT_TIMEOUT_S = 3.0  # one commit round trip; failures are retried (a few times)
+# Of ``shutdown_timeout_s``: the share that finishing the batch in hand may take, and what is
+# kept back for the interpreter's exit; of the rest, the producer's close takes at most
+# PRODUCER_CLOSE_SHARE (a delivered or abandoned batch leaves it little to flush), the
+# consumer's (leaving the group) what remains.
+DRAIN_SHARE = 0.3
+EXIT_MARGIN_S = 3.0
+PRODUCER_CLOSE_SHARE = 0.35
 MAX_REFUSALS = 2  # sends of one output the producer or broker refuses, before its stub / drop
 # Outputs whose size the agent does not control (copies of consumed records, dead letters)
 # are checked against max_output_bytes before sending; verdicts and gate records are small.
@@ -117,6 +125,8 @@ class Agent:
         self.metrics = metrics
         self.status = AgentStatus()
         self.stop_event = threading.Event()
+        self._give_up = threading.Event()  # set once a stop request's drain time is spent
+        self._stop_deadline: float | None = None
         self.reload_event = threading.Event()
         self._reload_runtime = reload_runtime
         self._consumer: Any = None
@@ -139,7 +149,18 @@ class Agent:
         ensure_topics(self.cfg, [*self.input_topics(), *self.output_topics()])
 
     def stop(self) -> None:
-        """Ask the loop to finish its batch, deliver, commit and close (idempotent)."""
+        """Ask the loop to finish its batch, deliver, commit and close (idempotent).
+
+        All of it fits in ``shutdown_timeout_s``: a delivery still unanswered after its
+        share is abandoned (not committed: the batch comes again after restart).
+        """
+        if self.stop_event.is_set():
+            return
+        budget = self.cfg["shutdown_timeout_s"]
+        self._stop_deadline = time.monotonic() + budget - EXIT_MARGIN_S
+        timer = threading.Timer(budget * DRAIN_SHARE, self._give_up.set)
+        timer.daemon = True
+        timer.start()
         self.stop_event.set()
 
     def request_reload(self) -> None:
@@ -176,14 +197,20 @@ class Agent:
         finally:
             self._close()
 
+    def _left_s(self, default: float) -> float:
+        """Seconds a blocking call may take: ``default``, or what shutdown leaves of it."""
+        if self._stop_deadline is None:
+            return default
+        return max(min(default, self._stop_deadline - time.monotonic()), 0.1)
+
     def _close(self) -> None:
-        timeout = self.cfg["shutdown_timeout_s"]
+        total = self._left_s(self.cfg["shutdown_timeout_s"] - EXIT_MARGIN_S)
         try:
             if self._producer is not None:
-                self._producer.close(timeout / 2)
+                self._producer.close(total * PRODUCER_CLOSE_SHARE)
         finally:
             if self._consumer is not None:
-                self._consumer.close(timeout / 2)
+                self._consumer.close(self._left_s(total))
             self._producer = self._consumer = None
 
     # -- one batch --------------------------------------------------------------------
@@ -367,7 +394,8 @@ class Agent:
         attempt = 0
         while todo:
             at = {id(final[i]): i for i in todo}
-            failures = self._producer.deliver([final[i] for i in todo], FLUSH_TIMEOUT_S)
+            failures = self._producer.deliver([final[i] for i in todo], FLUSH_TIMEOUT_S,
+                                              self._give_up)
             if not failures:
                 break
             self.metrics.produce_errors.inc()
@@ -439,7 +467,7 @@ class Agent:
         attempt = 0
         while True:
             try:
-                self._consumer.commit(offsets)
+                self._consumer.commit(offsets, self._left_s(COMMIT_TIMEOUT_S))
                 self.metrics.commits.inc()
                 return
             except KafkaUnavailable as exc:
@@ -457,7 +485,7 @@ class Agent:
 
     def _maybe_update_lag(self) -> None:
         now = time.monotonic()
-        if now - self._last_lag < LAG_INTERVAL_S:
+        if now - self._last_lag < LAG_INTERVAL_S or self.stop_event.is_set():
             return
         self._last_lag = now
         try:

@@ -115,7 +115,7 @@ class RefusingProducer:
         self.sent: list[Output] = []
         self.calls = 0
 
-    def deliver(self, outputs, timeout_s):
+    def deliver(self, outputs, timeout_s, stop=None):
         self.calls += 1
         failed = []
         for out in outputs:
@@ -136,7 +136,7 @@ class IdleConsumer:
     def resume(self): ...
     def keep_membership(self): ...
 
-    def commit(self, offsets):
+    def commit(self, offsets, timeout_s):
         self.commits.append(dict(offsets))
 
 

@@ -298,3 +298,36 @@ def test_records_larger_than_any_output_go_through_as_stubs(example, make_broker
     assert metrics['boxwatch_agent_outputs_payload_omitted_total{kind="dead_letter"}'] == 3
     assert metrics['boxwatch_agent_outputs_dropped_total{kind="dead_letter"}'] == 0
     assert metrics["boxwatch_agent_produce_errors_total"] >= 1
+
+
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_sigterm_stops_the_agent_within_10_s_while_the_broker_is_frozen(example, make_broker,
+                                                                          tmp_path, library):
+    """SIGTERM while outputs cannot be delivered (the broker SIGSTOPped mid-stream) still
+    stops the agent, exit 0, within 10 s: no send or flush may hold it longer."""
+    import time
+
+    broker = make_broker("noida").start()
+    create_topics(broker.bootstrap_servers, {t: 1 for t in TOPICS.values()})
+    rows = stream_rows(example, 20_000, seed=16)
+    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
+                             kafka__library=library, batch__max_records=1)
+    agent = AgentProcess(cfg, tmp_path / "agent.log")
+    try:
+        agent.start().wait_ready()
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=5)
+        for i, row in enumerate(rows):
+            producer.send(TOPICS["inputs"], *tensor_record(f"s{i}", row)[:1],
+                          headers=tensor_record(f"s{i}", row)[1])
+        producer.flush(timeout=10)
+        producer.close(timeout=2)
+        broker.pause()  # one record a batch: the agent is mid-stream, in a send or a flush
+        time.sleep(4)
+        t0 = time.monotonic()
+        code = agent.stop(timeout=10)
+        took = time.monotonic() - t0
+        broker.resume()
+    finally:
+        agent.kill()
+    print(f"\nSIGTERM to exit: {took:.1f} s")
+    assert code == 0 and took < 10, f"exit {code} after {took:.1f} s:\n{agent.log_tail()}"
