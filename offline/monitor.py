@@ -417,9 +417,8 @@ class BoxMonitor(BaseEstimator):
                 other[rows, y_pred] = np.inf
                 withheld = dist.copy()
                 withheld[rows, y_true] = np.inf
-                two = np.partition(withheld, 1, axis=1)[:, :2] if n_classes > 2 else withheld
-                values[i] = _held_out_auroc(own_k, other.min(axis=1), two[:, 0],
-                                            two[:, 1] if two.shape[1] > 1 else np.full(len(x), np.inf),
+                two = np.sort(withheld, axis=1)[:, :2]  # nearest and second-nearest other class
+                values[i] = _held_out_auroc(own_k, other.min(axis=1), two[:, 0], two[:, 1],
                                             fused=self.score == "fused")
             best = values.max()
             # A layer that does not separate the known classes cannot rank taus this way; it
@@ -607,7 +606,7 @@ def _held_out_auroc(own_known: np.ndarray, other_known: np.ndarray, own_unknown:
     """AUROC of one layer's score term, known inputs against held-out-class stand-ins.
 
     Each term is scaled by its 95% quantile on the known inputs; non-finite values count
-    as the highest scores. Assumes valid input.
+    as the highest scores; the contrast looks at every other class. Assumes valid input.
     """
     def term(own: np.ndarray, other: np.ndarray) -> np.ndarray:
         out = own / _scale(own_known, 0.95)

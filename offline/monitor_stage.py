@@ -18,7 +18,7 @@ import numpy as np
 
 from boxwatch.agent.boxes import normalize_features
 from boxwatch.offline.coverage import coverage_at
-from boxwatch.offline.evaluation import detection, outcomes_per_class, total
+from boxwatch.offline.evaluation import auroc, detection, outcomes_per_class, total
 from boxwatch.offline.monitor import DEFAULT_TAUS, BoxMonitor, build_sweep
 from boxwatch.offline.taukmeans import TauKMeansPath
 
@@ -111,8 +111,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         "calibration": {k: (_finite(v) if isinstance(v, float) else v)
                         for k, v in cal.as_dict().items() if k != "scales"},
     }
-    points = _operating_points(monitor, acts, preds, calib_set, cal.threshold,
-                               params.get("target_acceptance", 0.95))
+    points = _operating_points(monitor, acts, preds, calib_set, cal.threshold)
     if points:
         summary["operating_points"] = points
     if eval_acts is not None:
@@ -133,9 +132,9 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
 
 
 def _operating_points(monitor: BoxMonitor, acts: dict[str, Any], preds: dict[str, np.ndarray],
-                      calib_set: str, threshold: float, target: float) -> list[dict[str, Any]]:
+                      calib_set: str, threshold: float) -> list[dict[str, Any]]:
     """Each unknown set (``unknown``, then ``unknown_*`` by name) at the calibrated threshold:
-    its acceptance (false-accept rate), and AUROC / FPR@target against the calibration set."""
+    its acceptance (false-accept rate), and its AUROC against the calibration set."""
     names = sorted((n for n in acts if n == "unknown" or n.startswith("unknown_")),
                    key=lambda n: (n != "unknown", n))
     if not names:
@@ -144,10 +143,9 @@ def _operating_points(monitor: BoxMonitor, acts: dict[str, Any], preds: dict[str
     out = []
     for name in names:
         scores = monitor.score_samples(acts[name], preds[name])
-        det = detection(known, scores, target_acceptance=target)
         out.append({"set": name, "n": len(scores),
                     "acceptance": _finite(float(np.mean(scores <= threshold))),
-                    "auroc": _finite(det.auroc), "fpr_at_target": _finite(det.fpr)})
+                    "auroc": _finite(auroc(known, scores))})
     return out
 
 

@@ -20,7 +20,7 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
   ``calibration-threshold``, ``calibration-target-acceptance``, ``calibration-known-acceptance``,
   ``calibration-unknown-acceptance``, ``calibration-n-known``, ``calibration-n-unknown``,
   ``detection-auroc``, ``detection-fpr-at-95``; per unknown set ``j`` (``unknown``, then
-  ``unknown_*``): ``operating-point-{j}-set``, ``-n``, ``-acceptance``, ``-auroc``, ``-fpr``;
+  ``unknown_*``): ``operating-point-{j}-set``, ``-n``, ``-acceptance``, ``-auroc``;
   ``eval-L{i}-{key}`` and ``eval-combined-{key}``
   for key in tp fp tn fn mp mn precision recall f1;
 * BN: ``bn-file``, ``bn-class``, ``bn-positive``, ``bn-threshold``, ``bn-nodes``,
@@ -647,14 +647,14 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
     points = monitor.get("operating_points") or []
     if points:
         out.append("<p>Each unknown set at this threshold: the share accepted (false accepts), "
-                   "and how the score separates it from the known calibration inputs.</p>")
+                   "and how well the score separates it from the known calibration inputs "
+                   "(AUROC).</p>")
         out.append(_rows(
-            ("Unknown set", "Inputs", "Accepted", "AUROC", "FPR at target acceptance"),
+            ("Unknown set", "Inputs", "Accepted", "AUROC"),
             [(_text(f"operating-point-{j}-set", p.get("set")), _num(f"operating-point-{j}-n", p.get("n")),
               _num(f"operating-point-{j}-acceptance", p.get("acceptance")),
-              _num(f"operating-point-{j}-auroc", p.get("auroc")),
-              _num(f"operating-point-{j}-fpr", p.get("fpr_at_target"))) for j, p in enumerate(points)],
-            numeric=(False, True, True, True, True), table_id="operating-points-table"))
+              _num(f"operating-point-{j}-auroc", p.get("auroc"))) for j, p in enumerate(points)],
+            numeric=(False, True, True, True), table_id="operating-points-table"))
     return "".join(out)
 
 

@@ -182,6 +182,11 @@ def test_held_out_class_selection_needs_no_unknown_inputs():
         np.testing.assert_array_equal(mon2.tau_[layer], mon.tau_[layer])
         np.testing.assert_array_equal(mon2.selection_["auroc"][layer], mon.selection_["auroc"][layer])
     assert mon2.contrast_layers_ == mon.contrast_layers_
+    # Two classes: each stand-in has exactly one other class to land in.
+    a2, y2, p2 = _clusters(3, n=200, n_classes=2)
+    v2 = _clusters(3, n=100, n_classes=2)
+    two = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(a2, y2, p2, validation=v2)
+    assert all(np.all(np.isfinite(v)) for v in two.selection_["auroc"].values())
     with pytest.raises(ConfigError, match="at least 2 known classes"):
         BoxMonitor(tau="auto", taus=taus).fit(acts, y, pred, validation=(vacts, np.zeros_like(vy), vpred))
 
