@@ -204,7 +204,7 @@ class BoxMonitor(BaseEstimator):
     contrast_layers : sequence of str or "auto", default="auto"
         Layers of the contrast term. ``"auto"``: the score layers whose held-out-class
         AUROC reaches ``CONTRAST_MIN_AUROC`` (all score layers without that selection).
-    contrast_classes : int, default=2
+    contrast_classes : int, default=1
         ``d_other`` looks at the boxes of this many other classes, those nearest the
         predicted class (box centres); 0 looks at every class (slower).
     max_clusters : int, default=64
@@ -242,7 +242,7 @@ class BoxMonitor(BaseEstimator):
                  taus: Sequence[float] = DEFAULT_TAUS, selection: str = "held-out-class",
                  combine: str = "any", normalize: str = "l2",
                  score_layers: Sequence[str] | None = None, score: str = "fused",
-                 contrast_layers: Sequence[str] | str = "auto", contrast_classes: int = 2,
+                 contrast_layers: Sequence[str] | str = "auto", contrast_classes: int = 1,
                  max_clusters: int = 64,
                  n_init: int = 1, eps_cov: float = 0.01, eps_ival: float = 0.01, random_state=0):
         self.layers = layers

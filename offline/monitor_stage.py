@@ -89,7 +89,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         combine=params.get("combine", "any"), normalize=params.get("normalize", "l2"),
         score_layers=params.get("score_layers"), score=params.get("score", "fused"),
         contrast_layers=params.get("contrast_layers", "auto"),
-        contrast_classes=params.get("contrast_classes", 2),
+        contrast_classes=params.get("contrast_classes", 1),
         random_state=params.get("random_state", 0),
     ).fit(acts["train"], y["train"], preds["train"], validation=validation, n_classes=n_classes)
     calib_set = "validation" if has_val else "train"
