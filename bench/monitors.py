@@ -71,16 +71,17 @@ def images(name: str) -> np.ndarray:
     return (read_idx(DATA / name).astype(np.float32) / 255.0)[:, None]
 
 
-def train_cnn(x: np.ndarray, y: np.ndarray, *, n_classes: int = 10, name: str = "cnn") -> Path:
+def train_cnn(x: np.ndarray, y: np.ndarray, *, n_classes: int = 10, name: str = "cnn",
+              seed: int = SEED) -> Path:
     """Train (or load cached weights of) the CNN and export it to ONNX; return the path.
 
     ``name`` names the cache files (``bench/.cache/{name}_weights.npz``, ``{name}.onnx``);
-    ``n_classes`` is the width of the output layer.
+    ``n_classes`` is the width of the output layer, ``seed`` seeds initialisation and batches.
     """
     import torch
     from torch import nn
 
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     torch.set_num_threads(2)
 
     class CNN(nn.Module):
@@ -109,7 +110,7 @@ def train_cnn(x: np.ndarray, y: np.ndarray, *, n_classes: int = 10, name: str = 
         start = time.perf_counter()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
-        gen = torch.Generator().manual_seed(SEED)
+        gen = torch.Generator().manual_seed(seed)
         for _epoch in range(8):
             perm = torch.randperm(len(yt), generator=gen)
             for s in range(0, len(yt), 64):
