@@ -23,8 +23,13 @@ ACCEPT, UNCERTAIN, REJECT = 0, 1, 2
 VERDICT_NAMES: tuple[str, str, str] = ("accept", "uncertainty", "reject")
 COMBINE_RULES = ("any", "majority", "all", "calibrated")
 NORMALIZATIONS = ("none", "l2")
+SCORES = ("distance", "fused")
 FORMAT = "boxwatch.boxes"
+# 1: the distance score; 2 adds the fused score (``score``, ``contrast_layers``,
+# ``contrast_scales``, ``contrast_classes``). Distance-score monitors are still written as
+# 1, and both are read; a reader that knows only 1 refuses a fused monitor.
 FORMAT_VERSION = 1
+FORMAT_VERSIONS = (1, 2)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -362,6 +367,50 @@ def _broadcast_chunks(xt: np.ndarray, n_boxes: int):
         yield s, xt[:, s:s + step].T[:, None, :]
 
 
+def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
+    """For every class ``c``, the boxes of the other classes.
+
+    ``n_neighbours > 0`` keeps only the boxes of the ``n_neighbours`` classes whose box
+    centres come nearest to one of ``c``'s (ties: the lower class index); 0 keeps all.
+    Each class's list starts with the boxes whose centres lie nearest to one of its own, so
+    a nearest-box search finds a close box early and stops sooner (distances do not depend
+    on the order).
+    """
+    off = boxes.offsets
+    centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
+    owner = np.repeat(np.arange(boxes.n_classes), np.diff(off))
+    per_class = []
+    for c in range(boxes.n_classes):
+        others = np.r_[0:off[c], off[c + 1]:off[-1]].astype(np.int64)
+        own = centre[off[c]:off[c + 1]]
+        if len(own) and len(others):
+            gap = ((centre[others][:, None, :] - own[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+            order = np.argsort(gap, kind="stable")
+            others, gap = others[order], gap[order]
+            if n_neighbours > 0:
+                cls = owner[others]
+                first = np.unique(cls, return_index=True)[1]  # each class's nearest box
+                near = cls[np.sort(first)][:n_neighbours]
+                others = others[np.isin(cls, near)]
+        per_class.append(others)
+    idx = np.concatenate(per_class) if per_class else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(i) for i in per_class])]).astype(np.int64)
+    return BoxSet(boxes.lo[idx], boxes.hi[idx], offsets)
+
+
+def contrast_scores(d_own: np.ndarray, d_other: np.ndarray) -> np.ndarray:
+    """``d_own / (d_own + d_other)``: 0 inside a box of the predicted class, 1/2 halfway
+    between it and another class's box, 1 inside another class's box only.
+
+    ``NaN`` where either distance is ``NaN`` or both are infinite; callers map it to reject.
+    """
+    d_own, d_other = np.asarray(d_own, np.float64), np.asarray(d_other, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = d_own / (d_own + d_other)
+    out[d_own == 0] = 0.0
+    return out
+
+
 def layer_verdicts(good: BoxSet, bad: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Algorithm 3 for one layer: verdict codes of shape (n_samples,), int8."""
     in_good = good.contains(x, y)
@@ -422,6 +471,18 @@ class BoxRuntime:
         Layers whose distances make the combined score.
     score_scales : dict of str to float
         Each score layer's distance is divided by its scale (set by calibration, else 1).
+    score : {"distance", "fused"}
+        ``"distance"``: the mean over score layers of distance / scale. ``"fused"`` adds the
+        mean over ``contrast_layers`` of :func:`contrast_scores` / scale (the distance to the
+        predicted class's boxes against the distance to the other classes' boxes), and maps
+        any non-finite score to ``inf`` (reject).
+    contrast_layers : list of str
+        Layers of the contrast term (``score="fused"``); each must be monitored.
+    contrast_classes : int
+        ``d_other`` looks at the boxes of this many nearest other classes
+        (:func:`complement_boxes`; 0: all of them).
+    contrast_scales : dict of str to float
+        Scale of each contrast layer's term (set by calibration, else 1).
     threshold : float or None
         Combined scores ``<= threshold`` are accepted by :meth:`decide`.
     meta : dict
@@ -438,6 +499,18 @@ class BoxRuntime:
     score_scales: dict[str, float] = field(default_factory=dict)
     threshold: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    score: str = "distance"
+    contrast_layers: list[str] = field(default_factory=list)
+    contrast_scales: dict[str, float] = field(default_factory=dict)
+    contrast_classes: int = 0
+    _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def other_boxes(self, layer: str) -> BoxSet:
+        """Per class, the good boxes of its ``contrast_classes`` nearest other classes
+        (:func:`complement_boxes`), built on first use and cached."""
+        if layer not in self._others:
+            self._others[layer] = complement_boxes(self.good[layer], self.contrast_classes)
+        return self._others[layer]
 
     def _features(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
         if layer not in activations:
@@ -469,8 +542,10 @@ class BoxRuntime:
         y_pred = np.asarray(y_pred)
         calibrated = self.combine == "calibrated"
         scored = (want_scores or calibrated) and bool(self.score_layers)
+        contrast = self.contrast_layers if scored and self.score == "fused" else []
         feats = {layer: self._features(activations, layer)
-                 for layer in dict.fromkeys([*self.layers, *(self.score_layers if scored else [])])}
+                 for layer in dict.fromkeys([*self.layers, *(self.score_layers if scored else []),
+                                             *contrast])}
         dist: dict[str, np.ndarray] = {}
         in_good: dict[str, np.ndarray] = {}
         for layer in feats:
@@ -478,7 +553,7 @@ class BoxRuntime:
                 dist[layer], inside = self.good[layer].distance_and_contains(feats[layer], y_pred)
                 if layer in self.layers:
                     in_good[layer] = inside
-            else:
+            elif layer in self.layers:
                 in_good[layer] = self.good[layer].contains(feats[layer], y_pred)
         in_bad = {layer: self.bad[layer].contains(feats[layer], y_pred) for layer in self.layers}
         per = {}
@@ -490,7 +565,11 @@ class BoxRuntime:
         if calibrated and (self.threshold is None or not self.score_layers):
             raise ConfigError("combine='calibrated' needs score layers and a threshold: "
                               "calibrate the monitor first")
-        scores = self.combine_scores(dist) if scored else None
+        scores = None
+        if scored:
+            own = {layer: dist[layer] if layer in dist else self.good[layer].distance(feats[layer], y_pred)
+                   for layer in contrast}
+            scores = self.combine_scores(dist, self._contrast(feats, y_pred, own))
         if not calibrated:
             combined = combine_verdicts(np.stack([per[layer] for layer in self.layers]),
                                         self.combine)
@@ -506,14 +585,55 @@ class BoxRuntime:
         return {layer: self.good[layer].distance(self._features(activations, layer), y_pred)
                 for layer in self.score_layers}
 
-    def combine_scores(self, per_layer: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Mean over score layers of distance / scale: shape (n_samples,)."""
-        return np.mean([per_layer[layer] / self.score_scales.get(layer, 1.0)
-                        for layer in self.score_layers], axis=0)
+    def _contrast(self, feats: Mapping[str, np.ndarray], y_pred: np.ndarray,
+                  own: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Contrast term per contrast layer from features and own-class distances.
+
+        Only inputs outside every box of their class (``0 < d_own < inf``) need the other
+        classes' distance: the term is 0 inside, and NaN (reject) for other values anyway.
+        """
+        out = {}
+        for layer, d_own in own.items():
+            rows = np.flatnonzero(np.isfinite(d_own) & (d_own > 0))
+            d_other = np.full(len(d_own), np.inf)
+            if len(rows):
+                d_other[rows] = self.other_boxes(layer).distance(feats[layer][rows], y_pred[rows])
+            out[layer] = contrast_scores(d_own, d_other)
+        return out
+
+    def contrast_layer_scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
+                              ) -> dict[str, np.ndarray]:
+        """:func:`contrast_scores` per contrast layer, before scaling."""
+        y_pred = np.asarray(y_pred)
+        feats = {layer: self._features(activations, layer) for layer in self.contrast_layers}
+        own = {layer: self.good[layer].distance(feats[layer], y_pred) for layer in self.contrast_layers}
+        return self._contrast(feats, y_pred, own)
+
+    def combine_scores(self, per_layer: Mapping[str, np.ndarray],
+                       contrast: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """The score from per-layer distances (and contrast terms): shape (n_samples,).
+
+        ``"distance"``: mean over score layers of distance / scale. ``"fused"``: that plus
+        the mean over contrast layers of contrast / scale, non-finite values mapped to
+        ``inf`` so they are never accepted.
+        """
+        out = np.mean([per_layer[layer] / self.score_scales.get(layer, 1.0)
+                       for layer in self.score_layers], axis=0)
+        if self.score != "fused":
+            return out
+        if self.contrast_layers:
+            if contrast is None:
+                raise ConfigError("score='fused' needs the contrast terms of "
+                                  f"{self.contrast_layers}")
+            out = out + np.mean([contrast[layer] / self.contrast_scales.get(layer, 1.0)
+                                 for layer in self.contrast_layers], axis=0)
+        out[~np.isfinite(out)] = np.inf
+        return out
 
     def scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray) -> np.ndarray:
         """Continuous out-of-box score (higher = more unusual), shape (n_samples,)."""
-        return self.combine_scores(self.layer_scores(activations, y_pred))
+        contrast = self.contrast_layer_scores(activations, y_pred) if self.score == "fused" else None
+        return self.combine_scores(self.layer_scores(activations, y_pred), contrast)
 
     def decide(self, scores: np.ndarray) -> np.ndarray:
         """Accept (``True``) where the score is finite and at most the calibrated threshold."""
@@ -528,14 +648,19 @@ class BoxRuntime:
         for i, layer in enumerate(self.layers):
             arrays.update(self.good[layer].to_arrays(f"L{i}.good"))
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
+        fused = self.score == "fused"
         spec = {
-            "format": FORMAT, "version": FORMAT_VERSION, "layers": list(self.layers),
+            "format": FORMAT, "version": 2 if fused else FORMAT_VERSION, "layers": list(self.layers),
             "n_classes": int(self.n_classes), "normalize": self.normalize, "combine": self.combine,
             "score_layers": list(self.score_layers),
             "score_scales": {k: float(v) for k, v in self.score_scales.items()},
             "threshold": None if self.threshold is None else float(self.threshold),
             "verdicts": list(VERDICT_NAMES), "meta": self.meta,
         }
+        if fused:
+            spec.update(score=self.score, contrast_layers=list(self.contrast_layers),
+                        contrast_classes=int(self.contrast_classes),
+                        contrast_scales={k: float(v) for k, v in self.contrast_scales.items()})
         return {f"{prefix}.json": spec, f"{prefix}.npz": arrays}
 
     @classmethod
@@ -554,18 +679,27 @@ class BoxRuntime:
         spec = json_member(jname) if callable(json_member) else json_member[jname]
         arrays = arrays_member(aname) if callable(arrays_member) else arrays_member[aname]
         try:
-            if not isinstance(spec, dict) or spec.get("format") != FORMAT or spec.get("version") != FORMAT_VERSION:
-                raise ArtifactError(f"{jname}: not a {FORMAT} v{FORMAT_VERSION} member")
+            if (not isinstance(spec, dict) or spec.get("format") != FORMAT
+                    or spec.get("version") not in FORMAT_VERSIONS):
+                raise ArtifactError(f"{jname}: not a {FORMAT} member of version {FORMAT_VERSIONS}")
             layers = list(spec["layers"])
             good = {layer: BoxSet.from_arrays(arrays, f"L{i}.good") for i, layer in enumerate(layers)}
             bad = {layer: BoxSet.from_arrays(arrays, f"L{i}.bad") for i, layer in enumerate(layers)}
             n_classes = int(spec["n_classes"])
+            score = spec.get("score", "distance") if spec["version"] >= 2 else "distance"
+            contrast_layers = list(spec.get("contrast_layers", [])) if score == "fused" else []
+            if score not in SCORES or any(layer not in layers for layer in contrast_layers):
+                raise ArtifactError(f"{jname}: score {score!r} / contrast layers {contrast_layers} "
+                                    f"do not fit the monitored layers {layers}")
             if any(b.n_classes != n_classes for b in [*good.values(), *bad.values()]):
                 raise ArtifactError(f"{aname}: box sets disagree with n_classes={n_classes}")
             return cls(layers=layers, n_classes=n_classes, good=good, bad=bad,
                        normalize=spec["normalize"], combine=spec["combine"],
                        score_layers=list(spec["score_layers"]),
                        score_scales={k: float(v) for k, v in spec["score_scales"].items()},
-                       threshold=spec["threshold"], meta=dict(spec.get("meta", {})))
+                       threshold=spec["threshold"], meta=dict(spec.get("meta", {})), score=score,
+                       contrast_layers=contrast_layers,
+                       contrast_classes=int(spec.get("contrast_classes", 0)),
+                       contrast_scales={k: float(v) for k, v in spec.get("contrast_scales", {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

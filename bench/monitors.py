@@ -11,6 +11,9 @@ exports it to ONNX, taps 4 layers through :class:`boxwatch.agent.taps.OnnxTap`, 
   features, all on MNIST t10k (known) and the other 8,000 Fashion-MNIST images (unknown);
 * membership (64-d, 20 boxes per class) and scoring throughput.
 
+The box scores here are the distance score with the paper's F1 tau choice (what this bench
+measured before the fused default of bench/detection.py).
+
 Run: ``.venv/bin/python bench/monitors.py`` (a few minutes on 2 cores; the CNN is cached).
 Writes its table to bench/RESULTS.md under "## monitors".
 """
@@ -68,12 +71,17 @@ def images(name: str) -> np.ndarray:
     return (read_idx(DATA / name).astype(np.float32) / 255.0)[:, None]
 
 
-def train_cnn(x: np.ndarray, y: np.ndarray) -> Path:
-    """Train (or load cached weights of) the CNN and export it to ONNX; return the path."""
+def train_cnn(x: np.ndarray, y: np.ndarray, *, n_classes: int = 10, name: str = "cnn",
+              seed: int = SEED) -> Path:
+    """Train (or load cached weights of) the CNN and export it to ONNX; return the path.
+
+    ``name`` names the cache files (``bench/.cache/{name}_weights.npz``, ``{name}.onnx``);
+    ``n_classes`` is the width of the output layer, ``seed`` seeds initialisation and batches.
+    """
     import torch
     from torch import nn
 
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     torch.set_num_threads(2)
 
     class CNN(nn.Module):
@@ -83,7 +91,7 @@ def train_cnn(x: np.ndarray, y: np.ndarray) -> Path:
             self.conv2, self.act2, self.pool2 = nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)
             self.fc1, self.act3 = nn.Linear(32 * 7 * 7, 128), nn.ReLU()
             self.fc2, self.act4 = nn.Linear(128, 64), nn.ReLU()
-            self.out = nn.Linear(64, 10)
+            self.out = nn.Linear(64, n_classes)
 
         def forward(self, t: torch.Tensor) -> torch.Tensor:
             t = self.pool1(self.act1(self.conv1(t)))
@@ -92,7 +100,7 @@ def train_cnn(x: np.ndarray, y: np.ndarray) -> Path:
             return self.out(self.act4(self.fc2(t)))
 
     CACHE.mkdir(parents=True, exist_ok=True)
-    weights, onnx_path = CACHE / "cnn_weights.npz", CACHE / "cnn.onnx"
+    weights, onnx_path = CACHE / f"{name}_weights.npz", CACHE / f"{name}.onnx"
     model = CNN()
     if weights.is_file():
         with np.load(weights, allow_pickle=False) as npz:
@@ -102,7 +110,7 @@ def train_cnn(x: np.ndarray, y: np.ndarray) -> Path:
         start = time.perf_counter()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
-        gen = torch.Generator().manual_seed(SEED)
+        gen = torch.Generator().manual_seed(seed)
         for _epoch in range(8):
             perm = torch.randperm(len(yt), generator=gen)
             for s in range(0, len(yt), 64):
@@ -238,7 +246,8 @@ def main() -> None:
     combined_rows, auto_monitors = [], {}
     known = test_true >= 0
     for norm in ("none", "l2"):
-        mon = BoxMonitor(list(LAYERS), tau="auto", normalize=norm, random_state=SEED)
+        mon = BoxMonitor(list(LAYERS), tau="auto", selection="f1", score="distance", normalize=norm,
+                         random_state=SEED)
         start = time.perf_counter()
         mon.fit(a_tr, y_tr, p_tr, validation=val)
         auto_monitors[norm] = mon
@@ -283,7 +292,8 @@ def main() -> None:
         if tau == "auto":
             mon = auto_monitors["l2"]
         else:
-            mon = BoxMonitor(layers, tau=tau, normalize="l2", random_state=SEED).fit(a_tr, y_tr, p_tr)
+            mon = BoxMonitor(layers, tau=tau, normalize="l2", score="distance",
+                             random_state=SEED).fit(a_tr, y_tr, p_tr)
         cal = mon.calibrate(a_ho, p_ho, target_acceptance=0.95)
         rate, sk = best_of(lambda mon=mon: mon.score_samples(a_te, p_te), len(p_te))
         su = mon.score_samples({k: v[fa_test] for k, v in a_fa.items()}, p_fa[fa_test])

@@ -2,7 +2,9 @@
 
 * ``train.npz`` / ``validation.npz``: known digits 0-7 (the model's own 60/20 split), x, y;
 * ``unknown.npz``: half of the digits 8 and 9 plus uniform noise images, x only -- the
-  unknown inputs that choose tau and measure the false-accept rate;
+  unknown inputs that measure the false-accept rate (and choose tau with ``selection: f1``);
+* ``unknown_digits.npz`` / ``unknown_noise.npz``: the same inputs by kind (near: digits
+  8-9; far: noise), shown separately at the report's operating point;
 * ``stream.npz``: what the demo streams: held-out known digits (``x_known``, ``y_known``),
   the other half of the 8s and 9s and fresh noise (``x_unknown``).
 
@@ -44,6 +46,9 @@ def make_sets(seed: int = SEED) -> dict[str, dict[str, np.ndarray]]:
         "train": {"x": xk[idx["train"]], "y": yk[idx["train"]]},
         "validation": {"x": xk[idx["validation"]], "y": yk[idx["validation"]]},
         "unknown": {"x": np.concatenate([xu[:half], noise[:100]])},
+        # The same unknown inputs by kind, for the report's operating point only.
+        "unknown_digits": {"x": xu[:half]},
+        "unknown_noise": {"x": noise[:100]},
         "stream": {"x_known": xk[idx["test"]], "y_known": yk[idx["test"]],
                    "x_unknown": np.concatenate([xu[half:], noise[100:]])},
     }

@@ -123,7 +123,7 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for name, spec in cfg.section("data").items():
         loaded = _collect(problems, lambda n=name, s=spec: load_dataset(
-            s, resolve=cfg.resolve, name=n, labelled=n != "unknown"))
+            s, resolve=cfg.resolve, name=n, labelled=n in ("train", "validation")))
         if loaded is None:
             continue
         x, y = loaded

@@ -54,6 +54,10 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
         det = mon.get("detection")
         if det:
             rows.append(("detection", f"AUROC {_fmt(det['auroc'])}, FPR@95 {_fmt(det['fpr_at_95'])}"))
+        for point in mon.get("operating_points") or []:
+            if point["set"] != "unknown":
+                rows.append((point["set"], f"accepted {_fmt(point['acceptance'])}, AUROC "
+                                           f"{_fmt(point['auroc'])}"))
     bn = summary.get("bn")
     if bn:
         rows.append(("BN classifier", f"{bn['class']}={bn['positive']} at T={bn['threshold']}: "

@@ -80,6 +80,8 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["train"],
             "properties": {"train": _DATASET, "validation": _DATASET, "unknown": _DATASET},
+            # More unknown sets (e.g. unknown_far), for the report's operating point only.
+            "patternProperties": {"^unknown_[A-Za-z0-9_]+$": _DATASET},
         },
         "monitor": {
             "type": "object",
@@ -87,10 +89,13 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "tau": {"oneOf": [_TAU, {"type": "array", "items": _TAU, "minItems": 1},
                                   {"const": "search"}]},
-                "selection": {"enum": ["f1", "coverage", "fixed"]},
+                "selection": {"enum": ["held-out-class", "f1", "coverage", "fixed"]},
                 "combine": {"enum": ["any", "majority", "all", "calibrated"]},
                 "normalize": {"enum": ["l2", "none"]},
                 "score_layers": _NAMES,
+                "score": {"enum": ["fused", "distance"]},
+                "contrast_layers": {"oneOf": [_NAMES, {"const": "auto"}]},
+                "contrast_classes": {"type": "integer", "minimum": 0},
                 "target_acceptance": {"type": "number", "exclusiveMinimum": 0,
                                       "exclusiveMaximum": 1},
                 "random_state": {"type": "integer"},

@@ -20,19 +20,28 @@ from sklearn.utils import check_random_state
 from boxwatch.agent.boxes import (
     COMBINE_RULES,
     NORMALIZATIONS,
+    SCORES,
     VERDICT_NAMES,
     BoxRuntime,
     BoxSet,
+    contrast_scores,
     layer_verdicts,
     normalize_features,
     verdict_names,
 )
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.coverage import search_tau_max, search_tau_min
-from boxwatch.offline.evaluation import acceptance_threshold, outcome_counts
+from boxwatch.offline.evaluation import acceptance_threshold, auroc, outcome_counts
 from boxwatch.offline.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
 DEFAULT_TAUS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01)
+SELECTIONS = ("held-out-class", "f1")
+# A layer joins the fused score's contrast term when its held-out-class AUROC reaches this:
+# "nearer another class's boxes" only means something where the layer separates classes.
+CONTRAST_MIN_AUROC = 0.9
+# Held-out-class AUROCs saturate near 1 on a well-trained network; among taus within this
+# of the best, the finest is taken (finer boxes score better, shared/FACTS.md).
+SELECTION_TOLERANCE = 0.005
 Activations = Mapping[str, np.ndarray]
 
 
@@ -164,11 +173,19 @@ class BoxMonitor(BaseEstimator):
         (sorted).
     tau : float, mapping or "auto", default="auto"
         Clustering parameter. A float applies to every layer and class; a mapping gives
-        ``{layer: float}`` or ``{layer: [tau per class]}``. ``"auto"`` chooses a tau per
-        class and layer (the paper's "combined parameters") from ``taus``: the one with the
-        best per-class F1 on the ``validation`` set given to ``fit`` (ties: the larger tau),
-        or, without validation data, the middle of the coverage interval
-        ``[tau_min, tau_max]`` (Algorithm 1) of the class's good activations.
+        ``{layer: float}`` or ``{layer: [tau per class]}``. ``"auto"`` chooses from ``taus``
+        with the ``validation`` set given to ``fit`` (see ``selection``), or, without
+        validation data, the middle of the coverage interval ``[tau_min, tau_max]``
+        (Algorithm 1) of each class's good activations.
+    selection : {"held-out-class", "f1"}, default="held-out-class"
+        How ``tau="auto"`` uses validation data. ``"held-out-class"`` needs known inputs
+        only (rows labelled -1 are ignored): each validation input, with its own class
+        withheld, plays an unknown that lands in its nearest other class; one tau per layer
+        maximises the AUROC of the layer's score term between the known inputs (scored as
+        predicted) and these stand-ins (the finest tau within ``SELECTION_TOLERANCE`` of
+        the best; the finest tau where no tau reaches ``CONTRAST_MIN_AUROC``). ``"f1"``
+        chooses per class and layer the tau of best F1 (the paper's "combined parameters";
+        needs unknown inputs labelled -1; ties: the larger tau).
     taus : sequence of float, default=DEFAULT_TAUS
         Candidates for ``tau="auto"`` (the paper's 12 values 1.0 ... 0.01).
     combine : {"any", "majority", "all"}, default="any"
@@ -178,6 +195,18 @@ class BoxMonitor(BaseEstimator):
         better (``shared/FACTS.md``); ``"none"`` reproduces the paper.
     score_layers : sequence of str or None, default=None
         Layers whose box distances make the score; ``None`` means all monitored layers.
+    score : {"fused", "distance"}, default="fused"
+        ``"distance"``: mean over score layers of the scaled distance to the nearest good
+        box of the predicted class. ``"fused"`` adds the mean over ``contrast_layers`` of
+        the scaled contrast ``d_own / (d_own + d_other)``, ``d_other`` the distance to the
+        nearest good box of the ``contrast_classes`` classes nearest the predicted one:
+        near-distribution unknowns sit between classes.
+    contrast_layers : sequence of str or "auto", default="auto"
+        Layers of the contrast term. ``"auto"``: the score layers whose held-out-class
+        AUROC reaches ``CONTRAST_MIN_AUROC`` (all score layers without that selection).
+    contrast_classes : int, default=1
+        ``d_other`` looks at the boxes of this many other classes, those nearest the
+        predicted class (box centres); 0 looks at every class (slower).
     max_clusters : int, default=64
         Upper bound on k per class, layer and kind.
     n_init : int, default=1
@@ -196,8 +225,11 @@ class BoxMonitor(BaseEstimator):
     runtime_ : BoxRuntime
         The fitted boxes and rules; what the agent loads.
     selection_ : dict or None
-        With ``tau="auto"`` and validation data: ``{"taus": [...], "f1": {layer: ndarray of
-        shape (n_taus, n_classes)}}``.
+        With ``tau="auto"`` and validation data: ``{"method": "f1", "taus": [...], "f1":
+        {layer: ndarray of shape (n_taus, n_classes)}}`` or ``{"method": "held-out-class",
+        "taus": [...], "auroc": {layer: ndarray of shape (n_taus,)}}``.
+    contrast_layers_ : list of str
+        The contrast term's layers (empty with ``score="distance"``).
     calibration_ : Calibration or None
     build_seconds_ : float
         Time spent building the boxes (last sweep).
@@ -207,15 +239,22 @@ class BoxMonitor(BaseEstimator):
     """
 
     def __init__(self, layers: Sequence[str] | None = None, *, tau: Any = "auto",
-                 taus: Sequence[float] = DEFAULT_TAUS, combine: str = "any", normalize: str = "l2",
-                 score_layers: Sequence[str] | None = None, max_clusters: int = 64, n_init: int = 1,
-                 eps_cov: float = 0.01, eps_ival: float = 0.01, random_state=0):
+                 taus: Sequence[float] = DEFAULT_TAUS, selection: str = "held-out-class",
+                 combine: str = "any", normalize: str = "l2",
+                 score_layers: Sequence[str] | None = None, score: str = "fused",
+                 contrast_layers: Sequence[str] | str = "auto", contrast_classes: int = 1,
+                 max_clusters: int = 64,
+                 n_init: int = 1, eps_cov: float = 0.01, eps_ival: float = 0.01, random_state=0):
         self.layers = layers
         self.tau = tau
         self.taus = taus
+        self.selection = selection
         self.combine = combine
         self.normalize = normalize
         self.score_layers = score_layers
+        self.score = score
+        self.contrast_layers = contrast_layers
+        self.contrast_classes = contrast_classes
         self.max_clusters = max_clusters
         self.n_init = n_init
         self.eps_cov = eps_cov
@@ -230,11 +269,24 @@ class BoxMonitor(BaseEstimator):
             problems.append(f"normalize={self.normalize!r}: expected one of {NORMALIZATIONS}")
         if not self.taus or any(not 0 <= float(t) <= 1 for t in self.taus):
             problems.append(f"taus={list(self.taus)}: need a non-empty list of values in [0, 1]")
+        if int(self.contrast_classes) < 0:
+            problems.append(f"contrast_classes={self.contrast_classes} should be >= 0")
         if int(self.max_clusters) < 1:
             problems.append(f"max_clusters={self.max_clusters} should be >= 1")
+        if self.selection not in SELECTIONS:
+            problems.append(f"selection={self.selection!r}: expected one of {SELECTIONS}")
+        if self.score not in SCORES:
+            problems.append(f"score={self.score!r}: expected one of {SCORES}")
         for name in self.score_layers or []:
             if name not in layers:
                 problems.append(f"score layer {name!r} is not monitored; monitored: {layers}")
+        if isinstance(self.contrast_layers, str):
+            if self.contrast_layers != "auto":
+                problems.append(f"contrast_layers={self.contrast_layers!r}: expected 'auto' or layers")
+        else:
+            for name in self.contrast_layers:
+                if name not in layers:
+                    problems.append(f"contrast layer {name!r} is not monitored; monitored: {layers}")
         if isinstance(self.tau, str):
             if self.tau != "auto":
                 problems.append(f"tau={self.tau!r}: expected a float, a mapping or 'auto'")
@@ -303,25 +355,79 @@ class BoxMonitor(BaseEstimator):
         sweep = build_sweep(activations_by_layer, y_true, y_pred, layers=layers, taus=candidate,
                             n_classes=k, normalize=self.normalize, max_clusters=self.max_clusters,
                             n_init=self.n_init, random_state=self.random_state)
-        if self.tau == "auto" and validation is not None:
+        if self.tau == "auto" and validation is not None and self.selection == "f1":
             chosen, selection = self._select_by_f1(sweep, validation)
+        elif self.tau == "auto" and validation is not None:
+            chosen, selection = self._select_by_held_out_class(sweep, validation)
         elif self.tau != "auto":
             chosen = self._explicit_taus(layers, k)
         good = {layer: _pick(sweep.good[layer], chosen[layer]) for layer in layers}
         bad = {layer: _pick(sweep.bad[layer], chosen[layer]) for layer in layers}
         score_layers = list(self.score_layers) if self.score_layers is not None else list(layers)
+        contrast_layers = self._resolve_contrast_layers(score_layers, selection, chosen)
         meta = {"tau": {layer: [float(t) for t in chosen[layer]] for layer in layers}}
         self.layers_ = layers
         self.n_classes_ = k
         self.tau_ = {layer: np.asarray(chosen[layer], dtype=np.float64) for layer in layers}
         self.selection_ = selection
+        self.contrast_layers_ = contrast_layers
         self.build_seconds_ = sweep.seconds
         self.sweep_ = sweep
         self.calibration_ = None
         self.runtime_ = BoxRuntime(layers=layers, n_classes=k, good=good, bad=bad,
                                    normalize=self.normalize, combine=self.combine,
-                                   score_layers=score_layers, meta=meta)
+                                   score_layers=score_layers, meta=meta, score=self.score,
+                                   contrast_layers=contrast_layers,
+                                   contrast_classes=int(self.contrast_classes))
         return self
+
+    def _resolve_contrast_layers(self, score_layers: list[str], selection: dict[str, Any] | None,
+                                 chosen: Mapping[str, np.ndarray]) -> list[str]:
+        if self.score != "fused":
+            return []
+        if not isinstance(self.contrast_layers, str):
+            return list(self.contrast_layers)
+        if selection is None or selection.get("method") != "held-out-class":
+            return list(score_layers)
+        taus = selection["taus"]
+        return [layer for layer in score_layers
+                if selection["auroc"][layer][taus.index(float(chosen[layer][0]))] >= CONTRAST_MIN_AUROC]
+
+    def _select_by_held_out_class(self, sweep: BoxSweep,
+                                  validation: tuple[Activations, np.ndarray, np.ndarray]
+                                  ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """One tau per layer from known validation inputs only (see ``selection``)."""
+        acts, yv_true, yv_pred = validation
+        yv_true, yv_pred = np.asarray(yv_true).astype(np.int64), np.asarray(yv_pred).astype(np.int64)
+        known = yv_true >= 0
+        if len(np.unique(yv_true[known])) < 2:
+            raise ConfigError("selection='held-out-class' needs validation inputs of at least 2 "
+                              f"known classes; got {np.unique(yv_true[known]).tolist()}")
+        y_true, y_pred = yv_true[known], yv_pred[known]
+        rows, n_classes = np.arange(len(y_true)), sweep.n_classes
+        chosen, table = {}, {}
+        for layer in sweep.layers:
+            x = _features({layer: np.asarray(acts[layer])[known]}, layer, self.normalize)
+            values = np.zeros(len(sweep.taus))
+            for i, tau in enumerate(sweep.taus):
+                boxes = sweep.good[layer][tau]
+                dist = np.stack([boxes.distance(x, np.full(len(x), c)) for c in range(n_classes)], axis=1)
+                own_k = dist[rows, y_pred]
+                other = dist.copy()
+                other[rows, y_pred] = np.inf
+                withheld = dist.copy()
+                withheld[rows, y_true] = np.inf
+                two = np.sort(withheld, axis=1)[:, :2]  # nearest and second-nearest other class
+                values[i] = _held_out_auroc(own_k, other.min(axis=1), two[:, 0], two[:, 1],
+                                            fused=self.score == "fused")
+            best = values.max()
+            # A layer that does not separate the known classes cannot rank taus this way; it
+            # keeps the finest boxes, which describe the known inputs most tightly.
+            pick = (len(values) - 1 if best < CONTRAST_MIN_AUROC else
+                    max(i for i in range(len(values)) if values[i] >= best - SELECTION_TOLERANCE))
+            table[layer] = values
+            chosen[layer] = np.full(n_classes, sweep.taus[pick])
+        return chosen, {"method": "held-out-class", "taus": list(sweep.taus), "auroc": table}
 
     def _candidate_taus(self, layers: list[str]) -> list[float]:
         if isinstance(self.tau, str):
@@ -365,7 +471,7 @@ class BoxMonitor(BaseEstimator):
                 table[i] = np.divide(2 * precision * recall, s, out=np.zeros_like(s), where=s > 0)
             f1[layer] = table
             chosen[layer] = taus[np.argmax(table, axis=0)]
-        return chosen, {"taus": list(sweep.taus), "f1": f1}
+        return chosen, {"method": "f1", "taus": list(sweep.taus), "f1": f1}
 
     def _select_by_coverage(self, activations: Activations, y_true: np.ndarray, y_pred: np.ndarray,
                             layers: list[str], k: int) -> dict[str, np.ndarray]:
@@ -416,7 +522,9 @@ class BoxMonitor(BaseEstimator):
 
         Per score layer: Euclidean distance of the (normalised) activation to the nearest
         good box of the predicted class (0 inside), divided by the layer's calibration
-        scale; the layers' values are averaged. Computed from the stored boxes only.
+        scale; the layers' values are averaged. With ``score="fused"`` the mean of the
+        contrast layers' scaled contrast terms is added and non-finite scores become
+        ``inf``. Computed from the stored boxes only, as the agent does.
         """
         self._check_fitted()
         y_pred = np.asarray(y_pred)
@@ -428,8 +536,9 @@ class BoxMonitor(BaseEstimator):
                   y_pred_unknown: np.ndarray | None = None) -> Calibration:
         """Choose the score threshold that accepts ``target_acceptance`` of known inputs.
 
-        Sets each score layer's scale to the ``target_acceptance`` quantile of its distances
-        on the known data (so layers weigh alike), then the threshold on the combined score.
+        Sets each score layer's scale (and each contrast layer's, ``score="fused"``) to the
+        ``target_acceptance`` quantile of its values on the known data (so terms weigh
+        alike), then the threshold on the combined score.
         With unknown inputs, also measures their acceptance (the false-accept rate).
 
         Returns
@@ -451,7 +560,11 @@ class BoxMonitor(BaseEstimator):
             q = acceptance_threshold(finite, target_acceptance) if len(finite) else 1.0
             scales[layer] = float(q) if q > 0 else float(finite[finite > 0].mean()) if np.any(finite > 0) else 1.0
         rt.score_scales = scales
-        combined = rt.combine_scores(per_layer)
+        contrast = None
+        if rt.score == "fused":
+            contrast = rt.contrast_layer_scores(acts_known, y_pred_known)
+            rt.contrast_scales = {layer: _scale(c, target_acceptance) for layer, c in contrast.items()}
+        combined = rt.combine_scores(per_layer, contrast)
         threshold = acceptance_threshold(combined, target_acceptance)
         rt.threshold = threshold
         unknown_rate, n_unknown = None, 0
@@ -463,7 +576,8 @@ class BoxMonitor(BaseEstimator):
         cal = Calibration(threshold=threshold, target_acceptance=target_acceptance,
                           known_acceptance=float(np.mean(combined <= threshold)),
                           unknown_acceptance=unknown_rate, n_known=len(combined),
-                          n_unknown=n_unknown, scales=scales)
+                          n_unknown=n_unknown,
+                          scales={**scales, **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()}})
         rt.meta["calibration"] = cal.as_dict()
         self.calibration_ = cal
         return cal
@@ -476,6 +590,31 @@ class BoxMonitor(BaseEstimator):
         """Artifact members for the agent (see :meth:`BoxRuntime.to_members`)."""
         self._check_fitted()
         return self.runtime_.to_members(prefix)
+
+
+def _scale(values: np.ndarray, target_acceptance: float) -> float:
+    """The ``target_acceptance`` quantile of the finite values, else their positive mean, else 1."""
+    finite = values[np.isfinite(values)]
+    q = acceptance_threshold(finite, target_acceptance) if len(finite) else 1.0
+    if q > 0:
+        return float(q)
+    return float(finite[finite > 0].mean()) if np.any(finite > 0) else 1.0
+
+
+def _held_out_auroc(own_known: np.ndarray, other_known: np.ndarray, own_unknown: np.ndarray,
+                    other_unknown: np.ndarray, *, fused: bool) -> float:
+    """AUROC of one layer's score term, known inputs against held-out-class stand-ins.
+
+    Each term is scaled by its 95% quantile on the known inputs; non-finite values count
+    as the highest scores; the contrast looks at every other class. Assumes valid input.
+    """
+    def term(own: np.ndarray, other: np.ndarray) -> np.ndarray:
+        out = own / _scale(own_known, 0.95)
+        if fused:
+            out = out + contrast_scores(own, other) / _scale(contrast_scores(own_known, other_known), 0.95)
+        return np.where(np.isfinite(out), out, np.inf)
+
+    return auroc(term(own_known, other_known), term(own_unknown, other_unknown))
 
 
 def _pick(by_tau: Mapping[float, BoxSet], taus: np.ndarray) -> BoxSet:

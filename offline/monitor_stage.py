@@ -1,9 +1,10 @@
 """The monitor half of a build: activations, box monitors, calibration and evaluation.
 
-Validation inputs choose tau per class and layer (best F1, unknown inputs labelled -1) and
-calibrate the score threshold; the same inputs give the report's curves. Without a
-validation set the coverage search picks tau and calibration uses the training inputs
-(the summary says so).
+Validation inputs (known classes only, by default) choose tau per layer by held-out-class
+validation, or per class and layer by F1 with unknown inputs labelled -1
+(``selection: f1``), and calibrate the score threshold; the same inputs, with the unknown
+ones, give the report's curves and operating point. Without a validation set the coverage
+search picks tau and calibration uses the training inputs (the summary says so).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from boxwatch.agent.boxes import normalize_features
 from boxwatch.offline.coverage import coverage_at
-from boxwatch.offline.evaluation import detection, outcomes_per_class, total
+from boxwatch.offline.evaluation import auroc, detection, outcomes_per_class, total
 from boxwatch.offline.monitor import DEFAULT_TAUS, BoxMonitor, build_sweep
 from boxwatch.offline.taukmeans import TauKMeansPath
 
@@ -64,7 +65,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
     tau_param = params.get("tau", list(DEFAULT_TAUS))
     taus = sorted({float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
                   reverse=True)
-    selection = params.get("selection", "f1")
+    selection = params.get("selection", "held-out-class")
     has_val = "validation" in acts
     # The selection/evaluation set: validation inputs plus unknown ones labelled -1.
     eval_acts, eval_true, eval_pred = None, None, None
@@ -78,11 +79,17 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         tau: Any = float(tau_param)
     else:
         tau = "auto"
-    validation = (eval_acts, eval_true, eval_pred) if (tau == "auto" and selection == "f1"
-                                                       and has_val) else None
+    validation = None
+    if tau == "auto" and has_val and selection == "f1":
+        validation = (eval_acts, eval_true, eval_pred)
+    elif tau == "auto" and has_val and selection == "held-out-class":  # no unknown inputs
+        validation = (acts["validation"], y["validation"], preds["validation"])
     monitor = BoxMonitor(
-        mi.layers, tau=tau, taus=taus, combine=params.get("combine", "any"),
-        normalize=params.get("normalize", "l2"), score_layers=params.get("score_layers"),
+        mi.layers, tau=tau, taus=taus, selection="f1" if selection == "f1" else "held-out-class",
+        combine=params.get("combine", "any"), normalize=params.get("normalize", "l2"),
+        score_layers=params.get("score_layers"), score=params.get("score", "fused"),
+        contrast_layers=params.get("contrast_layers", "auto"),
+        contrast_classes=params.get("contrast_classes", 1),
         random_state=params.get("random_state", 0),
     ).fit(acts["train"], y["train"], preds["train"], validation=validation, n_classes=n_classes)
     calib_set = "validation" if has_val else "train"
@@ -95,6 +102,8 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         "taus": taus,
         "tau": {layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
         "tau_selection": selection if tau == "auto" else "fixed",
+        "score": monitor.score,
+        "contrast_layers": list(monitor.contrast_layers_),
         "calibration_set": calib_set,
         "boxes": {layer: {"good": monitor.runtime_.good[layer].counts().tolist(),
                           "bad": monitor.runtime_.bad[layer].counts().tolist()}
@@ -102,6 +111,9 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         "calibration": {k: (_finite(v) if isinstance(v, float) else v)
                         for k, v in cal.as_dict().items() if k != "scales"},
     }
+    points = _operating_points(monitor, acts, preds, calib_set, cal.threshold)
+    if points:
+        summary["operating_points"] = points
     if eval_acts is not None:
         summary.update(_evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred,
                                    taus, n_classes, params))
@@ -112,10 +124,29 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         "boxes": int(sum(sum(v["good"]) + sum(v["bad"]) for v in summary["boxes"].values())),
         "combine": monitor.combine,
         "normalize": monitor.normalize,
+        "score": monitor.score,
         "threshold": _finite(cal.threshold),
         "target_acceptance": cal.target_acceptance,
     }
     return MonitorOutcome(monitor, accuracy, contents, summary)
+
+
+def _operating_points(monitor: BoxMonitor, acts: dict[str, Any], preds: dict[str, np.ndarray],
+                      calib_set: str, threshold: float) -> list[dict[str, Any]]:
+    """Each unknown set (``unknown``, then ``unknown_*`` by name) at the calibrated threshold:
+    its acceptance (false-accept rate), and its AUROC against the calibration set."""
+    names = sorted((n for n in acts if n == "unknown" or n.startswith("unknown_")),
+                   key=lambda n: (n != "unknown", n))
+    if not names:
+        return []
+    known = monitor.score_samples(acts[calib_set], preds[calib_set])
+    out = []
+    for name in names:
+        scores = monitor.score_samples(acts[name], preds[name])
+        out.append({"set": name, "n": len(scores),
+                    "acceptance": _finite(float(np.mean(scores <= threshold))),
+                    "auroc": _finite(auroc(known, scores))})
+    return out
 
 
 def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, taus, n_classes,

@@ -15,11 +15,13 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
   ``artifact-bytes``, ``policy-status`` (PASS/FAIL), ``policy-reason-{j}``;
 * model: ``model-path``, ``model-format``, ``model-digest``, ``model-n-classes``,
   ``model-accuracy-train``, ``model-accuracy-validation``;
-* monitor: ``monitor-taus``, ``monitor-tau-selection``, ``monitor-calibration-set``,
+* monitor: ``monitor-taus``, ``monitor-tau-selection``, ``monitor-calibration-set``, ``monitor-score``,
   ``monitor-tau-L{i}-C{k}``, ``monitor-boxes-good-L{i}-C{k}``, ``monitor-boxes-bad-L{i}-C{k}``;
   ``calibration-threshold``, ``calibration-target-acceptance``, ``calibration-known-acceptance``,
   ``calibration-unknown-acceptance``, ``calibration-n-known``, ``calibration-n-unknown``,
-  ``detection-auroc``, ``detection-fpr-at-95``; ``eval-L{i}-{key}`` and ``eval-combined-{key}``
+  ``detection-auroc``, ``detection-fpr-at-95``; per unknown set ``j`` (``unknown``, then
+  ``unknown_*``): ``operating-point-{j}-set``, ``-n``, ``-acceptance``, ``-auroc``;
+  ``eval-L{i}-{key}`` and ``eval-combined-{key}``
   for key in tp fp tn fn mp mn precision recall f1;
 * BN: ``bn-file``, ``bn-class``, ``bn-positive``, ``bn-threshold``, ``bn-nodes``,
   ``bn-nodes-quasi``, ``bn-positives``, ``bn-inputs``, ``bn-ties``, ``bn-seconds``,
@@ -562,8 +564,10 @@ def _model_section(summary: Mapping[str, Any]) -> str:
                f'<span id="monitor-taus" data-value="{_e(json.dumps(taus))}">'
                f"{_e(', '.join(fmt_value(t) for t in taus))}</span>. "
                f"\u03c4 selection: {_text('monitor-tau-selection', monitor.get('tau_selection'))}; "
-               f"calibrated on: {_text('monitor-calibration-set', monitor.get('calibration_set'))}."
-               "</p>")
+               f"calibrated on: {_text('monitor-calibration-set', monitor.get('calibration_set'))}; "
+               f"score: {_text('monitor-score', monitor.get('score', 'distance'))}"
+               + (f" (contrast layers: {_e(', '.join(monitor['contrast_layers']))})"
+                  if monitor.get("contrast_layers") else "") + ".</p>")
     rows = []
     for i, layer in enumerate(_layer_names(monitor)):
         tau = (monitor.get("tau") or {}).get(layer) or []
@@ -623,7 +627,8 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
     if det.get("histogram"):
         out.append(_figure(
             "fig-operating-point", operating_point_figure(monitor), "score histograms",
-            "Operating point \u2014 monitor scores of known (validation) and unknown inputs, "
+            "Operating point \u2014 monitor scores of known (validation) and unknown inputs "
+            "(the data.unknown set), "
             "as the share of each set per bin; inputs scoring at most the threshold (dashed) "
             "are accepted."))
     cal = cal or {}
@@ -639,6 +644,17 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
             ("FPR at 95% known acceptance", "detection-fpr-at-95", det.get("fpr_at_95"))]
     out.append(_rows(("Quantity", "Value"), [(_e(k), _num(i, v)) for k, i, v in rows],
                      numeric=(False, True), table_id="calibration-table"))
+    points = monitor.get("operating_points") or []
+    if points:
+        out.append("<p>Each unknown set at this threshold: the share accepted (false accepts), "
+                   "and how well the score separates it from the known calibration inputs "
+                   "(AUROC).</p>")
+        out.append(_rows(
+            ("Unknown set", "Inputs", "Accepted", "AUROC"),
+            [(_text(f"operating-point-{j}-set", p.get("set")), _num(f"operating-point-{j}-n", p.get("n")),
+              _num(f"operating-point-{j}-acceptance", p.get("acceptance")),
+              _num(f"operating-point-{j}-auroc", p.get("auroc"))) for j, p in enumerate(points)],
+            numeric=(False, True, True, True), table_id="operating-points-table"))
     return "".join(out)
 
 

@@ -29,7 +29,7 @@ def run(*args: str, env=None):
 
 def edited(example, tmp_path, change) -> str:
     raw = yaml.safe_load(example.config.read_text())
-    for key in ("train", "validation", "unknown"):
+    for key in raw["data"]:
         raw["data"][key]["path"] = str(example.data / f"{key}.npz")
     change(raw)
     path = tmp_path / "build.yaml"
@@ -52,6 +52,15 @@ def test_build_report_and_inspect(example, tmp_path):
     m = re.search(r'id="calibration-threshold"[^>]*>([^<]+)<', html)
     assert m and float(m.group(1)) == pytest.approx(cal, rel=1e-3)
     assert summary["model"]["digest"] == art.manifest["model"]["digest"]
+    # The default: tau without unknown inputs, the fused score, every unknown set reported.
+    mon = summary["monitor"]
+    assert mon["tau_selection"] == "held-out-class" and mon["score"] == "fused"
+    assert [p["set"] for p in mon["operating_points"]] == ["unknown", "unknown_digits", "unknown_noise"]
+    assert mon["operating_points"][0]["acceptance"] == pytest.approx(mon["calibration"]["unknown_acceptance"])
+    spec = art.json("monitors/boxes.json")
+    assert spec["version"] == 2 and spec["score"] == "fused" and spec["contrast_layers"]
+    m = re.search(r'id="operating-point-2-acceptance"[^>]*>([^<]+)<', html)
+    assert m and float(m.group(1)) == pytest.approx(mon["operating_points"][2]["acceptance"], abs=1e-3)
     info = json.loads(run("inspect", str(out), "--json").stdout)
     contents = info["contents"]
     assert contents["classes"] == [str(d) for d in range(8)]

@@ -101,7 +101,7 @@ def test_auto_tau_by_validation_f1():
     val = ({k: np.vstack([vacts[k], unknown[k]]) for k in vacts},
            np.concatenate([vy, np.full(150, -1)]), np.concatenate([vpred, rng.integers(0, 3, 150)]))
     taus = (1.0, 0.5, 0.1, 0.01)
-    mon = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(acts, y, pred, validation=val)
+    mon = BoxMonitor(tau="auto", taus=taus, selection="f1", max_clusters=8).fit(acts, y, pred, validation=val)
     for layer in ("a", "b"):
         table = mon.selection_["f1"][layer]
         assert table.shape == (4, 3)

@@ -88,6 +88,7 @@ def make_summary(seed: int = 0) -> dict:
                   "accuracy": {"train": 0.98731, "validation": 0.9512}},
         "monitor": {
             "layers": LAYERS, "taus": TAUS, "tau": tau, "tau_selection": "f1",
+            "score": "fused", "contrast_layers": LAYERS[:1],
             "calibration_set": "validation", "boxes": boxes, "coverage": coverage,
             "curves": curves,
             "evaluation": {"combined": {**combined, **_rates(combined)}, "per_layer": per_layer},
@@ -98,7 +99,11 @@ def make_summary(seed: int = 0) -> dict:
             "detection": {"auroc": 0.90412345, "fpr_at_95": float(np.mean(unknown <= threshold)),
                           "histogram": {"edges": [float(e) for e in edges],
                                         "known": np.histogram(known, edges)[0].tolist(),
-                                        "unknown": np.histogram(unknown, edges)[0].tolist()}}},
+                                        "unknown": np.histogram(unknown, edges)[0].tolist()}},
+            "operating_points": [
+                {"set": "unknown", "n": 800, "acceptance": float(np.mean(unknown <= threshold)),
+                 "auroc": 0.90412345},
+                {"set": "unknown_far", "n": 300, "acceptance": 0.0123, "auroc": 0.99876}]},
         "bn": {
             "file": "examples/credit/credit.net", "class": "CreditWorthiness",
             "positive": "Positive", "threshold": 0.5,
@@ -217,6 +222,9 @@ def expected_numbers(s: dict) -> dict[str, object]:
             out[f"eval-L{i}-{key}"] = value
     for key, value in m["evaluation"]["combined"].items():
         out[f"eval-combined-{key}"] = value
+    for j, point in enumerate(m["operating_points"]):
+        for key in ("n", "acceptance", "auroc"):
+            out[f"operating-point-{j}-{key}"] = point[key]
     for key in ("threshold", "nodes", "positives", "inputs", "ties", "seconds"):
         out[f"bn-{key}"] = bn[key]
     out["bn-nodes-quasi"] = bn["nodes_quasi"]
@@ -295,6 +303,8 @@ def test_text_fields_and_policy_by_id(summary, doc):
     for j, query in enumerate(summary["bn"]["fmo"]):
         assert text[f"fmo-{j}-verdict"] == query["verdict"]
     assert text["monitor-tau-selection"] == "f1"
+    assert text["monitor-score"] == "fused"
+    assert [text[f"operating-point-{j}-set"] for j in range(2)] == ["unknown", "unknown_far"]
     assert text["monitor-calibration-set"] == "validation"
     rules_table = doc.by_id["bn-rules-table"]["text"]
     # Debit = low is forced by the premise and Assets left free: neither is repeated
