@@ -18,8 +18,10 @@ integer, present exactly once. Reasons are the fixed set in :data:`metrics.INVAL
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +34,8 @@ NPY_TYPE = "application/x-npy"
 BINARY_DTYPES = {"float32": "<f4", "float64": "<f8", "float16": "<f2", "uint8": "u1", "int64": "<i8"}
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
 _TENSOR_BYTES = TENSOR_TYPE.encode()
+_NOT_NUMBERS = frozenset({str, bool, type(None)})
+_SHAPE = re.compile(r"\s*[0-9]+\s*(?:,\s*[0-9]+\s*)*")
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -94,6 +98,10 @@ def _record_id(value: object) -> str:
     text = str(value)
     if not text or len(text) > 256:
         raise BadRecord("missing_id", "'id' must be 1 to 256 characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRecord("missing_id", "'id' holds a lone surrogate (not Unicode text)") from None
     return text
 
 
@@ -106,6 +114,30 @@ def header_map(headers: Headers | None) -> dict[str, bytes]:
             raise BadRecord("duplicate_id", "the 'id' header appears more than once")
         out[k] = val if isinstance(val, bytes) else bytes(val or b"")
     return out
+
+
+def _content_type(h: dict[str, bytes]) -> str:
+    """The media type of a record's ``content-type`` header, lower case, without parameters."""
+    return h.get("content-type", b"").decode("latin-1").split(";")[0].strip().lower()
+
+
+def _check_numbers(value: object, rid: str) -> None:
+    """Strings, booleans and nulls anywhere in ``input`` are ``bad_dtype``.
+
+    Walks the nested lists a level at a time (``map`` / ``chain`` in C, no Python loop per
+    value); what is neither a list nor one of those is left to the array conversion.
+    """
+    level = [value]
+    while level:
+        kinds = set(map(type, level))
+        if kinds & _NOT_NUMBERS:
+            names = sorted(k.__name__ for k in kinds & _NOT_NUMBERS)
+            raise BadRecord("bad_dtype", f"'input' holds {', '.join(names)} values, not numbers",
+                            rid)
+        if list not in kinds:
+            return
+        lists = level if kinds == {list} else filter(list.__instancecheck__, level)
+        level = list(itertools.chain.from_iterable(lists))
 
 
 def _check_payload(value: bytes | None, max_bytes: int) -> bytes:
@@ -128,16 +160,17 @@ def decode_model_input(
     """
     value = _check_payload(value, max_bytes)
     h = header_map(headers)
-    ctype = h.get("content-type", b"").decode("latin-1").split(";")[0].strip().lower()
+    ctype = _content_type(h)
     if ctype in ("", JSON_TYPE):
         if ctype == "" and not value.lstrip()[:1] == b"{":
             raise BadRecord("bad_content_type", "no content-type header and the body is not JSON")
         obj = parse_json_object(value)
         rid = _record_id(obj.get("id"))
+        if "input" not in obj:
+            raise BadRecord("bad_schema", "no 'input' field", rid)
+        _check_numbers(obj["input"], rid)
         try:
             arr = np.asarray(obj["input"], dtype=np.float64)
-        except KeyError:
-            raise BadRecord("bad_schema", "no 'input' field", rid) from None
         except (TypeError, ValueError):
             raise BadRecord("bad_shape", "'input' is not a rectangular array of numbers", rid) from None
         except OverflowError:
@@ -248,10 +281,15 @@ def _decode_tensor(value: bytes, h: dict[str, bytes], rid: str) -> np.ndarray:
         raise BadRecord("bad_shape", f"{len(value)} bytes is not a whole number of {dtype_name}", rid)
     arr = np.frombuffer(value, dtype=dtype)
     if "shape" in h:
+        text = h["shape"].decode("latin-1")
         try:
-            shape = tuple(int(s) for s in h["shape"].decode("latin-1").split(",") if s.strip())
-        except ValueError:
-            raise BadRecord("bad_shape", "shape header is not comma-separated integers", rid) from None
+            shape = tuple(int(d) for d in text.split(",")) if _SHAPE.fullmatch(text) else ()
+        except ValueError:  # more digits than int() converts
+            shape = ()
+        if not shape:
+            raise BadRecord("bad_shape", "shape header is not comma-separated integers", rid)
+        if min(shape) < 1:
+            raise BadRecord("bad_shape", f"shape header {shape} has a dimension below 1", rid)
         if math.prod(shape) != arr.size:
             raise BadRecord("bad_shape", f"shape header {shape} does not match {arr.size} values", rid)
     return arr.astype(np.float64)

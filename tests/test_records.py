@@ -68,7 +68,7 @@ BAD_CASES = [
     (b'{"id": "a"}', None, "bad_schema"),
     (b'{"id": "a", "input": [1, 2, 3]}', None, "bad_shape"),
     (b'{"id": "a", "input": [[1, 2], [3]]}', None, "bad_shape"),
-    (b'{"id": "a", "input": ["1", "x", 3, 4]}', None, "bad_shape"),
+    (b'{"id": "a", "input": ["1", "x", 3, 4]}', None, "bad_dtype"),
     (b'{"id": "a", "input": [1, 2, 3, NaN]}', None, "not_finite"),
     (b'{"id": "a", "input": [1, 2, 3, 1e999]}', None, "not_finite"),
     (b'{"id": "a", "input": [1, 2, 3, 1' + b"0" * 400 + b']}', None, "not_finite"),
@@ -183,3 +183,49 @@ def test_batch_decoder_decides_like_the_record_decoder(records, max_bytes):
     for k, (_, _, values) in enumerate(want_good):
         np.testing.assert_array_equal(x[k], values)
     assert [(i, e.reason, e.detail) for i, e in bad] == want_bad
+
+
+def _tensor(shape: bytes) -> list[tuple[str, bytes]]:
+    return [("content-type", TENSOR_TYPE.encode()), ("id", b"t"), ("dtype", b"float32"),
+            ("shape", shape)]
+
+
+STRICT_CASES = [
+    # numbers written as strings, booleans and nulls in "input" are not numbers
+    (b'{"id": "a", "input": ["0.5", "1", "2", "3"]}', None, "bad_dtype"),
+    (b'{"id": "a", "input": [true, false, true, false]}', None, "bad_dtype"),
+    (b'{"id": "a", "input": [1, 2, 3, true]}', None, "bad_dtype"),
+    (b'{"id": "a", "input": [1.5, 2, 3, false]}', None, "bad_dtype"),
+    (b'{"id": "a", "input": [1, 2, 3, null]}', None, "bad_dtype"),
+    (b'{"id": "a", "input": [[1, 2], [3, "4"]]}', None, "bad_dtype"),
+    (b'{"id": "a", "input": [[1, 2], [true]]}', None, "bad_dtype"),
+    (b'{"id": "a", "input": "1234"}', None, "bad_dtype"),
+    (b'{"id": "a", "input": null}', None, "bad_dtype"),
+    # a shape header must be positive integers whose product is the value count
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b"-2,-2"), "bad_shape"),
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b"-1,-4"), "bad_shape"),
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b"4,1,-1,-1"), "bad_shape"),
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b"4,"), "bad_shape"),
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b"1,,4"), "bad_shape"),
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b"4_0"), "bad_shape"),
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b""), "bad_shape"),
+    (b"\x00\x00\x80\x3f" * 4, _tensor(b"9" * 5000), "bad_shape"),
+    # an id must be text a verdict can carry (a lone surrogate cannot be encoded)
+    (b'{"id": "\\ud800", "input": [1, 2, 3, 4]}', None, "missing_id"),
+]
+
+
+@pytest.mark.parametrize("value,headers,reason", STRICT_CASES)
+def test_lax_inputs_are_refused(value, headers, reason):
+    """Each case was accepted (or given another reason) before; both decoders refuse it."""
+    with pytest.raises(BadRecord) as info:
+        decode_model_input(value, headers, size=SIZE)
+    assert info.value.reason == reason, info.value.detail
+    x, ids, rows, bad = decode_model_batch([(value, headers)], size=SIZE)
+    assert rows == [] and [(i, e.reason) for i, e in bad] == [(0, reason)]
+
+
+@pytest.mark.parametrize("shape", [b"1,4", b"4", b" 2 , 2 ", b"1,1,4,1"])
+def test_positive_shape_headers_still_decode(shape):
+    rec = decode_model_input(b"\x00\x00\x80\x3f" * 4, _tensor(shape), size=SIZE)
+    np.testing.assert_array_equal(rec.values, [1, 1, 1, 1])
