@@ -325,9 +325,9 @@ def _plain_json(value: bytes, size: int) -> tuple[str, list[float] | np.ndarray]
     them at most 8 deep). msgspec checks syntax, UTF-8, types and that numbers fit a float,
     but keeps the last of repeated keys: every ``"`` byte then delimits a key or the id or
     is an escaped quote, so a count of exactly 4 (6 with a string id) proves that each key
-    appears once (an id holding an escaped quote is left to the reference). A flat input is returned as the list msgspec built,
-    a nested one as a flat float64 array. Assumes the content type and the size limit were
-    checked.
+    appears once (an id holding an escaped quote is left to the reference). A flat input
+    is returned as the list msgspec built, a nested one as a flat float64 array. Assumes
+    the content type and the size limit were checked.
     """
     try:
         rec: _FlatInput | _RawInput = _FLAT_DECODER.decode(value)
