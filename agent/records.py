@@ -258,7 +258,8 @@ def decode_model_batch(
         other_ids.append(decoded.record_id)
     blocks = [np.frombuffer(b"".join(tensors), dtype="<f4").reshape(len(tensors), size)]
     if flat:
-        blocks.append(np.array(flat, dtype=np.float64))
+        blocks.append(np.fromiter(itertools.chain.from_iterable(flat), np.float64,
+                                  len(flat) * size).reshape(len(flat), size))
     if other:
         blocks.append(np.stack(other))
     x = np.concatenate(blocks, dtype=np.float64)
@@ -277,14 +278,14 @@ def decode_model_batch(
     return x, ids, rows, sorted(bad, key=lambda b: b[0])
 
 
-class _FlatInput(msgspec.Struct, forbid_unknown_fields=True):
-    """A plain JSON model input: exactly ``id`` and a flat list of numbers."""
+class _FlatInput(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A plain JSON model input: exactly ``id`` and a flat list of numbers (GC-untracked)."""
 
     id: str | int
     input: list[float]
 
 
-class _RawInput(msgspec.Struct, forbid_unknown_fields=True):
+class _RawInput(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The same object with ``input`` left as raw JSON (nested lists, decoded by depth)."""
 
     id: str | int
