@@ -338,7 +338,7 @@ def _plain_json(value: bytes, size: int) -> tuple[str, list[float] | np.ndarray]
     except msgspec.ValidationError:
         try:
             rec = _RAW_DECODER.decode(value)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # skipping deep nesting recurses
             return None
         body = bytes(rec.input)
         decoder = _NESTED_DECODERS.get(body[:len(body) - len(body.lstrip(_OPENING))].count(b"["))
@@ -346,12 +346,12 @@ def _plain_json(value: bytes, size: int) -> tuple[str, list[float] | np.ndarray]
             return None
         try:
             row = np.array(decoder.decode(body), dtype=np.float64)
-        except (msgspec.DecodeError, ValueError):  # a ragged list is a ValueError
+        except (msgspec.DecodeError, RecursionError, ValueError):  # ragged: ValueError
             return None
         if row.size != size:
             return None
         row = row.reshape(-1)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     rid = rec.id
     if type(rid) is str:  # UTF-8 text (msgspec refuses lone surrogates): as _record_id

@@ -102,6 +102,16 @@ def test_bad_model_records(value, headers, reason):
     assert info.value.reason in INVALID_REASONS
 
 
+@pytest.mark.parametrize("value,headers,reason", BAD_CASES)
+def test_bad_model_records_in_a_batch(value, headers, reason):
+    """The batch decoder gives each bad record the reference's reason, between good ones."""
+    good = (b'{"id": "g", "input": [1, 2, 3, 4]}', None)
+    x, ids, rows, bad = decode_model_batch([good, (value, headers), good], size=SIZE,
+                                           max_bytes=100_000)
+    assert rows == [0, 2] and ids == ["g", "g"]
+    assert [(i, e.reason) for i, e in bad] == [(1, reason)], bad
+
+
 def test_bn_records():
     rec = decode_bn_input(b'{"id": "c", "evidence": {"B": "z", "A": "hi"}}',
                           features=FEATURES, states=STATES)
@@ -300,7 +310,7 @@ def _json_input(draw) -> str:
         return "[" + f",{ws}".join(draw(st.lists(num, min_size=n, max_size=n))) + "]"
 
     kind = draw(st.sampled_from(["flat", "flat", "flat", "2x2", "4x1", "2x3", "1x2x2",
-                                 "ragged", "short", "long", "scalar", "deep"]))
+                                 "ragged", "short", "long", "scalar", "deep", "deep_in"]))
     if kind == "flat":
         return row(SIZE)
     if kind in ("2x2", "4x1", "2x3"):
@@ -313,7 +323,10 @@ def _json_input(draw) -> str:
     if kind == "scalar":
         return draw(num)
     if kind == "deep":
-        return "[" * 9 + ",".join(draw(st.lists(num, min_size=4, max_size=4))) + "]" * 9
+        depth = draw(st.sampled_from([9, 100_000]))
+        return "[" * depth + ",".join(draw(st.lists(num, min_size=4, max_size=4))) + "]" * depth
+    if kind == "deep_in":  # nesting that starts shallow and goes deep inside
+        return "[[1,2],[3," + "[" * 100_000 + "4" + "]" * 100_000 + "]]"
     return row(SIZE - 1 if kind == "short" else SIZE + 1)
 
 
