@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any, NamedTuple
+
+import msgspec
+import numpy as np
 
 from boxwatch.agent.headers import carried_headers
 
@@ -65,8 +67,26 @@ def verdict_output(topic: str, rec: Any, record_id: str, body: dict[str, Any]) -
                           **body}), [])
 
 
-def _json_float(x: float) -> str:
-    return repr(x) if math.isfinite(x) else "null"
+_ENCODER = msgspec.json.Encoder()
+_VERDICT = (b'{"schema":"' + VERDICT_SCHEMA.encode() + b'","id":%b,"source":{"topic":%b,'
+            b'"partition":%d,"offset":%d},%b,"score":%b,"score_accepted":%b%b')
+
+
+def json_numbers(values: Sequence[float]) -> list[bytes]:
+    """Each float as ``json.dumps`` writes it, ``null`` for NaN and infinities, in one call.
+
+    msgspec writes the shortest round-trip digits, as ``repr`` does, and the same text
+    for 0 and 1e-4 <= |x| < 1e16 (property-tested); the rest, where ``repr`` switches to
+    its exponent form (``1e-05``, ``1e+16``), are written by ``repr``.
+    """
+    if not values:
+        return []
+    parts = _ENCODER.encode(values)[1:-1].split(b",")
+    x = np.asarray(values, dtype=np.float64)
+    mag = np.abs(x)
+    for k in np.flatnonzero(np.isfinite(x) & (x != 0) & ((mag < 1e-4) | (mag >= 1e16))).tolist():
+        parts[k] = repr(float(values[k])).encode()
+    return parts
 
 
 def verdict_outputs(
@@ -87,29 +107,32 @@ def verdict_outputs(
 
     Byte for byte what :func:`verdict_output` writes for each body, without a
     ``json.dumps`` of a nested dict per record: the fields shared by the batch are encoded
-    once and the per-record ones by the encoders ``json`` itself uses.
+    once, the scores by msgspec in one call (:func:`json_numbers`), the strings by the
+    escaper ``json`` itself uses.
     """
     tail = (f',"artifact_id":{_json_str(artifact_id)},"model_version":'
-            f'{_json_str(model_version)},"timings":{_dumps(dict(timings)).decode()}}}')
+            f'{_json_str(model_version)},"timings":{_dumps(dict(timings)).decode()}}}').encode()
     layer_keys = [_json_str(name) + ":" for name in layers]
     layer_values = list(layers.values())
-    flags = ["null"] * len(ids) if accepted is None else ["true" if a else "false" for a in accepted]
-    middles: dict[tuple, str] = {}  # few distinct (class, verdicts) per batch: encode each once
-    topics: dict[str, str] = {}
+    flags = [b"null"] * len(ids) if accepted is None else [b"true" if a else b"false"
+                                                           for a in accepted]
+    score_json = json_numbers(scores)
+    middles: dict[tuple, bytes] = {}  # few distinct (class, verdicts) per batch: encode each once
+    topics: dict[str, bytes] = {}
     out = []
     for i, rec in enumerate(recs):
-        t = topics.get(rec.topic) or topics.setdefault(rec.topic, _json_str(rec.topic))
+        t = topics.get(rec.topic) or topics.setdefault(rec.topic, _json_str(rec.topic).encode())
         key = (predicted[i], verdicts[i], *(v[i] for v in layer_values))
         middle = middles.get(key)
         if middle is None:
             layer_json = ",".join([k + _json_str(v) for k, v in zip(layer_keys, key[2:],
                                                                     strict=True)])
             middle = middles[key] = (f'"predicted_class":{_json_str(key[0])},"verdict":'
-                                     f'{_json_str(key[1])},"layers":{{{layer_json}}}')
-        value = (f'{{"schema":"{VERDICT_SCHEMA}","id":{_json_str(ids[i])},"source":{{"topic":'
-                 f'{t},"partition":{rec.partition},"offset":{rec.offset}}},{middle}'
-                 f',"score":{_json_float(scores[i])},"score_accepted":{flags[i]}{tail}')
-        out.append(Output("verdict", topic, ids[i].encode("utf-8"), value.encode("utf-8"), []))
+                                     f'{_json_str(key[1])},"layers":{{{layer_json}}}').encode()
+        rid = ids[i]
+        value = _VERDICT % (_json_str(rid).encode(), t, rec.partition, rec.offset, middle,
+                            score_json[i], flags[i], tail)
+        out.append(Output("verdict", topic, rid.encode("utf-8"), value, []))
     return out
 
 

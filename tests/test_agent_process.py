@@ -97,7 +97,7 @@ def test_dead_letters_keep_bytes_or_only_their_digest(example, store):
     outs = agent.process([Record("in", 2, 7, secret, headers=[("trace", b"abc")])])
     assert len(outs) == 1 and outs[0].topic == "dlq"
     headers = dict(outs[0].headers)
-    assert headers["boxwatch-dlq-reason"] == b"bad_shape"
+    assert headers["boxwatch-dlq-reason"] == b"bad_dtype"  # a string input is not numbers
     assert headers["boxwatch-source-offset"] == b"7"
     assert headers["boxwatch-payload-sha256"].decode() == hashlib.sha256(secret).hexdigest()
     if store:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from boxwatch.agent.metrics import observe_many
-from boxwatch.agent.outputs import verdict_output, verdict_outputs
+from boxwatch.agent.outputs import json_numbers, verdict_output, verdict_outputs
 
 VERDICTS = st.sampled_from(["accept", "uncertainty", "reject"])
 NAMES = st.text(min_size=1, max_size=12)
@@ -61,6 +62,23 @@ def test_batch_encoder_writes_the_same_bytes_as_the_reference(b):
         }
         ref = verdict_output("v", b["recs"][i], b["ids"][i], body)
         assert out == ref
+
+
+# Every magnitude, with most draws near the bounds where repr changes notation.
+_SCORES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.builds(lambda m, e: m * 10.0**e, st.floats(-10, 10), st.integers(-7, 18)),
+    st.sampled_from([1e-4, 9.999999999999999e-05, 1e16, 9999999999999998.0, 1e-5, -0.0, 0.0,
+                     5e-324, 1.7976931348623157e308]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_SCORES, max_size=40))
+def test_scores_are_written_as_json_dumps_writes_them(values):
+    """msgspec's numbers match json.dumps byte for byte (null for NaN and infinities)."""
+    want = [json.dumps(v).encode() if math.isfinite(v) else b"null" for v in values]
+    assert json_numbers(values) == want
 
 
 def _hist(registry):
