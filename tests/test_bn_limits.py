@@ -59,3 +59,28 @@ def test_guard_turns_an_oversized_allocation_into_memory_error():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout.split()
     assert out == ["refused", "True"]  # 2 GiB refused under the cap, 512 MiB fine after it
+
+
+def _bn_config(tmp_path, max_memory: str) -> object:
+    from boxwatch.offline.bn_io import write_bif
+    from boxwatch.offline.bn_synthetic import random_dag
+    from boxwatch.offline.config import load_config
+
+    (tmp_path / "net.bif").write_text(write_bif(random_dag(6, seed=3, floor=0.01)))
+    (tmp_path / "build.yaml").write_text(
+        "version: 1\nbn: {file: net.bif, class: v2, positive: s0, threshold: 0.5, "
+        f"max_memory: {max_memory}}}\n")
+    return load_config(tmp_path / "build.yaml")
+
+
+def test_build_config_bounds_the_compilation(tmp_path):
+    from boxwatch.agent.errors import ConfigError
+    from boxwatch.offline import bn_stage
+    from boxwatch.offline.bn_plan import CompileLimitError
+
+    bn = bn_stage.prepare(_bn_config(tmp_path, "2K"))
+    assert bn.max_memory == 2048
+    with pytest.raises(CompileLimitError, match="memory limit 2 KiB"):
+        bn_stage.run(bn)
+    with pytest.raises(ConfigError, match="bn.max_memory: 'plenty' is not a size"):
+        bn_stage.prepare(_bn_config(tmp_path, "plenty"))
