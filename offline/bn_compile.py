@@ -66,6 +66,7 @@ from boxwatch.offline.bn_plan import (
 
 TIE_TOLERANCE = 1e-9
 METHODS = ("auto", "joint", "decompose")
+AUTO_QUICK_SECONDS = 1.0
 Progress = Callable[[int, int], None]
 
 
@@ -185,7 +186,9 @@ def compile_classifier(
     network : Network, path or pgmpy ``DiscreteBayesianNetwork``
     spec : ClassifierSpec or ResolvedSpec
     method : {"auto", "joint", "decompose"}
-        ``auto`` takes the route with the smallest estimated time among those that fit.
+        ``auto`` takes the route with the smallest estimated time among those that fit (the
+        joint route without sizing the others when it fits and is estimated to take at most
+        :data:`AUTO_QUICK_SECONDS`).
     max_memory : float, optional
         Bytes any route may use; default :func:`~boxwatch.offline.bn_limits.default_max_memory`.
     max_seconds : float, optional
@@ -219,7 +222,9 @@ def compile_classifier(
     if method in ("auto", "joint") or len(spec.order) < 2:
         joint = plan_joint(network, spec, max_memory=limit)
         options.append((joint.estimate, lambda: _compile_joint(network, spec, joint.contraction)))
-    if method in ("auto", "decompose") and len(spec.order) >= 2:
+    quick = method == "auto" and options and within(options[0][0], limit, max_seconds) and (
+        options[0][0].seconds <= AUTO_QUICK_SECONDS)
+    if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
         if _additive_applies(network, spec):
             options.append((_additive_estimate(network, spec),
                             lambda: _compile_additive(network, spec)))
@@ -426,12 +431,13 @@ def _compile_separator(
     fixed = plan.estimate.bytes - distinct_table_bytes(cut, min(n_pre, SEPARATOR_DISTINCT_GUESS))
     for c in range(n_ctx):
         members = np.nonzero(ctx_idx == c)[0]
-        l_pos = lo[c][:, pos, :]
+        l_pos = np.ascontiguousarray(lo[c][:, pos, :]).T
+        l_all = lo[c].reshape(n_suf, -1).T
         for s in range(0, members.size, block):
             part = members[s : s + block]
             u = up[part]
-            num = u[:, pos, :] @ l_pos.T
-            den = np.einsum("bcr,vcr->bv", u, lo[c])
+            num = u[:, pos, :] @ l_pos
+            den = u.reshape(part.size, -1) @ l_all
             _, decision, t, imp = _decide(num, den, spec.threshold)
             ties += t
             impossible += imp

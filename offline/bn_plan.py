@@ -15,16 +15,18 @@ from typing import Any
 
 import numpy as np
 import opt_einsum
-from opt_einsum.path_random import RandomGreedy
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn_classifier import ResolvedSpec
+from boxwatch.offline.bn_elimination import HEURISTICS, elimination_path
 from boxwatch.offline.bn_io import Network
 from boxwatch.offline.bn_limits import format_bytes, format_seconds
 
 Factor = tuple[tuple[str, ...], np.ndarray]
 
-FLOP_RATE = 2e9
+BLAS_CELL_RATE = 1e9
+EINSUM_CELL_RATE = 1e8
+STEP_SECONDS = 2e-4
 JOINT_SECONDS_PER_INPUT = 1.8e-7
 JOINT_BYTES_PER_INPUT = 32
 SEPARATOR_SECONDS_PER_INPUT = 5e-8
@@ -35,9 +37,6 @@ SEPARATOR_BLOCK_BYTES = 40
 SEPARATOR_DISTINCT_GUESS = 1 << 16
 ADDITIVE_SECONDS_PER_ITEM = 6e-6
 ADDITIVE_BYTES_PER_ITEM = 400
-PLAN_REPEATS = 32
-PLAN_CHEAP_FLOPS = 2e9
-_CUTS_PLANNED = 3
 
 
 class CompileLimitError(ConfigError):
@@ -46,12 +45,18 @@ class CompileLimitError(ConfigError):
 
 @dataclass(frozen=True)
 class Contraction:
-    """A planned ``sum``-product of factors: opt_einsum expression and path, and its cost."""
+    """A planned ``sum``-product of factors: opt_einsum expression and path, and its cost.
+
+    ``seconds`` is estimated step by step: cells of each step's operands' union at
+    :data:`BLAS_CELL_RATE` where opt_einsum hands the step to BLAS (``tensordot``), else at
+    :data:`EINSUM_CELL_RATE` per operand, plus :data:`STEP_SECONDS`.
+    """
 
     expr: str
     path: list[tuple[int, ...]]
     flops: float
     largest_cells: float
+    seconds: float
 
     def run(self, factors: Sequence[Factor]) -> np.ndarray:
         """Contract ``factors`` (the ones this plan was made for) along the planned path."""
@@ -68,31 +73,39 @@ def _expression(factors: Sequence[Factor], out: Sequence[str]) -> str:
 
 
 def plan_contraction(
-    factors: Sequence[Factor], out: Sequence[str], *, max_cells: float | None = None,
-    search: bool = True,
+    factors: Sequence[Factor], out: Sequence[str], *, max_cells: float | None = None
 ) -> Contraction:
-    """The cheapest of a greedy and two random-greedy orders (seeded: deterministic).
+    """The cheaper of the min-fill and min-weight elimination orders (deterministic).
 
-    The random-greedy searches run only when ``search`` is true and the greedy order costs
-    more than :data:`PLAN_CHEAP_FLOPS` (planning would take longer than contracting). Among the
-    candidate paths whose largest intermediate has at most ``max_cells`` cells, the one with
-    the fewest flops; when none fits, the one with the smallest intermediate.
+    Among the candidate paths whose largest intermediate has at most ``max_cells`` cells,
+    the one with the fewest flops; when none fits, the one with the smallest intermediate.
+    Costs are opt_einsum's for the path (multiply-adds; cells of the largest intermediate).
     """
     expr = _expression(factors, out)
     shapes = [t.shape for _, t in factors]
+    cards = {v: n for scope, t in factors for v, n in zip(scope, t.shape, strict=True)}
     candidates: list[Contraction] = []
-    for optimize in ("greedy", RandomGreedy(max_repeats=PLAN_REPEATS),
-                     RandomGreedy(max_repeats=PLAN_REPEATS, minimize="size")):
-        if candidates and (not search or candidates[0].flops <= PLAN_CHEAP_FLOPS and (
-                max_cells is None or candidates[0].largest_cells <= max_cells)):
-            break
-        path, info = opt_einsum.contract_path(expr, *shapes, shapes=True, optimize=optimize)
-        candidates.append(Contraction(expr, list(path), float(info.opt_cost),
-                                      float(info.largest_intermediate)))
+    for heuristic in HEURISTICS:
+        path = elimination_path([scope for scope, _ in factors], cards, out, heuristic)
+        _, info = opt_einsum.contract_path(expr, *shapes, shapes=True, optimize=path)
+        candidates.append(Contraction(expr, path, float(info.opt_cost),
+                                      float(info.largest_intermediate), _seconds(info)))
     fits = [c for c in candidates if max_cells is None or c.largest_cells <= max_cells]
     if fits:
-        return min(fits, key=lambda c: (c.flops, c.largest_cells))
-    return min(candidates, key=lambda c: (c.largest_cells, c.flops))
+        return min(fits, key=lambda c: (c.seconds, c.largest_cells))
+    return min(candidates, key=lambda c: (c.largest_cells, c.seconds))
+
+
+def _seconds(info: Any) -> float:
+    """Estimated seconds of a planned contraction (see :class:`Contraction`)."""
+    total = 0.0
+    for entry in info.contraction_list:
+        inputs = entry[2].split("->")[0].split(",")
+        cells = math.prod(info.size_dict[ch] for ch in set("".join(inputs)))
+        blas = bool(entry[4])
+        total += STEP_SECONDS + (cells / BLAS_CELL_RATE if blas
+                                 else cells * len(inputs) / EINSUM_CELL_RATE)
+    return total
 
 
 @dataclass(frozen=True)
@@ -139,10 +152,10 @@ def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> Jo
     """Plan the contraction to ``P(C, X)`` and size the joint route."""
     keep = [spec.class_variable, *spec.order]
     inputs = math.prod(network.card(f) for f in spec.order)
-    c = plan_contraction(relevant_factors(network, keep), keep, max_cells=max_memory / 24)
+    c = plan_contraction(relevant_factors(network, keep), keep, max_cells=max_memory / 16)
     table = network.card(spec.class_variable) * inputs
-    nbytes = 8 * (c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
-    seconds = c.flops / FLOP_RATE + JOINT_SECONDS_PER_INPUT * inputs
+    nbytes = 8 * (2 * c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
+    seconds = c.seconds + JOINT_SECONDS_PER_INPUT * inputs
     detail = (f"{inputs:.3g} inputs, contraction {c.flops:.2g} flops, largest intermediate "
               f"{c.largest_cells:.2g} cells")
     return JointPlan(c, Estimate("joint", nbytes, seconds, detail))
@@ -235,44 +248,49 @@ def _separator_estimate(cut: Cut, up: Contraction, lo: Contraction, n: int) -> E
     """Tables, contractions and the distinct sub-classifiers, assuming at most
     :data:`SEPARATOR_DISTINCT_GUESS` of them (their count is checked while it runs)."""
     floor_bytes, floor_seconds = _separator_floor(cut)
-    nbytes = (floor_bytes + 24 * max(up.largest_cells, lo.largest_cells)
+    nbytes = (floor_bytes + 16 * max(up.largest_cells, lo.largest_cells)
               + distinct_table_bytes(cut, min(cut.n_pre, SEPARATOR_DISTINCT_GUESS)))
-    seconds = floor_seconds + (up.flops + lo.flops) / FLOP_RATE
+    seconds = floor_seconds + up.seconds + lo.seconds
     detail = (f"{cut.n_pre * cut.n_suf:.3g} inputs, cut after level {cut.k} of {n}, "
               f"{cut.shared_states:,} shared states")
     return Estimate("decompose/separator", nbytes, seconds, detail)
 
 
 def plan_separator(network: Network, spec: ResolvedSpec, *, max_memory: float) -> SeparatorPlan:
-    """Search the cuts of ``spec.order`` for the fastest one that fits ``max_memory``.
+    """Search every cut of ``spec.order`` for the fastest one that fits ``max_memory``.
 
-    Every cut is sized from shapes; the few cheapest (those that fit first) get greedy
-    contraction orders, the best of those by estimated time is kept and its contractions
-    are planned again with the full search. When none fits, the one needing the least
-    memory is returned (its estimate says by how much it misses).
+    Cuts are visited by their estimate before planning (a lower bound on time); each gets
+    its two contractions planned until no unvisited cut can beat the fastest fitting one.
+    When none fits, the one needing the least memory is returned (its estimate says by how
+    much it misses).
     """
     n = len(spec.order)
-    cuts = [cut_at(network, spec, k) for k in range(1, n)]
-    floors = {c.k: _separator_floor(c) for c in cuts}
-    fitting = [c for c in cuts if floors[c.k][0] <= max_memory]
-    pool = sorted(fitting, key=lambda c: floors[c.k][1]) or sorted(cuts, key=lambda c: floors[c.k][0])
+    cuts = sorted((cut_at(network, spec, k) for k in range(1, n)),
+                  key=lambda c: (_separator_floor(c)[1], c.k))
     best: SeparatorPlan | None = None
-    for search, cuts_tried in ((False, pool[:_CUTS_PLANNED]), (True, None)):
-        for cut in cuts_tried or [best.cut]:  # type: ignore[union-attr]
-            up = plan_contraction(cut.up_factors(network), cut.up_out, max_cells=max_memory / 24,
-                                  search=search)
-            lo = plan_contraction(cut.lo_factors(network), cut.lo_out, max_cells=max_memory / 24,
-                                  search=search)
-            est = _separator_estimate(cut, up, lo, n)
-            if best is None or search or _better(est, best.estimate, max_memory):
-                best = SeparatorPlan(cut, up, lo, est)
+    for cut in cuts:
+        if best is not None and best.estimate.bytes <= max_memory and (
+                _separator_floor(cut)[1] >= best.estimate.seconds):
+            break
+        plan = _plan_cut(network, cut, n, max_memory)
+        if best is None or _rank(plan, max_memory) < _rank(best, max_memory):
+            best = plan
     assert best is not None
     return best
 
 
-def _better(a: Estimate, b: Estimate, max_memory: float) -> bool:
-    """Whether ``a`` beats ``b``: fitting first, then faster, then smaller."""
-    return (a.bytes > max_memory, a.seconds, a.bytes) < (b.bytes > max_memory, b.seconds, b.bytes)
+def _rank(plan: SeparatorPlan, max_memory: float) -> tuple[bool, float, int]:
+    """Fitting plans first, by time; the others by memory."""
+    e = plan.estimate
+    fits = e.bytes <= max_memory
+    return (not fits, e.seconds if fits else e.bytes, plan.cut.k)
+
+
+def _plan_cut(network: Network, cut: Cut, n: int, max_memory: float) -> SeparatorPlan:
+    """Both contractions of ``cut`` planned, and the estimate they give."""
+    up = plan_contraction(cut.up_factors(network), cut.up_out, max_cells=max_memory / 16)
+    lo = plan_contraction(cut.lo_factors(network), cut.lo_out, max_cells=max_memory / 16)
+    return SeparatorPlan(cut, up, lo, _separator_estimate(cut, up, lo, n))
 
 
 # ---------------------------------------------------------------------------- additive route
