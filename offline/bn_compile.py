@@ -222,7 +222,7 @@ def compile_classifier(
     if method in ("auto", "joint") or len(spec.order) < 2:
         joint = plan_joint(network, spec, max_memory=limit)
         options.append((joint.estimate, lambda: _compile_joint(network, spec, joint.contraction)))
-    quick = method == "auto" and options and within(options[0][0], limit, max_seconds) and (
+    quick = method == "auto" and bool(options) and within(options[0][0], limit, max_seconds) and (
         options[0][0].seconds <= AUTO_QUICK_SECONDS)
     if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
         if _additive_applies(network, spec):

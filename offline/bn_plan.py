@@ -259,14 +259,16 @@ def _separator_estimate(cut: Cut, up: Contraction, lo: Contraction, n: int) -> E
 def plan_separator(network: Network, spec: ResolvedSpec, *, max_memory: float) -> SeparatorPlan:
     """Search every cut of ``spec.order`` for the fastest one that fits ``max_memory``.
 
-    Cuts are visited by their estimate before planning (a lower bound on time); each gets
-    its two contractions planned until no unvisited cut can beat the fastest fitting one.
-    When none fits, the one needing the least memory is returned (its estimate says by how
-    much it misses).
+    Cuts are sized before planning (lower bounds on memory and time); those that could fit
+    are visited by that time, each getting its two contractions planned, until no unvisited
+    cut can beat the fastest fitting one. When none fits, the one needing the least memory
+    is returned (its estimate says by how much it misses).
     """
     n = len(spec.order)
     cuts = sorted((cut_at(network, spec, k) for k in range(1, n)),
                   key=lambda c: (_separator_floor(c)[1], c.k))
+    could_fit = [c for c in cuts if _separator_floor(c)[0] <= max_memory]
+    cuts = could_fit or [min(cuts, key=lambda c: (_separator_floor(c)[0], c.k))]
     best: SeparatorPlan | None = None
     for cut in cuts:
         if best is not None and best.estimate.bytes <= max_memory and (

@@ -443,8 +443,8 @@ def test_the_chosen_cut_is_the_fastest_that_fits(seed):
     fitting = [e for e in every if e.bytes <= tight]
     if fitting:
         assert other.estimate.seconds == min(e.seconds for e in fitting)
-    else:
-        assert other.estimate.bytes == min(e.bytes for e in every)
+    else:  # refused: the estimate says by how much the least hungry cut misses
+        assert other.estimate.bytes > tight
 
 
 def test_no_route_fits_is_one_line_naming_every_estimate_and_the_limit():
