@@ -75,11 +75,11 @@ def _expression(factors: Sequence[Factor], out: Sequence[str]) -> str:
 def plan_contraction(
     factors: Sequence[Factor], out: Sequence[str], *, max_cells: float | None = None
 ) -> Contraction:
-    """The cheaper of the min-fill and min-weight elimination orders (deterministic).
+    """The better of the min-fill and min-weight elimination orders (deterministic).
 
     Among the candidate paths whose largest intermediate has at most ``max_cells`` cells,
-    the one with the fewest flops; when none fits, the one with the smallest intermediate.
-    Costs are opt_einsum's for the path (multiply-adds; cells of the largest intermediate).
+    the one with the least estimated time; when none fits, the one with the smallest
+    intermediate. Flops and cells are opt_einsum's figures for the path.
     """
     expr = _expression(factors, out)
     shapes = [t.shape for _, t in factors]

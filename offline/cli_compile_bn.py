@@ -115,9 +115,9 @@ def compile_bn(
     stdout.
 
     Each route (joint table, or a split of the features at the cheapest cut) is sized
-    before it starts; the fastest one within --max-memory (and --max-seconds) runs, with a
-    progress bar on stderr when it is long. When none fits, or memory runs out anyway, the
-    command exits 2 with one line naming the estimates and the limits.
+    before it starts; the fastest one within --max-memory (and --max-seconds) runs (a split
+    that runs long shows a progress bar on stderr). When none fits, or memory runs out
+    anyway, the command exits 2 with one line naming the estimates and the limits.
 
     \b
     Examples:
