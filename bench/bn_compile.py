@@ -9,8 +9,7 @@ against pgmpy's VariableElimination. Then networks with hidden variables between
 features (:data:`HIDDEN`), each in a fresh subprocess under the issue's limits (4 GiB, 120 s):
 compiled or refused, seconds, peak RSS, the chosen route's estimate, and for compiled ones
 400 inputs (200 uniform, 200 sampled from the network) against pgmpy's VariableElimination;
-beside them, the contraction cost of opt_einsum's greedy order against the planned one
-(opt_einsum's greedy varies with Python's string hashing, so its figures move between runs).
+beside them, the contraction cost of opt_einsum's greedy order against the planned one.
 Last, ``predict`` throughput on alarm (batch 100k).
 
 Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESULTS.md.
@@ -304,7 +303,7 @@ def main() -> None:
                   f"disagreements with pgmpy VE: {HIDDEN_CHECKS} uniform / {HIDDEN_CHECKS} "
                   "network-sampled |", "|---|---|---|---|---|---|---|---|", *hidden_rows(),
                   "", "| contraction to P(C, X) | opt_einsum greedy: flops / largest cells | planned "
-                  "(min-fill / min-weight elimination): flops / largest cells | planning s |", "|---|---|---|---|", *plan_rows()]
+                  "(best of min-fill, min-weight, greedy): flops / largest cells | planning s |", "|---|---|---|---|", *plan_rows()]
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     text = "\n".join([machine_line(f"total run {time.perf_counter() - began:.0f} s; load "
                                     f"average at the end {load}"), "", *lines])

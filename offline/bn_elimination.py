@@ -7,7 +7,7 @@ restricted to the relevant CPTs). Eliminating ``v`` multiplies the factors that 
 two at a time, each time the pair that leaves the smallest table; what is left is multiplied
 the same way. Ties are broken by the
 order in which variables first appear, so the path depends on nothing but the input
-(opt_einsum's own greedy and random-greedy orders vary with Python's string hashing).
+(opt_einsum's random-greedy search does not: its paths vary with Python's string hashing).
 """
 
 from __future__ import annotations

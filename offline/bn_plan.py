@@ -75,7 +75,8 @@ def _expression(factors: Sequence[Factor], out: Sequence[str]) -> str:
 def plan_contraction(
     factors: Sequence[Factor], out: Sequence[str], *, max_cells: float | None = None
 ) -> Contraction:
-    """The better of the min-fill and min-weight elimination orders (deterministic).
+    """The best of three deterministic orders: min-fill and min-weight elimination
+    (:mod:`boxwatch.offline.bn_elimination`) and opt_einsum's pairwise greedy.
 
     Among the candidate paths whose largest intermediate has at most ``max_cells`` cells,
     the one with the least estimated time; when none fits, the one with the smallest
@@ -84,11 +85,12 @@ def plan_contraction(
     expr = _expression(factors, out)
     shapes = [t.shape for _, t in factors]
     cards = {v: n for scope, t in factors for v, n in zip(scope, t.shape, strict=True)}
+    scopes = [scope for scope, _ in factors]
+    paths: list[Any] = [elimination_path(scopes, cards, out, h) for h in HEURISTICS]
     candidates: list[Contraction] = []
-    for heuristic in HEURISTICS:
-        path = elimination_path([scope for scope, _ in factors], cards, out, heuristic)
-        _, info = opt_einsum.contract_path(expr, *shapes, shapes=True, optimize=path)
-        candidates.append(Contraction(expr, path, float(info.opt_cost),
+    for optimize in (*paths, "greedy"):
+        path, info = opt_einsum.contract_path(expr, *shapes, shapes=True, optimize=optimize)
+        candidates.append(Contraction(expr, list(path), float(info.opt_cost),
                                       float(info.largest_intermediate), _seconds(info)))
     fits = [c for c in candidates if max_cells is None or c.largest_cells <= max_cells]
     if fits:
