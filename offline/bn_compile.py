@@ -2,7 +2,8 @@
 
 Two regimes behind :func:`compile_classifier`:
 
-* ``joint`` (fast path): one ``opt_einsum`` contraction gives ``P(C, X)`` over the features
+* ``joint`` (fast path): one contraction, its order planned by a cost model
+  (:func:`~boxwatch.offline.bn_plan.plan_contraction`), gives ``P(C, X)`` over the features
   in diagram order; the posterior is thresholded into sink ids and the quasi-reduced diagram
   is built bottom-up, one ``unique rows`` per level. Needs the joint table in memory.
 * ``decompose``: the features are split at a level ``k`` into a prefix and a suffix, each
@@ -18,8 +19,13 @@ Two regimes behind :func:`compile_classifier`:
   - *separator* (any network): ``P(c, u, v) = sum_Z U[u, Z] L[ctx(u), v, Z]`` over the
     hidden variables ``Z`` shared by the prefix's and the suffix's CPTs; the decisions of
     each prefix over all completions are computed block by block with matrix products and
-    equal rows (identical sub-classifiers) merged. Memory is ``distinct sub-classifiers x
-    completions``; time is still the size of the feature space.
+    equal rows (identical sub-classifiers) merged. The cut is the fastest of all cuts of the
+    order that fits the memory limit. Memory is ``distinct sub-classifiers x completions``;
+    time is still the size of the feature space.
+
+Before any route starts, its peak memory and time are estimated from shapes alone
+(:mod:`boxwatch.offline.bn_plan`); ``auto`` takes the fastest route that fits the limits,
+and when none fits the compilation is refused with one line naming every estimate and limit.
 
 Every input whose posterior lies within :data:`TIE_TOLERANCE` of the threshold is a *tie*:
 ties are counted and decided positive (``>=``), i.e. the decision is
@@ -31,25 +37,37 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import opt_einsum
 
 from boxwatch.agent.diagram import DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn_classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn_io import Network, load_network
+from boxwatch.offline.bn_limits import default_max_memory, format_bytes
+from boxwatch.offline.bn_plan import (
+    SEPARATOR_BLOCK_CELLS,
+    SEPARATOR_DISTINCT_GUESS,
+    CompileLimitError,
+    Contraction,
+    Estimate,
+    SeparatorPlan,
+    additive_estimate,
+    distinct_table_bytes,
+    plan_joint,
+    plan_separator,
+    refusal,
+    relevant_factors,
+    within,
+)
 
 TIE_TOLERANCE = 1e-9
-JOINT_MAX_INPUTS = 1 << 24
-JOINT_HARD_LIMIT = 1 << 28
-DECOMPOSE_MAX_SIDE = 1 << 24
-SEPARATOR_MAX_INPUTS = 1 << 34
-_BLOCK_CELLS = 1 << 23
 METHODS = ("auto", "joint", "decompose")
+AUTO_QUICK_SECONDS = 1.0
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,8 @@ class CompileResult:
         Compilation time, excluding parsing.
     posterior : ndarray of shape (card_0, ..., card_{n-1}) or None
         ``P(C = positive | x)`` in diagram order, kept by the joint route only.
+    estimate : Estimate or None
+        The chosen route's estimated peak memory and time, made before it started.
     """
 
     diagram: DecisionDiagram
@@ -93,6 +113,7 @@ class CompileResult:
     seconds: float
     tie_tolerance: float = TIE_TOLERANCE
     posterior: np.ndarray | None = None
+    estimate: Estimate | None = None
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -142,6 +163,7 @@ class CompileResult:
             "impossible": self.impossible,
             "constant": d.root < d.n_terminals,
             "seconds": self.seconds,
+            "estimate": self.estimate.to_dict() if self.estimate else None,
         }
 
 
@@ -150,16 +172,29 @@ def compile_classifier(
     spec: ClassifierSpec | ResolvedSpec,
     *,
     method: str = "auto",
+    max_memory: float | None = None,
+    max_seconds: float | None = None,
+    progress: Progress | None = None,
 ) -> CompileResult:
     """Compile ``P(C = positive | x) >= threshold`` into its canonical decision diagram.
+
+    Every route is sized first (:mod:`boxwatch.offline.bn_plan`); one whose estimate
+    exceeds a limit is not started.
 
     Parameters
     ----------
     network : Network, path or pgmpy ``DiscreteBayesianNetwork``
     spec : ClassifierSpec or ResolvedSpec
     method : {"auto", "joint", "decompose"}
-        ``auto`` takes the joint route while the feature space has at most
-        :data:`JOINT_MAX_INPUTS` inputs, else the decomposition.
+        ``auto`` takes the route with the smallest estimated time among those that fit (the
+        joint route without sizing the others when it fits and is estimated to take at most
+        :data:`AUTO_QUICK_SECONDS`).
+    max_memory : float, optional
+        Bytes any route may use; default :func:`~boxwatch.offline.bn_limits.default_max_memory`.
+    max_seconds : float, optional
+        Refuse routes estimated to take longer; default no limit.
+    progress : callable(done, total), optional
+        Called as the long loops advance (the separator route's prefixes).
 
     Returns
     -------
@@ -168,7 +203,10 @@ def compile_classifier(
     Raises
     ------
     ConfigError
-        For an invalid spec, unknown method, or a classifier too large for every route.
+        For an invalid spec or unknown method.
+    CompileLimitError
+        (a ``ConfigError``) when no route fits the limits, naming the estimates and limits;
+        also when an allocation fails during compilation.
     """
     if method not in METHODS:
         raise ConfigError(f"method {method!r} is not one of {list(METHODS)}")
@@ -176,22 +214,34 @@ def compile_classifier(
         network = load_network(network)
     if not isinstance(spec, ResolvedSpec):
         spec = resolve_spec(network, spec)
+    limit = float(default_max_memory() if max_memory is None else max_memory)
     start = time.perf_counter()
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
-    if method == "auto":
-        method = "joint" if inputs <= JOINT_MAX_INPUTS else "decompose"
-    if method == "joint" and inputs > JOINT_HARD_LIMIT:
-        raise ConfigError(
-            f"{inputs:.3g} inputs is too many for the joint table (at most "
-            f"{JOINT_HARD_LIMIT:.3g}); use method 'decompose' or 'auto'"
-        )
-    if method == "joint" or len(spec.order) < 2:
-        built = _compile_joint(network, spec)
-    elif _additive_applies(network, spec):
-        built = _compile_additive(network, spec)
-    else:
-        built = _compile_separator(network, spec)
+    options: list[tuple[Estimate, Callable[[], _Built]]] = []
+    if method in ("auto", "joint") or len(spec.order) < 2:
+        joint = plan_joint(network, spec, max_memory=limit)
+        options.append((joint.estimate, lambda: _compile_joint(network, spec, joint.contraction)))
+    quick = method == "auto" and bool(options) and within(options[0][0], limit, max_seconds) and (
+        options[0][0].seconds <= AUTO_QUICK_SECONDS)
+    if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
+        if _additive_applies(network, spec):
+            options.append((_additive_estimate(network, spec),
+                            lambda: _compile_additive(network, spec)))
+        else:
+            sep = plan_separator(network, spec, max_memory=limit)
+            options.append((sep.estimate, lambda: _compile_separator(
+                network, spec, sep, max_memory=limit, progress=progress)))
+    fitting = [o for o in options if within(o[0], limit, max_seconds)]
+    if not fitting:
+        raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
+    estimate, build = min(fitting, key=lambda o: (o[0].seconds, o[0].bytes))
+    try:
+        built = build()
+    except MemoryError as exc:
+        raise CompileLimitError(
+            f"{network.source}: out of memory during the {estimate.route} route "
+            f"(estimate {estimate.text()}; limit {format_bytes(limit)})") from exc
     diagram = built.diagram
     counts = diagram.counts()
     seconds = time.perf_counter() - start
@@ -209,6 +259,7 @@ def compile_classifier(
         impossible=built.impossible,
         seconds=seconds,
         posterior=built.posterior,
+        estimate=estimate,
     )
 
 
@@ -300,27 +351,6 @@ def _diagram_kw(network: Network, spec: ResolvedSpec) -> dict[str, Any]:
     }
 
 
-def _relevant_factors(network: Network, keep: Sequence[str]) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    """CPTs of ``keep`` and their ancestors (the rest are barren and sum to one)."""
-    rel = network.ancestors(keep)
-    return [
-        ((*network.parents[v], v), network.cpts[v]) for v in network.variables if v in rel
-    ]
-
-
-def _contract(
-    factors: Sequence[tuple[tuple[str, ...], np.ndarray]], out: Sequence[str]
-) -> np.ndarray:
-    """``sum`` over all variables not in ``out`` of the product of ``factors``."""
-    names: dict[str, str] = {}
-    for scope, _ in factors:
-        for v in scope:
-            names.setdefault(v, opt_einsum.get_symbol(len(names)))
-    subs = ",".join("".join(names[v] for v in scope) for scope, _ in factors)
-    expr = f"{subs}->{''.join(names[v] for v in out)}"
-    return opt_einsum.contract(expr, *[t for _, t in factors], optimize="auto")
-
-
 def _decide(
     num: np.ndarray, den: np.ndarray, threshold: float
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
@@ -339,14 +369,16 @@ def _positive_index(network: Network, spec: ResolvedSpec) -> int:
 
 
 # ---------------------------------------------------------------------------- joint route
-def _compile_joint(network: Network, spec: ResolvedSpec) -> _Built:
+def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contraction) -> _Built:
     """Fast path: the joint table over class and features, thresholded, unique rows upward."""
     cls, order = spec.class_variable, spec.order
-    joint = _contract(_relevant_factors(network, [cls, *order]), [cls, *order])
+    joint = contraction.run(relevant_factors(network, [cls, *order]))
     pos = _positive_index(network, spec)
     post, decision, ties, impossible = _decide(joint[pos], joint.sum(axis=0), spec.threshold)
+    del joint
     terminals, pos_sink = terminals_for(network, cls, spec.positive)
     sinks = np.where(decision, pos_sink, 1 - pos_sink).astype(np.int64)
+    del decision
     store = _NodeStore(len(terminals), [network.card(f) for f in order])
     root = int(store.bottom_up(sinks[None, ...], 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
@@ -364,58 +396,48 @@ def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
 
 
 # ---------------------------------------------------------------------------- separator route
-def _compile_separator(network: Network, spec: ResolvedSpec) -> _Built:
-    """Decomposition for any network: prefix and suffix messages over a separator."""
-    cls, order = spec.class_variable, list(spec.order)
-    cards = [network.card(f) for f in order]
-    k = _split_level(cards)
-    prefix, suffix = order[:k], order[k:]
-    n_pre, n_suf = math.prod(cards[:k]), math.prod(cards[k:])
-    if n_pre > DECOMPOSE_MAX_SIDE or n_suf > DECOMPOSE_MAX_SIDE or n_pre * n_suf > SEPARATOR_MAX_INPUTS:
-        raise ConfigError(
-            f"{network.source}: {n_pre * n_suf:.3g} inputs is beyond the separator "
-            f"decomposition (at most {SEPARATOR_MAX_INPUTS:.3g}): hidden variables link the "
-            "features, so equivalence intervals do not apply; give fewer features"
-        )
-    factors = _relevant_factors(network, [cls, *order])
-    sset = set(suffix)
-    lower = [f for f in factors if sset.intersection(f[0])]
-    upper = [f for f in factors if not sset.intersection(f[0])]
-    vars_up = {v for scope, _ in upper for v in scope}
-    vars_lo = {v for scope, _ in lower for v in scope}
-    feats = set(order)
-    shared = [v for v in network.variables if v in vars_up and v in vars_lo and v not in feats]
-    z = [cls, *(v for v in shared if v != cls)]
-    ctx = [f for f in prefix if f in vars_lo]
-    ones = [((v,), np.ones(network.card(v))) for v in z]
-    pre_ones = [((f,), np.ones(network.card(f))) for f in prefix]
-    up = _contract(upper + ones + pre_ones, [*prefix, *z]).reshape(n_pre, -1)
-    lo = _contract(lower + ones + [((f,), np.ones(network.card(f))) for f in ctx],
-                   [*ctx, *suffix, *z])
-    n_ctx = math.prod(network.card(f) for f in ctx)
+def _compile_separator(
+    network: Network,
+    spec: ResolvedSpec,
+    plan: SeparatorPlan,
+    *,
+    max_memory: float,
+    progress: Progress | None = None,
+) -> _Built:
+    """Decomposition for any network: prefix and suffix messages over the planned cut.
+
+    Distinct sub-classifiers are kept as packed decision bits while the prefixes are
+    scanned; their count is checked against ``max_memory`` as it grows.
+    """
+    cut = plan.cut
+    cls = spec.class_variable
+    cards = [network.card(f) for f in spec.order]
+    k, prefix, n_pre, n_suf, n_ctx = cut.k, list(cut.prefix), cut.n_pre, cut.n_suf, cut.n_ctx
     zc = network.card(cls)
-    lo = lo.reshape(n_ctx, n_suf, zc, -1)
-    up = up.reshape(n_pre, zc, -1)
+    up = plan.up.run(cut.up_factors(network)).reshape(n_pre, zc, -1)
+    lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
     pos = _positive_index(network, spec)
     # context index of every prefix (mixed radix over ctx, in prefix-grid order)
     grid = np.indices(cards[:k]).reshape(k, -1)
     ctx_idx = np.zeros(n_pre, dtype=np.int64)
-    for f in ctx:
+    for f in cut.ctx:
         ctx_idx = ctx_idx * network.card(f) + grid[prefix.index(f)]
+    del grid
     terminals, pos_sink = terminals_for(network, cls, spec.positive)
     key_of_prefix = np.empty(n_pre, dtype=np.int64)
     patterns: dict[bytes, int] = {}
-    rows: list[np.ndarray] = []
-    ties = impossible = 0
-    block = max(1, _BLOCK_CELLS // max(1, n_suf))
+    ties = impossible = done = 0
+    block = max(1, SEPARATOR_BLOCK_CELLS // max(1, n_suf))
+    fixed = plan.estimate.bytes - distinct_table_bytes(cut, min(n_pre, SEPARATOR_DISTINCT_GUESS))
     for c in range(n_ctx):
         members = np.nonzero(ctx_idx == c)[0]
-        l_pos = lo[c][:, pos, :]
+        l_pos = np.ascontiguousarray(lo[c][:, pos, :]).T
+        l_all = lo[c].reshape(n_suf, -1).T
         for s in range(0, members.size, block):
             part = members[s : s + block]
             u = up[part]
-            num = u[:, pos, :] @ l_pos.T
-            den = np.einsum("bcr,vcr->bv", u, lo[c])
+            num = u[:, pos, :] @ l_pos
+            den = u.reshape(part.size, -1) @ l_all
             _, decision, t, imp = _decide(num, den, spec.threshold)
             ties += t
             impossible += imp
@@ -424,15 +446,24 @@ def _compile_separator(network: Network, spec: ResolvedSpec) -> _Built:
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             local = np.empty(first.size, dtype=np.int64)
             for q, f in enumerate(first):
-                key = keys[f].tobytes()
-                idx = patterns.get(key)
-                if idx is None:
-                    idx = patterns[key] = len(rows)
-                    rows.append(np.where(decision[f], pos_sink, 1 - pos_sink))
-                local[q] = idx
+                local[q] = patterns.setdefault(keys[f].tobytes(), len(patterns))
             key_of_prefix[part] = local[inverse.reshape(-1)]
+            if fixed + distinct_table_bytes(cut, len(patterns)) > max_memory:
+                raise CompileLimitError(
+                    f"{network.source}: {len(patterns):,} distinct sub-classifiers of "
+                    f"{n_suf:,} completions after {done + part.size:,} of {n_pre:,} prefixes "
+                    f"need more than the limit {format_bytes(max_memory)} (estimate "
+                    f"{plan.estimate.text()}); give fewer features or another order")
+            done += part.size
+            if progress is not None:
+                progress(done, n_pre)
+    del up, lo
+    packed_rows = np.frombuffer(b"".join(patterns), dtype=np.uint8).reshape(len(patterns), -1)
+    del patterns
+    bits = np.unpackbits(packed_rows, axis=1, count=n_suf).astype(bool)
+    table = np.where(bits, pos_sink, 1 - pos_sink).astype(np.int64).reshape(-1, *cards[k:])
+    del bits
     store = _NodeStore(len(terminals), cards)
-    table = np.stack(rows).astype(np.int64).reshape(len(rows), *cards[k:])
     level_k_ids = store.bottom_up(table, k)
     prefix_table = level_k_ids[key_of_prefix].reshape(1, *cards[:k])
     root = int(store.bottom_up(prefix_table, 0)[0])
@@ -453,17 +484,19 @@ def _additive_applies(network: Network, spec: ResolvedSpec) -> bool:
     return all((network.cpts[v] > 0).all() for v in keep)
 
 
-def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
-    """Equivalence intervals over log-odds sums with per-level feature contexts."""
+_Terms = list[list[tuple[list[int], np.ndarray]]]
+
+
+def _additive_layout(network: Network, spec: ResolvedSpec) -> tuple[float, _Terms, list[list[int]], int]:
+    """Log-odds constant, terms per level, context per level and the split level ``k``."""
     cls, order = spec.class_variable, list(spec.order)
     n = len(order)
     cards = [network.card(f) for f in order]
     pos_of = {f: i for i, f in enumerate(order)}
     pos = _positive_index(network, spec)
-    terminals, pos_sink = terminals_for(network, cls, spec.positive)
     # log-odds terms: level -> list of (feature positions in scope, table over them)
     const = 0.0
-    terms: list[list[tuple[list[int], np.ndarray]]] = [[] for _ in range(n)]
+    terms: _Terms = [[] for _ in range(n)]
     for v in [cls, *order]:
         scope = (*network.parents[v], v)
         if cls not in scope:
@@ -476,21 +509,34 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
             continue
         perm = np.argsort(fscope)
         terms[max(fscope)].append((sorted(fscope), np.transpose(w, perm)))
-    tau = _logit(spec.threshold - TIE_TOLERANCE) - const
-    tau_hi = _logit(spec.threshold + TIE_TOLERANCE) - const
     # context of level l: earlier features in the scope of a term at level >= l
     ctx: list[list[int]] = []
     for lvl in range(n + 1):
         need = {p for t in terms[lvl:] for sc, _ in t for p in sc if p < lvl}
         ctx.append(sorted(need))
     k = _split_level(cards, contexts=max(1, max(math.prod(cards[p] for p in c) for c in ctx)))
-    n_pre, n_suf = math.prod(cards[:k]), math.prod(cards[k:])
+    return const, terms, ctx, k
+
+
+def _additive_estimate(network: Network, spec: ResolvedSpec) -> Estimate:
+    """Size of the additive route from its split: prefixes and completions per context."""
+    _, _, ctx, k = _additive_layout(network, spec)
+    cards = [network.card(f) for f in spec.order]
     worst_ctx = max(math.prod(cards[p] for p in c) for c in ctx[k:])
-    if n_pre > DECOMPOSE_MAX_SIDE or n_suf * worst_ctx > DECOMPOSE_MAX_SIDE:
-        raise ConfigError(
-            f"{network.source}: split at level {k} leaves {n_pre} prefixes and "
-            f"{n_suf * worst_ctx} completions; both must be at most {DECOMPOSE_MAX_SIDE}"
-        )
+    return additive_estimate(math.prod(cards[:k]), math.prod(cards[k:]) * worst_ctx, k,
+                             len(cards))
+
+
+def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
+    """Equivalence intervals over log-odds sums with per-level feature contexts."""
+    cls, order = spec.class_variable, list(spec.order)
+    n = len(order)
+    cards = [network.card(f) for f in order]
+    terminals, pos_sink = terminals_for(network, cls, spec.positive)
+    const, terms, ctx, k = _additive_layout(network, spec)
+    tau = _logit(spec.threshold - TIE_TOLERANCE) - const
+    tau_hi = _logit(spec.threshold + TIE_TOLERANCE) - const
+    n_pre = math.prod(cards[:k])
 
     def level_weights(lvl: int, values: dict[int, np.ndarray]) -> np.ndarray:
         """Sum of level ``lvl``'s terms for arrays of feature values (broadcast)."""

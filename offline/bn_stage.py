@@ -15,6 +15,7 @@ from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn_classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn_compile import compile_classifier, terminals_for
 from boxwatch.offline.bn_io import Network, load_network
+from boxwatch.offline.bn_limits import parse_size
 from boxwatch.offline.config import BuildConfig
 from boxwatch.offline.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.verify import BNVerifier
@@ -31,6 +32,7 @@ class BNInputs:
     spec: ResolvedSpec
     rules: Spec
     counterexamples: int
+    max_memory: int | None = None
 
 
 @dataclass
@@ -65,6 +67,12 @@ def prepare(cfg: BuildConfig) -> BNInputs:
         features=b.get("features"), order=b.get("order")))
     schema = schema_for(network, spec)
     problems: list[str] = []
+    max_memory = None
+    if "max_memory" in b:
+        try:
+            max_memory = parse_size(b["max_memory"])
+        except ValueError as exc:
+            problems.append(f"bn.max_memory: {exc}")
     merged = Spec()
     for key in ("rules", "fmo"):
         if key not in b:
@@ -84,7 +92,7 @@ def prepare(cfg: BuildConfig) -> BNInputs:
     if problems:
         raise ConfigError(problems)
     return BNInputs(path, network, spec, merged,
-                    int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)))
+                    int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)), max_memory)
 
 
 # Fields that depend on timing (seconds; which exact engine answered first under a time
@@ -103,7 +111,7 @@ def _reproducible(value: Any) -> Any:
 
 def run(bn: BNInputs) -> BNOutcome:
     """Compile and verify; everything deterministic."""
-    result = compile_classifier(bn.network, bn.spec)
+    result = compile_classifier(bn.network, bn.spec, max_memory=bn.max_memory)
     d = result.diagram
     with BNVerifier(d, network=bn.network) as verifier:
         report = verifier.verify(bn.rules, counterexamples=bn.counterexamples)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -13,7 +17,11 @@ from boxwatch.cli import EXIT_USAGE, echo_err, fail
 from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn_compile import METHODS, CompileResult, compile_classifier
 from boxwatch.offline.bn_io import load_network
-from boxwatch.offline.cli_options import classifier_options
+from boxwatch.offline.bn_limits import default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn_plan import CompileLimitError
+from boxwatch.offline.cli_options import classifier_options, limit_options
+
+PROGRESS_AFTER_S = 1.0
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -23,6 +31,38 @@ def _names(value: str | None) -> list[str] | None:
     if any(not n for n in names):
         raise click.BadParameter(f"empty name in {value!r}; use comma-separated names")
     return names
+
+
+class _ProgressBar:
+    """A stderr progress bar, shown once a loop has run for :data:`PROGRESS_AFTER_S`."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._done = 0
+        self._start = time.perf_counter()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if time.perf_counter() - self._start < PROGRESS_AFTER_S:
+                return
+            self._bar = click.progressbar(length=total, label="compiling", file=sys.stderr,
+                                          show_eta=True, show_percent=True)
+            self._bar.__enter__()
+        self._bar.update(done - self._done)
+        self._done = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[_ProgressBar]:
+    bar = _ProgressBar()
+    try:
+        yield bar
+    finally:
+        bar.close()
 
 
 def _table(result: CompileResult, parse_seconds: float) -> str:
@@ -43,6 +83,7 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
         f"impossible   {result.impossible:,} (probability 0, decided negative)\n"
         f"constant     {'yes' if d.root < d.n_terminals else 'no'}\n"
         f"seconds      {result.seconds:.4f} compile, {parse_seconds:.4f} parse\n"
+        f"estimate     {result.estimate.text() if result.estimate else '-'}\n"
         f"  lvl  feature                      states    quasi  reduced\n{per_level}"
     )
 
@@ -51,7 +92,9 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
 @classifier_options
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
               help="joint: the joint table (fast while it fits); decompose: split the "
-                   "features (for huge feature spaces); auto picks by size.")
+                   "features (for huge feature spaces); auto: the route estimated fastest "
+                   "among those within the limits.")
+@limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def compile_bn(
     network_file: Path,
@@ -61,12 +104,20 @@ def compile_bn(
     features: str | None,
     order: str | None,
     method: str,
+    max_memory: int | None,
+    max_seconds: float | None,
     as_json: bool,
 ) -> None:
     """Compile a BN classifier into an exact ordered decision diagram and report its size.
 
     FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml) or Hugin (.net) network. The figures
-    (reduced and quasi-reduced node counts, positives, ties) go to stdout.
+    (reduced and quasi-reduced node counts, positives, ties, the route's estimate) go to
+    stdout.
+
+    Each route (joint table, or a split of the features at the cheapest cut) is sized
+    before it starts; the fastest one within --max-memory (and --max-seconds) runs (a split
+    that runs long shows a progress bar on stderr). When none fits, or memory runs out
+    anyway, the command exits 2 with one line naming the estimates and the limits.
 
     \b
     Examples:
@@ -75,7 +126,10 @@ def compile_bn(
           --threshold 0.9 --order LVHreport,GruntingReport,RUQO2,LowerBodyO2,XrayReport,Age,CO2Report
       boxwatch compile-bn credit.net --class CreditWorthiness --positive Positive \\
           --threshold 0.5 --json
+      boxwatch compile-bn munin1.bif.gz --class DIFFN_SEV --positive NO --threshold 0.5 \\
+          --max-memory 4G --max-seconds 120
     """
+    limit = default_max_memory() if max_memory is None else max_memory
     try:
         start = time.perf_counter()
         network = load_network(network_file)
@@ -90,9 +144,14 @@ def compile_bn(
                 order=_names(order),
             ),
         )
-        result = compile_classifier(network, spec, method=method)
+        with memory_guard(limit), _progress() as bar:
+            result = compile_classifier(network, spec, method=method, max_memory=limit,
+                                        max_seconds=max_seconds, progress=bar)
     except ConfigError as exc:
         fail(exc, EXIT_USAGE)
+    except MemoryError:
+        fail(CompileLimitError(f"{network_file}: out of memory (limit {format_bytes(limit)}); "
+                               "give fewer features or raise --max-memory"), EXIT_USAGE)
     if as_json:
         info = {**result.summary(), "parse_seconds": parse_seconds, "file": str(network_file)}
         click.echo(json.dumps(info, indent=2, sort_keys=True))

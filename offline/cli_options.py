@@ -1,4 +1,5 @@
-"""Command-line options shared by the BN verbs (``compile-bn``, ``verify-bn``)."""
+"""Command-line options shared by the BN verbs (``compile-bn``, ``verify-bn``): the
+classifier, and the limits of its compilation."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from boxwatch.offline.bn_limits import MEMORY_SHARE, parse_size
 
 _CLASSIFIER_OPTIONS = (
     click.argument("network_file", metavar="FILE",
@@ -27,5 +30,37 @@ _CLASSIFIER_OPTIONS = (
 def classifier_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """FILE, --class, --positive, --threshold, --features and --order, as the BN verbs take them."""
     for decorate in reversed(_CLASSIFIER_OPTIONS):
+        command = decorate(command)
+    return command
+
+
+class SizeParam(click.ParamType):
+    """A size in bytes: ``4G``, ``512M``, ``1.5GiB``, ``100000``."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_LIMIT_OPTIONS = (
+    click.option("--max-memory", type=SizeParam(), default=None,
+                 help="Memory any compilation route may use, e.g. 4G or 512M (default: "
+                      f"{MEMORY_SHARE:.0%} of this machine's RAM). Routes estimated to need "
+                      "more are not started; with none left the command exits 2 naming "
+                      "the estimates."),
+    click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+                 help="Refuse routes estimated to take longer than this (default: no limit)."),
+)
+
+
+def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--max-memory and --max-seconds, the limits every compilation route is held to."""
+    for decorate in reversed(_LIMIT_OPTIONS):
         command = decorate(command)
     return command

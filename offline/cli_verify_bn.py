@@ -15,7 +15,8 @@ from boxwatch.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
 from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn_compile import compile_classifier
 from boxwatch.offline.bn_io import load_network
-from boxwatch.offline.cli_options import classifier_options
+from boxwatch.offline.bn_limits import default_max_memory, memory_guard
+from boxwatch.offline.cli_options import classifier_options, limit_options
 from boxwatch.offline.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.verify import BNVerifier, VerificationReport
 
@@ -92,10 +93,12 @@ def _load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema) -> Spec
                    "unless it declares its own.")
 @click.option("--counterexamples", "k", type=click.IntRange(min=0), default=3,
               show_default=True, help="Compact counterexamples per violated rule (K).")
+@limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def verify_bn(network_file: Path, class_variable: str, positive: str, threshold: float,
               features: str | None, order: str | None, rules_path: Path,
-              fmo_path: Path | None, k: int, as_json: bool) -> None:
+              fmo_path: Path | None, k: int, max_memory: int | None,
+              max_seconds: float | None, as_json: bool) -> None:
     """Verify if-then rules and monotonicity of a BN classifier, exhaustively.
 
     Compiles FILE (BIF, .bif.gz, XMLBIF or Hugin .net) into its exact decision diagram,
@@ -118,7 +121,10 @@ def verify_bn(network_file: Path, class_variable: str, positive: str, threshold:
         network = load_network(network_file)
         spec = resolve_spec(network, ClassifierSpec(class_variable, positive, threshold,
                                                     _names(features), _names(order)))
-        compiled = compile_classifier(network, spec)
+        limit = default_max_memory() if max_memory is None else max_memory
+        with memory_guard(limit):
+            compiled = compile_classifier(network, spec, max_memory=limit,
+                                          max_seconds=max_seconds)
         diagram = compiled.diagram
         schema = ClassifierSchema.from_diagram(diagram, network.variables)
         specs = _load_specs(rules_path, fmo_path, schema)

@@ -115,6 +115,8 @@ SCHEMA: dict[str, Any] = {
                 "rules": _PATH,
                 "fmo": _PATH,
                 "counterexamples": {"type": "integer", "minimum": 0, "maximum": 1000},
+                "max_memory": {"oneOf": [{"type": "integer", "minimum": 1},
+                                         {"type": "string", "minLength": 1}]},
             },
         },
         "policy": {

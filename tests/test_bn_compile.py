@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
+import opt_einsum
 import pytest
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.offline import bn_compile, bn_plan
 from boxwatch.offline.bn_classifier import ClassifierSpec, default_order, resolve_spec
 from boxwatch.offline.bn_compile import TIE_TOLERANCE, compile_classifier
-from boxwatch.offline.bn_io import Network
+from boxwatch.offline.bn_elimination import HEURISTICS, elimination_path
+from boxwatch.offline.bn_io import Network, load_network
+from boxwatch.offline.bn_plan import CompileLimitError
 from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
 from boxwatch.offline.bn_synthetic import chain_tan, naive_bayes, random_dag
 
@@ -361,3 +368,165 @@ def test_posterior_is_kept_by_the_joint_route_only():
     np.testing.assert_allclose(joint.posterior_of(records), expected[:5], rtol=1e-9)
     with pytest.raises(ValueError, match="no posterior table"):
         compile_classifier(net, spec, method="decompose").posterior_of(X)
+
+
+# ---------------------------------------------------------------------------- cost model and limits
+def _hidden_spec(seed: int) -> tuple[Network, ClassifierSpec]:
+    """A random network whose features are separated from the class by hidden variables."""
+    net = random_dag(10, seed=seed, floor=0.001)
+    return net, ClassifierSpec("v2", net.states["v2"][0], 0.4,
+                               features=[v for v in net.variables[-5:] if v != "v2"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("heuristic", HEURISTICS)
+def test_elimination_paths_contract_to_the_exact_joint(seed, heuristic):
+    net, spec = _hidden_spec(seed)
+    resolved = resolve_spec(net, spec)
+    keep = [resolved.class_variable, *resolved.order]
+    factors = bn_plan.relevant_factors(net, keep)
+    path = elimination_path([s for s, _ in factors], {v: net.card(v) for v in net.variables},
+                            keep, heuristic)
+    expr = bn_plan._expression(factors, keep)
+    np.testing.assert_allclose(opt_einsum.contract(expr, *[t for _, t in factors], optimize=path),
+                               enumerate_joint(net, resolved.class_variable, list(resolved.order)),
+                               rtol=1e-9, atol=1e-300)
+    planned = bn_plan.plan_contraction(factors, keep)
+    left_to_right = opt_einsum.contract_path(expr, *[t for _, t in factors],
+                                             optimize=[(0, 1)] * (len(factors) - 1))[1]
+    assert planned.flops <= float(left_to_right.opt_cost)
+    result = compile_classifier(net, spec, method="joint")
+    assert result.estimate.route == "joint"
+    assert result.summary()["estimate"]["bytes"] > 0
+
+
+def test_plans_do_not_depend_on_string_hashing():
+    code = ("from boxwatch.offline.bn_synthetic import random_dag\n"
+            "from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec\n"
+            "from boxwatch.offline.bn_plan import plan_joint, plan_separator\n"
+            "net = random_dag(14, seed=3, floor=0.001)\n"
+            "spec = resolve_spec(net, ClassifierSpec('v2', 's0', 0.4, features=list(net.variables[-6:])))\n"
+            "print(plan_joint(net, spec, max_memory=1e9).contraction.path,\n"
+            "      plan_separator(net, spec, max_memory=1e9).estimate)\n")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2", "3")}
+    assert len(outs) == 1, outs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_separator_cut_gives_the_joint_diagram(seed):
+    net, spec = _hidden_spec(seed)
+    resolved = resolve_spec(net, spec)
+    joint = compile_classifier(net, resolved, method="joint")
+    for k in range(1, len(resolved.order)):
+        cut = bn_plan.cut_at(net, resolved, k)
+        up = bn_plan.plan_contraction(cut.up_factors(net), cut.up_out)
+        lo = bn_plan.plan_contraction(cut.lo_factors(net), cut.lo_out)
+        plan = bn_plan.SeparatorPlan(cut, up, lo, bn_plan._separator_estimate(cut, up, lo, 5))
+        built = bn_compile._compile_separator(net, resolved, plan, max_memory=1e12)
+        assert built.diagram == joint.diagram, k
+        assert (built.ties, built.impossible) == (joint.ties, joint.impossible)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_chosen_cut_is_the_fastest_that_fits(seed):
+    net, spec = _hidden_spec(seed)
+    resolved = resolve_spec(net, spec)
+    n = len(resolved.order)
+    every = [bn_plan._plan_cut(net, bn_plan.cut_at(net, resolved, k), n, 1e12).estimate
+             for k in range(1, n)]
+    plan = bn_plan.plan_separator(net, resolved, max_memory=1e12)
+    assert plan.estimate.seconds == min(e.seconds for e in every)
+    tight = plan.estimate.bytes - 1  # the chosen cut no longer fits
+    other = bn_plan.plan_separator(net, resolved, max_memory=tight)
+    fitting = [e for e in every if e.bytes <= tight]
+    if fitting:
+        assert other.estimate.seconds == min(e.seconds for e in fitting)
+    else:  # refused: the estimate says by how much the least hungry cut misses
+        assert other.estimate.bytes > tight
+
+
+def test_no_route_fits_is_one_line_naming_every_estimate_and_the_limit():
+    net, spec = _hidden_spec(1)
+    with pytest.raises(CompileLimitError) as info:
+        compile_classifier(net, spec, max_memory=1000)
+    text = str(info.value)
+    assert "\n" not in text
+    assert "memory limit 1000 B" in text
+    assert "joint: ~" in text and "decompose/separator: ~" in text
+    assert isinstance(info.value, ConfigError)  # exit code 2 in the CLI
+    with pytest.raises(CompileLimitError, match=r"limits .* and 1e-06 s"):
+        compile_classifier(net, spec, max_seconds=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auto_takes_the_fastest_route_within_the_limit(seed):
+    net, spec = _hidden_spec(seed)
+    resolved = resolve_spec(net, spec)
+    joint_diagram = compile_classifier(net, spec, method="joint").diagram
+    sizes = [bn_plan.plan_joint(net, resolved, max_memory=1e12).estimate.bytes,
+             bn_plan.plan_separator(net, resolved, max_memory=1e12).estimate.bytes]
+    for limit in (1e12, sum(sizes) / 2):
+        options = [bn_plan.plan_joint(net, resolved, max_memory=limit).estimate,
+                   bn_plan.plan_separator(net, resolved, max_memory=limit).estimate]
+        fitting = [e for e in options if e.bytes <= limit]
+        result = compile_classifier(net, spec, max_memory=limit)
+        assert result.method == min(fitting, key=lambda e: (e.seconds, e.bytes)).route
+        assert result.estimate.bytes <= limit
+        assert result.diagram == joint_diagram
+
+
+def test_distinct_sub_classifiers_are_held_to_the_limit_as_they_grow():
+    net, spec = _hidden_spec(2)
+    resolved = resolve_spec(net, spec)
+    plan = bn_plan.plan_separator(net, resolved, max_memory=1e12)
+    with pytest.raises(CompileLimitError, match="distinct sub-classifiers"):
+        # the limit leaves room for the tables but not for one sub-classifier
+        limit = plan.estimate.bytes - bn_plan.distinct_table_bytes(plan.cut, plan.cut.n_pre) + 1
+        bn_compile._compile_separator(net, resolved, plan, max_memory=limit)
+
+
+def test_memory_error_becomes_a_limit_error_with_the_estimate(monkeypatch):
+    def exhausted(*_args, **_kw):
+        raise MemoryError
+
+    monkeypatch.setattr(bn_compile, "_compile_joint", exhausted)
+    net, spec = _hidden_spec(0)
+    with pytest.raises(CompileLimitError, match=r"out of memory during the joint route \(estimate joint: ~"):
+        compile_classifier(net, spec, method="joint")
+
+
+def test_progress_reaches_every_prefix():
+    net, spec = _hidden_spec(5)
+    seen: list[tuple[int, int]] = []
+    result = compile_classifier(net, spec, method="decompose",
+                                progress=lambda done, total: seen.append((done, total)))
+    assert result.method == "decompose/separator"
+    total = seen[-1][1]
+    assert seen[-1][0] == total > 0
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@needs_shared
+@pytest.mark.shared_data
+def test_hepar2_with_all_leaves_is_refused_at_once_with_the_estimate():
+    net = load_network(SHARED / "hepar2.bif.gz")
+    with pytest.raises(CompileLimitError) as info:
+        compile_classifier(net, ClassifierSpec("PBC", "present", 0.5), max_memory=4 << 30)
+    assert "3.01e+14 inputs" in str(info.value) and "memory limit 4 GiB" in str(info.value)
+
+
+@needs_shared
+@pytest.mark.shared_data
+def test_munin1_ten_leaves_every_input_against_elimination():
+    net = load_network(SHARED / "munin1.bif.gz")
+    result = compile_classifier(net, ClassifierSpec("DIFFN_SEV", "MILD", 0.5,
+                                                    features=net.leaves()[:10]))
+    d = result.diagram
+    assert result.estimate is not None and result.estimate.route == result.method
+    with np.errstate(invalid="ignore"):
+        expected, ties = decisions(eliminate_joint(net, "DIFFN_SEV", list(d.features)), 1, 0.5)
+    assert np.count_nonzero(d.predict_positive(all_inputs(d.cardinalities)) != expected.reshape(-1)) == 0
+    assert (result.ties, result.inputs) == (ties, 460_800)
+    assert 0 < result.positives < result.inputs

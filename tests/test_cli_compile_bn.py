@@ -87,3 +87,50 @@ def test_child_reference_figures_from_the_command_line():
               "LVHreport,GruntingReport,RUQO2,LowerBodyO2,XrayReport,Age,CO2Report", "--json")
     info = json.loads(res.stdout)
     assert (info["nodes_quasi"], info["positives"], info["inputs"]) == (41, 844, 1080)
+
+
+def test_json_reports_the_chosen_routes_estimate(bif_file):
+    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4", "--json")
+    assert res.exit_code == EXIT_OK, res.output
+    info = json.loads(res.stdout)
+    assert info["estimate"]["route"] == info["method"]
+    assert info["estimate"]["bytes"] > 0 and info["estimate"]["seconds"] > 0
+    text = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4").stdout
+    assert f"estimate     {info['method']}: ~" in text
+
+
+def test_over_the_memory_limit_exits_2_with_one_line(bif_file):
+    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
+              "--max-memory", "1K")
+    assert res.exit_code == EXIT_USAGE
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "memory limit 1 KiB" in lines[0] and "joint: ~" in lines[0]
+    assert res.stdout == ""
+
+
+def test_a_bad_size_is_a_usage_error(bif_file):
+    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
+              "--max-memory", "lots")
+    assert res.exit_code == EXIT_USAGE
+    assert "'lots' is not a size" in res.stderr
+
+
+def test_running_out_of_memory_anyway_exits_2_with_the_estimate(bif_file, monkeypatch):
+    from boxwatch.offline import bn_compile
+
+    def exhausted(*_args, **_kw):
+        raise MemoryError
+
+    monkeypatch.setattr(bn_compile, "_compile_joint", exhausted)
+    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
+              "--method", "joint")
+    assert res.exit_code == EXIT_USAGE
+    assert "out of memory during the joint route (estimate joint: ~" in res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_help_documents_the_limits():
+    res = CliRunner().invoke(cli, ["compile-bn", "--help"])
+    assert "--max-memory" in res.output and "--max-seconds" in res.output
+    assert "exits 2" in res.output

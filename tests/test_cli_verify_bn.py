@@ -102,3 +102,10 @@ def test_input_errors_exit_2_listing_every_problem(files):
     assert missing.exit_code == 2 and "cannot read" in missing.stderr
     bad_class = run(files, "--rules", str(files / "ok.yaml"), "--features", "A,Q")
     assert bad_class.exit_code == 2
+
+
+def test_compilation_over_the_memory_limit_exits_2_naming_the_estimate(files):
+    res = run(files, "--rules", str(files / "ok.yaml"), "--max-memory", "100")
+    assert res.exit_code == 2
+    assert "no route fits the memory limit 100 B" in res.stderr and "joint: ~" in res.stderr
+    assert res.stdout == ""

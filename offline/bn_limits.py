@@ -1,0 +1,108 @@
+"""Memory and time limits of a BN compilation: sizes, the default share of RAM, the guard.
+
+:func:`default_max_memory` is the bound every route is held to unless the caller gives one;
+:func:`memory_guard` turns the kernel's OOM kill into a :class:`MemoryError` by capping the
+process's data segment (``RLIMIT_DATA``) for the duration of a compilation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+
+MEMORY_SHARE = 0.5
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``"4G"``, ``"512M"``, ``"1.5GiB"``, ``"100000"`` (binary units).
+
+    Raises
+    ------
+    ValueError
+        For anything else, or a size of zero.
+    """
+    match = _SIZE.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a size (examples: 4G, 512M, 1.5GiB, 100000)")
+    value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if value <= 0:
+        raise ValueError(f"{text!r}: the size must be positive")
+    return value
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in binary units with three significant digits (``"4.5 GiB"``)."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_seconds(s: float) -> str:
+    """``s`` seconds, as seconds, hours or days (``"3.2 s"``, ``"5.1 h"``, ``"4e+03 days"``)."""
+    if s < 3600:
+        return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
+    if s < 86400 * 3:
+        return f"{s / 3600:.2g} h"
+    return f"{s / 86400:.3g} days"
+
+
+def total_memory() -> int:
+    """Physical memory of this machine in bytes (``/proc/meminfo``, else ``sysconf``)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_max_memory() -> int:
+    """The default bound: :data:`MEMORY_SHARE` of this machine's RAM."""
+    return int(total_memory() * MEMORY_SHARE)
+
+
+def _data_in_use() -> int:
+    """Bytes of this process's data segment now (``VmData``), 0 when unknown."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@contextlib.contextmanager
+def memory_guard(max_bytes: int) -> Iterator[None]:
+    """Cap the data segment at what is in use plus ``max_bytes`` (slack: allocations fail).
+
+    Allocations past the cap raise :class:`MemoryError` instead of waking the kernel's OOM
+    killer. The previous limit is restored on exit. A no-op where ``RLIMIT_DATA`` is missing
+    or cannot be lowered.
+    """
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        yield
+        return
+    old = resource.getrlimit(resource.RLIMIT_DATA)
+    cap = _data_in_use() + int(max_bytes)
+    if old[1] != resource.RLIM_INFINITY:
+        cap = min(cap, old[1])
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, old[1]))
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, old)

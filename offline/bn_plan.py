@@ -1,0 +1,323 @@
+"""Cost model of the BN compiler: contraction plans and the memory and time of each route.
+
+Nothing here allocates the tables it sizes: every figure comes from shapes alone, so a
+route that cannot fit is refused before it starts. The rates are calibrated on a 2-core
+machine (``bench/bn_compile.py`` prints estimate beside measurement); estimates are meant
+to be right within a small factor, which is what choosing and refusing need.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import opt_einsum
+
+from boxwatch.agent.errors import ConfigError
+from boxwatch.offline.bn_classifier import ResolvedSpec
+from boxwatch.offline.bn_elimination import HEURISTICS, elimination_path
+from boxwatch.offline.bn_io import Network
+from boxwatch.offline.bn_limits import format_bytes, format_seconds
+
+Factor = tuple[tuple[str, ...], np.ndarray]
+
+BLAS_CELL_RATE = 1e9
+EINSUM_CELL_RATE = 1e8
+STEP_SECONDS = 2e-4
+JOINT_SECONDS_PER_INPUT = 1.8e-7
+JOINT_BYTES_PER_INPUT = 32
+SEPARATOR_SECONDS_PER_INPUT = 5e-8
+SEPARATOR_SECONDS_PER_PREFIX = 1e-6
+MATMUL_RATE = 3e9
+SEPARATOR_BLOCK_CELLS = 1 << 23
+SEPARATOR_BLOCK_BYTES = 40
+SEPARATOR_DISTINCT_GUESS = 1 << 16
+ADDITIVE_SECONDS_PER_ITEM = 6e-6
+ADDITIVE_BYTES_PER_ITEM = 400
+
+
+class CompileLimitError(ConfigError):
+    """No route fits the memory or time limit; the message names the estimates and limits."""
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A planned ``sum``-product of factors: opt_einsum expression and path, and its cost.
+
+    ``seconds`` is estimated step by step: cells of each step's operands' union at
+    :data:`BLAS_CELL_RATE` where opt_einsum hands the step to BLAS (``tensordot``), else at
+    :data:`EINSUM_CELL_RATE` per operand, plus :data:`STEP_SECONDS`.
+    """
+
+    expr: str
+    path: list[tuple[int, ...]]
+    flops: float
+    largest_cells: float
+    seconds: float
+
+    def run(self, factors: Sequence[Factor]) -> np.ndarray:
+        """Contract ``factors`` (the ones this plan was made for) along the planned path."""
+        return opt_einsum.contract(self.expr, *[t for _, t in factors], optimize=self.path)
+
+
+def _expression(factors: Sequence[Factor], out: Sequence[str]) -> str:
+    names: dict[str, str] = {}
+    for scope, _ in factors:
+        for v in scope:
+            names.setdefault(v, opt_einsum.get_symbol(len(names)))
+    subs = ",".join("".join(names[v] for v in scope) for scope, _ in factors)
+    return f"{subs}->{''.join(names[v] for v in out)}"
+
+
+def plan_contraction(
+    factors: Sequence[Factor], out: Sequence[str], *, max_cells: float | None = None
+) -> Contraction:
+    """The best of three deterministic orders: min-fill and min-weight elimination
+    (:mod:`boxwatch.offline.bn_elimination`) and opt_einsum's pairwise greedy.
+
+    Among the candidate paths whose largest intermediate has at most ``max_cells`` cells,
+    the one with the least estimated time; when none fits, the one with the smallest
+    intermediate. Flops and cells are opt_einsum's figures for the path.
+    """
+    expr = _expression(factors, out)
+    shapes = [t.shape for _, t in factors]
+    cards = {v: n for scope, t in factors for v, n in zip(scope, t.shape, strict=True)}
+    scopes = [scope for scope, _ in factors]
+    paths: list[Any] = [elimination_path(scopes, cards, out, h) for h in HEURISTICS]
+    candidates: list[Contraction] = []
+    for optimize in (*paths, "greedy"):
+        path, info = opt_einsum.contract_path(expr, *shapes, shapes=True, optimize=optimize)
+        candidates.append(Contraction(expr, list(path), float(info.opt_cost),
+                                      float(info.largest_intermediate), _seconds(info)))
+    fits = [c for c in candidates if max_cells is None or c.largest_cells <= max_cells]
+    if fits:
+        return min(fits, key=lambda c: (c.seconds, c.largest_cells))
+    return min(candidates, key=lambda c: (c.largest_cells, c.seconds))
+
+
+def _seconds(info: Any) -> float:
+    """Estimated seconds of a planned contraction (see :class:`Contraction`)."""
+    total = 0.0
+    for entry in info.contraction_list:
+        inputs = entry[2].split("->")[0].split(",")
+        cells = math.prod(info.size_dict[ch] for ch in set("".join(inputs)))
+        blas = bool(entry[4])
+        total += STEP_SECONDS + (cells / BLAS_CELL_RATE if blas
+                                 else cells * len(inputs) / EINSUM_CELL_RATE)
+    return total
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one route is expected to need: peak bytes, seconds, and how it was sized."""
+
+    route: str
+    bytes: float
+    seconds: float
+    detail: str
+
+    def text(self) -> str:
+        """``joint: ~1.2 GiB, ~3 s (largest intermediate 4.9e+05 cells)``."""
+        return (f"{self.route}: ~{format_bytes(self.bytes)}, ~{format_seconds(self.seconds)} "
+                f"({self.detail})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (``estimate`` in ``compile-bn --json``)."""
+        return {"route": self.route, "bytes": self.bytes, "seconds": self.seconds,
+                "detail": self.detail}
+
+
+def relevant_factors(network: Network, keep: Sequence[str]) -> list[Factor]:
+    """CPTs of ``keep`` and their ancestors (the rest are barren and sum to one)."""
+    rel = network.ancestors(keep)
+    return [((*network.parents[v], v), network.cpts[v]) for v in network.variables if v in rel]
+
+
+def unit_factors(network: Network, names: Sequence[str]) -> list[Factor]:
+    """All-ones factors that keep ``names`` in an output even where no CPT mentions them."""
+    return [((v,), np.ones(network.card(v))) for v in names]
+
+
+# ---------------------------------------------------------------------------- joint route
+@dataclass(frozen=True)
+class JointPlan:
+    """The joint table ``P(C, X)``: its contraction and the route's estimate."""
+
+    contraction: Contraction
+    estimate: Estimate
+
+
+def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> JointPlan:
+    """Plan the contraction to ``P(C, X)`` and size the joint route."""
+    keep = [spec.class_variable, *spec.order]
+    inputs = math.prod(network.card(f) for f in spec.order)
+    c = plan_contraction(relevant_factors(network, keep), keep, max_cells=max_memory / 16)
+    table = network.card(spec.class_variable) * inputs
+    nbytes = 8 * (2 * c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
+    seconds = c.seconds + JOINT_SECONDS_PER_INPUT * inputs
+    detail = (f"{inputs:.3g} inputs, contraction {c.flops:.2g} flops, largest intermediate "
+              f"{c.largest_cells:.2g} cells")
+    return JointPlan(c, Estimate("joint", nbytes, seconds, detail))
+
+
+# ---------------------------------------------------------------------------- separator route
+@dataclass(frozen=True)
+class Cut:
+    """The features split after level ``k``: which CPTs go to which side, what they share.
+
+    ``upper`` CPTs mention no suffix feature; ``lower`` ones do. ``z`` is the class followed
+    by the hidden variables both sides mention; ``ctx`` the prefix features the lower side
+    mentions (the completions' context).
+    """
+
+    k: int
+    prefix: tuple[str, ...]
+    suffix: tuple[str, ...]
+    upper: tuple[Factor, ...]
+    lower: tuple[Factor, ...]
+    z: tuple[str, ...]
+    ctx: tuple[str, ...]
+    n_pre: int
+    n_suf: int
+    n_ctx: int
+    shared_states: int
+
+    @property
+    def up_out(self) -> list[str]:
+        return [*self.prefix, *self.z]
+
+    @property
+    def lo_out(self) -> list[str]:
+        return [*self.ctx, *self.suffix, *self.z]
+
+    def up_factors(self, network: Network) -> list[Factor]:
+        return [*self.upper, *unit_factors(network, [*self.z, *self.prefix])]
+
+    def lo_factors(self, network: Network) -> list[Factor]:
+        return [*self.lower, *unit_factors(network, [*self.z, *self.ctx])]
+
+
+def cut_at(network: Network, spec: ResolvedSpec, k: int) -> Cut:
+    """The separator cut of ``spec.order`` after its first ``k`` features."""
+    cls, order = spec.class_variable, list(spec.order)
+    prefix, suffix = tuple(order[:k]), tuple(order[k:])
+    factors = relevant_factors(network, [cls, *order])
+    sset = set(suffix)
+    lower = tuple(f for f in factors if sset.intersection(f[0]))
+    upper = tuple(f for f in factors if not sset.intersection(f[0]))
+    vars_up = {v for scope, _ in upper for v in scope}
+    vars_lo = {v for scope, _ in lower for v in scope}
+    feats = set(order)
+    shared = [v for v in network.variables if v in vars_up and v in vars_lo and v not in feats]
+    z = (cls, *(v for v in shared if v != cls))
+    ctx = tuple(f for f in prefix if f in vars_lo)
+    return Cut(k, prefix, suffix, upper, lower, z, ctx,
+               math.prod(network.card(f) for f in prefix),
+               math.prod(network.card(f) for f in suffix),
+               math.prod(network.card(f) for f in ctx),
+               math.prod(network.card(v) for v in z))
+
+
+@dataclass(frozen=True)
+class SeparatorPlan:
+    """The chosen cut, its two contractions, and the route's estimate."""
+
+    cut: Cut
+    up: Contraction
+    lo: Contraction
+    estimate: Estimate
+
+
+def _separator_floor(cut: Cut) -> tuple[float, float]:
+    """Bytes and seconds of a cut before its contractions are planned (a lower bound)."""
+    inputs = cut.n_pre * cut.n_suf
+    tables = 8 * (cut.n_ctx * cut.n_suf + cut.n_pre) * cut.shared_states
+    block = SEPARATOR_BLOCK_BYTES * min(inputs, max(SEPARATOR_BLOCK_CELLS, cut.n_suf))
+    seconds = (2 * inputs * cut.shared_states / MATMUL_RATE
+               + SEPARATOR_SECONDS_PER_INPUT * inputs + SEPARATOR_SECONDS_PER_PREFIX * cut.n_pre)
+    return tables + block, seconds
+
+
+def distinct_table_bytes(cut: Cut, count: int) -> float:
+    """Bytes of ``count`` distinct sub-classifiers once unpacked and sorted (~24 a cell)."""
+    return 24.0 * count * cut.n_suf
+
+
+def _separator_estimate(cut: Cut, up: Contraction, lo: Contraction, n: int) -> Estimate:
+    """Tables, contractions and the distinct sub-classifiers, assuming at most
+    :data:`SEPARATOR_DISTINCT_GUESS` of them (their count is checked while it runs)."""
+    floor_bytes, floor_seconds = _separator_floor(cut)
+    nbytes = (floor_bytes + 16 * max(up.largest_cells, lo.largest_cells)
+              + distinct_table_bytes(cut, min(cut.n_pre, SEPARATOR_DISTINCT_GUESS)))
+    seconds = floor_seconds + up.seconds + lo.seconds
+    detail = (f"{cut.n_pre * cut.n_suf:.3g} inputs, cut after level {cut.k} of {n}, "
+              f"{cut.shared_states:,} shared states")
+    return Estimate("decompose/separator", nbytes, seconds, detail)
+
+
+def plan_separator(network: Network, spec: ResolvedSpec, *, max_memory: float) -> SeparatorPlan:
+    """Search every cut of ``spec.order`` for the fastest one that fits ``max_memory``.
+
+    Cuts are sized before planning (lower bounds on memory and time); those that could fit
+    are visited by that time, each getting its two contractions planned, until no unvisited
+    cut can beat the fastest fitting one. When none fits, the one needing the least memory
+    is returned (its estimate says by how much it misses).
+    """
+    n = len(spec.order)
+    cuts = sorted((cut_at(network, spec, k) for k in range(1, n)),
+                  key=lambda c: (_separator_floor(c)[1], c.k))
+    could_fit = [c for c in cuts if _separator_floor(c)[0] <= max_memory]
+    cuts = could_fit or [min(cuts, key=lambda c: (_separator_floor(c)[0], c.k))]
+    best: SeparatorPlan | None = None
+    for cut in cuts:
+        if best is not None and best.estimate.bytes <= max_memory and (
+                _separator_floor(cut)[1] >= best.estimate.seconds):
+            break
+        plan = _plan_cut(network, cut, n, max_memory)
+        if best is None or _rank(plan, max_memory) < _rank(best, max_memory):
+            best = plan
+    assert best is not None
+    return best
+
+
+def _rank(plan: SeparatorPlan, max_memory: float) -> tuple[bool, float, int]:
+    """Fitting plans first, by time; the others by memory."""
+    e = plan.estimate
+    fits = e.bytes <= max_memory
+    return (not fits, e.seconds if fits else e.bytes, plan.cut.k)
+
+
+def _plan_cut(network: Network, cut: Cut, n: int, max_memory: float) -> SeparatorPlan:
+    """Both contractions of ``cut`` planned, and the estimate they give."""
+    up = plan_contraction(cut.up_factors(network), cut.up_out, max_cells=max_memory / 16)
+    lo = plan_contraction(cut.lo_factors(network), cut.lo_out, max_cells=max_memory / 16)
+    return SeparatorPlan(cut, up, lo, _separator_estimate(cut, up, lo, n))
+
+
+# ---------------------------------------------------------------------------- additive route
+def additive_estimate(n_pre: int, completions: int, k: int, n: int) -> Estimate:
+    """Equivalence intervals: prefixes enumerated, completion sums sorted per context."""
+    items = n_pre + completions
+    return Estimate("decompose/additive", ADDITIVE_BYTES_PER_ITEM * items,
+                    ADDITIVE_SECONDS_PER_ITEM * items,
+                    f"split after level {k} of {n}: {n_pre:,} prefixes, {completions:,} "
+                    "completions")
+
+
+# ---------------------------------------------------------------------------- choice
+def within(est: Estimate, max_memory: float, max_seconds: float | None) -> bool:
+    """Whether ``est`` fits both limits."""
+    return est.bytes <= max_memory and (max_seconds is None or est.seconds <= max_seconds)
+
+
+def refusal(source: str, estimates: Sequence[Estimate], max_memory: float,
+            max_seconds: float | None) -> CompileLimitError:
+    """One line: every route's estimate against the limits."""
+    limits = (f"memory limit {format_bytes(max_memory)}" if max_seconds is None else
+              f"limits {format_bytes(max_memory)} and {format_seconds(max_seconds)}")
+    routes = "; ".join(e.text() for e in estimates)
+    return CompileLimitError(f"{source}: no route fits the {limits}: {routes}; give fewer "
+                             "features, another order, or raise --max-memory / --max-seconds")

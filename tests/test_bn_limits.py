@@ -1,0 +1,86 @@
+"""Sizes, the default memory bound, and the guard that turns an OOM kill into MemoryError."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from boxwatch.offline.bn_limits import (
+    MEMORY_SHARE,
+    default_max_memory,
+    format_bytes,
+    format_seconds,
+    parse_size,
+    total_memory,
+)
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("4G", 4 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("100000", 100_000),
+    ("2k", 2048), (" 3 T ", 3 << 40), ("1gb", 1 << 30),
+])
+def test_sizes_parse_in_binary_units(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "four", "4X", "-1G", "0", "1.2.3M"])
+def test_bad_sizes_name_the_text(text):
+    with pytest.raises(ValueError, match="size"):
+        parse_size(text)
+
+
+def test_default_bound_is_a_share_of_the_machine():
+    assert default_max_memory() == int(total_memory() * MEMORY_SHARE)
+    assert 0 < default_max_memory() < total_memory()
+
+
+def test_figures_read_as_people_write_them():
+    assert format_bytes(4 << 30) == "4 GiB"
+    assert format_bytes(1000) == "1000 B"
+    assert format_seconds(3.21) == "3.2 s" and format_seconds(7200) == "2 h"
+    assert format_seconds(86400 * 10).endswith("days")
+
+
+def test_guard_turns_an_oversized_allocation_into_memory_error():
+    # in a child process: the cap applies to the whole process
+    code = (
+        "import numpy as np\n"
+        "from boxwatch.offline.bn_limits import memory_guard\n"
+        "with memory_guard(64 << 20):\n"
+        "    try:\n"
+        "        np.ones(1 << 28)\n"
+        "        print('allocated')\n"
+        "    except MemoryError:\n"
+        "        print('refused')\n"
+        "print(np.ones(1 << 26).sum() > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == ["refused", "True"]  # 2 GiB refused under the cap, 512 MiB fine after it
+
+
+def _bn_config(tmp_path, max_memory: str) -> object:
+    from boxwatch.offline.bn_io import write_bif
+    from boxwatch.offline.bn_synthetic import random_dag
+    from boxwatch.offline.config import load_config
+
+    (tmp_path / "net.bif").write_text(write_bif(random_dag(6, seed=3, floor=0.01)))
+    (tmp_path / "build.yaml").write_text(
+        "version: 1\nbn: {file: net.bif, class: v2, positive: s0, threshold: 0.5, "
+        f"max_memory: {max_memory}}}\n")
+    return load_config(tmp_path / "build.yaml")
+
+
+def test_build_config_bounds_the_compilation(tmp_path):
+    from boxwatch.agent.errors import ConfigError
+    from boxwatch.offline import bn_stage
+    from boxwatch.offline.bn_plan import CompileLimitError
+
+    bn = bn_stage.prepare(_bn_config(tmp_path, "2K"))
+    assert bn.max_memory == 2048
+    with pytest.raises(CompileLimitError, match="memory limit 2 KiB"):
+        bn_stage.run(bn)
+    with pytest.raises(ConfigError, match="bn.max_memory: 'plenty' is not a size"):
+        bn_stage.prepare(_bn_config(tmp_path, "plenty"))
