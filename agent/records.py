@@ -423,7 +423,7 @@ def _decode_npy(value: bytes, rid: str) -> np.ndarray:
         arr = np.load(io.BytesIO(value), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise BadRecord("bad_schema", f"not a valid .npy payload ({str(exc)[:120]})", rid) from None
-    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iuf":  # no bool, as in JSON
         raise BadRecord("bad_dtype", f"unsupported .npy dtype {getattr(arr, 'dtype', '?')}", rid)
     return arr.astype(np.float64)
 

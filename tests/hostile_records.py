@@ -138,6 +138,8 @@ def bad_model_records(size: int, rng: np.random.Generator) -> list[Hostile]:
         [(CT, NPY_TYPE.encode()), ("id", b"n1")])
     add("npy_complex", _npy(row.astype(np.complex64)), "bad_dtype",
         [(CT, NPY_TYPE.encode()), ("id", b"n2")])
+    add("npy_booleans", _npy(np.ones(size, dtype=bool)), "bad_dtype",
+        [(CT, NPY_TYPE.encode()), ("id", b"n4")])
     add("npy_pickled_objects", _npy(np.array([{"a": 1}] * 4, dtype=object), allow_pickle=True),
         "bad_schema", [(CT, NPY_TYPE.encode()), ("id", b"n3")])
     add("wrong_content_type", _json({"id": "x", "input": good}), "bad_content_type",

@@ -57,6 +57,13 @@ def test_npy_input():
     np.testing.assert_array_equal(rec.values, [0, 1, 2, 3])
 
 
+def test_npy_booleans_are_bad_dtype_as_in_json():
+    headers = [("content-type", NPY_TYPE.encode()), ("id", b"n")]
+    with pytest.raises(BadRecord) as exc:
+        decode_model_input(npy_bytes(np.ones(4, dtype=bool)), headers, size=SIZE)
+    assert exc.value.reason == "bad_dtype"
+
+
 BAD_CASES = [
     (b"\x00\xff garbage", None, "bad_content_type"),
     (b"{not json", None, "not_json"),
