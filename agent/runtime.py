@@ -77,11 +77,12 @@ class MonitorRuntime:
         if self.tap is None or self.boxes is None or self.preprocessing is None:
             raise ConfigError("this artifact monitors no model")
         t0 = time.perf_counter()
-        logits, acts = self.tap.run(self.preprocessing.apply(x))
-        t1 = time.perf_counter()
-        logits = np.asarray(logits)
-        predicted = logits.argmax(axis=1)
-        verdicts, per_layer, scores = self.boxes.assess(acts, predicted)
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite rows are rejected below
+            logits, acts = self.tap.run(self.preprocessing.apply(x))
+            t1 = time.perf_counter()
+            logits = np.asarray(logits)
+            predicted = logits.argmax(axis=1)
+            verdicts, per_layer, scores = self.boxes.assess(acts, predicted)
         broken = _non_finite_rows(logits, acts, scores)
         if broken.any():  # fail closed: NaN compares false, so it must never reach "accept"
             verdicts = np.where(broken, REJECT, verdicts).astype(np.int8)
