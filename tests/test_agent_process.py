@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from consumed import Record
 from example_build import build_example
 from prometheus_client import generate_latest
 
@@ -21,17 +21,6 @@ TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead
           "capture": "cap", "release": "rel", "review": "rev"}
 
 
-@dataclass
-class Record:
-    """The fields of a consumed Kafka record the agent reads."""
-
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None
-    headers: list = field(default_factory=list)
-    key: bytes | None = None
-    timestamp: int = 0
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 
 import pytest
+from consumed import Record
 from example_build import build_example
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from prometheus_client import generate_latest
@@ -38,15 +38,6 @@ from boxwatch.agent.outputs import (
 TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead_letter": "dlq"}
 
 
-@dataclass
-class Rec:
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None
-    headers: list = field(default_factory=list)
-    key: bytes | None = None
-    timestamp: int = 0
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +78,7 @@ def test_kafka_python_reads_a_non_utf8_header_name_instead_of_failing():
 
 def test_a_dead_letter_too_large_to_send_becomes_a_digest_stub():
     payload = b"{" + b" " * 2_000_000
-    rec = Rec("in", 3, 42, payload, headers=[("trace", b"t"), ("x-null", None)],
+    rec = Record("in", 3, 42, payload, headers=[("trace", b"t"), ("x-null", None)],
               key=b"k" * 5_000)
     dl = dead_letter_output("dlq", rec, "not_json", "invalid JSON", store_payload=True)
     assert dl.reason == "not_json" and ("x-null", None) not in dl.headers
@@ -156,7 +147,7 @@ def _metrics(agent):
 def test_refused_outputs_are_retried_a_bounded_number_of_times_then_stubbed(example):
     agent = _agent(example, max_output_bytes=50_000_000)  # nothing stubbed before sending
     agent._producer = producer = RefusingProducer(limit=100_000)
-    outs = agent.process([Rec("in", 0, 1, b"{" + b" " * 500_000), Rec("in", 0, 2, b"{bad")])
+    outs = agent.process([Record("in", 0, 1, b"{" + b" " * 500_000), Record("in", 0, 2, b"{bad")])
     delivered = agent._deliver(outs)
     assert [o.reason for o in delivered] == ["not_json", "not_json"]
     assert OMITTED_HEADER in dict(delivered[0].headers) and delivered[1] is outs[1]
@@ -169,7 +160,7 @@ def test_refused_outputs_are_retried_a_bounded_number_of_times_then_stubbed(exam
 def test_an_output_refused_even_as_a_stub_is_dropped_and_counted(example):
     agent = _agent(example)
     agent._producer = producer = RefusingProducer(limit=0, refuse_all=True)
-    outs = agent.process([Rec("in", 0, 1, b"{bad")])
+    outs = agent.process([Record("in", 0, 1, b"{bad")])
     assert agent._deliver(outs) == []
     assert producer.calls == 4  # bounded: two tries, then two of its stub
     m = _metrics(agent)
@@ -180,7 +171,7 @@ def test_an_output_refused_even_as_a_stub_is_dropped_and_counted(example):
 def test_large_dead_letters_are_stubbed_before_sending(example):
     agent = _agent(example, max_output_bytes=10_000)
     agent._producer = producer = RefusingProducer(limit=20_000)
-    outs = agent.process([Rec("in", 0, 1, b"{" + b" " * 15_000)])
+    outs = agent.process([Record("in", 0, 1, b"{" + b" " * 15_000)])
     delivered = agent._deliver(outs)
     assert producer.calls == 1 and OMITTED_HEADER in dict(delivered[0].headers)
 
@@ -188,14 +179,14 @@ def test_large_dead_letters_are_stubbed_before_sending(example):
 def test_metrics_count_what_was_delivered_not_what_was_processed(example):
     agent = _agent(example)
     agent._producer = RefusingProducer(limit=0, refuse_all=True)
-    agent._handle_batch([Rec("in", 0, 1, b"{bad")])  # its dead letter is dropped
+    agent._handle_batch([Record("in", 0, 1, b"{bad")])  # its dead letter is dropped
     m = _metrics(agent)
     assert m['boxwatch_agent_invalid_records_total{reason="not_json"}'] == 0
     assert m['boxwatch_agent_outputs_dropped_total{kind="dead_letter"}'] == 1
     assert agent.status.dead_letters == 0
     assert agent._consumer.commits == [{("in", 0): 2}]  # never stuck on it
     agent._producer = RefusingProducer(limit=10_000_000)
-    agent._handle_batch([Rec("in", 0, 2, b"{bad")])
+    agent._handle_batch([Record("in", 0, 2, b"{bad")])
     m = _metrics(agent)
     assert m['boxwatch_agent_invalid_records_total{reason="not_json"}'] == 1
     assert m['boxwatch_agent_outputs_total{kind="dead_letter"}'] == 1
