@@ -243,7 +243,9 @@ class Agent:
         outputs: list[Output] = []
         model_recs: list[Any] = []
         bn_recs: list[Any] = []
+        n_model = 0
         for rec in records:
+            n_model += rec.topic == model_topic
             problem = header_problem(rec.headers)
             if problem is not None:
                 outputs.append(self._dead_letter(rec, "bad_header", problem))
@@ -251,7 +253,6 @@ class Agent:
                 model_recs.append(rec)
             elif rec.topic == bn_topic:
                 bn_recs.append(rec)
-        n_model = sum(1 for r in records if r.topic == model_topic)
         if n_model:
             self.metrics.inputs.labels("model").inc(n_model)
         if len(records) - n_model:

@@ -44,9 +44,8 @@ from monitors import (
     POOLING,
     SEED,
     best_of,
-    images,
     knn_scores,
-    read_idx,
+    load_data,
     tap_all,
     train_cnn,
 )
@@ -172,9 +171,7 @@ def main() -> None:
         return
     t_all = time.perf_counter()
     load_start = os.getloadavg()[0]
-    x10k, y10k = images("mnist/train10k-images-idx3-ubyte.gz"), read_idx(DATA / "mnist/train10k-labels-idx1-ubyte.gz")
-    xte, yte = images("mnist/t10k-images-idx3-ubyte.gz"), read_idx(DATA / "mnist/t10k-labels-idx1-ubyte.gz")
-    xfa = images("fashion-mnist/t10k-images-idx3-ubyte.gz")
+    x10k, y10k, xte, yte, xfa = load_data()
     order = np.random.default_rng(SEED).permutation(np.flatnonzero(y10k < N_KNOWN_CLASSES))
     cut = int(0.8 * len(order))
     tr, ho = order[:cut], order[cut:]

@@ -71,6 +71,15 @@ def images(name: str) -> np.ndarray:
     return (read_idx(DATA / name).astype(np.float32) / 255.0)[:, None]
 
 
+def load_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """MNIST train10k images and labels, t10k images and labels, Fashion-MNIST t10k images."""
+    return (images("mnist/train10k-images-idx3-ubyte.gz"),
+            read_idx(DATA / "mnist/train10k-labels-idx1-ubyte.gz"),
+            images("mnist/t10k-images-idx3-ubyte.gz"),
+            read_idx(DATA / "mnist/t10k-labels-idx1-ubyte.gz"),
+            images("fashion-mnist/t10k-images-idx3-ubyte.gz"))
+
+
 def train_cnn(x: np.ndarray, y: np.ndarray, *, n_classes: int = 10, name: str = "cnn",
               seed: int = SEED) -> Path:
     """Train (or load cached weights of) the CNN and export it to ONNX; return the path.
@@ -190,9 +199,7 @@ def main() -> None:
         return
     t_all = time.perf_counter()
     load_start = os.getloadavg()[0]
-    x10k, y10k = images("mnist/train10k-images-idx3-ubyte.gz"), read_idx(DATA / "mnist/train10k-labels-idx1-ubyte.gz")
-    xte, yte = images("mnist/t10k-images-idx3-ubyte.gz"), read_idx(DATA / "mnist/t10k-labels-idx1-ubyte.gz")
-    xfa = images("fashion-mnist/t10k-images-idx3-ubyte.gz")
+    x10k, y10k, xte, yte, xfa = load_data()
     order = np.random.default_rng(SEED).permutation(len(y10k))
     cut = int(0.8 * len(order))
     tr, ho = order[:cut], order[cut:]
