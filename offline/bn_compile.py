@@ -17,7 +17,8 @@ Two regimes behind :func:`compile_classifier`:
     intervals between the sorted completion sums of levels ``l..n-1`` per context (the
     "equivalence intervals"). Handles 1e12 inputs and more.
   - *separator* (any network): ``P(c, u, v) = sum_Z U[u, Z] L[ctx(u), v, Z]`` over the
-    hidden variables ``Z`` shared by the prefix's and the suffix's CPTs; the decisions of
+    variables ``Z`` of a minimum vertex separator of the moral graph between prefix and
+    suffix features (:mod:`boxwatch.offline.bn_separator`); the decisions of
     each prefix over all completions are computed block by block with matrix products and
     equal rows (identical sub-classifiers) merged. The cut is the fastest of all cuts of the
     order that fits the memory limit. Memory is ``distinct sub-classifiers x completions``;

@@ -21,6 +21,7 @@ from boxwatch.offline.bn_classifier import ResolvedSpec
 from boxwatch.offline.bn_elimination import HEURISTICS, elimination_path
 from boxwatch.offline.bn_io import Network
 from boxwatch.offline.bn_limits import format_bytes, format_seconds
+from boxwatch.offline.bn_separator import prefix_side
 
 Factor = tuple[tuple[str, ...], np.ndarray]
 
@@ -29,9 +30,9 @@ EINSUM_CELL_RATE = 1e8
 STEP_SECONDS = 2e-4
 JOINT_SECONDS_PER_INPUT = 1.8e-7
 JOINT_BYTES_PER_INPUT = 32
-SEPARATOR_SECONDS_PER_INPUT = 5e-8
+SEPARATOR_SECONDS_PER_INPUT = 2.5e-8
 SEPARATOR_SECONDS_PER_PREFIX = 1e-6
-MATMUL_RATE = 3e9
+MATMUL_RATE = 5e10
 SEPARATOR_BLOCK_CELLS = 1 << 23
 SEPARATOR_BLOCK_BYTES = 40
 SEPARATOR_DISTINCT_GUESS = 1 << 16
@@ -168,7 +169,8 @@ def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> Jo
 class Cut:
     """The features split after level ``k``: which CPTs go to which side, what they share.
 
-    ``upper`` CPTs mention no suffix feature; ``lower`` ones do. ``z`` is the class followed
+    ``upper`` CPTs lie on the prefix's side of the separator; ``lower`` ones reach beyond it
+    (every CPT mentioning a suffix feature is one). ``z`` is the class followed
     by the hidden variables both sides mention; ``ctx`` the prefix features the lower side
     mentions (the completions' context).
     """
@@ -201,13 +203,19 @@ class Cut:
 
 
 def cut_at(network: Network, spec: ResolvedSpec, k: int) -> Cut:
-    """The separator cut of ``spec.order`` after its first ``k`` features."""
+    """The separator cut of ``spec.order`` after its first ``k`` features.
+
+    The CPTs are split along a minimum vertex separator of the moral graph
+    (:func:`~boxwatch.offline.bn_separator.prefix_side`): those with a variable beyond it go
+    below, the rest above.
+    """
     cls, order = spec.class_variable, list(spec.order)
     prefix, suffix = tuple(order[:k]), tuple(order[k:])
     factors = relevant_factors(network, [cls, *order])
-    sset = set(suffix)
-    lower = tuple(f for f in factors if sset.intersection(f[0]))
-    upper = tuple(f for f in factors if not sset.intersection(f[0]))
+    side, cut = prefix_side(network, [s for s, _ in factors], cls, prefix, suffix)
+    near = side | cut | {cls}
+    lower = tuple(f for f in factors if not near.issuperset(f[0]))
+    upper = tuple(f for f in factors if near.issuperset(f[0]))
     vars_up = {v for scope, _ in upper for v in scope}
     vars_lo = {v for scope, _ in lower for v in scope}
     feats = set(order)
