@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -25,6 +26,12 @@ def machine_line(extra: str = "") -> str:
     tail = f"; {extra}" if extra else ""
     return (f"_{when}; this machine: {os.cpu_count()} cores, {memory_gb():.0f} GB RAM, "
             f"Python {platform.python_version()}{tail}_")
+
+
+def run_summary(began: float) -> str:
+    """``total run N s; load average at the end A B C`` for a bench begun at ``began``."""
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"total run {time.perf_counter() - began:.0f} s; load average at the end {load}"
 
 
 def write_section(heading: str, text: str) -> None:

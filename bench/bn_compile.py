@@ -18,7 +18,6 @@ Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESUL
 from __future__ import annotations
 
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import machine_line, write_section
+from _results import machine_line, run_summary, write_section
 
 from boxwatch.offline.bn_classifier import ClassifierSpec, default_order, resolve_spec
 from boxwatch.offline.bn_compile import TIE_TOLERANCE, compile_classifier
@@ -304,9 +303,7 @@ def main() -> None:
                   "network-sampled |", "|---|---|---|---|---|---|---|---|", *hidden_rows(),
                   "", "| contraction to P(C, X) | opt_einsum greedy: flops / largest cells | planned "
                   "(best of min-fill, min-weight, greedy): flops / largest cells | planning s |", "|---|---|---|---|", *plan_rows()]
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    text = "\n".join([machine_line(f"total run {time.perf_counter() - began:.0f} s; load "
-                                    f"average at the end {load}"), "", *lines])
+    text = "\n".join([machine_line(run_summary(began)), "", *lines])
     write_section("## bn_compile (bench/bn_compile.py)", text)
     print(text)
 

@@ -17,7 +17,6 @@ Run: ``.venv/bin/python bench/bn_width.py``; writes its section of bench/RESULTS
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import machine_line, write_section
+from _results import machine_line, run_summary, write_section
 
 from boxwatch.offline.bn_classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn_compile import TIE_TOLERANCE
@@ -122,9 +121,7 @@ def main() -> None:
     for k in LEVELS:
         lines.append(level_row(network, spec, k, rng))
         print(lines[-1], flush=True)
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    text = "\n".join([machine_line(f"total run {time.perf_counter() - began:.0f} s; load "
-                                    f"average at the end {load}"), "", *lines])
+    text = "\n".join([machine_line(run_summary(began)), "", *lines])
     write_section("## bn_width (bench/bn_width.py)", text)
     print(text)
 
