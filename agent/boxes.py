@@ -1,6 +1,6 @@
 """Fitted box monitors at run time: membership, verdicts and out-of-box scores, numpy only.
 
-The offline builder (``boxwatch.offline.monitor.BoxMonitor``) learns the boxes; this module
+The offline builder (``boxwatch.offline.monitors.estimator.BoxMonitor``) learns the boxes; this module
 holds what the agent needs to apply them online without scikit-learn, and their
 (de)serialisation into artifact members (canonical JSON + numeric ``.npz`` arrays).
 
@@ -47,7 +47,7 @@ KERNELS = ("native", "numpy")
 def _load_native():
     """The optional C kernel (``agent/_boxkernel.c``), or None when it was not built."""
     try:
-        from boxwatch.agent import _boxkernel
+        import boxwatch.agent._boxkernel as _boxkernel
     except ImportError:
         return None
     return _boxkernel

@@ -1,6 +1,6 @@
 """The runtime decision diagram: an exact, canonical ordered multi-valued decision diagram (MDD).
 
-A Bayesian-network classifier compiled offline (:mod:`boxwatch.offline.bn_compile`) becomes
+A Bayesian-network classifier compiled offline (:mod:`boxwatch.offline.bn.compile`) becomes
 one :class:`DecisionDiagram`; the agent evaluates it on every record with a few vectorised
 gathers per level, counts models on it, and (de)serialises it as artifact members.
 

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import msgspec
 import numpy as np
 
-from boxwatch.agent.headers import carried_headers
+from boxwatch.agent.kafka.headers import carried_headers
 
 VERDICT_SCHEMA = "boxwatch.verdict/1"
 GATE_SCHEMA = "boxwatch.gate/1"

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from boxwatch.agent.boxes import verdict_names
+from boxwatch.agent.boxes import set_box_kernel, verdict_names
 from boxwatch.agent.config import AgentConfig
 from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.gate import OUTCOME_NAMES
-from boxwatch.agent.headers import header_problem
-from boxwatch.agent.kafka_io import (
+from boxwatch.agent.http import AgentHTTPServer
+from boxwatch.agent.kafka import (
     DeliveryFailure,
     KafkaUnavailable,
     Partition,
@@ -36,6 +36,7 @@ from boxwatch.agent.kafka_io import (
     make_consumer,
     make_producer,
 )
+from boxwatch.agent.kafka.headers import header_problem
 from boxwatch.agent.metrics import AgentMetrics, observe_many
 from boxwatch.agent.outputs import (
     Output,
@@ -47,7 +48,7 @@ from boxwatch.agent.outputs import (
     verdict_outputs,
 )
 from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_batch
-from boxwatch.agent.runtime import MonitorRuntime
+from boxwatch.agent.runtime import MonitorRuntime, load_runtime
 
 log = logging.getLogger(__name__)
 
@@ -537,3 +538,25 @@ class Agent:
         self.metrics.artifact_reloads.labels("success").inc()
         self.status.reloads += 1
         log.info("artifact reloaded: now %s", new.artifact_id)
+
+
+def build_agent(cfg: AgentConfig, metrics: AgentMetrics | None = None) -> Agent:
+    """Load and verify the artifact named by ``cfg`` and make an :class:`Agent` (no I/O yet)."""
+    set_box_kernel(cfg["box_kernel"])
+
+    def load():
+        return load_runtime(cfg["artifact"], cfg["public_keys"], model_path=cfg["model"],
+                            threads=cfg["inference_threads"])
+
+    return Agent(cfg, load(), metrics or AgentMetrics(), reload_runtime=load)
+
+
+def serve(agent: Agent) -> AgentHTTPServer:
+    """Start the HTTP endpoints of ``agent`` on its configured address."""
+    def status() -> dict[str, Any]:
+        rt = agent.runtime
+        return {**agent.status.snapshot(), "artifact_id": rt.artifact_id,
+                "model_version": rt.model_version, "ready": agent.ready()}
+
+    return AgentHTTPServer(agent.cfg["metrics.address"], agent.metrics.registry,
+                           healthy=agent.alive, ready=agent.ready, status=status).start()

@@ -52,16 +52,16 @@ from reliability_helpers import AgentProcess, write_agent_config
 from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.boxes import set_box_kernel
-from boxwatch.agent.cli_agent import build_agent
 from boxwatch.agent.config import load_agent_config
-from boxwatch.agent.kafka_io import LIBRARIES
+from boxwatch.agent.kafka import LIBRARIES
 from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.agent.records import TENSOR_TYPE
+from boxwatch.agent.service import build_agent
 from boxwatch.demo import write_build_config
 from boxwatch.embedded_broker import EmbeddedBroker
 from boxwatch.examples import example_path
-from boxwatch.offline.build import build, prepare
-from boxwatch.offline.config import load_config
+from boxwatch.offline.build.config import load_config
+from boxwatch.offline.build.pipeline import build, prepare
 
 HEADING = "## agent_throughput (bench/agent_throughput.py)"
 PARTITIONS = 6
@@ -288,8 +288,8 @@ def cnn_monitor_fraction() -> dict[str, float] | None:
     returns None when either is absent.
     """
     from boxwatch.agent.taps import OnnxTap
-    from boxwatch.offline.datasets import read_idx
-    from boxwatch.offline.monitor import BoxMonitor
+    from boxwatch.offline.build.datasets import read_idx
+    from boxwatch.offline.monitors.estimator import BoxMonitor
 
     root = Path(__file__).resolve().parents[1]
     data, model = root.parent / "shared" / "data" / "mnist", root / "bench" / ".cache" / "cnn.onnx"

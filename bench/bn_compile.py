@@ -29,20 +29,22 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The reference networks and synthetic generators are test fixtures (tests/).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _results import machine_line, run_summary, write_section
+from bn_reference import REFERENCE_CLASSIFIERS
+from bn_synthetic import chain_tan, naive_bayes
 
-from boxwatch.offline.bn_classifier import ClassifierSpec, default_order, resolve_spec
-from boxwatch.offline.bn_compile import TIE_TOLERANCE, compile_classifier
-from boxwatch.offline.bn_io import Network, load_network
-from boxwatch.offline.bn_limits import format_bytes
-from boxwatch.offline.bn_plan import (
+from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
+from boxwatch.offline.bn.compile import TIE_TOLERANCE, compile_classifier
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.limits import format_bytes
+from boxwatch.offline.bn.plan import (
     CompileLimitError,
     _expression,
     plan_joint,
     relevant_factors,
 )
-from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
-from boxwatch.offline.bn_synthetic import chain_tan, naive_bayes
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 REPEATS = 5

@@ -28,15 +28,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The reference networks and synthetic generators are test fixtures (tests/).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _results import write_section
+from bn_reference import REFERENCE_CLASSIFIERS
+from bn_synthetic import naive_bayes
 
-from boxwatch.offline.bn_classifier import ClassifierSpec
-from boxwatch.offline.bn_compile import compile_classifier
-from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
-from boxwatch.offline.bn_synthetic import naive_bayes
-from boxwatch.offline.cnf import encode_diagram
-from boxwatch.offline.rules import MonotonicityQuery, Rule
-from boxwatch.offline.verify import JOINT_LIMIT, MAX_MASS_CUBES, BNVerifier
+from boxwatch.offline.bn.classifier import ClassifierSpec
+from boxwatch.offline.bn.cnf import encode_diagram
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.rules import MonotonicityQuery, Rule
+from boxwatch.offline.bn.verify import JOINT_LIMIT, MAX_MASS_CUBES, BNVerifier
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "bn"
@@ -174,7 +176,7 @@ def main() -> None:
         "(cached). `masses`: violated rules whose probability mass was computed (exact: joint "
         f"table up to {JOINT_LIMIT:.0e} inputs, else inference per cube up to {MAX_MASS_CUBES} "
         "cubes). "
-        f"Naive Bayes {N_SYNTHETIC}: seeded random CPTs (offline/bn_synthetic.py), "
+        f"Naive Bayes {N_SYNTHETIC}: seeded random CPTs (tests/bn_synthetic.py), "
         f"{N_SYNTHETIC_QUERIES} queries, past the joint table.",
         "",
         *lines,

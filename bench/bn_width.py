@@ -7,7 +7,7 @@ rows: a lower bound on that level's width, exact in the rows it compares. The Ch
 ``distinct + f1^2 / (2 f2)`` (f1, f2: rows seen once, twice) says roughly how many more an
 exhaustive count would find.
 
-Messages come from the separator route's split (:func:`~boxwatch.offline.bn_plan.cut_at`):
+Messages come from the separator route's split (:func:`~boxwatch.offline.bn.plan.cut_at`):
 each sampled prefix's CPTs are sliced at its values and contracted to the shared states, the
 same for each completion, and the decisions are one matrix product.
 
@@ -27,10 +27,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import machine_line, run_summary, write_section
 
-from boxwatch.offline.bn_classifier import ClassifierSpec, ResolvedSpec, resolve_spec
-from boxwatch.offline.bn_compile import TIE_TOLERANCE
-from boxwatch.offline.bn_io import Network, load_network
-from boxwatch.offline.bn_plan import Factor, cut_at, plan_contraction, unit_factors
+from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
+from boxwatch.offline.bn.compile import TIE_TOLERANCE
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.plan import Factor, cut_at, plan_contraction, unit_factors
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 CASE = ("hepar2.bif.gz", "PBC", "present", 0.5)

@@ -34,11 +34,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_section
 
-from boxwatch.offline.bn_classifier import ClassifierSpec
-from boxwatch.offline.bn_compile import compile_classifier
-from boxwatch.offline.bn_io import Network, load_network
-from boxwatch.offline.rules import ClassifierSchema, Spec, load_spec, parse_spec
-from boxwatch.offline.verify import BNVerifier, VerificationReport
+from boxwatch.offline.bn.classifier import ClassifierSpec
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec, parse_spec
+from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
 
 ROOT = Path(__file__).resolve().parents[1]
 NETWORK = ROOT.parent / "shared" / "data" / "bn" / "credit.net"
@@ -88,7 +88,7 @@ def learn_models(train: Any, states: dict[str, tuple[str, ...]], n_models: int =
     from pgmpy.estimators import BayesianEstimator, MaximumLikelihoodEstimator, TreeSearch
     from pgmpy.models import DiscreteBayesianNetwork
 
-    from boxwatch.offline.bn_io import from_pgmpy
+    from boxwatch.offline.bn.io import from_pgmpy
 
     names = {v: list(s) for v, s in states.items()}
     out = []

@@ -52,8 +52,8 @@ from monitors import (
 
 from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.taps import OnnxTap
-from boxwatch.offline.evaluation import acceptance_threshold, auroc, detection
-from boxwatch.offline.monitor import BoxMonitor
+from boxwatch.offline.monitors.estimator import BoxMonitor
+from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, detection
 
 N_KNOWN_CLASSES = 8
 N_FAR_VALIDATION = 2000

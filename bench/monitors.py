@@ -37,9 +37,9 @@ from _results import memory_gb, write_section
 
 from boxwatch.agent.boxes import COMBINE_RULES, BoxSet, combine_verdicts, normalize_features
 from boxwatch.agent.taps import OnnxTap
-from boxwatch.offline.evaluation import OUTCOMES, detection, outcome_counts
-from boxwatch.offline.monitor import DEFAULT_TAUS, BoxMonitor, build_sweep
-from boxwatch.offline.taukmeans import TauKMeansPath, cluster_boxes
+from boxwatch.offline.monitors.estimator import DEFAULT_TAUS, BoxMonitor, build_sweep
+from boxwatch.offline.monitors.evaluation import OUTCOMES, detection, outcome_counts
+from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -14,35 +14,40 @@ when invoked, so the agent's light install never imports the builder.
 from __future__ import annotations
 
 import importlib
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from boxwatch import __version__
-from boxwatch.agent.errors import ArtifactError, BoxwatchError, ConfigError, KeyFileError
+from boxwatch.agent.errors import BoxwatchError, ConfigError
+from boxwatch.commands.artifact import inspect, verify_artifact
+from boxwatch.commands.console import (
+    EXIT_FAILED,
+    EXIT_MISSING_EXTRA,
+    EXIT_OK,
+    EXIT_USAGE,
+    echo_err,
+    fail,
+)
+from boxwatch.commands.keys import keygen
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_MISSING_EXTRA = 3
+__all__ = ["EXIT_FAILED", "EXIT_MISSING_EXTRA", "EXIT_OK", "EXIT_USAGE", "cli", "main"]
 
 # name -> (module, attribute, short help, extra that provides it). Imported on first use.
 LAZY_COMMANDS: dict[str, tuple[str, str, str, str | None]] = {
-    "demo": ("boxwatch.demo", "demo", "Run the bundled end-to-end example.", None),
-    "layers": ("boxwatch.agent.cli_layers", "layers",
+    "demo": ("boxwatch.commands.demo", "demo", "Run the bundled end-to-end example.", None),
+    "layers": ("boxwatch.commands.layers", "layers",
                "List a model's candidate layers to monitor, with shapes.", None),
-    "compile-bn": ("boxwatch.offline.cli_compile_bn", "compile_bn",
+    "compile-bn": ("boxwatch.commands.compile_bn", "compile_bn",
                    "Compile a Bayesian-network classifier into an exact decision diagram.",
                    "offline"),
-    "verify-bn": ("boxwatch.offline.cli_verify_bn", "verify_bn",
+    "verify-bn": ("boxwatch.commands.verify_bn", "verify_bn",
                   "Verify if-then rules and monotonicity of a BN classifier with SAT.",
                   "offline"),
-    "build-artifact": ("boxwatch.offline.cli_build", "build_artifact",
+    "build-artifact": ("boxwatch.commands.build", "build_artifact",
                        "Build the signed artifact and report from one config.", "offline"),
-    "agent": ("boxwatch.agent.cli_agent", "agent",
+    "agent": ("boxwatch.commands.agent", "agent",
               "Run the online monitor on a Kafka stream.", None),
 }
 
@@ -78,17 +83,6 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-def echo_err(message: str) -> None:
-    """Human-facing text goes to stderr."""
-    click.echo(message, err=True)
-
-
-def fail(exc: BoxwatchError, code: int) -> None:
-    """Print a one-line reason and exit with ``code`` (no traceback for expected errors)."""
-    echo_err(f"error: {exc}")
-    sys.exit(code)
-
-
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -109,84 +103,9 @@ def cli() -> None:
     """
 
 
-@cli.command()
-@click.option("--private", "private_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the private key (PEM, mode 0600). Keep it in your CI's secrets.")
-@click.option("--public", "public_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the public key (PEM) that agents trust.")
-@click.option("--force", is_flag=True, help="Overwrite existing key files.")
-def keygen(private_path: Path, public_path: Path, force: bool) -> None:
-    """Create an Ed25519 signing key pair for artifacts.
-
-    \b
-    Example:
-      boxwatch keygen --private keys/boxwatch.key --public keys/boxwatch.pub
-    """
-    from boxwatch.agent.keys import generate_keypair
-
-    try:
-        kid = generate_keypair(private_path, public_path, force=force)
-    except KeyFileError as exc:
-        fail(exc, EXIT_USAGE)
-    echo_err(f"wrote private key {private_path} (mode 0600) and public key {public_path}")
-    click.echo(kid)
-
-
-@cli.command("verify-artifact")
-@click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--public-key", "public_keys", multiple=True, required=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Trusted public key (PEM); repeat to trust several during key rotation.")
-def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
-    """Check an artifact's container, signature, schema and member digests.
-
-    Exit 0 when valid, 1 when invalid (the reason is printed), 2 on usage or I/O errors
-    (missing artifact or key file).
-    """
-    from boxwatch.agent.artifact import load_artifact
-    from boxwatch.agent.keys import load_trusted_keys
-
-    try:
-        keys = load_trusted_keys(list(public_keys))
-    except KeyFileError as exc:
-        fail(exc, EXIT_USAGE)
-    if not artifact.is_file():
-        fail(ArtifactError(f"{artifact}: no such file"), EXIT_USAGE)
-    try:
-        art = load_artifact(artifact, keys)
-    except ArtifactError as exc:
-        fail(exc, EXIT_FAILED)
-    echo_err(f"{artifact}: valid, signed by key {art.key_id}")
-    click.echo(art.artifact_id)
-
-
-@cli.command()
-@click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--public-key", "public_keys", multiple=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Also verify the signature with this trusted key (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def inspect(artifact: Path, public_keys: tuple[Path, ...], as_json: bool) -> None:
-    """Show what an artifact holds: classes, layers, monitors, BN, rules, model digest.
-
-    Digests and structure are always checked; the signature only when --public-key is given.
-    """
-    from boxwatch.agent.artifact import load_artifact
-    from boxwatch.agent.describe import describe, render_description
-    from boxwatch.agent.keys import load_trusted_keys
-
-    try:
-        keys = load_trusted_keys(list(public_keys)) if public_keys else None
-        art = load_artifact(artifact, keys)
-    except KeyFileError as exc:
-        fail(exc, EXIT_USAGE)
-    except ArtifactError as exc:
-        fail(exc, EXIT_FAILED)
-    info = describe(art, signature_checked=keys is not None)
-    if as_json:
-        click.echo(json.dumps(info, indent=2, sort_keys=True))
-    else:
-        click.echo(render_description(info))
+cli.add_command(keygen)
+cli.add_command(verify_artifact)
+cli.add_command(inspect)
 
 
 def main(argv: list[str] | None = None) -> Any:

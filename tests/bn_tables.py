@@ -10,9 +10,9 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+from bn_reference import REFERENCE_CLASSIFIERS
 
 from boxwatch.agent.diagram import DecisionDiagram
-from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
 
 
 def all_assignments(cards: Sequence[int]) -> np.ndarray:
@@ -130,8 +130,8 @@ def compile_reference(name: str):
     """
     import pytest
 
-    from boxwatch.offline.bn_compile import compile_classifier
-    from boxwatch.offline.bn_io import load_network
+    from boxwatch.offline.bn.compile import compile_classifier
+    from boxwatch.offline.bn.io import load_network
 
     path = DATA / f"{name}.bif.gz"
     if not path.is_file():

@@ -22,9 +22,9 @@ import pytest
 from kafka_helpers import consume, create_topics, make_consumer, make_producer
 
 from boxwatch.agent.boxes import UNCERTAIN
-from boxwatch.agent.cli_agent import build_agent, serve
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.records import TENSOR_TYPE
+from boxwatch.agent.service import build_agent, serve
 from boxwatch.embedded_broker import EmbeddedBroker, available_kinds
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from kafka_helpers import AGENT_LIBRARIES, consume, create_topics
 from reliability_helpers import parse_metrics
 
 from boxwatch.agent.boxes import verdict_names
-from boxwatch.agent.cli_agent import build_agent, serve
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.records import NPY_TYPE, TENSOR_TYPE
 from boxwatch.agent.runtime import load_runtime
+from boxwatch.agent.service import build_agent, serve
 
 pytestmark = pytest.mark.integration
 
@@ -190,7 +190,7 @@ def test_agent_round_trip(example, broker, kafka, library):
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
 def test_missing_topics_stop_the_agent(example, broker, library):
     from boxwatch.agent.errors import ConfigError
-    from boxwatch.agent.kafka_io import ensure_topics
+    from boxwatch.agent.kafka import ensure_topics
 
     lib = {"kafka.library": library}
     agent = build_agent(agent_config(example, broker.bootstrap_servers, **lib))
@@ -207,7 +207,7 @@ def test_missing_topics_stop_the_agent(example, broker, library):
 def test_unknown_client_option_or_unreachable_broker_is_one_clear_error(example, library):
     """A client option the library refuses, or no broker: a ConfigError, never a traceback."""
     from boxwatch.agent.errors import ConfigError
-    from boxwatch.agent.kafka_io import make_consumer, make_producer
+    from boxwatch.agent.kafka import make_consumer, make_producer
     from boxwatch.embedded_broker import free_loopback_port
 
     bad = agent_config(example, "127.0.0.1:1", **{"kafka.library": library,

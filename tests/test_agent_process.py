@@ -14,8 +14,8 @@ from prometheus_client import generate_latest
 
 from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.boxes import box_kernel
-from boxwatch.agent.cli_agent import build_agent
 from boxwatch.agent.config import load_agent_config
+from boxwatch.agent.service import build_agent
 
 TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead_letter": "dlq",
           "capture": "cap", "release": "rel", "review": "rev"}

@@ -1,7 +1,7 @@
 """Exactness of the BN compiler: against brute force, an independent elimination, and pgmpy.
 
 The independent computations here (full enumeration of small networks; a greedy variable
-elimination with ``np.einsum``) share no code with :mod:`boxwatch.offline.bn_compile`.
+elimination with ``np.einsum``) share no code with :mod:`boxwatch.offline.bn.compile`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from pathlib import Path
 import numpy as np
 import opt_einsum
 import pytest
+from bn_reference import REFERENCE_CLASSIFIERS
+from bn_synthetic import chain_tan, naive_bayes, random_dag
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline import bn_compile, bn_plan
-from boxwatch.offline.bn_classifier import ClassifierSpec, default_order, resolve_spec
-from boxwatch.offline.bn_compile import TIE_TOLERANCE, compile_classifier
-from boxwatch.offline.bn_elimination import HEURISTICS, elimination_path
-from boxwatch.offline.bn_io import Network, load_network
-from boxwatch.offline.bn_plan import CompileLimitError
-from boxwatch.offline.bn_reference import REFERENCE_CLASSIFIERS
-from boxwatch.offline.bn_synthetic import chain_tan, naive_bayes, random_dag
+from boxwatch.offline.bn import compile as bn_compile
+from boxwatch.offline.bn import plan as bn_plan
+from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
+from boxwatch.offline.bn.compile import TIE_TOLERANCE, compile_classifier
+from boxwatch.offline.bn.elimination import HEURISTICS, elimination_path
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.plan import CompileLimitError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 needs_shared = pytest.mark.skipif(
@@ -401,15 +402,16 @@ def test_elimination_paths_contract_to_the_exact_joint(seed, heuristic):
 
 
 def test_plans_do_not_depend_on_string_hashing():
-    code = ("from boxwatch.offline.bn_synthetic import random_dag\n"
-            "from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec\n"
-            "from boxwatch.offline.bn_plan import plan_joint, plan_separator\n"
+    code = ("from bn_synthetic import random_dag\n"
+            "from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec\n"
+            "from boxwatch.offline.bn.plan import plan_joint, plan_separator\n"
             "net = random_dag(14, seed=3, floor=0.001)\n"
             "spec = resolve_spec(net, ClassifierSpec('v2', 's0', 0.4, features=list(net.variables[-6:])))\n"
             "print(plan_joint(net, spec, max_memory=1e9).contraction.path,\n"
             "      plan_separator(net, spec, max_memory=1e9).estimate)\n")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+                           env={**os.environ, "PYTHONHASHSEED": seed,
+                                "PYTHONPATH": str(Path(__file__).parent)}).stdout
             for seed in ("1", "2", "3")}
     assert len(outs) == 1, outs
 

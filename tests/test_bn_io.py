@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bn_synthetic import random_dag
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn_io import (
+from boxwatch.offline.bn.io import (
     Network,
     from_pgmpy,
     load_network,
@@ -18,7 +19,6 @@ from boxwatch.offline.bn_io import (
     parse_net,
     write_bif,
 )
-from boxwatch.offline.bn_synthetic import random_dag
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 

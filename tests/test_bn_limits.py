@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from boxwatch.offline.bn_limits import (
+from boxwatch.offline.bn.limits import (
     MEMORY_SHARE,
     default_max_memory,
     format_bytes,
@@ -47,7 +47,7 @@ def test_guard_turns_an_oversized_allocation_into_memory_error():
     # in a child process: the cap applies to the whole process
     code = (
         "import numpy as np\n"
-        "from boxwatch.offline.bn_limits import memory_guard\n"
+        "from boxwatch.offline.bn.limits import memory_guard\n"
         "with memory_guard(64 << 20):\n"
         "    try:\n"
         "        np.ones(1 << 28)\n"
@@ -62,9 +62,10 @@ def test_guard_turns_an_oversized_allocation_into_memory_error():
 
 
 def _bn_config(tmp_path, max_memory: str) -> object:
-    from boxwatch.offline.bn_io import write_bif
-    from boxwatch.offline.bn_synthetic import random_dag
-    from boxwatch.offline.config import load_config
+    from bn_synthetic import random_dag
+
+    from boxwatch.offline.bn.io import write_bif
+    from boxwatch.offline.build.config import load_config
 
     (tmp_path / "net.bif").write_text(write_bif(random_dag(6, seed=3, floor=0.01)))
     (tmp_path / "build.yaml").write_text(
@@ -75,8 +76,8 @@ def _bn_config(tmp_path, max_memory: str) -> object:
 
 def test_build_config_bounds_the_compilation(tmp_path):
     from boxwatch.agent.errors import ConfigError
-    from boxwatch.offline import bn_stage
-    from boxwatch.offline.bn_plan import CompileLimitError
+    from boxwatch.offline.bn.plan import CompileLimitError
+    from boxwatch.offline.build import bn_stage
 
     bn = bn_stage.prepare(_bn_config(tmp_path, "2K"))
     assert bn.max_memory == 2048

@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
+from bn_synthetic import random_dag
 
-from boxwatch.offline import bn_compile, bn_plan
-from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec
-from boxwatch.offline.bn_compile import compile_classifier
-from boxwatch.offline.bn_io import Network, load_network
-from boxwatch.offline.bn_separator import prefix_side
-from boxwatch.offline.bn_synthetic import random_dag
+from boxwatch.offline.bn import compile as bn_compile
+from boxwatch.offline.bn import plan as bn_plan
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.separator import prefix_side
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 

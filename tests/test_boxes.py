@@ -24,7 +24,7 @@ from boxwatch.agent.boxes import (
 )
 from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.keys import key_id
-from boxwatch.offline.taukmeans import cluster_boxes
+from boxwatch.offline.monitors.taukmeans import cluster_boxes
 
 # Example 5 (Table 1, class 1 at layer 2): the clusters the example gives.
 C1 = np.array([(0.078, 0.062), (0.222, 0.162)])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.config import load_config
+from boxwatch.offline.build.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

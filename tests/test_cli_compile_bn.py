@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bn_synthetic import random_dag
 from click.testing import CliRunner
 
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
-from boxwatch.offline.bn_io import write_bif
-from boxwatch.offline.bn_synthetic import random_dag
+from boxwatch.offline.bn.io import write_bif
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 JSON_KEYS = {"features", "order", "nodes", "nodes_quasi", "nodes_per_level", "positives",
@@ -117,7 +117,7 @@ def test_a_bad_size_is_a_usage_error(bif_file):
 
 
 def test_running_out_of_memory_anyway_exits_2_with_the_estimate(bif_file, monkeypatch):
-    from boxwatch.offline import bn_compile
+    from boxwatch.offline.bn import compile as bn_compile
 
     def exhausted(*_args, **_kw):
         raise MemoryError

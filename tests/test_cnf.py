@@ -9,7 +9,7 @@ import pytest
 from bn_tables import all_assignments, compile_reference, diagram_from_table, random_table
 from pysat.solvers import Solver
 
-from boxwatch.offline.cnf import encode_copies, encode_diagram, strictly_increasing
+from boxwatch.offline.bn.cnf import encode_copies, encode_diagram, strictly_increasing
 
 
 def enumerate_models(clauses, assumptions=()):

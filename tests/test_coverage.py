@@ -7,14 +7,14 @@ import itertools
 import numpy as np
 import pytest
 
-from boxwatch.offline.coverage import (
+from boxwatch.offline.monitors.coverage import (
     clustering_coverage,
     coverage_at,
     search_tau_max,
     search_tau_min,
     tau_interval,
 )
-from boxwatch.offline.taukmeans import TauKMeansPath, cluster_boxes
+from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes
 
 X = np.array([(0.1, 0.5), (0.1, 1.0), (0.2, 0.8), (0.6, 0.2), (1.0, 0.3)])  # Example 1
 

@@ -179,7 +179,7 @@ def test_installed_console_script_runs_agent_help():
 @pytest.mark.integration
 @pytest.mark.slow
 def test_dockerfile_healthcheck_command_against_a_live_agent(tmp_path_factory):
-    from boxwatch.agent.cli_agent import build_agent, serve
+    from boxwatch.agent.service import build_agent, serve
 
     health = " ".join(a for w, a in dockerfile() if w == "HEALTHCHECK")
     argv = json.loads(health[health.index("CMD") + 3:].strip())

@@ -16,7 +16,7 @@ from boxwatch.agent.boxes import (
     set_box_kernel,
 )
 from boxwatch.agent.errors import ArtifactError, ConfigError
-from boxwatch.offline.monitor import SELECTION_TOLERANCE, BoxMonitor
+from boxwatch.offline.monitors.estimator import SELECTION_TOLERANCE, BoxMonitor
 
 
 def _random_boxset(rng: np.random.Generator, n_classes: int, d: int) -> BoxSet:

@@ -11,7 +11,8 @@ import pytest
 from boxwatch.agent.boxes import ACCEPT, REJECT, UNCERTAIN, BoxRuntime
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import OnnxTap
-from boxwatch.offline.evaluation import (
+from boxwatch.offline.monitors.estimator import BoxMonitor, build_sweep
+from boxwatch.offline.monitors.evaluation import (
     Outcomes,
     auroc,
     detection,
@@ -19,7 +20,6 @@ from boxwatch.offline.evaluation import (
     outcomes_per_class,
     tau_curves,
 )
-from boxwatch.offline.monitor import BoxMonitor, build_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"

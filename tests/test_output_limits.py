@@ -17,16 +17,15 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from prometheus_client import generate_latest
 from reliability_helpers import parse_metrics
 
-from boxwatch.agent.cli_agent import build_agent
 from boxwatch.agent.config import load_agent_config
-from boxwatch.agent.headers import (
+from boxwatch.agent.kafka import DeliveryFailure
+from boxwatch.agent.kafka.headers import (
     UNREADABLE,
     UndecodableName,
     carried_headers,
     header_problem,
 )
-from boxwatch.agent.kafka_io import DeliveryFailure
-from boxwatch.agent.kafka_python_client import install_lenient_header_names
+from boxwatch.agent.kafka.kafka_python import install_lenient_header_names
 from boxwatch.agent.outputs import (
     OMITTED_HEADER,
     Output,
@@ -34,6 +33,7 @@ from boxwatch.agent.outputs import (
     omit_payload,
     output_bytes,
 )
+from boxwatch.agent.service import build_agent
 
 TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead_letter": "dlq"}
 

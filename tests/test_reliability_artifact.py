@@ -28,9 +28,9 @@ from reliability_helpers import (
 )
 
 from boxwatch.agent.artifact import _container, _signature_bytes, canonical_json, load_artifact
-from boxwatch.agent.cli_agent import build_agent
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.keys import generate_keypair, load_private_key
+from boxwatch.agent.service import build_agent
 
 T0 = 1_700_000_000
 RELOADS = "boxwatch_agent_artifact_reloads_total"

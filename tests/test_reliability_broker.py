@@ -219,10 +219,10 @@ def test_polling_while_paused_never_skips_records(example, make_broker):
     from kafka import TopicPartition
     from kafka_helpers import make_producer
 
-    from boxwatch.agent.cli_agent import build_agent
     from boxwatch.agent.config import load_agent_config
-    from boxwatch.agent.kafka_io import make_consumer
-    from boxwatch.agent.kafka_python_client import _Listener
+    from boxwatch.agent.kafka import make_consumer
+    from boxwatch.agent.kafka.kafka_python import _Listener
+    from boxwatch.agent.service import build_agent
 
     broker = make_broker("noida").start()
     _create(broker.bootstrap_servers)

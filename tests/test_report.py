@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from boxwatch.offline.report import (
+from boxwatch.offline.build.report import (
     CELL_COLORS,
     REPORT_NAME,
     SUMMARY_NAME,

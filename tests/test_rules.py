@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.rules import ClassifierSchema, load_spec, parse_spec
+from boxwatch.offline.bn.rules import ClassifierSchema, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
@@ -122,7 +122,7 @@ def credit_schema():
     path = DATA / "credit.net"
     if not path.is_file():
         pytest.skip(f"{path} is absent (../shared data not available)")
-    from boxwatch.offline.bn_io import load_network
+    from boxwatch.offline.bn.io import load_network
 
     net = load_network(path)
     features = {v: net.states[v] for v in net.variables if v != "CreditWorthiness"}

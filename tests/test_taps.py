@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from onnx import numpy_helper
 
-from boxwatch.agent.cli_layers import layers as layers_cmd
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import OnnxTap, TorchTap, list_layers, open_tap, pool, resolve_threads
+from boxwatch.commands.layers import layers as layers_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from boxwatch.offline.taukmeans import TauKMeansPath, cluster_boxes, single_threaded, tau_kmeans
+from boxwatch.offline.monitors.taukmeans import (
+    TauKMeansPath,
+    cluster_boxes,
+    single_threaded,
+    tau_kmeans,
+)
 
 
 def blobs(seed: int = 0, n: int = 60, centres=((0, 0), (10, 0), (0, 10))) -> np.ndarray:

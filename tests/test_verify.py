@@ -16,9 +16,9 @@ from bn_tables import (
     table_of,
 )
 
-from boxwatch.offline.bn_io import Network
-from boxwatch.offline.rules import MonotonicityQuery, Rule
-from boxwatch.offline.verify import BNVerifier
+from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.rules import MonotonicityQuery, Rule
+from boxwatch.offline.bn.verify import BNVerifier
 
 
 # ---------------------------------------------------------------------------- helpers

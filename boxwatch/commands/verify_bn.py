@@ -11,14 +11,14 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
-from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec
-from boxwatch.offline.bn_compile import compile_classifier
-from boxwatch.offline.bn_io import load_network
-from boxwatch.offline.bn_limits import default_max_memory, memory_guard
-from boxwatch.offline.cli_options import classifier_options, limit_options
-from boxwatch.offline.rules import ClassifierSchema, Spec, load_spec
-from boxwatch.offline.verify import BNVerifier, VerificationReport
+from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
+from boxwatch.commands.options import classifier_options, limit_options
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.limits import default_max_memory, memory_guard
+from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
+from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
 
 
 def _names(value: str | None) -> list[str] | None:

@@ -30,9 +30,9 @@ from boxwatch.agent.boxes import (
     verdict_names,
 )
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.coverage import search_tau_max, search_tau_min
-from boxwatch.offline.evaluation import acceptance_threshold, auroc, outcome_counts
-from boxwatch.offline.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
+from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
+from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, outcome_counts
+from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
 DEFAULT_TAUS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01)
 SELECTIONS = ("held-out-class", "f1")

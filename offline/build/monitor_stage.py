@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.boxes import normalize_features
-from boxwatch.offline.coverage import coverage_at
-from boxwatch.offline.evaluation import auroc, detection, outcomes_per_class, total
-from boxwatch.offline.monitor import DEFAULT_TAUS, BoxMonitor, build_sweep
-from boxwatch.offline.taukmeans import TauKMeansPath
+from boxwatch.offline.monitors.coverage import coverage_at
+from boxwatch.offline.monitors.evaluation import auroc, detection, outcomes_per_class, total
+from boxwatch.offline.monitors.estimator import DEFAULT_TAUS, BoxMonitor, build_sweep
+from boxwatch.offline.monitors.taukmeans import TauKMeansPath
 
 UNKNOWN_LABEL = -1
 COVERAGE_MEASURE = "per-dimension geometric mean of the upper coverage bound r_u"

@@ -13,13 +13,13 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.cli import EXIT_USAGE, echo_err, fail
-from boxwatch.offline.bn_classifier import ClassifierSpec, resolve_spec
-from boxwatch.offline.bn_compile import METHODS, CompileResult, compile_classifier
-from boxwatch.offline.bn_io import load_network
-from boxwatch.offline.bn_limits import default_max_memory, format_bytes, memory_guard
-from boxwatch.offline.bn_plan import CompileLimitError
-from boxwatch.offline.cli_options import classifier_options, limit_options
+from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
+from boxwatch.commands.options import classifier_options, limit_options
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
+from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn.plan import CompileLimitError
 
 PROGRESS_AFTER_S = 1.0
 

@@ -1,6 +1,6 @@
 """Verify a compiled BN classifier: if-then rules (ITR) and monotonicity (FMO, directional).
 
-The SAT solver (on the CNF of :mod:`boxwatch.offline.cnf`) gives each verdict; the decision
+The SAT solver (on the CNF of :mod:`boxwatch.offline.bn.cnf`) gives each verdict; the decision
 diagram gives what a solver cannot give cheaply and cross-checks it: the exact number of
 violating inputs (model counting, linear in the diagram), their probability mass under the
 BN, and compact counterexamples -- partial assignments (cubes) all of whose completions
@@ -32,14 +32,14 @@ import numpy as np
 from pysat.solvers import Solver
 
 from boxwatch.agent.diagram import DecisionDiagram
-from boxwatch.offline.cnf import (
+from boxwatch.offline.bn.cnf import (
     DEFAULT_SOLVER,
     DiagramEncoding,
     encode_copies,
     encode_diagram,
     strictly_increasing,
 )
-from boxwatch.offline.rules import MonotonicityQuery, Rule, Spec
+from boxwatch.offline.bn.rules import MonotonicityQuery, Rule, Spec
 
 HOLDS = "holds"
 VIOLATED = "violated"
@@ -208,7 +208,7 @@ class VerificationReport:
 class FeatureMarginal:
     """Exact probability of feature regions under a BN, P(X_i in S_i for all i).
 
-    Built from a :class:`boxwatch.offline.bn_io.Network`: the joint table over the features
+    Built from a :class:`boxwatch.offline.bn.io.Network`: the joint table over the features
     is computed once (one tensor contraction) while it has at most ``joint_limit`` entries;
     beyond it each region is one contraction of the CPTs with indicator vectors (exact
     inference with soft evidence).

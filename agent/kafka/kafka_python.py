@@ -37,8 +37,7 @@ from kafka.record import default_records
 from kafka.structs import OffsetAndMetadata
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.headers import UndecodableName
-from boxwatch.agent.kafka_io import (
+from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
     DeliveryFailure,
     KafkaUnavailable,
@@ -46,6 +45,7 @@ from boxwatch.agent.kafka_io import (
     Partition,
     PartitionsCallback,
 )
+from boxwatch.agent.kafka.headers import UndecodableName
 
 log = logging.getLogger(__name__)
 

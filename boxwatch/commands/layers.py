@@ -10,6 +10,7 @@ import click
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import POOLINGS, list_layers
+from boxwatch.commands.console import EXIT_USAGE
 
 
 @click.command("layers")
@@ -29,7 +30,6 @@ def layers(model: Path, pooling: str, as_json: bool) -> None:
       boxwatch layers examples/digits/model.onnx
       boxwatch layers model.pt2 --pooling avg --json > layers.json
     """
-    from boxwatch.cli import EXIT_USAGE
 
     try:
         infos = list_layers(model)

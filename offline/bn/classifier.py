@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn_io import Network
+from boxwatch.offline.bn.io import Network
 
 
 @dataclass(frozen=True)

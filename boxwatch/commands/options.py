@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from boxwatch.offline.bn_limits import MEMORY_SHARE, parse_size
+from boxwatch.offline.bn.limits import MEMORY_SHARE, parse_size
 
 _CLASSIFIER_OPTIONS = (
     click.argument("network_file", metavar="FILE",

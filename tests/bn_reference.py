@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from boxwatch.offline.bn_classifier import ClassifierSpec
-from boxwatch.offline.bn_io import Network, load_network
+from boxwatch.offline.bn.classifier import ClassifierSpec
+from boxwatch.offline.bn.io import Network, load_network
 
 
 @dataclass(frozen=True)

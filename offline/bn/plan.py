@@ -17,11 +17,11 @@ import numpy as np
 import opt_einsum
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn_classifier import ResolvedSpec
-from boxwatch.offline.bn_elimination import HEURISTICS, elimination_path
-from boxwatch.offline.bn_io import Network
-from boxwatch.offline.bn_limits import format_bytes, format_seconds
-from boxwatch.offline.bn_separator import prefix_side
+from boxwatch.offline.bn.classifier import ResolvedSpec
+from boxwatch.offline.bn.elimination import HEURISTICS, elimination_path
+from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.limits import format_bytes, format_seconds
+from boxwatch.offline.bn.separator import prefix_side
 
 Factor = tuple[tuple[str, ...], np.ndarray]
 
@@ -77,7 +77,7 @@ def plan_contraction(
     factors: Sequence[Factor], out: Sequence[str], *, max_cells: float | None = None
 ) -> Contraction:
     """The best of three deterministic orders: min-fill and min-weight elimination
-    (:mod:`boxwatch.offline.bn_elimination`) and opt_einsum's pairwise greedy.
+    (:mod:`boxwatch.offline.bn.elimination`) and opt_einsum's pairwise greedy.
 
     Among the candidate paths whose largest intermediate has at most ``max_cells`` cells,
     the one with the least estimated time; when none fits, the one with the smallest
@@ -206,7 +206,7 @@ def cut_at(network: Network, spec: ResolvedSpec, k: int) -> Cut:
     """The separator cut of ``spec.order`` after its first ``k`` features.
 
     The CPTs are split along a minimum vertex separator of the moral graph
-    (:func:`~boxwatch.offline.bn_separator.prefix_side`): those with a variable beyond it go
+    (:func:`~boxwatch.offline.bn.separator.prefix_side`): those with a variable beyond it go
     below, the rest above.
     """
     cls, order = spec.class_variable, list(spec.order)

@@ -14,37 +14,12 @@ from typing import Any
 
 import click
 
-from boxwatch.agent.boxes import box_kernel, set_box_kernel
-from boxwatch.agent.config import AgentConfig, load_agent_config
+from boxwatch.agent.boxes import box_kernel
+from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
-from boxwatch.agent.http import AgentHTTPServer
-from boxwatch.agent.metrics import AgentMetrics
-from boxwatch.agent.runtime import load_runtime
-from boxwatch.agent.service import Agent
+from boxwatch.agent.service import build_agent, serve
 
 log = logging.getLogger("boxwatch.agent")
-
-
-def build_agent(cfg: AgentConfig, metrics: AgentMetrics | None = None) -> Agent:
-    """Load and verify the artifact named by ``cfg`` and make an :class:`Agent` (no I/O yet)."""
-    set_box_kernel(cfg["box_kernel"])
-
-    def load():
-        return load_runtime(cfg["artifact"], cfg["public_keys"], model_path=cfg["model"],
-                            threads=cfg["inference_threads"])
-
-    return Agent(cfg, load(), metrics or AgentMetrics(), reload_runtime=load)
-
-
-def serve(agent: Agent) -> AgentHTTPServer:
-    """Start the HTTP endpoints of ``agent`` on its configured address."""
-    def status() -> dict[str, Any]:
-        rt = agent.runtime
-        return {**agent.status.snapshot(), "artifact_id": rt.artifact_id,
-                "model_version": rt.model_version, "ready": agent.ready()}
-
-    return AgentHTTPServer(agent.cfg["metrics.address"], agent.metrics.registry,
-                           healthy=agent.alive, ready=agent.ready, status=status).start()
 
 
 def _overrides(**kw: Any) -> dict[str, Any]:

@@ -12,13 +12,13 @@ from typing import Any
 
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn_classifier import ClassifierSpec, ResolvedSpec, resolve_spec
-from boxwatch.offline.bn_compile import compile_classifier, terminals_for
-from boxwatch.offline.bn_io import Network, load_network
-from boxwatch.offline.bn_limits import parse_size
-from boxwatch.offline.config import BuildConfig
-from boxwatch.offline.rules import ClassifierSchema, Spec, load_spec
-from boxwatch.offline.verify import BNVerifier
+from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
+from boxwatch.offline.bn.compile import compile_classifier, terminals_for
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.limits import parse_size
+from boxwatch.offline.build.config import BuildConfig
+from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
+from boxwatch.offline.bn.verify import BNVerifier
 
 DEFAULT_COUNTEREXAMPLES = 10
 

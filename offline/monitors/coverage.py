@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
-from boxwatch.offline.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
+from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
 _SNAP = 1e-9  # N (x - a) / (b - a) within this (relative) of an integer counts as that integer
 

@@ -31,10 +31,10 @@ from boxwatch.agent.keys import key_id
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
 from boxwatch.agent.taps import open_tap
-from boxwatch.offline import bn_stage
-from boxwatch.offline.config import BuildConfig
-from boxwatch.offline.datasets import load_dataset
-from boxwatch.offline.monitor_stage import MonitorOutcome, fit_monitors
+from boxwatch.offline.build import bn_stage
+from boxwatch.offline.build.config import BuildConfig
+from boxwatch.offline.build.datasets import load_dataset
+from boxwatch.offline.build.monitor_stage import MonitorOutcome, fit_monitors
 
 # progress(label, total) -> a context manager whose value has .update(n) (click.progressbar).
 Progress = Callable[[str, int], Any]

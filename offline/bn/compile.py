@@ -3,7 +3,7 @@
 Two regimes behind :func:`compile_classifier`:
 
 * ``joint`` (fast path): one contraction, its order planned by a cost model
-  (:func:`~boxwatch.offline.bn_plan.plan_contraction`), gives ``P(C, X)`` over the features
+  (:func:`~boxwatch.offline.bn.plan.plan_contraction`), gives ``P(C, X)`` over the features
   in diagram order; the posterior is thresholded into sink ids and the quasi-reduced diagram
   is built bottom-up, one ``unique rows`` per level. Needs the joint table in memory.
 * ``decompose``: the features are split at a level ``k`` into a prefix and a suffix, each
@@ -18,14 +18,14 @@ Two regimes behind :func:`compile_classifier`:
     "equivalence intervals"). Handles 1e12 inputs and more.
   - *separator* (any network): ``P(c, u, v) = sum_Z U[u, Z] L[ctx(u), v, Z]`` over the
     variables ``Z`` of a minimum vertex separator of the moral graph between prefix and
-    suffix features (:mod:`boxwatch.offline.bn_separator`); the decisions of
+    suffix features (:mod:`boxwatch.offline.bn.separator`); the decisions of
     each prefix over all completions are computed block by block with matrix products and
     equal rows (identical sub-classifiers) merged. The cut is the fastest of all cuts of the
     order that fits the memory limit. Memory is ``distinct sub-classifiers x completions``;
     time is still the size of the feature space.
 
 Before any route starts, its peak memory and time are estimated from shapes alone
-(:mod:`boxwatch.offline.bn_plan`); ``auto`` takes the fastest route that fits the limits,
+(:mod:`boxwatch.offline.bn.plan`); ``auto`` takes the fastest route that fits the limits,
 and when none fits the compilation is refused with one line naming every estimate and limit.
 
 Every input whose posterior lies within :data:`TIE_TOLERANCE` of the threshold is a *tie*:
@@ -46,10 +46,10 @@ import numpy as np
 
 from boxwatch.agent.diagram import DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn_classifier import ClassifierSpec, ResolvedSpec, resolve_spec
-from boxwatch.offline.bn_io import Network, load_network
-from boxwatch.offline.bn_limits import default_max_memory, format_bytes
-from boxwatch.offline.bn_plan import (
+from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.limits import default_max_memory, format_bytes
+from boxwatch.offline.bn.plan import (
     SEPARATOR_BLOCK_CELLS,
     SEPARATOR_DISTINCT_GUESS,
     CompileLimitError,
@@ -179,7 +179,7 @@ def compile_classifier(
 ) -> CompileResult:
     """Compile ``P(C = positive | x) >= threshold`` into its canonical decision diagram.
 
-    Every route is sized first (:mod:`boxwatch.offline.bn_plan`); one whose estimate
+    Every route is sized first (:mod:`boxwatch.offline.bn.plan`); one whose estimate
     exceeds a limit is not started.
 
     Parameters
@@ -191,7 +191,7 @@ def compile_classifier(
         joint route without sizing the others when it fits and is estimated to take at most
         :data:`AUTO_QUICK_SECONDS`).
     max_memory : float, optional
-        Bytes any route may use; default :func:`~boxwatch.offline.bn_limits.default_max_memory`.
+        Bytes any route may use; default :func:`~boxwatch.offline.bn.limits.default_max_memory`.
     max_seconds : float, optional
         Refuse routes estimated to take longer; default no limit.
     progress : callable(done, total), optional

@@ -21,8 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.headers import UNREADABLE
-from boxwatch.agent.kafka_io import (
+from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
     DeliveryFailure,
     KafkaUnavailable,
@@ -31,6 +30,7 @@ from boxwatch.agent.kafka_io import (
     PartitionsCallback,
     Record,
 )
+from boxwatch.agent.kafka.headers import UNREADABLE
 
 log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger("boxwatch.agent.librdkafka")

@@ -1,0 +1,37 @@
+"""Bayesian-network classifiers: read, compile into exact decision diagrams, verify with SAT.
+
+::
+
+    from boxwatch.offline.bn import ClassifierSpec, compile_classifier, load_network
+
+    net = load_network("credit.net")
+    result = compile_classifier(net, ClassifierSpec("CreditWorthiness", "Positive", 0.5))
+
+Modules: :mod:`.io` (BIF, XMLBIF, Hugin readers), :mod:`.classifier` (what is decided),
+:mod:`.elimination`, :mod:`.separator`, :mod:`.plan` and :mod:`.limits` (sizing a compilation
+before running it), :mod:`.compile` (the routes), :mod:`.rules` (the rule language),
+:mod:`.cnf` (diagram to CNF) and :mod:`.verify` (rules and monotonicity).
+"""
+
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.plan import CompileLimitError
+from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
+from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
+
+__all__ = [
+    "METHODS",
+    "BNVerifier",
+    "ClassifierSchema",
+    "ClassifierSpec",
+    "CompileLimitError",
+    "CompileResult",
+    "Network",
+    "Spec",
+    "VerificationReport",
+    "compile_classifier",
+    "load_network",
+    "load_spec",
+    "resolve_spec",
+]
