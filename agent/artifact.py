@@ -55,8 +55,14 @@ MAX_MEMBERS = 1024
 MEMBER_SUFFIXES = (".json", ".npz")
 # What zipfile raises on corrupt input (e.g. NotImplementedError for a flipped version field).
 _ZIP_ERRORS = (
-    zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError, RuntimeError,
-    KeyError, UnicodeDecodeError,
+    zipfile.BadZipFile,
+    ValueError,
+    OSError,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    KeyError,
+    UnicodeDecodeError,
 )
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(/[A-Za-z0-9][A-Za-z0-9._-]{0,99}){0,3}$")
 
@@ -302,11 +308,15 @@ def _check_index(zf: zipfile.ZipFile, where: str) -> dict[str, zipfile.ZipInfo]:
             raise ArtifactError(f"{where}: member {name} is compressed; artifacts store members")
         cap = MAX_MANIFEST_BYTES if name in (MANIFEST, SIGNATURE) else MAX_MEMBER_BYTES
         if info.file_size > cap:
-            raise ArtifactError(f"{where}: member {name} declares {info.file_size} bytes (cap {cap})")
+            raise ArtifactError(
+                f"{where}: member {name} declares {info.file_size} bytes (cap {cap})"
+            )
         total += info.file_size
         by_name[name] = info
     if total > MAX_ARTIFACT_BYTES:
-        raise ArtifactError(f"{where}: members declare {total} bytes in all (cap {MAX_ARTIFACT_BYTES})")
+        raise ArtifactError(
+            f"{where}: members declare {total} bytes in all (cap {MAX_ARTIFACT_BYTES})"
+        )
     for required in (MANIFEST, SIGNATURE):
         if required not in by_name:
             raise ArtifactError(f"{where}: no {required}; not a boxwatch artifact")

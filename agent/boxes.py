@@ -121,7 +121,9 @@ class BoxSet:
     hi: np.ndarray
     offsets: np.ndarray
     _order: np.ndarray = field(init=False, repr=False, compare=False)
-    _padded: tuple[np.ndarray, np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+    _padded: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         lo = np.ascontiguousarray(self.lo, dtype=np.float32)
@@ -129,7 +131,12 @@ class BoxSet:
         offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
         if lo.ndim != 2 or lo.shape != hi.shape:
             raise ValueError(f"lo {lo.shape} and hi {hi.shape} must be equal 2-d shapes")
-        if offsets.ndim != 1 or offsets[0] != 0 or offsets[-1] != len(lo) or np.any(np.diff(offsets) < 0):
+        if (
+            offsets.ndim != 1
+            or offsets[0] != 0
+            or offsets[-1] != len(lo)
+            or np.any(np.diff(offsets) < 0)
+        ):
             raise ValueError(f"offsets {offsets.tolist()} do not partition {len(lo)} boxes")
         if np.any(~(lo <= hi)):
             raise ValueError("every box needs lo <= hi (and no NaN)")
@@ -151,13 +158,19 @@ class BoxSet:
         object.__setattr__(self, "_padded", (plo, phi, real))
 
     @classmethod
-    def from_boxes(cls, per_class: Sequence[tuple[np.ndarray, np.ndarray]], n_features: int) -> BoxSet:
+    def from_boxes(
+        cls, per_class: Sequence[tuple[np.ndarray, np.ndarray]], n_features: int
+    ) -> BoxSet:
         """Build from one ``(lo, hi)`` pair of shape (n_boxes_c, n_features) per class."""
         counts = [len(lo) for lo, _ in per_class]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         empty = np.zeros((0, n_features), np.float32)
-        lo = np.concatenate([np.asarray(lo, np.float32).reshape(-1, n_features) for lo, _ in per_class] or [empty])
-        hi = np.concatenate([np.asarray(hi, np.float32).reshape(-1, n_features) for _, hi in per_class] or [empty])
+        lo = np.concatenate(
+            [np.asarray(lo, np.float32).reshape(-1, n_features) for lo, _ in per_class] or [empty]
+        )
+        hi = np.concatenate(
+            [np.asarray(hi, np.float32).reshape(-1, n_features) for _, hi in per_class] or [empty]
+        )
         return cls(lo, hi, offsets)
 
     @property
@@ -219,7 +232,7 @@ class BoxSet:
         Assumes valid input.
         """
         for s in range(0, len(x), _ROWS_PER_CHUNK):
-            xb, yb = x[s:s + _ROWS_PER_CHUNK], y[s:s + _ROWS_PER_CHUNK]
+            xb, yb = x[s : s + _ROWS_PER_CHUNK], y[s : s + _ROWS_PER_CHUNK]
             order = np.argsort(yb, kind="stable")
             bounds = np.searchsorted(yb[order], np.arange(self.n_classes + 1))
             xs = np.take(xb, order, axis=0)
@@ -239,7 +252,7 @@ class BoxSet:
             lo, hi = self.lo[None, a:b], self.hi[None, a:b]
             found = np.empty(n, dtype=bool)
             for s, x in _broadcast_chunks(xt, b - a):
-                found[s:s + len(x)] = np.any(np.all((x >= lo) & (x <= hi), axis=2), axis=1)
+                found[s : s + len(x)] = np.any(np.all((x >= lo) & (x <= hi), axis=2), axis=1)
             return found
         found = np.zeros(n, dtype=bool)
         ok = np.empty(n, dtype=bool)
@@ -250,7 +263,7 @@ class BoxSet:
             for pos in range(0, d, _BLOCK):
                 if not ok.any():
                     break
-                for j in dims[pos:pos + _BLOCK]:
+                for j in dims[pos : pos + _BLOCK]:
                     np.greater_equal(xt[j], lo[j], out=tmp)
                     ok &= tmp
                     np.less_equal(xt[j], hi[j], out=tmp)
@@ -312,7 +325,7 @@ class BoxSet:
                 for s, xc in _broadcast_chunks(xt, b - a):
                     gap = np.clip(xc, lo, hi)
                     gap -= xc
-                    best[s:s + len(xc)] = np.einsum("ikj,ikj->ik", gap, gap).min(axis=1)
+                    best[s : s + len(xc)] = np.einsum("ikj,ikj->ik", gap, gap).min(axis=1)
                 out[idx] = np.sqrt(best, dtype=np.float64)
                 continue
             best = np.full(n, np.inf, dtype=np.float32)
@@ -330,10 +343,14 @@ class BoxSet:
             out[idx] = np.sqrt(best, dtype=np.float64)
         return out
 
-    def _native_distance_contains(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _native_distance_contains(
+        self, x: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         inside = np.empty(len(x), dtype=np.uint8)
         dist = np.empty(len(x), dtype=np.float64)
-        _kernel.distance_contains(x, y, self.lo, self.hi, self.offsets, self.n_features, inside, dist)
+        _kernel.distance_contains(
+            x, y, self.lo, self.hi, self.offsets, self.n_features, inside, dist
+        )
         return dist, inside.view(bool)
 
     def _check(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -345,8 +362,14 @@ class BoxSet:
         if y.shape != (len(x),):
             raise ValueError(f"y has shape {y.shape}; expected ({len(x)},)")
         # The native kernel checks the class range in its own pass and names the input.
-        if (_kernel is None or not self.n_features) and len(y) and (y.min() < 0 or y.max() >= self.n_classes):
-            raise ValueError(f"predicted classes must lie in [0, {self.n_classes}); got {y.min()}..{y.max()}")
+        if (
+            (_kernel is None or not self.n_features)
+            and len(y)
+            and (y.min() < 0 or y.max() >= self.n_classes)
+        ):
+            raise ValueError(
+                f"predicted classes must lie in [0, {self.n_classes}); got {y.min()}..{y.max()}"
+            )
         return x, np.ascontiguousarray(y, dtype=np.int64)
 
     def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
@@ -364,7 +387,7 @@ def _broadcast_chunks(xt: np.ndarray, n_boxes: int):
     n_features, n = xt.shape
     step = max(1, _BROADCAST_ELEMENTS // max(1, n_boxes * n_features))
     for s in range(0, n, step):
-        yield s, xt[:, s:s + step].T[:, None, :]
+        yield s, xt[:, s : s + step].T[:, None, :]
 
 
 def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
@@ -381,8 +404,8 @@ def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
     owner = np.repeat(np.arange(boxes.n_classes), np.diff(off))
     per_class = []
     for c in range(boxes.n_classes):
-        others = np.r_[0:off[c], off[c + 1]:off[-1]].astype(np.int64)
-        own = centre[off[c]:off[c + 1]]
+        others = np.r_[0 : off[c], off[c + 1] : off[-1]].astype(np.int64)
+        own = centre[off[c] : off[c + 1]]
         if len(own) and len(others):
             gap = ((centre[others][:, None, :] - own[None, :, :]) ** 2).sum(axis=2).min(axis=1)
             order = np.argsort(gap, kind="stable")
@@ -446,8 +469,9 @@ def combine_verdicts(per_layer: np.ndarray, rule: str) -> np.ndarray:
         out = np.where(accepts == n_layers, ACCEPT, UNCERTAIN)
         return np.where(rejects == n_layers, REJECT, out).astype(np.int8)
     if rule == "calibrated":
-        raise ConfigError("combine='calibrated' decides on scores, not on layer verdicts: "
-                          "use BoxRuntime.assess")
+        raise ConfigError(
+            "combine='calibrated' decides on scores, not on layer verdicts: use BoxRuntime.assess"
+        )
     raise ConfigError(f"combine={rule!r}: expected one of {COMBINE_RULES}")
 
 
@@ -514,12 +538,15 @@ class BoxRuntime:
 
     def _features(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
         if layer not in activations:
-            raise ConfigError(f"activations lack monitored layer {layer!r}; got {sorted(activations)}")
+            raise ConfigError(
+                f"activations lack monitored layer {layer!r}; got {sorted(activations)}"
+            )
         x = np.asarray(activations[layer])
         return normalize_features(x.reshape(len(x), -1), self.normalize)
 
-    def verdicts(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
-                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def verdicts(
+        self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Combined and per-layer verdict codes, each of shape (n_samples,), int8.
 
         Per-layer verdicts are always Algorithm 3's. The combined verdict follows
@@ -532,8 +559,9 @@ class BoxRuntime:
         combined, per, _scores = self.assess(activations, y_pred, want_scores=False)
         return combined, per
 
-    def assess(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray, *,
-               want_scores: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+    def assess(
+        self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray, *, want_scores: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """Verdicts and scores in one pass: each box test and distance computed once.
 
         Returns ``(combined, per_layer, scores)``; ``scores`` is None when not wanted (and
@@ -543,9 +571,12 @@ class BoxRuntime:
         calibrated = self.combine == "calibrated"
         scored = (want_scores or calibrated) and bool(self.score_layers)
         contrast = self.contrast_layers if scored and self.score == "fused" else []
-        feats = {layer: self._features(activations, layer)
-                 for layer in dict.fromkeys([*self.layers, *(self.score_layers if scored else []),
-                                             *contrast])}
+        feats = {
+            layer: self._features(activations, layer)
+            for layer in dict.fromkeys(
+                [*self.layers, *(self.score_layers if scored else []), *contrast]
+            )
+        }
         dist: dict[str, np.ndarray] = {}
         in_good: dict[str, np.ndarray] = {}
         for layer in feats:
@@ -563,30 +594,42 @@ class BoxRuntime:
             v[in_good[layer] & in_bad[layer]] = UNCERTAIN
             per[layer] = v
         if calibrated and (self.threshold is None or not self.score_layers):
-            raise ConfigError("combine='calibrated' needs score layers and a threshold: "
-                              "calibrate the monitor first")
+            raise ConfigError(
+                "combine='calibrated' needs score layers and a threshold: "
+                "calibrate the monitor first"
+            )
         scores = None
         if scored:
-            own = {layer: dist[layer] if layer in dist else self.good[layer].distance(feats[layer], y_pred)
-                   for layer in contrast}
+            own = {
+                layer: dist[layer]
+                if layer in dist
+                else self.good[layer].distance(feats[layer], y_pred)
+                for layer in contrast
+            }
             scores = self.combine_scores(dist, self._contrast(feats, y_pred, own))
         if not calibrated:
-            combined = combine_verdicts(np.stack([per[layer] for layer in self.layers]),
-                                        self.combine)
+            combined = combine_verdicts(
+                np.stack([per[layer] for layer in self.layers]), self.combine
+            )
             return combined, per, scores
         any_bad = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         within = np.isfinite(scores) & (scores <= self.threshold)  # NaN never accepts
         combined = np.where(within, np.where(any_bad, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
 
-    def layer_scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray) -> dict[str, np.ndarray]:
+    def layer_scores(
+        self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
+    ) -> dict[str, np.ndarray]:
         """Distance to the nearest good box of the predicted class, per score layer."""
         y_pred = np.asarray(y_pred)
-        return {layer: self.good[layer].distance(self._features(activations, layer), y_pred)
-                for layer in self.score_layers}
+        return {
+            layer: self.good[layer].distance(self._features(activations, layer), y_pred)
+            for layer in self.score_layers
+        }
 
-    def _contrast(self, feats: Mapping[str, np.ndarray], y_pred: np.ndarray,
-                  own: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _contrast(
+        self, feats: Mapping[str, np.ndarray], y_pred: np.ndarray, own: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         """Contrast term per contrast layer from features and own-class distances.
 
         Only inputs outside every box of their class (``0 < d_own < inf``) need the other
@@ -601,38 +644,52 @@ class BoxRuntime:
             out[layer] = contrast_scores(d_own, d_other)
         return out
 
-    def contrast_layer_scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
-                              ) -> dict[str, np.ndarray]:
+    def contrast_layer_scores(
+        self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
+    ) -> dict[str, np.ndarray]:
         """:func:`contrast_scores` per contrast layer, before scaling."""
         y_pred = np.asarray(y_pred)
         feats = {layer: self._features(activations, layer) for layer in self.contrast_layers}
-        own = {layer: self.good[layer].distance(feats[layer], y_pred) for layer in self.contrast_layers}
+        own = {
+            layer: self.good[layer].distance(feats[layer], y_pred) for layer in self.contrast_layers
+        }
         return self._contrast(feats, y_pred, own)
 
-    def combine_scores(self, per_layer: Mapping[str, np.ndarray],
-                       contrast: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    def combine_scores(
+        self, per_layer: Mapping[str, np.ndarray], contrast: Mapping[str, np.ndarray] | None = None
+    ) -> np.ndarray:
         """The score from per-layer distances (and contrast terms): shape (n_samples,).
 
         ``"distance"``: mean over score layers of distance / scale. ``"fused"``: that plus
         the mean over contrast layers of contrast / scale, non-finite values mapped to
         ``inf`` so they are never accepted.
         """
-        out = np.mean([per_layer[layer] / self.score_scales.get(layer, 1.0)
-                       for layer in self.score_layers], axis=0)
+        out = np.mean(
+            [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers],
+            axis=0,
+        )
         if self.score != "fused":
             return out
         if self.contrast_layers:
             if contrast is None:
-                raise ConfigError("score='fused' needs the contrast terms of "
-                                  f"{self.contrast_layers}")
-            out = out + np.mean([contrast[layer] / self.contrast_scales.get(layer, 1.0)
-                                 for layer in self.contrast_layers], axis=0)
+                raise ConfigError(
+                    f"score='fused' needs the contrast terms of {self.contrast_layers}"
+                )
+            out = out + np.mean(
+                [
+                    contrast[layer] / self.contrast_scales.get(layer, 1.0)
+                    for layer in self.contrast_layers
+                ],
+                axis=0,
+            )
         out[~np.isfinite(out)] = np.inf
         return out
 
     def scores(self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray) -> np.ndarray:
         """Continuous out-of-box score (higher = more unusual), shape (n_samples,)."""
-        contrast = self.contrast_layer_scores(activations, y_pred) if self.score == "fused" else None
+        contrast = (
+            self.contrast_layer_scores(activations, y_pred) if self.score == "fused" else None
+        )
         return self.combine_scores(self.layer_scores(activations, y_pred), contrast)
 
     def decide(self, scores: np.ndarray) -> np.ndarray:
@@ -650,23 +707,34 @@ class BoxRuntime:
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
         fused = self.score == "fused"
         spec = {
-            "format": FORMAT, "version": 2 if fused else FORMAT_VERSION, "layers": list(self.layers),
-            "n_classes": int(self.n_classes), "normalize": self.normalize, "combine": self.combine,
+            "format": FORMAT,
+            "version": 2 if fused else FORMAT_VERSION,
+            "layers": list(self.layers),
+            "n_classes": int(self.n_classes),
+            "normalize": self.normalize,
+            "combine": self.combine,
             "score_layers": list(self.score_layers),
             "score_scales": {k: float(v) for k, v in self.score_scales.items()},
             "threshold": None if self.threshold is None else float(self.threshold),
-            "verdicts": list(VERDICT_NAMES), "meta": self.meta,
+            "verdicts": list(VERDICT_NAMES),
+            "meta": self.meta,
         }
         if fused:
-            spec.update(score=self.score, contrast_layers=list(self.contrast_layers),
-                        contrast_classes=int(self.contrast_classes),
-                        contrast_scales={k: float(v) for k, v in self.contrast_scales.items()})
+            spec.update(
+                score=self.score,
+                contrast_layers=list(self.contrast_layers),
+                contrast_classes=int(self.contrast_classes),
+                contrast_scales={k: float(v) for k, v in self.contrast_scales.items()},
+            )
         return {f"{prefix}.json": spec, f"{prefix}.npz": arrays}
 
     @classmethod
-    def from_members(cls, json_member: Callable[[str], Any] | Mapping[str, Any],
-                     arrays_member: Callable[[str], Mapping[str, np.ndarray]] | Mapping[str, Any],
-                     prefix: str = "monitors/boxes") -> BoxRuntime:
+    def from_members(
+        cls,
+        json_member: Callable[[str], Any] | Mapping[str, Any],
+        arrays_member: Callable[[str], Mapping[str, np.ndarray]] | Mapping[str, Any],
+        prefix: str = "monitors/boxes",
+    ) -> BoxRuntime:
         """Rebuild from :meth:`to_members` output, or from an artifact's ``.json`` / ``.arrays``.
 
         Parameters
@@ -679,27 +747,42 @@ class BoxRuntime:
         spec = json_member(jname) if callable(json_member) else json_member[jname]
         arrays = arrays_member(aname) if callable(arrays_member) else arrays_member[aname]
         try:
-            if (not isinstance(spec, dict) or spec.get("format") != FORMAT
-                    or spec.get("version") not in FORMAT_VERSIONS):
+            if (
+                not isinstance(spec, dict)
+                or spec.get("format") != FORMAT
+                or spec.get("version") not in FORMAT_VERSIONS
+            ):
                 raise ArtifactError(f"{jname}: not a {FORMAT} member of version {FORMAT_VERSIONS}")
             layers = list(spec["layers"])
-            good = {layer: BoxSet.from_arrays(arrays, f"L{i}.good") for i, layer in enumerate(layers)}
+            good = {
+                layer: BoxSet.from_arrays(arrays, f"L{i}.good") for i, layer in enumerate(layers)
+            }
             bad = {layer: BoxSet.from_arrays(arrays, f"L{i}.bad") for i, layer in enumerate(layers)}
             n_classes = int(spec["n_classes"])
             score = spec.get("score", "distance") if spec["version"] >= 2 else "distance"
             contrast_layers = list(spec.get("contrast_layers", [])) if score == "fused" else []
             if score not in SCORES or any(layer not in layers for layer in contrast_layers):
-                raise ArtifactError(f"{jname}: score {score!r} / contrast layers {contrast_layers} "
-                                    f"do not fit the monitored layers {layers}")
+                raise ArtifactError(
+                    f"{jname}: score {score!r} / contrast layers {contrast_layers} "
+                    f"do not fit the monitored layers {layers}"
+                )
             if any(b.n_classes != n_classes for b in [*good.values(), *bad.values()]):
                 raise ArtifactError(f"{aname}: box sets disagree with n_classes={n_classes}")
-            return cls(layers=layers, n_classes=n_classes, good=good, bad=bad,
-                       normalize=spec["normalize"], combine=spec["combine"],
-                       score_layers=list(spec["score_layers"]),
-                       score_scales={k: float(v) for k, v in spec["score_scales"].items()},
-                       threshold=spec["threshold"], meta=dict(spec.get("meta", {})), score=score,
-                       contrast_layers=contrast_layers,
-                       contrast_classes=int(spec.get("contrast_classes", 0)),
-                       contrast_scales={k: float(v) for k, v in spec.get("contrast_scales", {}).items()})
+            return cls(
+                layers=layers,
+                n_classes=n_classes,
+                good=good,
+                bad=bad,
+                normalize=spec["normalize"],
+                combine=spec["combine"],
+                score_layers=list(spec["score_layers"]),
+                score_scales={k: float(v) for k, v in spec["score_scales"].items()},
+                threshold=spec["threshold"],
+                meta=dict(spec.get("meta", {})),
+                score=score,
+                contrast_layers=contrast_layers,
+                contrast_classes=int(spec.get("contrast_classes", 0)),
+                contrast_scales={k: float(v) for k, v in spec.get("contrast_scales", {}).items()},
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

@@ -87,8 +87,11 @@ def _port_address(v: str) -> str | None:
 
 
 def _library(v: str) -> str | None:
-    return None if v in ("kafka-python", "confluent-kafka") else \
-        "must be kafka-python or confluent-kafka"
+    return (
+        None
+        if v in ("kafka-python", "confluent-kafka")
+        else "must be kafka-python or confluent-kafka"
+    )
 
 
 def _box_kernel(v: str) -> str | None:
@@ -96,86 +99,237 @@ def _box_kernel(v: str) -> str | None:
 
 
 def _policy(v: dict) -> str | None:
-    bad = {k: t for k, t in v.items()
-           if k not in ("certified", "blocked", "unverified") or t not in ("release", "review", "none")}
-    return f"entries {bad} must map certified/blocked/unverified to release/review/none" if bad else None
+    bad = {
+        k: t
+        for k, t in v.items()
+        if k not in ("certified", "blocked", "unverified") or t not in ("release", "review", "none")
+    }
+    return (
+        f"entries {bad} must map certified/blocked/unverified to release/review/none"
+        if bad
+        else None
+    )
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("artifact", "BOXWATCH_ARTIFACT", _str, None, "Path of the signed artifact."),
-    Setting("public_keys", "BOXWATCH_PUBLIC_KEYS", _list, None,
-            "Trusted public key files (PEM); several during key rotation."),
-    Setting("model", "BOXWATCH_MODEL", _opt_str, None,
-            "Model file; its digest must equal the artifact's. Needed when the artifact "
-            "monitors a model."),
-    Setting("allow_rollback", "BOXWATCH_ALLOW_ROLLBACK", _bool, False,
-            "Accept a reloaded artifact older than the running one."),
-    Setting("kafka.bootstrap_servers", "BOXWATCH_BOOTSTRAP_SERVERS", _str, "127.0.0.1:9092",
-            "Kafka bootstrap servers, comma-separated."),
-    Setting("kafka.group_id", "BOXWATCH_GROUP_ID", _str, "boxwatch-agent",
-            "Consumer group; replicas sharing it split the partitions."),
-    Setting("kafka.library", "BOXWATCH_KAFKA_LIBRARY", _str, "kafka-python",
-            "Kafka client library: `kafka-python` (pure Python, always installed) or "
-            "`confluent-kafka` (librdkafka, several times faster; "
-            "`pip install 'boxwatch[confluent]'`).", _library),
-    Setting("kafka.client", "BOXWATCH_KAFKA_CLIENT", _dict, {},
-            "Extra client options passed through unchanged, named as the chosen library "
-            "names them: kafka-python (security_protocol, sasl_mechanism, "
-            "sasl_plain_username, ssl_cafile, ...) or librdkafka (security.protocol, "
-            "sasl.mechanisms, sasl.username, ssl.ca.location, ...)."),
-    Setting("kafka.create_topics", "BOXWATCH_CREATE_TOPICS", _bool, False,
-            "Create missing topics at start instead of refusing to start."),
-    Setting("kafka.partitions", "BOXWATCH_TOPIC_PARTITIONS", _int, 1,
-            "Partitions for topics the agent creates.", _positive),
-    Setting("topics.inputs", "BOXWATCH_TOPIC_INPUTS", _opt_str, "boxwatch.inputs",
-            "Model-input topic (empty: no model inputs)."),
-    Setting("topics.bn_inputs", "BOXWATCH_TOPIC_BN_INPUTS", _opt_str, None,
-            "BN-record topic (empty: no BN records)."),
-    Setting("topics.verdicts", "BOXWATCH_TOPIC_VERDICTS", _str, "boxwatch.verdicts",
-            "Verdict topic: one record per model input."),
-    Setting("topics.gate", "BOXWATCH_TOPIC_GATE", _str, "boxwatch.gate",
-            "Gate topic: one record per BN record."),
-    Setting("topics.dead_letter", "BOXWATCH_TOPIC_DEAD_LETTER", _str, "boxwatch.dead-letter",
-            "Dead-letter topic for malformed records, with the reason."),
-    Setting("topics.capture", "BOXWATCH_TOPIC_CAPTURE", _opt_str, None,
-            "Optional topic receiving a copy of rejected and uncertain inputs."),
-    Setting("topics.release", "BOXWATCH_TOPIC_RELEASE", _opt_str, None,
-            "Optional topic for BN records the gate policy releases."),
-    Setting("topics.review", "BOXWATCH_TOPIC_REVIEW", _opt_str, None,
-            "Optional topic for BN records the gate policy sends to review."),
-    Setting("gate_policy", "BOXWATCH_GATE_POLICY", _dict,
-            {"certified": "release", "blocked": "review", "unverified": "review"},
-            "Gate outcome -> release / review / none.", _policy),
-    Setting("batch.max_records", "BOXWATCH_BATCH_MAX_RECORDS", _int, 256,
-            "Most records in one micro-batch.", _positive),
-    Setting("batch.max_wait_ms", "BOXWATCH_BATCH_MAX_WAIT_MS", _int, 20,
-            "Longest wait to fill a micro-batch, in milliseconds.", _positive),
-    Setting("dead_letter.store_payload", "BOXWATCH_DLQ_STORE_PAYLOAD", _bool, True,
-            "Copy the original bytes into dead letters; false stores only their sha256 "
-            "(dead letters can hold personal data)."),
-    Setting("max_record_bytes", "BOXWATCH_MAX_RECORD_BYTES", _int, 1 << 20,
-            "Records larger than this go to the dead-letter topic.", _positive),
-    Setting("max_output_bytes", "BOXWATCH_MAX_OUTPUT_BYTES", _int, 990_000,
-            "Outputs whose key, value and headers exceed this (dead letters and copies of "
-            "large records) are sent as a digest stub (sha256 and size, "
-            "`boxwatch-payload-omitted: true`) instead; keep it below the producer's and the "
-            "broker's maximum message size. An output the broker still refuses is retried "
-            "a few times, then sent as a stub, then dropped and counted.", _positive),
-    Setting("box_kernel", "BOXWATCH_BOX_KERNEL", _str, "auto",
-            "Box-test implementation: `auto` (the native C kernel when it was built at "
-            "install time, else numpy), `native` (refuse to start without it) or `numpy`. "
-            "Both decide identically; `boxwatch_agent_build_info{box_kernel}` says which runs.",
-            _box_kernel),
-    Setting("inference_threads", "BOXWATCH_INFERENCE_THREADS", _int, 1,
-            "onnxruntime intra-op threads (1 keeps p99 latency low).", _positive),
-    Setting("metrics.address", "BOXWATCH_METRICS_ADDRESS", _str, "127.0.0.1:9108",
-            "HOST:PORT of /metrics, /healthz, /readyz and the status page. Loopback by "
-            "default; use 0.0.0.0:9108 in a container.", _port_address),
-    Setting("shutdown_timeout_s", "BOXWATCH_SHUTDOWN_TIMEOUT_S", _int, 10,
-            "Seconds from a stop request (SIGTERM, SIGINT) to exit: finishing the batch in "
-            "hand (at most 30% of it; a delivery still unanswered then is abandoned, not "
-            "committed, and comes again after restart), committing and closing all fit "
-            "within it.", _positive),
+    Setting(
+        "public_keys",
+        "BOXWATCH_PUBLIC_KEYS",
+        _list,
+        None,
+        "Trusted public key files (PEM); several during key rotation.",
+    ),
+    Setting(
+        "model",
+        "BOXWATCH_MODEL",
+        _opt_str,
+        None,
+        "Model file; its digest must equal the artifact's. Needed when the artifact "
+        "monitors a model.",
+    ),
+    Setting(
+        "allow_rollback",
+        "BOXWATCH_ALLOW_ROLLBACK",
+        _bool,
+        False,
+        "Accept a reloaded artifact older than the running one.",
+    ),
+    Setting(
+        "kafka.bootstrap_servers",
+        "BOXWATCH_BOOTSTRAP_SERVERS",
+        _str,
+        "127.0.0.1:9092",
+        "Kafka bootstrap servers, comma-separated.",
+    ),
+    Setting(
+        "kafka.group_id",
+        "BOXWATCH_GROUP_ID",
+        _str,
+        "boxwatch-agent",
+        "Consumer group; replicas sharing it split the partitions.",
+    ),
+    Setting(
+        "kafka.library",
+        "BOXWATCH_KAFKA_LIBRARY",
+        _str,
+        "kafka-python",
+        "Kafka client library: `kafka-python` (pure Python, always installed) or "
+        "`confluent-kafka` (librdkafka, several times faster; "
+        "`pip install 'boxwatch[confluent]'`).",
+        _library,
+    ),
+    Setting(
+        "kafka.client",
+        "BOXWATCH_KAFKA_CLIENT",
+        _dict,
+        {},
+        "Extra client options passed through unchanged, named as the chosen library "
+        "names them: kafka-python (security_protocol, sasl_mechanism, "
+        "sasl_plain_username, ssl_cafile, ...) or librdkafka (security.protocol, "
+        "sasl.mechanisms, sasl.username, ssl.ca.location, ...).",
+    ),
+    Setting(
+        "kafka.create_topics",
+        "BOXWATCH_CREATE_TOPICS",
+        _bool,
+        False,
+        "Create missing topics at start instead of refusing to start.",
+    ),
+    Setting(
+        "kafka.partitions",
+        "BOXWATCH_TOPIC_PARTITIONS",
+        _int,
+        1,
+        "Partitions for topics the agent creates.",
+        _positive,
+    ),
+    Setting(
+        "topics.inputs",
+        "BOXWATCH_TOPIC_INPUTS",
+        _opt_str,
+        "boxwatch.inputs",
+        "Model-input topic (empty: no model inputs).",
+    ),
+    Setting(
+        "topics.bn_inputs",
+        "BOXWATCH_TOPIC_BN_INPUTS",
+        _opt_str,
+        None,
+        "BN-record topic (empty: no BN records).",
+    ),
+    Setting(
+        "topics.verdicts",
+        "BOXWATCH_TOPIC_VERDICTS",
+        _str,
+        "boxwatch.verdicts",
+        "Verdict topic: one record per model input.",
+    ),
+    Setting(
+        "topics.gate",
+        "BOXWATCH_TOPIC_GATE",
+        _str,
+        "boxwatch.gate",
+        "Gate topic: one record per BN record.",
+    ),
+    Setting(
+        "topics.dead_letter",
+        "BOXWATCH_TOPIC_DEAD_LETTER",
+        _str,
+        "boxwatch.dead-letter",
+        "Dead-letter topic for malformed records, with the reason.",
+    ),
+    Setting(
+        "topics.capture",
+        "BOXWATCH_TOPIC_CAPTURE",
+        _opt_str,
+        None,
+        "Optional topic receiving a copy of rejected and uncertain inputs.",
+    ),
+    Setting(
+        "topics.release",
+        "BOXWATCH_TOPIC_RELEASE",
+        _opt_str,
+        None,
+        "Optional topic for BN records the gate policy releases.",
+    ),
+    Setting(
+        "topics.review",
+        "BOXWATCH_TOPIC_REVIEW",
+        _opt_str,
+        None,
+        "Optional topic for BN records the gate policy sends to review.",
+    ),
+    Setting(
+        "gate_policy",
+        "BOXWATCH_GATE_POLICY",
+        _dict,
+        {"certified": "release", "blocked": "review", "unverified": "review"},
+        "Gate outcome -> release / review / none.",
+        _policy,
+    ),
+    Setting(
+        "batch.max_records",
+        "BOXWATCH_BATCH_MAX_RECORDS",
+        _int,
+        256,
+        "Most records in one micro-batch.",
+        _positive,
+    ),
+    Setting(
+        "batch.max_wait_ms",
+        "BOXWATCH_BATCH_MAX_WAIT_MS",
+        _int,
+        20,
+        "Longest wait to fill a micro-batch, in milliseconds.",
+        _positive,
+    ),
+    Setting(
+        "dead_letter.store_payload",
+        "BOXWATCH_DLQ_STORE_PAYLOAD",
+        _bool,
+        True,
+        "Copy the original bytes into dead letters; false stores only their sha256 "
+        "(dead letters can hold personal data).",
+    ),
+    Setting(
+        "max_record_bytes",
+        "BOXWATCH_MAX_RECORD_BYTES",
+        _int,
+        1 << 20,
+        "Records larger than this go to the dead-letter topic.",
+        _positive,
+    ),
+    Setting(
+        "max_output_bytes",
+        "BOXWATCH_MAX_OUTPUT_BYTES",
+        _int,
+        990_000,
+        "Outputs whose key, value and headers exceed this (dead letters and copies of "
+        "large records) are sent as a digest stub (sha256 and size, "
+        "`boxwatch-payload-omitted: true`) instead; keep it below the producer's and the "
+        "broker's maximum message size. An output the broker still refuses is retried "
+        "a few times, then sent as a stub, then dropped and counted.",
+        _positive,
+    ),
+    Setting(
+        "box_kernel",
+        "BOXWATCH_BOX_KERNEL",
+        _str,
+        "auto",
+        "Box-test implementation: `auto` (the native C kernel when it was built at "
+        "install time, else numpy), `native` (refuse to start without it) or `numpy`. "
+        "Both decide identically; `boxwatch_agent_build_info{box_kernel}` says which runs.",
+        _box_kernel,
+    ),
+    Setting(
+        "inference_threads",
+        "BOXWATCH_INFERENCE_THREADS",
+        _int,
+        1,
+        "onnxruntime intra-op threads (1 keeps p99 latency low).",
+        _positive,
+    ),
+    Setting(
+        "metrics.address",
+        "BOXWATCH_METRICS_ADDRESS",
+        _str,
+        "127.0.0.1:9108",
+        "HOST:PORT of /metrics, /healthz, /readyz and the status page. Loopback by "
+        "default; use 0.0.0.0:9108 in a container.",
+        _port_address,
+    ),
+    Setting(
+        "shutdown_timeout_s",
+        "BOXWATCH_SHUTDOWN_TIMEOUT_S",
+        _int,
+        10,
+        "Seconds from a stop request (SIGTERM, SIGINT) to exit: finishing the batch in "
+        "hand (at most 30% of it; a delivery still unanswered then is abandoned, not "
+        "committed, and comes again after restart), committing and closing all fit "
+        "within it.",
+        _positive,
+    ),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -241,7 +395,9 @@ def load_agent_config(
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-            raise ConfigError(f"{path}{at}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+            raise ConfigError(
+                f"{path}{at}: invalid YAML ({getattr(exc, 'problem', exc)})"
+            ) from None
         if not isinstance(raw, Mapping):
             raise ConfigError(f"{path}: the agent config must be a YAML mapping")
     problems = [f"{where}: unknown setting {k!r}" for k in _known_keys(raw)]
@@ -281,7 +437,10 @@ def reference_markdown() -> str:
     """The settings table of ``docs/agent-config.md``."""
     lines = ["| YAML key | environment variable | default | meaning |", "|---|---|---|---|"]
     for s in SETTINGS:
-        default = "(required)" if s.key in ("artifact", "public_keys") else (
-            "-" if s.default in (None, {}, "") else f"`{s.default}`")
+        default = (
+            "(required)"
+            if s.key in ("artifact", "public_keys")
+            else ("-" if s.default in (None, {}, "") else f"`{s.default}`")
+        )
         lines.append(f"| `{s.key}` | `{s.env}` | {default} | {s.help} |")
     return "\n".join(lines)

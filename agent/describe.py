@@ -44,7 +44,9 @@ def render_description(info: dict[str, Any]) -> str:
     model = info.get("model") or {}
     rows.append(("model digest", _fmt(model.get("digest"))))
     for f in model.get("files", []):
-        rows.append(("  model file", f"{f['name']} ({f['size']} bytes, sha256 {f['sha256'][:16]}…)"))
+        rows.append(
+            ("  model file", f"{f['name']} ({f['size']} bytes, sha256 {f['sha256'][:16]}…)")
+        )
     for key, value in info["contents"].items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             rows.append((key, f"{len(value)}"))

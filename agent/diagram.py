@@ -529,6 +529,7 @@ class DecisionDiagram:
             On a wrong schema, missing or mistyped fields, arrays of the wrong shape, node ids
             out of range, edges that do not go to deeper levels, or a non-canonical diagram.
         """
+
         def bad(problem: str) -> ArtifactError:
             return ArtifactError(f"{where} diagram: {problem}")
 

@@ -57,7 +57,11 @@ class RuleGate:
 
     @classmethod
     def from_json(
-        cls, spec: list, *, features: Sequence[str], states: Sequence[Sequence[str]],
+        cls,
+        spec: list,
+        *,
+        features: Sequence[str],
+        states: Sequence[Sequence[str]],
         terminals: Sequence[str],
     ) -> RuleGate:
         """Build from the ``bn/rules.json`` member, checking every name and index."""

@@ -43,17 +43,24 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}th{{background:#f
 
 def render_status_page(info: dict[str, Any]) -> str:
     """The status page for ``info`` (what :func:`status_info` returns)."""
+
     def rows(counts: dict[str, int], prefix: str) -> str:
-        return "".join(
-            f'<tr><th>{html.escape(k)}</th><td id="{prefix}-{html.escape(k)}">{v}</td></tr>'
-            for k, v in sorted(counts.items())) or "<tr><td>none yet</td></tr>"
+        return (
+            "".join(
+                f'<tr><th>{html.escape(k)}</th><td id="{prefix}-{html.escape(k)}">{v}</td></tr>'
+                for k, v in sorted(counts.items())
+            )
+            or "<tr><td>none yet</td></tr>"
+        )
 
     return _PAGE.format(
         artifact_id=html.escape(str(info["artifact_id"])),
         model_version=html.escape(str(info["model_version"])),
         ready="yes" if info["ready"] else "no",
-        records=info["records"], rate=info["records_per_second"],
-        uncertainty_rate=info["uncertainty_rate"], reject_rate=info["reject_rate"],
+        records=info["records"],
+        rate=info["records_per_second"],
+        uncertainty_rate=info["uncertainty_rate"],
+        reject_rate=info["reject_rate"],
         dead_letters=info["dead_letters"],
         verdict_rows=rows({v: info["verdicts"].get(v, 0) for v in VERDICTS}, "verdict"),
         gate_rows=rows({g: info["gate"].get(g, 0) for g in GATE_OUTCOMES}, "gate"),
@@ -63,9 +70,15 @@ def render_status_page(info: dict[str, Any]) -> str:
 class AgentHTTPServer:
     """Serves the endpoints from ``registry`` and the callables' answers."""
 
-    def __init__(self, address: str, registry: CollectorRegistry, *,
-                 healthy: Callable[[], bool], ready: Callable[[], bool],
-                 status: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        *,
+        healthy: Callable[[], bool],
+        ready: Callable[[], bool],
+        status: Callable[[], dict[str, Any]],
+    ) -> None:
         host, _, port = address.rpartition(":")
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,12 +91,17 @@ class AgentHTTPServer:
                     self._send(200 if ok else 503, "text/plain", b"ok\n" if ok else b"unhealthy\n")
                 elif path == "/readyz":
                     ok = ready()
-                    self._send(200 if ok else 503, "text/plain", b"ready\n" if ok else b"not ready\n")
+                    self._send(
+                        200 if ok else 503, "text/plain", b"ready\n" if ok else b"not ready\n"
+                    )
                 elif path == "/status.json":
                     self._send(200, "application/json", json.dumps(status()).encode())
                 elif path == "/":
-                    self._send(200, "text/html; charset=utf-8",
-                               render_status_page(status()).encode("utf-8"))
+                    self._send(
+                        200,
+                        "text/html; charset=utf-8",
+                        render_status_page(status()).encode("utf-8"),
+                    )
                 else:
                     self._send(404, "text/plain", b"not found\n")
 
@@ -99,8 +117,9 @@ class AgentHTTPServer:
 
         self.server = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
         self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="boxwatch-http",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name="boxwatch-http", daemon=True
+        )
 
     @property
     def address(self) -> str:

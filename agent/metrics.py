@@ -46,86 +46,141 @@ class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
-        self.build_info = Info("boxwatch_agent_build",
-                               "boxwatch version of this agent and its box-test kernel (native or numpy).",
-                               registry=r)
+        self.build_info = Info(
+            "boxwatch_agent_build",
+            "boxwatch version of this agent and its box-test kernel (native or numpy).",
+            registry=r,
+        )
         self.build_info.info({"version": __version__, "box_kernel": box_kernel()})
         self.artifact_info = Gauge(
             "boxwatch_agent_artifact_info",
             "The artifact in use (value 1): its id, model version and schema version.",
-            ["artifact_id", "model_version", "schema_version"], registry=r)
+            ["artifact_id", "model_version", "schema_version"],
+            registry=r,
+        )
         self.artifact_created = Gauge(
             "boxwatch_agent_artifact_created_timestamp_seconds",
-            "Creation time of the artifact in use.", registry=r)
+            "Creation time of the artifact in use.",
+            registry=r,
+        )
         self.artifact_reloads = Counter(
             "boxwatch_agent_artifact_reloads_total",
-            "Artifact reload attempts by result.", ["result"], registry=r)
+            "Artifact reload attempts by result.",
+            ["result"],
+            registry=r,
+        )
         self.inputs = Counter(
-            "boxwatch_agent_inputs_total", "Records consumed, by input kind.", ["kind"], registry=r)
+            "boxwatch_agent_inputs_total", "Records consumed, by input kind.", ["kind"], registry=r
+        )
         self.verdicts = Counter(
             "boxwatch_agent_verdicts_total",
             "Combined monitor verdicts by verdict and predicted class.",
-            ["verdict", "class_name"], registry=r)
+            ["verdict", "class_name"],
+            registry=r,
+        )
         self.layer_verdicts = Counter(
             "boxwatch_agent_layer_verdicts_total",
             "Per-layer monitor verdicts by layer, verdict and predicted class.",
-            ["layer", "verdict", "class_name"], registry=r)
+            ["layer", "verdict", "class_name"],
+            registry=r,
+        )
         self.gate_outcomes = Counter(
             "boxwatch_agent_gate_outcomes_total",
-            "BN gate outcomes by outcome and decided class.", ["outcome", "decision"], registry=r)
+            "BN gate outcomes by outcome and decided class.",
+            ["outcome", "decision"],
+            registry=r,
+        )
         self.invalid_records = Counter(
             "boxwatch_agent_invalid_records_total",
-            "Malformed records sent to the dead-letter topic, by reason.", ["reason"], registry=r)
+            "Malformed records sent to the dead-letter topic, by reason.",
+            ["reason"],
+            registry=r,
+        )
         self.outputs = Counter(
             "boxwatch_agent_outputs_total",
-            "Records produced and acknowledged, by output kind.", ["kind"], registry=r)
+            "Records produced and acknowledged, by output kind.",
+            ["kind"],
+            registry=r,
+        )
         self.outputs_omitted = Counter(
             "boxwatch_agent_outputs_payload_omitted_total",
             "Outputs sent as a digest stub (sha256 and size) because the whole record was too "
-            "large to send, by output kind.", ["kind"], registry=r)
+            "large to send, by output kind.",
+            ["kind"],
+            registry=r,
+        )
         self.outputs_dropped = Counter(
             "boxwatch_agent_outputs_dropped_total",
             "Outputs given up after bounded retries because the broker refused even their "
-            "stub, by output kind.", ["kind"], registry=r)
+            "stub, by output kind.",
+            ["kind"],
+            registry=r,
+        )
         self.produce_errors = Counter(
             "boxwatch_agent_produce_errors_total",
-            "Failed attempts to deliver a batch's outputs (retried).", registry=r)
+            "Failed attempts to deliver a batch's outputs (retried).",
+            registry=r,
+        )
         self.commits = Counter(
-            "boxwatch_agent_commits_total", "Offset commits after a delivered batch.", registry=r)
+            "boxwatch_agent_commits_total", "Offset commits after a delivered batch.", registry=r
+        )
         self.batch_size = Histogram(
-            "boxwatch_agent_batch_records", "Records per micro-batch.",
-            buckets=_BATCH_BUCKETS, registry=r)
+            "boxwatch_agent_batch_records",
+            "Records per micro-batch.",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "boxwatch_agent_batch_duration_seconds",
-            "Time to process one micro-batch, decode to commit.", buckets=_LATENCY_BUCKETS,
-            registry=r)
+            "Time to process one micro-batch, decode to commit.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.inference_seconds = Histogram(
             "boxwatch_agent_inference_duration_seconds",
-            "Model call (with layer taps) per micro-batch.", buckets=_LATENCY_BUCKETS, registry=r)
+            "Model call (with layer taps) per micro-batch.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.monitor_seconds = Histogram(
             "boxwatch_agent_monitor_duration_seconds",
-            "Box-monitor verdicts and scores per micro-batch.", buckets=_LATENCY_BUCKETS,
-            registry=r)
+            "Box-monitor verdicts and scores per micro-batch.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.end_to_end_seconds = Histogram(
             "boxwatch_agent_end_to_end_latency_seconds",
             "From the record's Kafka timestamp to its verdict being acknowledged.",
-            buckets=_LATENCY_BUCKETS, registry=r)
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.score = Histogram(
-            "boxwatch_agent_score", "Out-of-box score of each monitored input (unitless).",
-            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5), registry=r)
+            "boxwatch_agent_score",
+            "Out-of-box score of each monitored input (unitless).",
+            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5),
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "boxwatch_agent_consumer_lag_records",
             "Records behind the high watermark, per assigned partition.",
-            ["topic", "partition"], registry=r)
+            ["topic", "partition"],
+            registry=r,
+        )
         self.broker_connected = Gauge(
             "boxwatch_agent_broker_connected",
-            "1 while the last broker round trip succeeded, else 0.", registry=r)
+            "1 while the last broker round trip succeeded, else 0.",
+            registry=r,
+        )
         self.paused = Gauge(
             "boxwatch_agent_consumption_paused",
-            "1 while consumption is paused because outputs cannot be delivered.", registry=r)
+            "1 while consumption is paused because outputs cannot be delivered.",
+            registry=r,
+        )
         self.ready = Gauge(
-            "boxwatch_agent_ready", "1 when the agent is ready (artifact loaded, broker up).",
-            registry=r)
+            "boxwatch_agent_ready",
+            "1 when the agent is ready (artifact loaded, broker up).",
+            registry=r,
+        )
         self._prime()
 
     def _prime(self) -> None:
@@ -152,8 +207,9 @@ class AgentMetrics:
             for o in GATE_OUTCOMES:
                 self.gate_outcomes.labels(o, d)
 
-    def set_artifact(self, artifact_id: str, model_version: str, schema_version: str,
-                     created: int) -> None:
+    def set_artifact(
+        self, artifact_id: str, model_version: str, schema_version: str, created: int
+    ) -> None:
         """Point ``artifact_info`` at the artifact now in use (only one series is 1)."""
         self.artifact_info.clear()
         self.artifact_info.labels(artifact_id, model_version, schema_version).set(1)

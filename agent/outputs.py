@@ -62,14 +62,20 @@ def _dumps(obj: dict[str, Any]) -> bytes:
 
 
 def verdict_output(topic: str, rec: Any, record_id: str, body: dict[str, Any]) -> Output:
-    return Output("verdict", topic, record_id.encode("utf-8"),
-                  _dumps({"schema": VERDICT_SCHEMA, "id": record_id, "source": source_of(rec),
-                          **body}), [])
+    return Output(
+        "verdict",
+        topic,
+        record_id.encode("utf-8"),
+        _dumps({"schema": VERDICT_SCHEMA, "id": record_id, "source": source_of(rec), **body}),
+        [],
+    )
 
 
 _ENCODER = msgspec.json.Encoder()
-_VERDICT = (b'{"schema":"' + VERDICT_SCHEMA.encode() + b'","id":%b,"source":{"topic":%b,'
-            b'"partition":%d,"offset":%d},%b,"score":%b,"score_accepted":%b%b')
+_VERDICT = (
+    b'{"schema":"' + VERDICT_SCHEMA.encode() + b'","id":%b,"source":{"topic":%b,'
+    b'"partition":%d,"offset":%d},%b,"score":%b,"score_accepted":%b%b'
+)
 
 
 def json_numbers(values: Sequence[float]) -> list[bytes]:
@@ -110,12 +116,15 @@ def verdict_outputs(
     once, the scores by msgspec in one call (:func:`json_numbers`), the strings by the
     escaper ``json`` itself uses.
     """
-    tail = (f',"artifact_id":{_json_str(artifact_id)},"model_version":'
-            f'{_json_str(model_version)},"timings":{_dumps(dict(timings)).decode()}}}').encode()
+    tail = (
+        f',"artifact_id":{_json_str(artifact_id)},"model_version":'
+        f'{_json_str(model_version)},"timings":{_dumps(dict(timings)).decode()}}}'
+    ).encode()
     layer_keys = [_json_str(name) + ":" for name in layers]
     layer_values = list(layers.values())
-    flags = [b"null"] * len(ids) if accepted is None else [b"true" if a else b"false"
-                                                           for a in accepted]
+    flags = (
+        [b"null"] * len(ids) if accepted is None else [b"true" if a else b"false" for a in accepted]
+    )
     score_json = json_numbers(scores)
     middles: dict[tuple, bytes] = {}  # few distinct (class, verdicts) per batch: encode each once
     topics: dict[str, bytes] = {}
@@ -125,21 +134,36 @@ def verdict_outputs(
         key = (predicted[i], verdicts[i], *(v[i] for v in layer_values))
         middle = middles.get(key)
         if middle is None:
-            layer_json = ",".join([k + _json_str(v) for k, v in zip(layer_keys, key[2:],
-                                                                    strict=True)])
-            middle = middles[key] = (f'"predicted_class":{_json_str(key[0])},"verdict":'
-                                     f'{_json_str(key[1])},"layers":{{{layer_json}}}').encode()
+            layer_json = ",".join(
+                [k + _json_str(v) for k, v in zip(layer_keys, key[2:], strict=True)]
+            )
+            middle = middles[key] = (
+                f'"predicted_class":{_json_str(key[0])},"verdict":'
+                f'{_json_str(key[1])},"layers":{{{layer_json}}}'
+            ).encode()
         rid = ids[i]
-        value = _VERDICT % (_json_str(rid).encode(), t, rec.partition, rec.offset, middle,
-                            score_json[i], flags[i], tail)
+        value = _VERDICT % (
+            _json_str(rid).encode(),
+            t,
+            rec.partition,
+            rec.offset,
+            middle,
+            score_json[i],
+            flags[i],
+            tail,
+        )
         out.append(Output("verdict", topic, rid.encode("utf-8"), value, []))
     return out
 
 
 def gate_output(topic: str, rec: Any, record_id: str, body: dict[str, Any]) -> Output:
-    return Output("gate", topic, record_id.encode("utf-8"),
-                  _dumps({"schema": GATE_SCHEMA, "id": record_id, "source": source_of(rec),
-                          **body}), [])
+    return Output(
+        "gate",
+        topic,
+        record_id.encode("utf-8"),
+        _dumps({"schema": GATE_SCHEMA, "id": record_id, "source": source_of(rec), **body}),
+        [],
+    )
 
 
 def copy_output(kind: str, topic: str, rec: Any, extra: dict[str, str]) -> Output:
@@ -166,24 +190,36 @@ def dead_letter_output(
     if store_payload:
         value = rec.value
     else:
-        value = _dumps({"schema": DEAD_LETTER_SCHEMA, "payload_omitted": True,
-                        "payload_sha256": digest, "payload_bytes": len(payload),
-                        "reason": reason, "source": source_of(rec)})
+        value = _dumps(
+            {
+                "schema": DEAD_LETTER_SCHEMA,
+                "payload_omitted": True,
+                "payload_sha256": digest,
+                "payload_bytes": len(payload),
+                "reason": reason,
+                "source": source_of(rec),
+            }
+        )
     return Output("dead_letter", topic, rec.key, value, headers, reason)
 
 
 def output_bytes(out: Output) -> int:
     """Bytes of key, value and headers: what a producer's maximum message size bounds."""
-    return (len(out.key or b"") + len(out.value or b"")
-            + sum(len(name) + len(value) for name, value in out.headers))
+    return (
+        len(out.key or b"")
+        + len(out.value or b"")
+        + sum(len(name) + len(value) for name, value in out.headers)
+    )
 
 
 def _source_from_headers(headers: Headers) -> dict[str, Any] | None:
     h = dict(headers)
     try:
-        return {"topic": h["boxwatch-source-topic"].decode(),
-                "partition": int(h["boxwatch-source-partition"]),
-                "offset": int(h["boxwatch-source-offset"])}
+        return {
+            "topic": h["boxwatch-source-topic"].decode(),
+            "partition": int(h["boxwatch-source-partition"]),
+            "offset": int(h["boxwatch-source-offset"]),
+        }
     except (KeyError, ValueError):
         return None
 
@@ -197,22 +233,30 @@ def omit_payload(out: Output) -> Output:
     """
     payload = out.value or b""
     digest = hashlib.sha256(payload).hexdigest()
-    headers = [(name, value[:MAX_DETAIL_CHARS]) for name, value in out.headers
-               if name.startswith("boxwatch-") and name != OMITTED_HEADER]
+    headers = [
+        (name, value[:MAX_DETAIL_CHARS])
+        for name, value in out.headers
+        if name.startswith("boxwatch-") and name != OMITTED_HEADER
+    ]
     headers.append((OMITTED_HEADER, b"true"))
     key = out.key
     if key is not None and len(key) > MAX_KEPT_KEY_BYTES:
-        headers += [("boxwatch-key-sha256", hashlib.sha256(key).hexdigest().encode()),
-                    ("boxwatch-key-bytes", str(len(key)).encode())]
+        headers += [
+            ("boxwatch-key-sha256", hashlib.sha256(key).hexdigest().encode()),
+            ("boxwatch-key-bytes", str(len(key)).encode()),
+        ]
         key = None
     recorded = dict(out.headers).get("boxwatch-payload-sha256")
     if recorded is not None and recorded != digest.encode():
         return out._replace(key=key, headers=headers)  # the value is a digest stub already
     body: dict[str, Any] = {
         "schema": DEAD_LETTER_SCHEMA if out.kind == "dead_letter" else OMITTED_SCHEMA,
-        "kind": out.kind, "payload_omitted": True, "payload_sha256": digest,
+        "kind": out.kind,
+        "payload_omitted": True,
+        "payload_sha256": digest,
         "payload_bytes": len(payload),
-        "header_names": [n[:100] for n, _ in out.headers if not n.startswith("boxwatch-")][:50]}
+        "header_names": [n[:100] for n, _ in out.headers if not n.startswith("boxwatch-")][:50],
+    }
     if out.reason is not None:
         body["reason"] = out.reason
     source = _source_from_headers(out.headers)

@@ -38,7 +38,13 @@ SCHEMA_VERSION = 1
 JSON_TYPE = "application/json"
 TENSOR_TYPE = "application/x-boxwatch-tensor"
 NPY_TYPE = "application/x-npy"
-BINARY_DTYPES = {"float32": "<f4", "float64": "<f8", "float16": "<f2", "uint8": "u1", "int64": "<i8"}
+BINARY_DTYPES = {
+    "float32": "<f4",
+    "float64": "<f8",
+    "float16": "<f2",
+    "uint8": "u1",
+    "int64": "<i8",
+}
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
 _TENSOR_BYTES = TENSOR_TYPE.encode()
 _NOT_NUMBERS = frozenset({str, bool, type(None)})
@@ -89,12 +95,15 @@ def _reject_constant(token: str) -> float:
 def parse_json_object(value: bytes) -> dict:
     """Parse a JSON object strictly: UTF-8, no duplicate keys, no NaN/Infinity."""
     try:
-        obj = json.loads(value.decode("utf-8"), object_pairs_hook=_strict_pairs,
-                         parse_constant=_reject_constant)
+        obj = json.loads(
+            value.decode("utf-8"), object_pairs_hook=_strict_pairs, parse_constant=_reject_constant
+        )
     except BadRecord:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise BadRecord("not_json", f"invalid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise BadRecord(
+            "not_json", f"invalid JSON ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
     if not isinstance(obj, dict):
         raise BadRecord("bad_schema", f"expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -140,8 +149,9 @@ def _check_numbers(value: object, rid: str) -> None:
         kinds = set(map(type, level))
         if kinds & _NOT_NUMBERS:
             names = sorted(k.__name__ for k in kinds & _NOT_NUMBERS)
-            raise BadRecord("bad_dtype", f"'input' holds {', '.join(names)} values, not numbers",
-                            rid)
+            raise BadRecord(
+                "bad_dtype", f"'input' holds {', '.join(names)} values, not numbers", rid
+            )
         if list not in kinds:
             return
         lists = level if kinds == {list} else filter(list.__instancecheck__, level)
@@ -158,8 +168,12 @@ def _check_payload(value: bytes | None, max_bytes: int) -> bytes:
 
 
 def decode_model_input(
-    value: bytes | None, headers: Headers | None, *, size: int,
-    max_bytes: int = DEFAULT_MAX_RECORD_BYTES, check_finite: bool = True,
+    value: bytes | None,
+    headers: Headers | None,
+    *,
+    size: int,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    check_finite: bool = True,
 ) -> ModelInput:
     """Decode one model-input record into ``size`` finite float64 values.
 
@@ -180,7 +194,9 @@ def decode_model_input(
         try:
             arr = np.asarray(obj["input"], dtype=np.float64)
         except (TypeError, ValueError):
-            raise BadRecord("bad_shape", "'input' is not a rectangular array of numbers", rid) from None
+            raise BadRecord(
+                "bad_shape", "'input' is not a rectangular array of numbers", rid
+            ) from None
         except OverflowError:
             raise BadRecord("not_finite", "a number is too large for a float", rid) from None
     elif ctype in (TENSOR_TYPE, NPY_TYPE):
@@ -199,7 +215,9 @@ def decode_model_input(
 
 
 def decode_model_batch(
-    records: Sequence[tuple[bytes | None, Headers | None]], *, size: int,
+    records: Sequence[tuple[bytes | None, Headers | None]],
+    *,
+    size: int,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> tuple[np.ndarray, list[str], list[int], list[tuple[int, BadRecord]]]:
     """Decode a micro-batch of ``(value, headers)`` model inputs at once.
@@ -248,8 +266,9 @@ def decode_model_batch(
                 other_ids.append(plain[0])
             continue
         try:
-            decoded = decode_model_input(value, headers, size=size, max_bytes=max_bytes,
-                                         check_finite=False)
+            decoded = decode_model_input(
+                value, headers, size=size, max_bytes=max_bytes, check_finite=False
+            )
         except BadRecord as exc:
             bad.append((i, exc))
             continue
@@ -258,8 +277,11 @@ def decode_model_batch(
         other_ids.append(decoded.record_id)
     blocks = [np.frombuffer(b"".join(tensors), dtype="<f4").reshape(len(tensors), size)]
     if flat:
-        blocks.append(np.fromiter(itertools.chain.from_iterable(flat), np.float64,
-                                  len(flat) * size).reshape(len(flat), size))
+        blocks.append(
+            np.fromiter(itertools.chain.from_iterable(flat), np.float64, len(flat) * size).reshape(
+                len(flat), size
+            )
+        )
     if other:
         blocks.append(np.stack(other))
     x = np.concatenate(blocks, dtype=np.float64)
@@ -271,8 +293,10 @@ def decode_model_batch(
         ids = [ids[k] for k in order.tolist()]
     finite = np.isfinite(x).all(axis=1)
     if not finite.all():
-        bad += [(rows[k], BadRecord("not_finite", "NaN or infinite values", ids[k]))
-                for k in np.flatnonzero(~finite).tolist()]
+        bad += [
+            (rows[k], BadRecord("not_finite", "NaN or infinite values", ids[k]))
+            for k in np.flatnonzero(~finite).tolist()
+        ]
         keep = np.flatnonzero(finite).tolist()
         x, rows, ids = x[finite], [rows[k] for k in keep], [ids[k] for k in keep]
     return x, ids, rows, sorted(bad, key=lambda b: b[0])
@@ -341,7 +365,7 @@ def _plain_json(value: bytes, size: int) -> tuple[str, list[float] | np.ndarray]
         except (msgspec.DecodeError, RecursionError):  # skipping deep nesting recurses
             return None
         body = bytes(rec.input)
-        decoder = _NESTED_DECODERS.get(body[:len(body) - len(body.lstrip(_OPENING))].count(b"["))
+        decoder = _NESTED_DECODERS.get(body[: len(body) - len(body.lstrip(_OPENING))].count(b"["))
         if decoder is None:
             return None
         try:
@@ -397,11 +421,14 @@ def _plain_tensor_id(value: bytes | None, headers: Headers | None, nbytes: int) 
 def _decode_tensor(value: bytes, h: dict[str, bytes], rid: str) -> np.ndarray:
     dtype_name = h.get("dtype", b"").decode("latin-1").strip().lower()
     if dtype_name not in BINARY_DTYPES:
-        raise BadRecord("bad_dtype", f"dtype header {dtype_name!r} is not one of "
-                        f"{sorted(BINARY_DTYPES)}", rid)
+        raise BadRecord(
+            "bad_dtype", f"dtype header {dtype_name!r} is not one of {sorted(BINARY_DTYPES)}", rid
+        )
     dtype = np.dtype(BINARY_DTYPES[dtype_name])
     if len(value) % dtype.itemsize:
-        raise BadRecord("bad_shape", f"{len(value)} bytes is not a whole number of {dtype_name}", rid)
+        raise BadRecord(
+            "bad_shape", f"{len(value)} bytes is not a whole number of {dtype_name}", rid
+        )
     arr = np.frombuffer(value, dtype=dtype)
     if "shape" in h:
         text = h["shape"].decode("latin-1")
@@ -414,7 +441,9 @@ def _decode_tensor(value: bytes, h: dict[str, bytes], rid: str) -> np.ndarray:
         if min(shape) < 1:
             raise BadRecord("bad_shape", f"shape header {shape} has a dimension below 1", rid)
         if math.prod(shape) != arr.size:
-            raise BadRecord("bad_shape", f"shape header {shape} does not match {arr.size} values", rid)
+            raise BadRecord(
+                "bad_shape", f"shape header {shape} does not match {arr.size} values", rid
+            )
     return arr.astype(np.float64)
 
 
@@ -429,7 +458,10 @@ def _decode_npy(value: bytes, rid: str) -> np.ndarray:
 
 
 def decode_bn_input(
-    value: bytes | None, *, features: Sequence[str], states: Sequence[Sequence[str]],
+    value: bytes | None,
+    *,
+    features: Sequence[str],
+    states: Sequence[Sequence[str]],
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> BNInput:
     """Decode one BN record into state indices, in ``features`` order."""
@@ -452,6 +484,7 @@ def decode_bn_input(
         try:
             out[i] = states[i].index(state)
         except ValueError:
-            raise BadRecord("unknown_state",
-                            f"{name}={state!r} is not one of {list(states[i])}", rid) from None
+            raise BadRecord(
+                "unknown_state", f"{name}={state!r} is not one of {list(states[i])}", rid
+            ) from None
     return BNInput(rid, out)

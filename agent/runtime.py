@@ -86,16 +86,18 @@ class MonitorRuntime:
         broken = _non_finite_rows(logits, acts, scores)
         if broken.any():  # fail closed: NaN compares false, so it must never reach "accept"
             verdicts = np.where(broken, REJECT, verdicts).astype(np.int8)
-            per_layer = {layer: np.where(broken, REJECT, v).astype(np.int8)
-                         for layer, v in per_layer.items()}
+            per_layer = {
+                layer: np.where(broken, REJECT, v).astype(np.int8) for layer, v in per_layer.items()
+            }
         if scores is None:
             scores = np.full(len(predicted), np.nan)
         t2 = time.perf_counter()
         return ModelResult(predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1)
 
 
-def _non_finite_rows(logits: np.ndarray, acts: Mapping[str, np.ndarray],
-                     scores: np.ndarray | None) -> np.ndarray:
+def _non_finite_rows(
+    logits: np.ndarray, acts: Mapping[str, np.ndarray], scores: np.ndarray | None
+) -> np.ndarray:
     """Rows of a batch whose logits, tapped activations or score hold a NaN or infinity."""
     bad = ~np.isfinite(logits.reshape(len(logits), -1)).all(axis=1)
     for a in acts.values():
@@ -126,20 +128,26 @@ def load_runtime(
     tap = boxes = preprocessing = None
     if spec:
         if model_path is None:
-            raise ConfigError("the artifact monitors a model: give its file (model / BOXWATCH_MODEL)")
+            raise ConfigError(
+                "the artifact monitors a model: give its file (model / BOXWATCH_MODEL)"
+            )
         check_model_digest(artifact, model_path)
         preprocessing = Preprocessing.from_dict(spec["preprocessing"])
-        tap = open_tap(model_path, spec["layers"], pooling=spec.get("pooling", "flatten"),
-                       threads=threads)
+        tap = open_tap(
+            model_path, spec["layers"], pooling=spec.get("pooling", "flatten"), threads=threads
+        )
         boxes = BoxRuntime.from_members(artifact.json, artifact.arrays, prefix=BOXES_PREFIX)
     diagram = gate = None
     if f"{DIAGRAM_PREFIX}diagram.json" in members:
         diagram = DecisionDiagram.from_members(
             artifact.json(f"{DIAGRAM_PREFIX}diagram.json"),
-            artifact.arrays(f"{DIAGRAM_PREFIX}diagram.npz"), where="bn")
+            artifact.arrays(f"{DIAGRAM_PREFIX}diagram.npz"),
+            where="bn",
+        )
         rules = artifact.json(RULES) if RULES in members else []
-        gate = RuleGate.from_json(rules, features=diagram.features, states=diagram.states,
-                                  terminals=diagram.terminals)
+        gate = RuleGate.from_json(
+            rules, features=diagram.features, states=diagram.states, terminals=diagram.terminals
+        )
     return MonitorRuntime(
         artifact=artifact,
         classes=classes,

@@ -100,13 +100,18 @@ class AgentStatus:
         elapsed = max(time.time() - self.started, 1e-9)
         n = sum(self.verdicts.values())
         return {
-            "records": self.records, "verdicts": dict(self.verdicts), "gate": dict(self.gate),
-            "dead_letters": self.dead_letters, "batches": self.batches,
+            "records": self.records,
+            "verdicts": dict(self.verdicts),
+            "gate": dict(self.gate),
+            "dead_letters": self.dead_letters,
+            "batches": self.batches,
             "records_per_second": self.records / elapsed,
             "uncertainty_rate": self.verdicts.get("uncertainty", 0) / n if n else 0.0,
             "reject_rate": self.verdicts.get("reject", 0) / n if n else 0.0,
-            "paused": self.paused, "broker_connected": self.broker_connected,
-            "reloads": self.reloads, "reload_failures": self.reload_failures,
+            "paused": self.paused,
+            "broker_connected": self.broker_connected,
+            "reloads": self.reloads,
+            "reload_failures": self.reload_failures,
         }
 
 
@@ -176,8 +181,9 @@ class Agent:
 
     def run(self) -> None:
         """Blocking loop until :meth:`stop`; closes the clients in ``finally``."""
-        self._consumer = make_consumer(self.cfg, self.input_topics(),
-                                       on_revoke=self.forget_partitions)
+        self._consumer = make_consumer(
+            self.cfg, self.input_topics(), on_revoke=self.forget_partitions
+        )
         self._producer = make_producer(self.cfg)
         wait_s = self.cfg["batch.max_wait_ms"] / 1000
         max_records = self.cfg["batch.max_records"]
@@ -226,8 +232,9 @@ class Agent:
         self._count_delivered(tally, delivered)
         now = time.time()
         stamps = np.array([rec.timestamp or 0 for rec in records], dtype=np.float64)
-        observe_many(self.metrics.end_to_end_seconds,
-                     np.maximum(now - stamps[stamps > 0] / 1000.0, 0.0))
+        observe_many(
+            self.metrics.end_to_end_seconds, np.maximum(now - stamps[stamps > 0] / 1000.0, 0.0)
+        )
         self.metrics.batch_size.observe(len(records))
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         self.status.batches += 1
@@ -266,20 +273,29 @@ class Agent:
         return outputs
 
     def _dead_letter(self, rec: Any, reason: str, detail: str) -> Output:
-        log.info("dead letter %s/%s@%s: %s (%s)", rec.topic, rec.partition, rec.offset, reason,
-                 detail)
-        return dead_letter_output(self.cfg["topics.dead_letter"], rec, reason, detail,
-                                  store_payload=self.cfg["dead_letter.store_payload"])
+        log.info(
+            "dead letter %s/%s@%s: %s (%s)", rec.topic, rec.partition, rec.offset, reason, detail
+        )
+        return dead_letter_output(
+            self.cfg["topics.dead_letter"],
+            rec,
+            reason,
+            detail,
+            store_payload=self.cfg["dead_letter.store_payload"],
+        )
 
     def _process_model(self, recs: list[Any], tally: BatchTally) -> list[Output]:
         rt = self.runtime
         out: list[Output] = []
         if rt.tap is None or rt.preprocessing is None:
-            return [self._dead_letter(r, "bad_schema", "the artifact monitors no model")
-                    for r in recs]
-        x, ids, rows, bad = decode_model_batch([(r.value, r.headers) for r in recs],
-                                               size=rt.preprocessing.size,
-                                               max_bytes=self.cfg["max_record_bytes"])
+            return [
+                self._dead_letter(r, "bad_schema", "the artifact monitors no model") for r in recs
+            ]
+        x, ids, rows, bad = decode_model_batch(
+            [(r.value, r.headers) for r in recs],
+            size=rt.preprocessing.size,
+            max_bytes=self.cfg["max_record_bytes"],
+        )
         out += [self._dead_letter(recs[i], exc.reason, exc.detail) for i, exc in bad]
         good = [recs[i] for i in rows]
         if not good:
@@ -288,8 +304,9 @@ class Agent:
             res = rt.run_model(x)
         except Exception as exc:  # a model failure must not kill the loop; keep the inputs
             log.exception("model call failed on a batch of %d", len(good))
-            return out + [self._dead_letter(r, "model_error", f"{type(exc).__name__}: {exc}")
-                          for r in good]
+            return out + [
+                self._dead_letter(r, "model_error", f"{type(exc).__name__}: {exc}") for r in good
+            ]
         self.metrics.inference_seconds.observe(res.inference_seconds)
         self.metrics.monitor_seconds.observe(res.monitor_seconds)
         verdicts = verdict_names(res.verdicts)
@@ -297,23 +314,37 @@ class Agent:
         classes = rt.classes
         predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted.tolist()]
         accepted = rt.boxes.decide(res.scores) if rt.boxes.threshold is not None else None
-        timings = {"inference_ms": round(res.inference_seconds * 1e3, 3),
-                   "monitor_ms": round(res.monitor_seconds * 1e3, 3), "batch_records": len(good)}
+        timings = {
+            "inference_ms": round(res.inference_seconds * 1e3, 3),
+            "monitor_ms": round(res.monitor_seconds * 1e3, 3),
+            "batch_records": len(good),
+        }
         verdict_list = verdicts.tolist()
         out += verdict_outputs(
-            self.cfg["topics.verdicts"], good, ids, predicted=predicted, verdicts=verdict_list,
+            self.cfg["topics.verdicts"],
+            good,
+            ids,
+            predicted=predicted,
+            verdicts=verdict_list,
             layers={layer: v.tolist() for layer, v in layer_names.items()},
             scores=np.asarray(res.scores, dtype=np.float64).tolist(),
             accepted=None if accepted is None else accepted.tolist(),
-            artifact_id=rt.artifact_id, model_version=rt.model_version, timings=timings)
+            artifact_id=rt.artifact_id,
+            model_version=rt.model_version,
+            timings=timings,
+        )
         capture = self.cfg["topics.capture"]
         if capture:
-            out += [copy_output("capture", capture, good[i], {"boxwatch-verdict": v})
-                    for i, v in enumerate(verdict_list) if v != "accept"]
+            out += [
+                copy_output("capture", capture, good[i], {"boxwatch-verdict": v})
+                for i, v in enumerate(verdict_list)
+                if v != "accept"
+            ]
         tally.verdicts.update(zip(verdict_list, predicted, strict=True))
         for layer, names in layer_names.items():
-            tally.layer_verdicts.update((layer, v, c) for v, c in
-                                        zip(names.tolist(), predicted, strict=True))
+            tally.layer_verdicts.update(
+                (layer, v, c) for v, c in zip(names.tolist(), predicted, strict=True)
+            )
         tally.scores.append(np.asarray(res.scores, dtype=np.float64))
         return out
 
@@ -340,15 +371,21 @@ class Agent:
     def _process_bn(self, recs: list[Any], tally: BatchTally) -> list[Output]:
         rt = self.runtime
         if rt.diagram is None or rt.gate is None:
-            return [self._dead_letter(r, "bad_schema", "the artifact holds no BN classifier")
-                    for r in recs]
+            return [
+                self._dead_letter(r, "bad_schema", "the artifact holds no BN classifier")
+                for r in recs
+            ]
         d = rt.diagram
         out: list[Output] = []
         good, rows, ids = [], [], []
         for rec in recs:
             try:
-                decoded = decode_bn_input(rec.value, features=d.features, states=d.states,
-                                          max_bytes=self.cfg["max_record_bytes"])
+                decoded = decode_bn_input(
+                    rec.value,
+                    features=d.features,
+                    states=d.states,
+                    max_bytes=self.cfg["max_record_bytes"],
+                )
             except BadRecord as exc:
                 out.append(self._dead_letter(rec, exc.reason, exc.detail))
                 continue
@@ -364,14 +401,25 @@ class Agent:
         for i, rec in enumerate(good):
             decision = d.terminals[int(decisions[i])]
             outcome = OUTCOME_NAMES[int(gated.outcomes[i])]
-            body = {"decision": decision, "outcome": outcome, "rules": gated.rule_ids[i],
-                    "class_variable": d.class_variable, "artifact_id": rt.artifact_id}
+            body = {
+                "decision": decision,
+                "outcome": outcome,
+                "rules": gated.rule_ids[i],
+                "class_variable": d.class_variable,
+                "artifact_id": rt.artifact_id,
+            }
             out.append(gate_output(self.cfg["topics.gate"], rec, ids[i], body))
             route = policy.get(outcome, "none")
             target = self.cfg[f"topics.{route}"] if route in ("release", "review") else None
             if target:
-                out.append(copy_output(route, target, rec,
-                                       {"boxwatch-decision": decision, "boxwatch-gate": outcome}))
+                out.append(
+                    copy_output(
+                        route,
+                        target,
+                        rec,
+                        {"boxwatch-decision": decision, "boxwatch-gate": outcome},
+                    )
+                )
             tally.gate[(outcome, decision)] += 1
         return out
 
@@ -387,8 +435,10 @@ class Agent:
         (nothing is committed then, so the batch is consumed again after restart).
         """
         limit = self.cfg["max_output_bytes"]
-        final = [omit_payload(o) if o.kind in _FOREIGN_KINDS and output_bytes(o) > limit
-                 else o for o in outputs]
+        final = [
+            omit_payload(o) if o.kind in _FOREIGN_KINDS and output_bytes(o) > limit else o
+            for o in outputs
+        ]
         stubbed = {i for i, (a, b) in enumerate(zip(outputs, final, strict=True)) if a is not b}
         refusals: _Counter = _Counter()
         dropped: set[int] = set()
@@ -396,8 +446,9 @@ class Agent:
         attempt = 0
         while todo:
             at = {id(final[i]): i for i in todo}
-            failures = self._producer.deliver([final[i] for i in todo], FLUSH_TIMEOUT_S,
-                                              self._give_up)
+            failures = self._producer.deliver(
+                [final[i] for i in todo], FLUSH_TIMEOUT_S, self._give_up
+            )
             if not failures:
                 break
             self.metrics.produce_errors.inc()
@@ -418,8 +469,13 @@ class Agent:
             self._pause(True)
             self._set_connected(False)
             delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt) * random.uniform(0.5, 1.0)
-            log.warning("%d of %d outputs not delivered; retry %d in %.2fs", transient,
-                        len(final), attempt + 1, delay)
+            log.warning(
+                "%d of %d outputs not delivered; retry %d in %.2fs",
+                transient,
+                len(final),
+                attempt + 1,
+                delay,
+            )
             if self.stop_event.wait(delay):
                 return None
             self._consumer.keep_membership()
@@ -430,22 +486,38 @@ class Agent:
             self.metrics.outputs_omitted.labels(final[i].kind).inc()
         return [out for i, out in enumerate(final) if i not in dropped]
 
-    def _after_refusal(self, i: int, failure: DeliveryFailure, final: list[Output],
-                       refusals: _Counter, stubbed: set[int]) -> bool:
+    def _after_refusal(
+        self,
+        i: int,
+        failure: DeliveryFailure,
+        final: list[Output],
+        refusals: _Counter,
+        stubbed: set[int],
+    ) -> bool:
         """One more refused send of output ``i``: whether to send it (or its stub) again."""
         refusals[i] += 1
         out = final[i]
         if refusals[i] < MAX_REFUSALS:
             return True
         if i not in stubbed:
-            log.warning("%s output to %s refused %d times (%s); sending its digest stub",
-                        out.kind, out.topic, refusals[i], failure.error)
+            log.warning(
+                "%s output to %s refused %d times (%s); sending its digest stub",
+                out.kind,
+                out.topic,
+                refusals[i],
+                failure.error,
+            )
             final[i] = omit_payload(out)
             stubbed.add(i)
             refusals[i] = 0
             return True
-        log.error("dropping a %s output to %s: refused %d times even as a stub (%s)",
-                  out.kind, out.topic, refusals[i], failure.error)
+        log.error(
+            "dropping a %s output to %s: refused %d times even as a stub (%s)",
+            out.kind,
+            out.topic,
+            refusals[i],
+            failure.error,
+        )
         self.metrics.outputs_dropped.labels(out.kind).inc()
         return False
 
@@ -458,7 +530,9 @@ class Agent:
             self._consumer.resume()
         self.status.paused = paused
         self.metrics.paused.set(1 if paused else 0)
-        log.warning("consumption %s", "paused: outputs cannot be delivered" if paused else "resumed")
+        log.warning(
+            "consumption %s", "paused: outputs cannot be delivered" if paused else "resumed"
+        )
 
     def _commit(self, records: list[Any]) -> None:
         offsets: dict[Partition, int] = {}
@@ -510,8 +584,12 @@ class Agent:
     def _install_runtime(self, runtime: MonitorRuntime) -> None:
         self.runtime = runtime
         m = runtime.artifact.manifest
-        self.metrics.set_artifact(runtime.artifact_id, runtime.model_version,
-                                  str(m.get("schema_version")), runtime.artifact.created_at)
+        self.metrics.set_artifact(
+            runtime.artifact_id,
+            runtime.model_version,
+            str(m.get("schema_version")),
+            runtime.artifact.created_at,
+        )
         layers = list(runtime.boxes.layers) if runtime.boxes else []
         decisions = list(runtime.diagram.terminals) if runtime.diagram else []
         self.metrics.prime_classes(runtime.classes, layers, decisions)
@@ -528,11 +606,18 @@ class Agent:
             self.status.reload_failures += 1
             log.error("artifact reload failed, keeping %s: %s", self.runtime.artifact_id, exc)
             return
-        if new.artifact.created_at < self.runtime.artifact.created_at and not self.cfg["allow_rollback"]:
+        if (
+            new.artifact.created_at < self.runtime.artifact.created_at
+            and not self.cfg["allow_rollback"]
+        ):
             self.metrics.artifact_reloads.labels("refused_rollback").inc()
             self.status.reload_failures += 1
-            log.error("artifact reload refused: %s is older than the running %s (set "
-                      "allow_rollback to accept)", new.artifact_id, self.runtime.artifact_id)
+            log.error(
+                "artifact reload refused: %s is older than the running %s (set "
+                "allow_rollback to accept)",
+                new.artifact_id,
+                self.runtime.artifact_id,
+            )
             return
         self._install_runtime(new)
         self.metrics.artifact_reloads.labels("success").inc()
@@ -545,18 +630,32 @@ def build_agent(cfg: AgentConfig, metrics: AgentMetrics | None = None) -> Agent:
     set_box_kernel(cfg["box_kernel"])
 
     def load():
-        return load_runtime(cfg["artifact"], cfg["public_keys"], model_path=cfg["model"],
-                            threads=cfg["inference_threads"])
+        return load_runtime(
+            cfg["artifact"],
+            cfg["public_keys"],
+            model_path=cfg["model"],
+            threads=cfg["inference_threads"],
+        )
 
     return Agent(cfg, load(), metrics or AgentMetrics(), reload_runtime=load)
 
 
 def serve(agent: Agent) -> AgentHTTPServer:
     """Start the HTTP endpoints of ``agent`` on its configured address."""
+
     def status() -> dict[str, Any]:
         rt = agent.runtime
-        return {**agent.status.snapshot(), "artifact_id": rt.artifact_id,
-                "model_version": rt.model_version, "ready": agent.ready()}
+        return {
+            **agent.status.snapshot(),
+            "artifact_id": rt.artifact_id,
+            "model_version": rt.model_version,
+            "ready": agent.ready(),
+        }
 
-    return AgentHTTPServer(agent.cfg["metrics.address"], agent.metrics.registry,
-                           healthy=agent.alive, ready=agent.ready, status=status).start()
+    return AgentHTTPServer(
+        agent.cfg["metrics.address"],
+        agent.metrics.registry,
+        healthy=agent.alive,
+        ready=agent.ready,
+        status=status,
+    ).start()

@@ -91,10 +91,16 @@ def _check_pooling(pooling: str | Mapping[str, str], layers: Sequence[str]) -> d
     if not isinstance(pooling, Mapping) and pooling not in POOLINGS:
         raise ConfigError(f"pooling={pooling!r}: expected one of {POOLINGS}")
     per = dict(pooling) if isinstance(pooling, Mapping) else {name: pooling for name in layers}
-    problems = [f"pooling={p!r} for layer {n!r}: expected one of {POOLINGS}"
-                for n, p in per.items() if p not in POOLINGS]
-    problems += [f"pooling given for layer {n!r}, which is not tapped; tapped: {list(layers)}"
-                 for n in per if n not in layers]
+    problems = [
+        f"pooling={p!r} for layer {n!r}: expected one of {POOLINGS}"
+        for n, p in per.items()
+        if p not in POOLINGS
+    ]
+    problems += [
+        f"pooling given for layer {n!r}, which is not tapped; tapped: {list(layers)}"
+        for n in per
+        if n not in layers
+    ]
     if problems:
         raise ConfigError(problems)
     return {name: per.get(name, "flatten") for name in layers}
@@ -103,8 +109,9 @@ def _check_pooling(pooling: str | Mapping[str, str], layers: Sequence[str]) -> d
 def _check_names(wanted: Sequence[str], valid: Sequence[str], model: str) -> None:
     unknown = [name for name in wanted if name not in valid]
     if unknown:
-        raise ConfigError([f"{model}: unknown layer {name!r}; valid layers: {list(valid)}"
-                           for name in unknown])
+        raise ConfigError(
+            [f"{model}: unknown layer {name!r}; valid layers: {list(valid)}" for name in unknown]
+        )
 
 
 class OnnxTap:
@@ -123,8 +130,14 @@ class OnnxTap:
         worsen tail latency for small models).
     """
 
-    def __init__(self, model: str | Path, layers: Sequence[str] = (), *,
-                 pooling: str | Mapping[str, str] = "flatten", threads: int | None = None):
+    def __init__(
+        self,
+        model: str | Path,
+        layers: Sequence[str] = (),
+        *,
+        pooling: str | Mapping[str, str] = "flatten",
+        threads: int | None = None,
+    ):
         self.pooling = _check_pooling(pooling, list(layers))
         self.path = Path(model)
         self.threads = resolve_threads(threads)
@@ -167,8 +180,9 @@ class OnnxTap:
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(proto.SerializeToString(), opts,
-                                            providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+        )
         self._fetch = [self.output_name, *dict.fromkeys(self._tensor.values())]
 
     def candidates(self) -> list[LayerInfo]:
@@ -179,7 +193,9 @@ class OnnxTap:
         """One session call: ``(logits, {layer: (n_samples, n_features) float32})``."""
         outs = self.session.run(self._fetch, {self.input_names[0]: np.asarray(x, dtype=np.float32)})
         by_tensor = dict(zip(self._fetch, outs, strict=True))
-        return outs[0], {name: pool(by_tensor[self._tensor[name]], self.pooling[name]) for name in self.layers}
+        return outs[0], {
+            name: pool(by_tensor[self._tensor[name]], self.pooling[name]) for name in self.layers
+        }
 
 
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -194,7 +210,9 @@ def _import_onnx():
     try:
         import onnx
     except ModuleNotFoundError:
-        raise ConfigError("tapping ONNX layers needs the 'onnx' package: pip install onnx") from None
+        raise ConfigError(
+            "tapping ONNX layers needs the 'onnx' package: pip install onnx"
+        ) from None
     return onnx
 
 
@@ -213,8 +231,14 @@ class TorchTap:
         ``torch.set_num_threads`` (process-wide), default ``BOXWATCH_ORT_THREADS`` or 1.
     """
 
-    def __init__(self, model: str | Path, layers: Sequence[str] = (), *,
-                 pooling: str | Mapping[str, str] = "flatten", threads: int | None = None):
+    def __init__(
+        self,
+        model: str | Path,
+        layers: Sequence[str] = (),
+        *,
+        pooling: str | Mapping[str, str] = "flatten",
+        threads: int | None = None,
+    ):
         self.pooling = _check_pooling(pooling, list(layers))
         try:
             import torch
@@ -236,14 +260,18 @@ class TorchTap:
                 self.module = torch.export.unflatten(program)
                 self._example = _example_input(program)
         except Exception as exc:  # torch raises many types for unreadable files
-            raise ConfigError(f"{self.path}: not a loadable torch.export/TorchScript model ({exc})") from None
+            raise ConfigError(
+                f"{self.path}: not a loadable torch.export/TorchScript model ({exc})"
+            ) from None
         self.module.eval()
         modules = dict(self.module.named_modules())
         valid = [name for name in modules if name and not name.startswith("_")]
         _check_names(layers, valid, str(self.path))
         if layers and self.scripted:
-            raise ConfigError(f"{self.path}: TorchScript modules do not accept forward hooks; "
-                              "save the model with torch.export (.pt2) or export it to ONNX")
+            raise ConfigError(
+                f"{self.path}: TorchScript modules do not accept forward hooks; "
+                "save the model with torch.export (.pt2) or export it to ONNX"
+            )
         self.layers = list(layers)
         self._valid = valid
         self._captured: dict[str, Any] = {}
@@ -253,6 +281,7 @@ class TorchTap:
     def _hook(self, name: str):
         def capture(_module, _inputs, output):
             self._captured[name] = output[0] if isinstance(output, tuple | list) else output
+
         return capture
 
     def candidates(self) -> list[LayerInfo]:
@@ -265,10 +294,12 @@ class TorchTap:
         modules = dict(self.module.named_modules())
         handles = []
         for name in self._valid:
+
             def record(_m, _i, out, name=name):
                 t = out[0] if isinstance(out, tuple | list) else out
                 if isinstance(t, torch.Tensor):
                     shapes[name] = (None, *t.shape[1:])
+
             handles.append(modules[name].register_forward_hook(record))
         try:
             with torch.no_grad():
@@ -276,7 +307,11 @@ class TorchTap:
         finally:
             for h in handles:
                 h.remove()
-        return [LayerInfo(n, tuple(shapes[n]), type(modules[n]).__name__) for n in self._valid if n in shapes]
+        return [
+            LayerInfo(n, tuple(shapes[n]), type(modules[n]).__name__)
+            for n in self._valid
+            if n in shapes
+        ]
 
     def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One forward pass: ``(logits, {layer: (n_samples, n_features) float32})``."""
@@ -285,31 +320,46 @@ class TorchTap:
         with torch.no_grad():
             out = self.module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
         logits = out[0] if isinstance(out, tuple | list) else out
-        return (logits.detach().numpy(),
-                {name: pool(self._captured[name].detach().numpy(), self.pooling[name]) for name in self.layers})
+        return (
+            logits.detach().numpy(),
+            {
+                name: pool(self._captured[name].detach().numpy(), self.pooling[name])
+                for name in self.layers
+            },
+        )
 
 
 def _example_input(program) -> Any:
     """A zero input of the program's input shape, dynamic axes set to 2."""
     import torch
 
-    placeholder = next(n for n in program.graph.nodes if n.op == "placeholder"
-                       and n.name in program.graph_signature.user_inputs)
+    placeholder = next(
+        n
+        for n in program.graph.nodes
+        if n.op == "placeholder" and n.name in program.graph_signature.user_inputs
+    )
     val = placeholder.meta["val"]
     shape = [d if isinstance(d, int) else 2 for d in val.shape]
     return torch.zeros(shape, dtype=val.dtype)
 
 
-def open_tap(model: str | Path, layers: Sequence[str] = (), *,
-             pooling: str | Mapping[str, str] = "flatten", threads: int | None = None) -> OnnxTap | TorchTap:
+def open_tap(
+    model: str | Path,
+    layers: Sequence[str] = (),
+    *,
+    pooling: str | Mapping[str, str] = "flatten",
+    threads: int | None = None,
+) -> OnnxTap | TorchTap:
     """Open ``model`` with the tap its suffix calls for (``.onnx``; ``.pt2``; ``.pt``/``.ts``)."""
     suffix = Path(model).suffix.lower()
     if suffix in ONNX_SUFFIXES:
         return OnnxTap(model, layers, pooling=pooling, threads=threads)
     if suffix in EXPORT_SUFFIXES + TORCHSCRIPT_SUFFIXES:
         return TorchTap(model, layers, pooling=pooling, threads=threads)
-    raise ConfigError(f"{model}: unknown model format {suffix!r}; expected .onnx, .pt2 "
-                      "(torch.export) or .pt/.ts (TorchScript)")
+    raise ConfigError(
+        f"{model}: unknown model format {suffix!r}; expected .onnx, .pt2 "
+        "(torch.export) or .pt/.ts (TorchScript)"
+    )
 
 
 def list_layers(model: str | Path, *, threads: int | None = None) -> list[LayerInfo]:

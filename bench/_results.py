@@ -24,8 +24,10 @@ def machine_line(extra: str = "") -> str:
     """``_date; this machine: N cores, M GB RAM, Python X_`` for a results section."""
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     tail = f"; {extra}" if extra else ""
-    return (f"_{when}; this machine: {os.cpu_count()} cores, {memory_gb():.0f} GB RAM, "
-            f"Python {platform.python_version()}{tail}_")
+    return (
+        f"_{when}; this machine: {os.cpu_count()} cores, {memory_gb():.0f} GB RAM, "
+        f"Python {platform.python_version()}{tail}_"
+    )
 
 
 def run_summary(began: float) -> str:

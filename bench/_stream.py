@@ -22,8 +22,15 @@ from boxwatch.agent.records import TENSOR_TYPE
 TICK_S = 0.002
 
 
-def paced_stream(bootstrap: str, topic: str, rows: np.ndarray, rate: float, seconds: float,
-                 errors: list[str], stop: threading.Event | None = None) -> int:
+def paced_stream(
+    bootstrap: str,
+    topic: str,
+    rows: np.ndarray,
+    rate: float,
+    seconds: float,
+    errors: list[str],
+    stop: threading.Event | None = None,
+) -> int:
     """Send binary float32 inputs at ``rate``/s for ``seconds`` (2 ms ticks); returns the count."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     payloads = [r.astype("<f4").tobytes() for r in rows]
@@ -39,8 +46,13 @@ def paced_stream(bootstrap: str, topic: str, rows: np.ndarray, rate: float, seco
         due = int((now - t0) * rate)
         while sent < due:
             rid = f"{sent}-{time.time_ns()}".encode()
-            p.produce(topic, payloads[sent % len(payloads)], rid,
-                      headers=[*headers_base, ("id", rid)], on_delivery=on_error)
+            p.produce(
+                topic,
+                payloads[sent % len(payloads)],
+                rid,
+                headers=[*headers_base, ("id", rid)],
+                on_delivery=on_error,
+            )
             sent += 1
         p.poll(0)
         time.sleep(TICK_S)
@@ -52,7 +64,9 @@ def paced_stream(bootstrap: str, topic: str, rows: np.ndarray, rate: float, seco
 class VerdictReader(threading.Thread):
     """Reads the verdict topic from the start; latency per input, distinct ids, duplicates."""
 
-    def __init__(self, bootstrap: str, topic: str, on_verdict: Callable[[dict], None] | None = None):
+    def __init__(
+        self, bootstrap: str, topic: str, on_verdict: Callable[[dict], None] | None = None
+    ):
         super().__init__(daemon=True)
         self.bootstrap, self.topic = bootstrap, topic
         self.on_verdict = on_verdict
@@ -64,9 +78,16 @@ class VerdictReader(threading.Thread):
         self.ready = threading.Event()
 
     def run(self) -> None:
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"reader-{time.time_ns()}",
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                      "fetch.wait.max.ms": 5, "session.timeout.ms": 6000})
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"reader-{time.time_ns()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 5,
+                "session.timeout.ms": 6000,
+            }
+        )
         c.subscribe([self.topic], on_assign=lambda *_: self.ready.set())
         try:
             while not self.halt.is_set():
@@ -95,8 +116,16 @@ class Retention(threading.Thread):
     input the agent has not committed nor a verdict the reader has not read.
     """
 
-    def __init__(self, bootstrap: str, inputs: str, group: str, verdicts: str,
-                 reader: VerdictReader, partitions: int, every_s: float = 60.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        inputs: str,
+        group: str,
+        verdicts: str,
+        reader: VerdictReader,
+        partitions: int,
+        every_s: float = 60.0,
+    ):
         super().__init__(daemon=True)
         self.bootstrap, self.inputs, self.group, self.verdicts = bootstrap, inputs, group, verdicts
         self.reader, self.partitions, self.every_s = reader, partitions, every_s
@@ -109,16 +138,24 @@ class Retention(threading.Thread):
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        group = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                          "enable.auto.commit": False})
+        group = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "enable.auto.commit": False,
+            }
+        )
         try:
             while not self.halt.wait(self.every_s):
                 try:
-                    committed = group.committed([TopicPartition(self.inputs, p)
-                                                 for p in range(self.partitions)], timeout=10)
+                    committed = group.committed(
+                        [TopicPartition(self.inputs, p) for p in range(self.partitions)], timeout=10
+                    )
                     cut = [tp for tp in committed if tp.offset > 0]
-                    cut += [TopicPartition(self.verdicts, p, o)
-                            for p, o in dict(self.reader.positions).items()]
+                    cut += [
+                        TopicPartition(self.verdicts, p, o)
+                        for p, o in dict(self.reader.positions).items()
+                    ]
                     if cut:
                         for fut in admin.delete_records(cut, request_timeout=10).values():
                             fut.result(15)

@@ -85,8 +85,11 @@ def fill(bootstrap: str, topic: str, x: np.ndarray, n: int, form: str) -> None:
         row = x[i % len(x)]
         if form == "binary":
             value = row.astype("<f4").tobytes()
-            headers = [("content-type", TENSOR_TYPE.encode()), ("id", str(i).encode()),
-                       ("dtype", b"float32")]
+            headers = [
+                ("content-type", TENSOR_TYPE.encode()),
+                ("id", str(i).encode()),
+                ("dtype", b"float32"),
+            ]
         else:
             value, headers = json.dumps({"id": str(i), "input": row.tolist()}).encode(), []
         while True:
@@ -106,27 +109,41 @@ def create(bootstrap: str, names: list[str]) -> None:
 
 def verdict_like(rid: str, topic: str, partition: int, offset: int, score: float) -> bytes:
     """A record of the agent's verdict shape and size (fields of docs/records.md)."""
-    return json.dumps({
-        "schema": "boxwatch.verdict/1", "id": rid,
-        "source": {"topic": topic, "partition": partition, "offset": offset},
-        "predicted_class": "3", "verdict": "accept",
-        "layers": {"/act1/Relu_output_0": "accept", "/act2/Relu_output_0": "accept"},
-        "score": score, "score_accepted": True, "artifact_id": "0" * 64,
-        "model_version": "digits-mlp", "timings": {"inference_ms": 0.1, "monitor_ms": 0.1,
-                                                   "batch_records": 256}},
-        separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "schema": "boxwatch.verdict/1",
+            "id": rid,
+            "source": {"topic": topic, "partition": partition, "offset": offset},
+            "predicted_class": "3",
+            "verdict": "accept",
+            "layers": {"/act1/Relu_output_0": "accept", "/act2/Relu_output_0": "accept"},
+            "score": score,
+            "score_accepted": True,
+            "artifact_id": "0" * 64,
+            "model_version": "digits-mlp",
+            "timings": {"inference_ms": 0.1, "monitor_ms": 0.1, "batch_records": 256},
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
-def ceiling_kafka_python(bootstrap: str, topic: str, n: int, group: str,
-                         shaped: bool = False) -> float:
+def ceiling_kafka_python(
+    bootstrap: str, topic: str, n: int, group: str, shaped: bool = False
+) -> float:
     """Records/s of the bare consume-decode-produce-flush-commit loop, kafka-python.
 
     ``shaped``: produce records of the agent's verdict shape (keyed by id, ~420 bytes)
     instead of small unkeyed ones.
     """
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
-                             enable_auto_commit=False, auto_offset_reset="earliest",
-                             max_poll_records=256, **GROUP)
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=256,
+        **GROUP,
+    )
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
     done, t0 = 0, None
     deadline = time.monotonic() + 300
@@ -141,11 +158,16 @@ def ceiling_kafka_python(bootstrap: str, topic: str, n: int, group: str,
                 x = np.frombuffer(r.value, dtype="<f4")
                 rid = dict(r.headers)["id"].decode()
                 if shaped:
-                    producer.send("bench.ceiling-out", verdict_like(
-                        rid, r.topic, r.partition, r.offset, float(x[0])), rid.encode())
+                    producer.send(
+                        "bench.ceiling-out",
+                        verdict_like(rid, r.topic, r.partition, r.offset, float(x[0])),
+                        rid.encode(),
+                    )
                 else:
-                    producer.send("bench.ceiling-out", json.dumps(
-                        {"id": rid, "verdict": "accept", "score": float(x[0])}).encode())
+                    producer.send(
+                        "bench.ceiling-out",
+                        json.dumps({"id": rid, "verdict": "accept", "score": float(x[0])}).encode(),
+                    )
             offsets[tp] = OffsetAndMetadata(recs[-1].offset + 1, "", -1)
             done += len(recs)
         producer.flush()
@@ -156,15 +178,29 @@ def ceiling_kafka_python(bootstrap: str, topic: str, n: int, group: str,
     return done / seconds
 
 
-def ceiling_confluent(bootstrap: str, topic: str, n: int, group: str,
-                      shaped: bool = False) -> float:
+def ceiling_confluent(
+    bootstrap: str, topic: str, n: int, group: str, shaped: bool = False
+) -> float:
     """Records/s of the same bare loop with confluent-kafka."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "fetch.wait.max.ms": 100, "session.timeout.ms": 6000})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+            "session.timeout.ms": 6000,
+        }
+    )
     consumer.subscribe([topic])
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
-                         "max.in.flight.requests.per.connection": 1})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 1,
+            "max.in.flight.requests.per.connection": 1,
+        }
+    )
     done, t0 = 0, None
     deadline = time.monotonic() + 300
     while done < n and time.monotonic() < deadline:
@@ -177,16 +213,22 @@ def ceiling_confluent(bootstrap: str, topic: str, n: int, group: str,
             x = np.frombuffer(m.value(), dtype="<f4")
             rid = dict(m.headers())["id"].decode()
             if shaped:
-                producer.produce("bench.ceiling-out", verdict_like(
-                    rid, m.topic(), m.partition(), m.offset(), float(x[0])), rid.encode())
+                producer.produce(
+                    "bench.ceiling-out",
+                    verdict_like(rid, m.topic(), m.partition(), m.offset(), float(x[0])),
+                    rid.encode(),
+                )
             else:
-                producer.produce("bench.ceiling-out", json.dumps(
-                    {"id": rid, "verdict": "accept", "score": float(x[0])}).encode())
+                producer.produce(
+                    "bench.ceiling-out",
+                    json.dumps({"id": rid, "verdict": "accept", "score": float(x[0])}).encode(),
+                )
             offsets[(m.topic(), m.partition())] = m.offset() + 1
         done += len(msgs)
         producer.flush(30)
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                        asynchronous=False)
+        consumer.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+        )
     seconds = time.perf_counter() - t0
     consumer.close()
     return done / seconds
@@ -195,15 +237,27 @@ def ceiling_confluent(bootstrap: str, topic: str, n: int, group: str,
 CEILINGS = {"kafka-python": ceiling_kafka_python, "confluent-kafka": ceiling_confluent}
 
 
-def agent_rate(bootstrap: str, artifact: Path, public: Path, topic: str, n: int,
-               group: str, library: str) -> float:
+def agent_rate(
+    bootstrap: str, artifact: Path, public: Path, topic: str, n: int, group: str, library: str
+) -> float:
     """Records/s of the agent on a pre-filled topic (from its first batch to the last)."""
-    cfg = load_agent_config(None, environ={}, overrides={
-        "artifact": str(artifact), "public_keys": [str(public)],
-        "model": str(example_path("digits", "model.onnx")), "kafka.bootstrap_servers": bootstrap,
-        "kafka.group_id": group, "topics.inputs": topic, "topics.verdicts": f"{topic}.verdicts",
-        "topics.dead_letter": "bench.dlq", "metrics.address": "127.0.0.1:0",
-        "kafka.create_topics": True, "kafka.library": library})
+    cfg = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(artifact),
+            "public_keys": [str(public)],
+            "model": str(example_path("digits", "model.onnx")),
+            "kafka.bootstrap_servers": bootstrap,
+            "kafka.group_id": group,
+            "topics.inputs": topic,
+            "topics.verdicts": f"{topic}.verdicts",
+            "topics.dead_letter": "bench.dlq",
+            "metrics.address": "127.0.0.1:0",
+            "kafka.create_topics": True,
+            "kafka.library": library,
+        },
+    )
     agent = build_agent(cfg)
     agent.check_topics()
     thread = threading.Thread(target=agent.run, daemon=True)
@@ -246,22 +300,46 @@ def processing_cost(artifact: Path, public: Path, x: np.ndarray) -> dict[str, fl
     In-process, no broker: decoding, model, monitors and verdict encoding only, so the
     cost of the JSON form shows without the Kafka clients' noise.
     """
-    cfg = load_agent_config(None, environ={}, overrides={
-        "artifact": str(artifact), "public_keys": [str(public)],
-        "model": str(example_path("digits", "model.onnx")), "topics.inputs": "in",
-        "topics.verdicts": "v", "topics.dead_letter": "dlq"})
+    cfg = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(artifact),
+            "public_keys": [str(public)],
+            "model": str(example_path("digits", "model.onnx")),
+            "topics.inputs": "in",
+            "topics.verdicts": "v",
+            "topics.dead_letter": "dlq",
+        },
+    )
     agent = build_agent(cfg)
     rows = x[np.arange(256) % len(x)]
     forms = {
-        "binary": [(r.astype("<f4").tobytes(), [("content-type", TENSOR_TYPE.encode()),
-                                                ("id", str(i).encode()), ("dtype", b"float32")])
-                   for i, r in enumerate(rows)],
-        "json": [(json.dumps({"id": str(i), "input": r.tolist()}).encode(), None)
-                 for i, r in enumerate(rows)],
+        "binary": [
+            (
+                r.astype("<f4").tobytes(),
+                [
+                    ("content-type", TENSOR_TYPE.encode()),
+                    ("id", str(i).encode()),
+                    ("dtype", b"float32"),
+                ],
+            )
+            for i, r in enumerate(rows)
+        ],
+        "json": [
+            (json.dumps({"id": str(i), "input": r.tolist()}).encode(), None)
+            for i, r in enumerate(rows)
+        ],
     }
-    batches = {form: [SimpleNamespace(topic="in", partition=0, offset=i, value=v, headers=h,
-                                      key=None, timestamp=0) for i, (v, h) in enumerate(recs)]
-               for form, recs in forms.items()}
+    batches = {
+        form: [
+            SimpleNamespace(
+                topic="in", partition=0, offset=i, value=v, headers=h, key=None, timestamp=0
+            )
+            for i, (v, h) in enumerate(recs)
+        ]
+        for form, recs in forms.items()
+    }
     times: dict[str, list[float]] = {form: [] for form in batches}
     for _ in range(200):  # alternating, so both forms see the same load
         for form, batch in batches.items():
@@ -277,8 +355,9 @@ def monitor_fraction(artifact: Path, public: Path, x: np.ndarray) -> dict[str, f
 
     rt = load_runtime(artifact, [str(public)], model_path=example_path("digits", "model.onnx"))
     batch = x[np.arange(256) % len(x)]
-    return _model_and_monitors(lambda b: rt.tap.run(rt.preprocessing.apply(b)),
-                               rt.boxes.assess, batch, 300)
+    return _model_and_monitors(
+        lambda b: rt.tap.run(rt.preprocessing.apply(b)), rt.boxes.assess, batch, 300
+    )
 
 
 def cnn_monitor_fraction() -> dict[str, float] | None:
@@ -303,13 +382,23 @@ def cnn_monitor_fraction() -> dict[str, float] | None:
     pred = logits.argmax(1)
     fit = slice(0, 2000)
     monitor = BoxMonitor(layers, tau=0.05, combine="calibrated").fit(
-        {k: v[fit] for k, v in acts.items()}, y[fit], pred[fit])
+        {k: v[fit] for k, v in acts.items()}, y[fit], pred[fit]
+    )
     monitor.calibrate({k: v[2000:] for k, v in acts.items()}, pred[2000:])
     return _model_and_monitors(tap.run, monitor.runtime_.assess, x[:256], 100)
 
 
-def latency(bootstrap: str, artifact: Path, public: Path, x: np.ndarray, rate: int,
-            seconds: float, library: str, workdir: Path, tag: str) -> tuple[float, float, int]:
+def latency(
+    bootstrap: str,
+    artifact: Path,
+    public: Path,
+    x: np.ndarray,
+    rate: int,
+    seconds: float,
+    library: str,
+    workdir: Path,
+    tag: str,
+) -> tuple[float, float, int]:
     """p50 / p99 ms from handing an input to the producer to reading its verdict.
 
     The agent is a real ``boxwatch agent`` process; the paced stream and the reader
@@ -317,14 +406,24 @@ def latency(bootstrap: str, artifact: Path, public: Path, x: np.ndarray, rate: i
     topics and group.
     """
     name = f"lat-{library}-{tag}"
-    topics = {"inputs": f"bench.{name}", "verdicts": f"bench.{name}.verdicts",
-              "dead_letter": "bench.dlq"}
-    example = SimpleNamespace(artifact=artifact, public_key=public,
-                              model=example_path("digits", "model.onnx"))
-    cfg = write_agent_config(workdir / f"{name}.yaml", example, bootstrap,
-                             group_id=name, topics=topics,
-                             batch__max_wait_ms=5, kafka__library=library,
-                             kafka__create_topics=True)
+    topics = {
+        "inputs": f"bench.{name}",
+        "verdicts": f"bench.{name}.verdicts",
+        "dead_letter": "bench.dlq",
+    }
+    example = SimpleNamespace(
+        artifact=artifact, public_key=public, model=example_path("digits", "model.onnx")
+    )
+    cfg = write_agent_config(
+        workdir / f"{name}.yaml",
+        example,
+        bootstrap,
+        group_id=name,
+        topics=topics,
+        batch__max_wait_ms=5,
+        kafka__library=library,
+        kafka__create_topics=True,
+    )
     agent = AgentProcess(cfg, workdir / f"{name}.log").start()
     reader = VerdictReader(bootstrap, topics["verdicts"])
     try:
@@ -358,22 +457,34 @@ def _monitor_rows(name: str, t: dict[str, float] | None) -> list[tuple[str, str,
     rows = [(f"{name}: model call, batch 256 (median)", f"{t['model'] * 1e3:.3f} ms", "-")]
     for kernel in ("native", "numpy"):
         if kernel in t:
-            rows.append((f"{name}: monitors, {kernel} box kernel, batch 256 (median)",
-                         f"{t[kernel] * 1e3:.3f} ms",
-                         f"{t[kernel] / t['model']:.0%} of model time (target <= 10%)"))
+            rows.append(
+                (
+                    f"{name}: monitors, {kernel} box kernel, batch 256 (median)",
+                    f"{t[kernel] * 1e3:.3f} ms",
+                    f"{t[kernel] / t['model']:.0%} of model time (target <= 10%)",
+                )
+            )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=60_000)
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="alternating ceiling / agent runs per library (best kept)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="alternating ceiling / agent runs per library (best kept)",
+    )
     parser.add_argument("--broker", choices=["noida", "tansu"], default="noida")
     parser.add_argument("--library", choices=["both", *LIBRARIES], default="both")
     parser.add_argument("--latency-seconds", type=float, default=30.0)
-    parser.add_argument("--latency-rounds", type=int, default=2,
-                        help="latency runs per library, alternating (each is reported)")
+    parser.add_argument(
+        "--latency-rounds",
+        type=int,
+        default=2,
+        help="latency runs per library, alternating (each is reported)",
+    )
     args = parser.parse_args()
     libraries = list(LIBRARIES) if args.library == "both" else [args.library]
     results: dict[str, dict[str, float]] = {}
@@ -386,8 +497,12 @@ def main() -> None:
             b = broker.bootstrap_servers
             names = ["bench.ceiling-out", "bench.dlq"]
             for lib in libraries:
-                names += [f"bench.bin-{lib}", f"bench.json-{lib}", f"bench.bin-{lib}.verdicts",
-                          f"bench.json-{lib}.verdicts"]
+                names += [
+                    f"bench.bin-{lib}",
+                    f"bench.json-{lib}",
+                    f"bench.bin-{lib}.verdicts",
+                    f"bench.json-{lib}.verdicts",
+                ]
             create(b, names)
             for lib in libraries:
                 fill(b, f"bench.bin-{lib}", x, args.records, "binary")
@@ -397,13 +512,28 @@ def main() -> None:
                 # keep the best of each (this machine is shared: the best run is the least
                 # disturbed one).
                 for k in range(args.rounds):
-                    r["ceiling"] = max(r["ceiling"], CEILINGS[lib](
-                        b, f"bench.bin-{lib}", args.records, f"ceiling-{lib}-{k}"))
-                    r["shaped"] = max(r["shaped"], CEILINGS[lib](
-                        b, f"bench.bin-{lib}", args.records, f"shaped-{lib}-{k}", shaped=True))
-                    pair = [agent_rate(b, artifact, public, f"bench.{topic}-{lib}",
-                                       args.records, f"agent-{topic}-{lib}-{k}", lib)
-                            for topic in ("bin", "json")]
+                    r["ceiling"] = max(
+                        r["ceiling"],
+                        CEILINGS[lib](b, f"bench.bin-{lib}", args.records, f"ceiling-{lib}-{k}"),
+                    )
+                    r["shaped"] = max(
+                        r["shaped"],
+                        CEILINGS[lib](
+                            b, f"bench.bin-{lib}", args.records, f"shaped-{lib}-{k}", shaped=True
+                        ),
+                    )
+                    pair = [
+                        agent_rate(
+                            b,
+                            artifact,
+                            public,
+                            f"bench.{topic}-{lib}",
+                            args.records,
+                            f"agent-{topic}-{lib}-{k}",
+                            lib,
+                        )
+                        for topic in ("bin", "json")
+                    ]
                     r["binary"], r["json"] = max(r["binary"], pair[0]), max(r["json"], pair[1])
                     r.setdefault("pairs", []).append(pair)
         finally:
@@ -412,13 +542,25 @@ def main() -> None:
         broker = EmbeddedBroker(args.broker).start()
         try:
             b = broker.bootstrap_servers
-            create(b, ["bench.dlq", *(f"bench.lat-{lib}-{k}{s}" for lib in libraries
-                                      for k in range(args.latency_rounds)
-                                      for s in ("", ".verdicts"))])
+            create(
+                b,
+                [
+                    "bench.dlq",
+                    *(
+                        f"bench.lat-{lib}-{k}{s}"
+                        for lib in libraries
+                        for k in range(args.latency_rounds)
+                        for s in ("", ".verdicts")
+                    ),
+                ],
+            )
             for k in range(args.latency_rounds):  # alternating libraries, as above
                 for lib in libraries:
-                    results[lib].setdefault("lat", []).append(latency(
-                        b, artifact, public, x, 1000, args.latency_seconds, lib, work, str(k)))
+                    results[lib].setdefault("lat", []).append(
+                        latency(
+                            b, artifact, public, x, 1000, args.latency_seconds, lib, work, str(k)
+                        )
+                    )
         finally:
             broker.stop()
         mlp = monitor_fraction(artifact, public, x)
@@ -427,37 +569,69 @@ def main() -> None:
     rows = []
     for lib, r in results.items():
         rows += [
-            (f"{lib}: bare client ceiling (consume, decode, produce, flush, commit)",
-             f"{r['ceiling']:,.0f} rec/s", "-"),
-            (f"{lib}: the same loop producing the agent's output shape (keyed by id, "
-             "~420-byte verdicts)", f"{r['shaped']:,.0f} rec/s", "-"),
-            (f"{lib}: agent, binary float32 inputs", f"{r['binary']:,.0f} rec/s",
-             f"{r['binary'] / r['ceiling']:.0%} of ceiling (target >= 70%); "
-             f"{r['binary'] / r['shaped']:.0%} of the output-shaped loop"),
-            (f"{lib}: agent, JSON inputs", f"{r['json']:,.0f} rec/s",
-             f"{r['json'] / r['binary']:.0%} of the binary rate (target >= 80%; each round's "
-             f"JSON run against the binary run just before it: "
-             f"{', '.join(f'{j / b:.0%}' for b, j in r['pairs'])}); "
-             f"{r['json'] / r['ceiling']:.0%} of ceiling"),
-            (f"{lib}: end-to-end latency at 1,000 rec/s ({len(r['lat'])} runs of "
-             f"{min(n for _, _, n in r['lat']):,}+ records; agent process, paced load and "
-             "reader in the bench process)",
-             "; ".join(f"p50 {p50:.1f} ms, p99 {p99:.1f} ms" for p50, p99, _ in r["lat"]),
-             f"best p99 {min(p99 for _, p99, _ in r['lat']):.1f} ms (target p99 <= 50 ms)"),
+            (
+                f"{lib}: bare client ceiling (consume, decode, produce, flush, commit)",
+                f"{r['ceiling']:,.0f} rec/s",
+                "-",
+            ),
+            (
+                f"{lib}: the same loop producing the agent's output shape (keyed by id, "
+                "~420-byte verdicts)",
+                f"{r['shaped']:,.0f} rec/s",
+                "-",
+            ),
+            (
+                f"{lib}: agent, binary float32 inputs",
+                f"{r['binary']:,.0f} rec/s",
+                f"{r['binary'] / r['ceiling']:.0%} of ceiling (target >= 70%); "
+                f"{r['binary'] / r['shaped']:.0%} of the output-shaped loop",
+            ),
+            (
+                f"{lib}: agent, JSON inputs",
+                f"{r['json']:,.0f} rec/s",
+                f"{r['json'] / r['binary']:.0%} of the binary rate (target >= 80%; each round's "
+                f"JSON run against the binary run just before it: "
+                f"{', '.join(f'{j / b:.0%}' for b, j in r['pairs'])}); "
+                f"{r['json'] / r['ceiling']:.0%} of ceiling",
+            ),
+            (
+                f"{lib}: end-to-end latency at 1,000 rec/s ({len(r['lat'])} runs of "
+                f"{min(n for _, _, n in r['lat']):,}+ records; agent process, paced load and "
+                "reader in the bench process)",
+                "; ".join(f"p50 {p50:.1f} ms, p99 {p99:.1f} ms" for p50, p99, _ in r["lat"]),
+                f"best p99 {min(p99 for _, p99, _ in r['lat']):.1f} ms (target p99 <= 50 ms)",
+            ),
         ]
     rows += [
-        ("agent.process per record, batch 256, in-process (median): binary / JSON",
-         f"{cost['binary']:.1f} / {cost['json']:.1f} us",
-         f"JSON adds {cost['json'] - cost['binary']:.1f} us per record"),
+        (
+            "agent.process per record, batch 256, in-process (median): binary / JSON",
+            f"{cost['binary']:.1f} / {cost['json']:.1f} us",
+            f"JSON adds {cost['json'] - cost['binary']:.1f} us per record",
+        ),
         *_monitor_rows("example MLP (64-64-32-8, 2 monitored layers)", mlp),
-        *_monitor_rows("MNIST CNN of bench/monitors.py (4 monitored layers; needs ../shared/data "
-                       "and its cache)", cnn),
+        *_monitor_rows(
+            "MNIST CNN of bench/monitors.py (4 monitored layers; needs ../shared/data "
+            "and its cache)",
+            cnn,
+        ),
     ]
-    table = "\n".join(["| measure | value | against target |", "|---|---|---|",
-                       *(f"| {a} | {b} | {c} |" for a, b, c in rows)])
-    text = "\n".join([machine_line(
-        f"{args.broker} broker, {args.records:,} records, {PARTITIONS} partitions, 64-float "
-        f"inputs; rates: best of {args.rounds} alternating runs"), "", table])
+    table = "\n".join(
+        [
+            "| measure | value | against target |",
+            "|---|---|---|",
+            *(f"| {a} | {b} | {c} |" for a, b, c in rows),
+        ]
+    )
+    text = "\n".join(
+        [
+            machine_line(
+                f"{args.broker} broker, {args.records:,} records, {PARTITIONS} partitions, 64-float "
+                f"inputs; rates: best of {args.rounds} alternating runs"
+            ),
+            "",
+            table,
+        ]
+    )
     print(text)
     write_section(HEADING, text)
 

@@ -38,9 +38,16 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.time()
     env = {**os.environ, "BOXWATCH_BACKPRESSURE_SECONDS": str(args.seconds)}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                          TEST], cwd=ROOT, env=env, capture_output=True, text=True)
-    figures = [ln.strip() for ln in run.stdout.splitlines() if ln.strip().startswith("backpressure:")]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", TEST],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    figures = [
+        ln.strip() for ln in run.stdout.splitlines() if ln.strip().startswith("backpressure:")
+    ]
     passed = run.returncode == 0
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     lines = [

@@ -119,13 +119,27 @@ def big_case(kind: str, n: int) -> dict:
         from pgmpy.inference import VariableElimination
 
         ve = VariableElimination(network.to_pgmpy())
-        pg = [ve.query(["C"], evidence={f: f"v{values[f][i]}" for f in feats},
-                       show_progress=False).get_value(C="pos") for i in range(200)]
-    ve_bad = int(np.count_nonzero(d.predict_positive(X[:200]) != (np.array(pg) >= 0.5 - TIE_TOLERANCE)))
-    return {"seconds": seconds, "peak_gb": peak_gb, "nodes": result.nodes,
-            "nodes_quasi": result.nodes_quasi, "positives": result.positives,
-            "inputs": result.inputs, "ties": result.ties, "method": result.method,
-            "closed_bad": closed, "ve_bad": ve_bad}
+        pg = [
+            ve.query(
+                ["C"], evidence={f: f"v{values[f][i]}" for f in feats}, show_progress=False
+            ).get_value(C="pos")
+            for i in range(200)
+        ]
+    ve_bad = int(
+        np.count_nonzero(d.predict_positive(X[:200]) != (np.array(pg) >= 0.5 - TIE_TOLERANCE))
+    )
+    return {
+        "seconds": seconds,
+        "peak_gb": peak_gb,
+        "nodes": result.nodes,
+        "nodes_quasi": result.nodes_quasi,
+        "positives": result.positives,
+        "inputs": result.inputs,
+        "ties": result.ties,
+        "method": result.method,
+        "closed_bad": closed,
+        "ve_bad": ve_bad,
+    }
 
 
 def hidden_spec(name: str) -> tuple[Network, ClassifierSpec]:
@@ -145,11 +159,15 @@ def forward_sample(network: Network, n: int, rng: np.random.Generator) -> dict[s
         order += ready
         pending = [v for v in pending if v not in ready]
     for v in order:
-        table = network.cpts[v][tuple(values[p] for p in network.parents[v])]  # (n, card) or (card,)
-        cum = np.cumsum(table.reshape(n, -1) if network.parents[v] else np.tile(table, (n, 1)),
-                        axis=1)
-        values[v] = np.minimum((cum < rng.random((n, 1)) * cum[:, -1:]).sum(axis=1),
-                               network.card(v) - 1)
+        table = network.cpts[v][
+            tuple(values[p] for p in network.parents[v])
+        ]  # (n, card) or (card,)
+        cum = np.cumsum(
+            table.reshape(n, -1) if network.parents[v] else np.tile(table, (n, 1)), axis=1
+        )
+        values[v] = np.minimum(
+            (cum < rng.random((n, 1)) * cum[:, -1:]).sum(axis=1), network.card(v) - 1
+        )
     return values
 
 
@@ -182,41 +200,58 @@ def hidden_case(name: str) -> dict:
     network, spec = hidden_spec(name)
     start = time.perf_counter()
     try:
-        result = compile_classifier(network, spec, max_memory=HIDDEN_MEMORY,
-                                    max_seconds=HIDDEN_SECONDS)
+        result = compile_classifier(
+            network, spec, max_memory=HIDDEN_MEMORY, max_seconds=HIDDEN_SECONDS
+        )
     except CompileLimitError as exc:
-        return {"refused": str(exc), "seconds": time.perf_counter() - start,
-                "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2}
+        return {
+            "refused": str(exc),
+            "seconds": time.perf_counter() - start,
+            "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        }
     seconds = time.perf_counter() - start
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        uniform_bad, sampled_bad = disagreements_with_pgmpy(network, result,
-                                                            np.random.default_rng(0))
-    return {"seconds": seconds, "peak_gb": peak_gb, "method": result.method,
-            "nodes": result.nodes, "nodes_quasi": result.nodes_quasi,
-            "positives": result.positives, "inputs": result.inputs, "ties": result.ties,
-            "estimate": result.estimate.text(), "uniform_bad": uniform_bad,
-            "sampled_bad": sampled_bad}
+        uniform_bad, sampled_bad = disagreements_with_pgmpy(
+            network, result, np.random.default_rng(0)
+        )
+    return {
+        "seconds": seconds,
+        "peak_gb": peak_gb,
+        "method": result.method,
+        "nodes": result.nodes,
+        "nodes_quasi": result.nodes_quasi,
+        "positives": result.positives,
+        "inputs": result.inputs,
+        "ties": result.ties,
+        "estimate": result.estimate.text(),
+        "uniform_bad": uniform_bad,
+        "sampled_bad": sampled_bad,
+    }
 
 
 def hidden_rows() -> list[str]:
     """One row per HIDDEN network, each compiled in its own subprocess."""
     rows = []
     for name, (_, cls, positive, n_leaves, threshold) in HIDDEN.items():
-        out = subprocess.run([sys.executable, __file__, "hidden", name], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "hidden", name], check=True, capture_output=True, text=True
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         label = f"{name}, {n_leaves} leaves, P({cls} = {positive}) >= {threshold}"
         if "refused" in r:
-            rows.append(f"| {label} | refused | - | - | {r['seconds']:.2f} "
-                        f"(target < 5) | {r['peak_gb']:.2f} | {r['refused']} | - |")
+            rows.append(
+                f"| {label} | refused | - | - | {r['seconds']:.2f} "
+                f"(target < 5) | {r['peak_gb']:.2f} | {r['refused']} | - |"
+            )
         else:
             rows.append(
                 f"| {label} | {r['method']} | {r['nodes']:,} / {r['nodes_quasi']:,} | "
                 f"{r['positives']:,} of {r['inputs']:,} | {r['seconds']:.2f} (target <= 120) | "
                 f"{r['peak_gb']:.2f} (target <= 4) | {r['estimate']} | "
-                f"{r['uniform_bad']} / {r['sampled_bad']} |")
+                f"{r['uniform_bad']} / {r['sampled_bad']} |"
+            )
         print(rows[-1], flush=True)
     return rows
 
@@ -229,20 +264,25 @@ def plan_rows() -> list[str]:
     network, _ = cases["munin1"]
     dfs = default_order(network, "DIFFN_SEV", network.leaves())[:7]
     cases["munin1, first 7 leaves of the DFS order"] = (
-        network, ClassifierSpec("DIFFN_SEV", "MILD", 0.5, features=dfs))
+        network,
+        ClassifierSpec("DIFFN_SEV", "MILD", 0.5, features=dfs),
+    )
     rows = []
     for name, (network, spec) in cases.items():
         resolved = resolve_spec(network, spec)
         keep = [resolved.class_variable, *resolved.order]
         factors = relevant_factors(network, keep)
-        _, greedy = opt_einsum.contract_path(_expression(factors, keep),
-                                             *[t for _, t in factors], optimize="greedy")
+        _, greedy = opt_einsum.contract_path(
+            _expression(factors, keep), *[t for _, t in factors], optimize="greedy"
+        )
         start = time.perf_counter()
         planned = plan_joint(network, resolved, max_memory=HIDDEN_MEMORY).contraction
-        rows.append(f"| {name} | {float(greedy.opt_cost):.3g} / "
-                    f"{float(greedy.largest_intermediate):.3g} | "
-                    f"{planned.flops:.3g} / {planned.largest_cells:.3g} | "
-                    f"{time.perf_counter() - start:.3f} |")
+        rows.append(
+            f"| {name} | {float(greedy.opt_cost):.3g} / "
+            f"{float(greedy.largest_intermediate):.3g} | "
+            f"{planned.flops:.3g} / {planned.largest_cells:.3g} | "
+            f"{time.perf_counter() - start:.3f} |"
+        )
     return rows
 
 
@@ -282,12 +322,17 @@ def main() -> None:
         ]
     else:
         lines.append("- ../shared/data/bn absent: reference networks skipped")
-    lines += ["", "| past enumeration (seed 0, T = 0.5) | route | nodes reduced / quasi | "
-              "positives of inputs | ties | compile s (one run) | peak RSS GB | "
-              "disagreements: 10,000 closed form / 200 pgmpy VE |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| past enumeration (seed 0, T = 0.5) | route | nodes reduced / quasi | "
+        "positives of inputs | ties | compile s (one run) | peak RSS GB | "
+        "disagreements: 10,000 closed form / 200 pgmpy VE |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for label, (kind, n) in BIG.items():
-        out = subprocess.run([sys.executable, __file__, kind, str(n)], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, kind, str(n)], check=True, capture_output=True, text=True
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         lines.append(
             f"| {label} | {r['method']} | {r['nodes']:,} / {r['nodes_quasi']:,} | "
@@ -296,15 +341,24 @@ def main() -> None:
         )
         print(lines[-1], flush=True)
     if SHARED.is_dir():
-        lines += ["", f"Hidden variables between class and features (first leaves of the default "
-                  f"features; limits --max-memory {format_bytes(HIDDEN_MEMORY)}, --max-seconds "
-                  f"{HIDDEN_SECONDS:g}; each in a fresh process, parsing excluded):", "",
-                  "| classifier | route | nodes reduced / quasi | positives of inputs | "
-                  "compile or refusal s | peak RSS GB | estimate (before starting) | "
-                  f"disagreements with pgmpy VE: {HIDDEN_CHECKS} uniform / {HIDDEN_CHECKS} "
-                  "network-sampled |", "|---|---|---|---|---|---|---|---|", *hidden_rows(),
-                  "", "| contraction to P(C, X) | opt_einsum greedy: flops / largest cells | planned "
-                  "(best of min-fill, min-weight, greedy): flops / largest cells | planning s |", "|---|---|---|---|", *plan_rows()]
+        lines += [
+            "",
+            f"Hidden variables between class and features (first leaves of the default "
+            f"features; limits --max-memory {format_bytes(HIDDEN_MEMORY)}, --max-seconds "
+            f"{HIDDEN_SECONDS:g}; each in a fresh process, parsing excluded):",
+            "",
+            "| classifier | route | nodes reduced / quasi | positives of inputs | "
+            "compile or refusal s | peak RSS GB | estimate (before starting) | "
+            f"disagreements with pgmpy VE: {HIDDEN_CHECKS} uniform / {HIDDEN_CHECKS} "
+            "network-sampled |",
+            "|---|---|---|---|---|---|---|---|",
+            *hidden_rows(),
+            "",
+            "| contraction to P(C, X) | opt_einsum greedy: flops / largest cells | planned "
+            "(best of min-fill, min-weight, greedy): flops / largest cells | planning s |",
+            "|---|---|---|---|",
+            *plan_rows(),
+        ]
     text = "\n".join([machine_line(run_summary(began)), "", *lines])
     write_section("## bn_compile (bench/bn_compile.py)", text)
     print(text)

@@ -56,9 +56,12 @@ def random_rules(rng: np.random.Generator, diagram, n: int) -> list[Rule]:
     cards = [int(c) for c in diagram.cardinalities]
     rules = []
     for r in range(n):
-        allowed = [list(range(c)) if rng.random() < 0.4 else
-                   sorted(rng.choice(c, size=int(rng.integers(1, c + 1)), replace=False).tolist())
-                   for c in cards]
+        allowed = [
+            list(range(c))
+            if rng.random() < 0.4
+            else sorted(rng.choice(c, size=int(rng.integers(1, c + 1)), replace=False).tolist())
+            for c in cards
+        ]
         x = np.array([[int(rng.choice(a)) for a in allowed]])
         conclusion = diagram.terminals[int(rng.integers(diagram.n_terminals))]
         if r % 2 == 0:
@@ -68,8 +71,9 @@ def random_rules(rng: np.random.Generator, diagram, n: int) -> list[Rule]:
                 if (diagram.predict(grid) == diagram.terminals.index(conclusion)).all():
                     break
                 allowed[i] = [int(x[0, i])]
-        premise = {diagram.features[i]: tuple(a) for i, a in enumerate(allowed)
-                   if len(a) < cards[i]}
+        premise = {
+            diagram.features[i]: tuple(a) for i, a in enumerate(allowed) if len(a) < cards[i]
+        }
         rules.append(Rule(f"r{r}", premise, (conclusion,)))
     return rules
 
@@ -83,10 +87,16 @@ def random_queries(rng: np.random.Generator, diagram, n: int, kinds: tuple[str, 
     out = []
     for q in range(n):
         i = int(rng.choice(candidates))
-        given = {diagram.features[j]: (int(rng.integers(cards[j])),)
-                 for j in range(len(cards)) if j != i and rng.random() < 0.5}
-        out.append(MonotonicityQuery(f"q{q}", diagram.features[i], tuple(range(cards[i])),
-                                     given, kinds[q % len(kinds)]))
+        given = {
+            diagram.features[j]: (int(rng.integers(cards[j])),)
+            for j in range(len(cards))
+            if j != i and rng.random() < 0.5
+        }
+        out.append(
+            MonotonicityQuery(
+                f"q{q}", diagram.features[i], tuple(range(cards[i])), given, kinds[q % len(kinds)]
+            )
+        )
     return out
 
 
@@ -126,13 +136,22 @@ def bench_network(name: str, n_queries: int = N_QUERIES) -> dict:
     masses = [r.violating_probability for r in results if not r.holds]
     verifier.close()
     return {
-        "network": name, "features": diagram.n_features, "nodes": diagram.n_nodes,
-        "inputs": diagram.n_inputs, "encode_s": statistics.median(encode),
-        "setup_s": setup, "cnf_vars": enc.n_vars, "cnf_clauses": len(enc.clauses),
-        "itr_ms": itr, "itr_holds": f"{sum(r.holds for r in results)}/{len(results)}",
+        "network": name,
+        "features": diagram.n_features,
+        "nodes": diagram.n_nodes,
+        "inputs": diagram.n_inputs,
+        "encode_s": statistics.median(encode),
+        "setup_s": setup,
+        "cnf_vars": enc.n_vars,
+        "cnf_clauses": len(enc.clauses),
+        "itr_ms": itr,
+        "itr_holds": f"{sum(r.holds for r in results)}/{len(results)}",
         "mass": f"{sum(m is not None for m in masses)}/{len(masses)}",
         "cubes": statistics.mean(len(r.counterexamples) for r in results if not r.holds),
-        "fmo_ms": fmo, "fmo_n": len(fmo_q), "fmo_holds": fmo_held, "dir_ms": direc,
+        "fmo_ms": fmo,
+        "fmo_n": len(fmo_q),
+        "fmo_holds": fmo_held,
+        "dir_ms": direc,
     }
 
 
@@ -148,9 +167,11 @@ def main() -> None:
     rows = [bench_network(name) for name in NETWORKS]
     rows.append(bench_network(f"naive Bayes {N_SYNTHETIC}", N_SYNTHETIC_QUERIES))
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    header = ("| network | features | MDD nodes | inputs | encode s | CNF vars | CNF clauses "
-              "| ITR ms (median) | rules held | masses | cubes/violation | FMO ms (median) "
-              "| FMO held | directional ms |")
+    header = (
+        "| network | features | MDD nodes | inputs | encode s | CNF vars | CNF clauses "
+        "| ITR ms (median) | rules held | masses | cubes/violation | FMO ms (median) "
+        "| FMO held | directional ms |"
+    )
     lines = [header, "|" + "---|" * 14]
     for r in rows:
         lines.append(
@@ -158,29 +179,32 @@ def main() -> None:
             f"| {r['encode_s']:.4f} | {r['cnf_vars']:,} | {r['cnf_clauses']:,} "
             f"| {fmt(r['itr_ms'], '.2f')} | {r['itr_holds']} | {r['mass']} | {r['cubes']:.1f} "
             f"| {fmt(r['fmo_ms'], '.2f')} | {r['fmo_holds']}/{r['fmo_n']} "
-            f"| {fmt(r['dir_ms'], '.2f')} |")
+            f"| {fmt(r['dir_ms'], '.2f')} |"
+        )
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    text = "\n".join([
-        f"_{when}; this machine: {os.cpu_count()} cores, {mem:.0f} GB RAM, Python "
-        f"{platform.python_version()}; total run {time.perf_counter() - t_start:.0f} s; "
-        f"peak RSS {rss_mb:.0f} MB (target <= 500 MB)_",
-        "",
-        f"Per query: median of {N_QUERIES} random queries. ITR includes the SAT call, the exact "
-        f"violation count, the BN probability mass and up to {K} compact counterexamples "
-        "(targets: ITR <= 5 ms on alarm and win95pts, FMO <= 30 ms; reference: 30 / 27 ms "
-        "for the SAT call alone, 606-7,602 ms with its enumeration). FMO queries use "
-        "features with at least 3 values (n/a: every feature is binary, so FMO is "
-        "answered without a solver: the class cannot flip twice); directional queries "
-        "use any feature. The first query on a feature builds its 2- or 3-copy CNF "
-        "(cached). `masses`: violated rules whose probability mass was computed (exact: joint "
-        f"table up to {JOINT_LIMIT:.0e} inputs, else inference per cube up to {MAX_MASS_CUBES} "
-        "cubes). "
-        f"Naive Bayes {N_SYNTHETIC}: seeded random CPTs (tests/bn_synthetic.py), "
-        f"{N_SYNTHETIC_QUERIES} queries, past the joint table.",
-        "",
-        *lines,
-    ])
+    text = "\n".join(
+        [
+            f"_{when}; this machine: {os.cpu_count()} cores, {mem:.0f} GB RAM, Python "
+            f"{platform.python_version()}; total run {time.perf_counter() - t_start:.0f} s; "
+            f"peak RSS {rss_mb:.0f} MB (target <= 500 MB)_",
+            "",
+            f"Per query: median of {N_QUERIES} random queries. ITR includes the SAT call, the exact "
+            f"violation count, the BN probability mass and up to {K} compact counterexamples "
+            "(targets: ITR <= 5 ms on alarm and win95pts, FMO <= 30 ms; reference: 30 / 27 ms "
+            "for the SAT call alone, 606-7,602 ms with its enumeration). FMO queries use "
+            "features with at least 3 values (n/a: every feature is binary, so FMO is "
+            "answered without a solver: the class cannot flip twice); directional queries "
+            "use any feature. The first query on a feature builds its 2- or 3-copy CNF "
+            "(cached). `masses`: violated rules whose probability mass was computed (exact: joint "
+            f"table up to {JOINT_LIMIT:.0e} inputs, else inference per cube up to {MAX_MASS_CUBES} "
+            "cubes). "
+            f"Naive Bayes {N_SYNTHETIC}: seeded random CPTs (tests/bn_synthetic.py), "
+            f"{N_SYNTHETIC_QUERIES} queries, past the joint table.",
+            "",
+            *lines,
+        ]
+    )
     print(text)
     write_section(HEADING, text)
 

@@ -39,8 +39,13 @@ PREFIXES = 20_000
 COMPLETIONS = 4_096
 
 
-def messages(network: Network, factors: Sequence[Factor], features: Sequence[str],
-             values: np.ndarray, z: Sequence[str]) -> np.ndarray:
+def messages(
+    network: Network,
+    factors: Sequence[Factor],
+    features: Sequence[str],
+    values: np.ndarray,
+    z: Sequence[str],
+) -> np.ndarray:
     """Per row of ``values`` (assignments of ``features``): the factors' product summed onto ``z``."""
     where = {f: i for i, f in enumerate(features)}
     parts = []
@@ -52,8 +57,9 @@ def messages(network: Network, factors: Sequence[Factor], features: Sequence[str
             parts.append((scope, table, None))
             continue
         f = inside[0]
-        parts.append((tuple(v for v in scope if v != f), np.moveaxis(table, scope.index(f), 0),
-                      where[f]))
+        parts.append(
+            (tuple(v for v in scope if v != f), np.moveaxis(table, scope.index(f), 0), where[f])
+        )
 
     def sliced(x: np.ndarray) -> list[Factor]:
         return [(s, t if i is None else t[x[i]]) for s, t, i in parts] + unit_factors(network, z)
@@ -65,8 +71,9 @@ def messages(network: Network, factors: Sequence[Factor], features: Sequence[str
     return out
 
 
-def assignments(network: Network, features: Sequence[str], n: int,
-                rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+def assignments(
+    network: Network, features: Sequence[str], n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, bool]:
     """All assignments when there are at most ``n``, else ``n`` uniform ones; and whether all."""
     cards = [network.card(f) for f in features]
     if math.prod(cards) <= n:
@@ -91,13 +98,16 @@ def level_row(network: Network, spec: ResolvedSpec, k: int, rng: np.random.Gener
     den = up.reshape(len(u), -1) @ lo.reshape(len(v), -1).T
     with np.errstate(invalid="ignore", divide="ignore"):
         decision = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0) >= (
-            spec.threshold - TIE_TOLERANCE)
+            spec.threshold - TIE_TOLERANCE
+        )
     _, counts = np.unique(np.packbits(decision, axis=1), axis=0, return_counts=True)
     f1, f2 = int((counts == 1).sum()), int((counts == 2).sum())
     chao1 = counts.size + f1 * f1 / (2 * max(f2, 1))
-    return (f"| {k} | {cut.n_pre:.3g} | {cut.n_suf:,} | {cut.shared_states:,} | {len(u):,} | "
-            f"{len(v):,}{' (all)' if every else ''} | {counts.size:,} | {f1:,} / {f2:,} | "
-            f"{chao1:.3g} | {time.perf_counter() - start:.0f} |")
+    return (
+        f"| {k} | {cut.n_pre:.3g} | {cut.n_suf:,} | {cut.shared_states:,} | {len(u):,} | "
+        f"{len(v):,}{' (all)' if every else ''} | {counts.size:,} | {f1:,} / {f2:,} | "
+        f"{chao1:.3g} | {time.perf_counter() - start:.0f} |"
+    )
 
 
 def main() -> None:
@@ -113,11 +123,14 @@ def main() -> None:
     spec = resolve_spec(network, ClassifierSpec(cls, positive, threshold))
     rng = np.random.default_rng(0)
     inputs = math.prod(network.card(f) for f in spec.order)
-    lines = [f"{file}, P({cls} = {positive}) >= {threshold}, all {len(spec.order)} leaves in the "
-             f"default order ({inputs:.3g} inputs); uniform prefixes, seed 0:", "",
-             "| level | prefixes | completions | shared states | prefixes sampled | completions "
-             "compared | distinct sub-classifiers (width >=) | seen once / twice | Chao1 | s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{file}, P({cls} = {positive}) >= {threshold}, all {len(spec.order)} leaves in the "
+        f"default order ({inputs:.3g} inputs); uniform prefixes, seed 0:",
+        "",
+        "| level | prefixes | completions | shared states | prefixes sampled | completions "
+        "compared | distinct sub-classifiers (width >=) | seen once / twice | Chao1 | s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for k in LEVELS:
         lines.append(level_row(network, spec, k, rng))
         print(lines[-1], flush=True)

@@ -69,8 +69,7 @@ def sample_records(path: Path = NETWORK, n: int = N_RECORDS, seed: int = SEED) -
     model = load_network(path).to_pgmpy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        data = BayesianModelSampling(model).forward_sample(size=n, seed=seed,
-                                                           show_progress=False)
+        data = BayesianModelSampling(model).forward_sample(size=n, seed=seed, show_progress=False)
     return data[sorted(data.columns)].astype(str)
 
 
@@ -79,11 +78,13 @@ def split(data: Any, seed: int = SEED, train_fraction: float = 0.7) -> tuple[Any
     order = np.random.default_rng(seed).permutation(len(data))
     cut = int(round(train_fraction * len(data)))
     return data.iloc[order[:cut]].reset_index(drop=True), data.iloc[order[cut:]].reset_index(
-        drop=True)
+        drop=True
+    )
 
 
-def learn_models(train: Any, states: dict[str, tuple[str, ...]], n_models: int = N_MODELS,
-                 seed: int = SEED) -> list[LearnedModel]:
+def learn_models(
+    train: Any, states: dict[str, tuple[str, ...]], n_models: int = N_MODELS, seed: int = SEED
+) -> list[LearnedModel]:
     """The paper's recipe: tree structure on a 10% sample, parameters on all of ``train``."""
     from pgmpy.estimators import BayesianEstimator, MaximumLikelihoodEstimator, TreeSearch
     from pgmpy.models import DiscreteBayesianNetwork
@@ -101,26 +102,33 @@ def learn_models(train: Any, states: dict[str, tuple[str, ...]], n_models: int =
             warnings.simplefilter("ignore")
             if structure == "tan":
                 dag = TreeSearch(sample, n_jobs=1).estimate(
-                    estimator_type="tan", class_node=CLASS, show_progress=False)
+                    estimator_type="tan", class_node=CLASS, show_progress=False
+                )
             else:
                 dag = TreeSearch(sample, root_node=CLASS, n_jobs=1).estimate(
-                    estimator_type="chow-liu", show_progress=False)
+                    estimator_type="chow-liu", show_progress=False
+                )
             model = DiscreteBayesianNetwork(dag.edges())
             model.add_nodes_from(train.columns)
             if estimator == "mle":
-                cpds = MaximumLikelihoodEstimator(model, train, state_names=names
-                                                  ).get_parameters()
+                cpds = MaximumLikelihoodEstimator(model, train, state_names=names).get_parameters()
             else:
                 cpds = BayesianEstimator(model, train, state_names=names).get_parameters(
-                    prior_type="BDeu", equivalent_sample_size=10)
+                    prior_type="BDeu", equivalent_sample_size=10
+                )
             model.add_cpds(*cpds)
         out.append(LearnedModel(b, structure, estimator, from_pgmpy(model)))
     return out
 
 
-def verify_model(learned: LearnedModel, test: Any, rules: Path = EXAMPLES / "rules.yaml",
-                 fmo: Path = EXAMPLES / "fmo.yaml", counterexamples: int = 2,
-                 reading: str = "declared") -> tuple[Any, VerificationReport, float]:
+def verify_model(
+    learned: LearnedModel,
+    test: Any,
+    rules: Path = EXAMPLES / "rules.yaml",
+    fmo: Path = EXAMPLES / "fmo.yaml",
+    counterexamples: int = 2,
+    reading: str = "declared",
+) -> tuple[Any, VerificationReport, float]:
     """Compile, check rules + FMO; returns (diagram, report, test accuracy).
 
     ``reading`` ``"declared"`` uses the state orders declared in the rules file; ``"file"``
@@ -130,7 +138,8 @@ def verify_model(learned: LearnedModel, test: Any, rules: Path = EXAMPLES / "rul
     net = learned.network
     features = [v for v in net.variables if v != CLASS]
     diagram = compile_classifier(
-        net, ClassifierSpec(CLASS, POSITIVE, THRESHOLD, features=features)).diagram
+        net, ClassifierSpec(CLASS, POSITIVE, THRESHOLD, features=features)
+    ).diagram
     schema = ClassifierSchema.from_diagram(diagram, net.variables)
     if reading == "declared":
         spec = load_spec(rules, schema)
@@ -178,57 +187,67 @@ def main() -> None:
         ["rules hold (UNSAT)", *[str(r[3]) for r in rows]],
         ["rules violated (SAT)", *[str(len(r[2].rules) - r[3]) for r in rows]],
         ["compliance %", *[f"{100 * r[3] / len(r[2].rules):.2f}" for r in rows]],
-        ["rules hold, file state order", *[str(sum(x.holds for x in r[6].rules))
-                                           for r in rows]],
-        ["rules hold, alphabetical order", *[str(sum(x.holds for x in r[7].rules))
-                                             for r in rows]],
+        ["rules hold, file state order", *[str(sum(x.holds for x in r[6].rules)) for r in rows]],
+        ["rules hold, alphabetical order", *[str(sum(x.holds for x in r[7].rules)) for r in rows]],
         ["test accuracy %", *[f"{100 * r[4]:.2f}" for r in rows]],
         ["FMO Assets (Sec. 5.2)", *[r[5].verdict for r in rows]],
         ["Assets increasing", *[r[2].monotonicity[1].verdict for r in rows]],
     ]
     lines = ["| " + " | ".join(row) + " |" for row in table]
     lines.insert(1, "|" + "---|" * len(cols))
-    per_rule = ["| rule | " + " | ".join(f"BN{m.index}" for m, *_ in rows) + " |",
-                "|" + "---|" * (len(rows) + 1)]
+    per_rule = [
+        "| rule | " + " | ".join(f"BN{m.index}" for m, *_ in rows) + " |",
+        "|" + "---|" * (len(rows) + 1),
+    ]
     for k, rule in enumerate(rows[0][2].rules):
         cells = []
         for r in rows:
             res = r[7].rules[k]
-            cells.append("holds" if res.holds else
-                         f"{res.violating_inputs:,} ({100 * (res.violating_probability or 0):.2f}%)")
+            cells.append(
+                "holds"
+                if res.holds
+                else f"{res.violating_inputs:,} ({100 * (res.violating_probability or 0):.2f}%)"
+            )
         per_rule.append(f"| {rule.rule} | " + " | ".join(cells) + " |")
-    example = next(((r[0], res) for r in rows for res in r[7].rules
-                    if not res.holds and res.counterexamples), None)
+    example = next(
+        ((r[0], res) for r in rows for res in r[7].rules if not res.holds and res.counterexamples),
+        None,
+    )
     if example is not None:
         m, res = example
-        per_rule += ["", f"Example (alphabetical order, BN{m.index}, {res.rule}): "
-                     f"{res.violating_inputs:,} of {res.premise_inputs:,} premise inputs "
-                     "violate; compact counterexamples: "
-                     + "; ".join(f"{{{c}}} ({c.inputs} inputs)" for c in res.counterexamples)
-                     + " (an empty cube: every premise input violates)" * (
-                         res.counterexamples[0].n_fixed == 0)]
+        per_rule += [
+            "",
+            f"Example (alphabetical order, BN{m.index}, {res.rule}): "
+            f"{res.violating_inputs:,} of {res.premise_inputs:,} premise inputs "
+            "violate; compact counterexamples: "
+            + "; ".join(f"{{{c}}} ({c.inputs} inputs)" for c in res.counterexamples)
+            + " (an empty cube: every premise input violates)"
+            * (res.counterexamples[0].n_fixed == 0),
+        ]
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    text = "\n".join([
-        f"_{when}; this machine: {os.cpu_count()} cores, {mem:.0f} GB RAM, Python "
-        f"{platform.python_version()}; sampling + learning {t_learn:.0f} s, total "
-        f"{time.perf_counter() - t0:.0f} s_",
-        "",
-        f"{N_RECORDS:,} records sampled from credit.net (seed {SEED}), split 7:3; classifier "
-        f"P({CLASS} = {POSITIVE} | 11 features) >= {THRESHOLD}; rules: "
-        "examples/credit/rules.yaml (Table 3, state orders declared there). The paper's "
-        "Table 4 came from its own Credit10k sample and seeds: compare the shape, not the "
-        "numbers.",
-        "",
-        *lines,
-        "",
-        "The declared reading (rules.yaml) is the issue's; the network file's order and the "
-        "alphabetical order pgmpy gives states learned from data (likely the paper code's "
-        "indices) show how much the reading matters. Violating inputs per rule under the "
-        "alphabetical reading (share of BN probability mass in brackets):",
-        "",
-        *per_rule,
-    ])
+    text = "\n".join(
+        [
+            f"_{when}; this machine: {os.cpu_count()} cores, {mem:.0f} GB RAM, Python "
+            f"{platform.python_version()}; sampling + learning {t_learn:.0f} s, total "
+            f"{time.perf_counter() - t0:.0f} s_",
+            "",
+            f"{N_RECORDS:,} records sampled from credit.net (seed {SEED}), split 7:3; classifier "
+            f"P({CLASS} = {POSITIVE} | 11 features) >= {THRESHOLD}; rules: "
+            "examples/credit/rules.yaml (Table 3, state orders declared there). The paper's "
+            "Table 4 came from its own Credit10k sample and seeds: compare the shape, not the "
+            "numbers.",
+            "",
+            *lines,
+            "",
+            "The declared reading (rules.yaml) is the issue's; the network file's order and the "
+            "alphabetical order pgmpy gives states learned from data (likely the paper code's "
+            "indices) show how much the reading matters. Violating inputs per rule under the "
+            "alphabetical reading (share of BN probability mass in brackets):",
+            "",
+            *per_rule,
+        ]
+    )
     print(text)
     write_section(HEADING, text)
 

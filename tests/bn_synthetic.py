@@ -28,8 +28,7 @@ def _network(
     floor: float,
 ) -> Network:
     cpts = {
-        v: _cpt(rng, [*(len(states[p]) for p in parents[v]), len(states[v])], floor)
-        for v in order
+        v: _cpt(rng, [*(len(states[p]) for p in parents[v]), len(states[v])], floor) for v in order
     }
     return Network(
         name=name,

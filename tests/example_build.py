@@ -28,8 +28,9 @@ class ExampleArtifact:
     summary: dict
 
 
-def build_example(workdir: Path, *, created_at: int = 1_700_000_000,
-                  taus: tuple[float, ...] = (1.0, 0.2, 0.05)) -> ExampleArtifact:
+def build_example(
+    workdir: Path, *, created_at: int = 1_700_000_000, taus: tuple[float, ...] = (1.0, 0.2, 0.05)
+) -> ExampleArtifact:
     """Key pair, data, config and signed artifact of the example in ``workdir``."""
     workdir.mkdir(parents=True, exist_ok=True)
     private, public = workdir / "keys" / "test.key", workdir / "keys" / "test.pub"
@@ -41,5 +42,12 @@ def build_example(workdir: Path, *, created_at: int = 1_700_000_000,
     outcome = build(prepare(load_config(config)), load_private_key(private), created_at=created_at)
     artifact = workdir / "example.bwa"
     write_artifact(artifact, outcome.artifact)
-    return ExampleArtifact(artifact, private, public, example_path("digits", "model.onnx"), config,
-                           workdir / "data", outcome.summary)
+    return ExampleArtifact(
+        artifact,
+        private,
+        public,
+        example_path("digits", "model.onnx"),
+        config,
+        workdir / "data",
+        outcome.summary,
+    )

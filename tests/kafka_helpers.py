@@ -19,10 +19,17 @@ from kafka.admin import NewTopic
 from kafka.consumer.fetcher import ConsumerRecord
 
 # The agent's client libraries (kafka.library); confluent-kafka is skipped when absent.
-AGENT_LIBRARIES = [pytest.param("kafka-python", id="kafka-python"), pytest.param(
-    "confluent-kafka", id="confluent-kafka", marks=pytest.mark.skipif(
-        importlib.util.find_spec("confluent_kafka") is None,
-        reason="confluent-kafka not installed (pip install 'boxwatch[confluent]')"))]
+AGENT_LIBRARIES = [
+    pytest.param("kafka-python", id="kafka-python"),
+    pytest.param(
+        "confluent-kafka",
+        id="confluent-kafka",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("confluent_kafka") is None,
+            reason="confluent-kafka not installed (pip install 'boxwatch[confluent]')",
+        ),
+    ),
+]
 
 CONSUMER_SETTINGS: dict[str, Any] = {
     "session_timeout_ms": 6000,
@@ -43,15 +50,15 @@ ADMIN_SETTINGS: dict[str, Any] = {"request_timeout_ms": 10000}
 BROKER_DEFECTS: dict[str, dict[str, str]] = {
     "noida": {
         "large_json_stall": "noida-db: a consumer group received nothing from 10,000 JSON "
-                            "records of ~6.5 KB (6 partitions)",
+        "records of ~6.5 KB (6 partitions)",
         "sigkill_member": "noida-db never removes a SIGKILLed group member: its partitions "
-                          "are not reassigned (static membership, group_instance_id, lets "
-                          "the restarted member take them back)",
+        "are not reassigned (static membership, group_instance_id, lets "
+        "the restarted member take them back)",
         "acked_writes_on_kill": "noida-db saves ~0.7 s after a write: a SIGKILLed broker can "
-                                "lose writes it already acknowledged",
+        "lose writes it already acknowledged",
         "member_expiry": "noida-db never evicts a SIGKILLed group member (no takeover in "
-                         "60 s); a restart with the same group_instance_id reclaims its "
-                         "partitions in ~2 s",
+        "60 s); a restart with the same group_instance_id reclaims its "
+        "partitions in ~2 s",
     },
     "tansu": {
         "persistence": "Tansu is memory-only: a restart loses topics, records and offsets",
@@ -79,11 +86,16 @@ def make_producer(bootstrap_servers: str, **overrides: Any) -> KafkaProducer:
     return KafkaProducer(bootstrap_servers=bootstrap_servers, **{**PRODUCER_SETTINGS, **overrides})
 
 
-def make_consumer(bootstrap_servers: str, *topics: str, group_id: str | None = None,
-                  **overrides: Any) -> KafkaConsumer:
+def make_consumer(
+    bootstrap_servers: str, *topics: str, group_id: str | None = None, **overrides: Any
+) -> KafkaConsumer:
     """A consumer (manual commits, earliest reset, fast group join) subscribed to ``topics``."""
-    return KafkaConsumer(*topics, bootstrap_servers=bootstrap_servers, group_id=group_id,
-                         **{**CONSUMER_SETTINGS, **overrides})
+    return KafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        **{**CONSUMER_SETTINGS, **overrides},
+    )
 
 
 def make_admin(bootstrap_servers: str, **overrides: Any) -> KafkaAdminClient:
@@ -121,11 +133,13 @@ class KafkaClients:
         """See :func:`make_producer`."""
         return self._track(make_producer(self.bootstrap_servers, **overrides))
 
-    def consumer(self, *topics: str, group_id: str | None = None,
-                 **overrides: Any) -> KafkaConsumer:
+    def consumer(
+        self, *topics: str, group_id: str | None = None, **overrides: Any
+    ) -> KafkaConsumer:
         """See :func:`make_consumer`."""
-        return self._track(make_consumer(self.bootstrap_servers, *topics, group_id=group_id,
-                                         **overrides))
+        return self._track(
+            make_consumer(self.bootstrap_servers, *topics, group_id=group_id, **overrides)
+        )
 
     def admin(self, **overrides: Any) -> KafkaAdminClient:
         """See :func:`make_admin`."""

@@ -76,13 +76,23 @@ class LiveAgent:
     def __init__(self, example: ExampleArtifact, bootstrap: str, prefix: str) -> None:
         self.example = example
         self.bootstrap = bootstrap
-        self.topics = {k: f"{prefix}.{k}" for k in
-                       ("inputs", "bn_inputs", "verdicts", "gate", "dead_letter")}
-        self.cfg = load_agent_config(None, environ={}, overrides={
-            "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
-            "model": str(example.model), "kafka.bootstrap_servers": bootstrap,
-            "kafka.group_id": f"{prefix}-agent", "metrics.address": "127.0.0.1:0",
-            "batch.max_records": 64, **{f"topics.{k}": v for k, v in self.topics.items()}})
+        self.topics = {
+            k: f"{prefix}.{k}" for k in ("inputs", "bn_inputs", "verdicts", "gate", "dead_letter")
+        }
+        self.cfg = load_agent_config(
+            None,
+            environ={},
+            overrides={
+                "artifact": str(example.artifact),
+                "public_keys": [str(example.public_key)],
+                "model": str(example.model),
+                "kafka.bootstrap_servers": bootstrap,
+                "kafka.group_id": f"{prefix}-agent",
+                "metrics.address": "127.0.0.1:0",
+                "batch.max_records": 64,
+                **{f"topics.{k}": v for k, v in self.topics.items()},
+            },
+        )
         self.agent = build_agent(self.cfg)
         self.http: Any = None
         self._thread: threading.Thread | None = None
@@ -115,8 +125,14 @@ class LiveAgent:
         x = np.load(self.example.data / "train.npz")["x"]
         return x[np.asarray(self.agent.runtime.run_model(x).verdicts) == UNCERTAIN][:limit]
 
-    def stream(self, n_known: int, n_unknown: int, n_bn: int, extra: np.ndarray | None = None,
-               timeout: float = 60.0) -> StreamOutcome:
+    def stream(
+        self,
+        n_known: int,
+        n_unknown: int,
+        n_bn: int,
+        extra: np.ndarray | None = None,
+        timeout: float = 60.0,
+    ) -> StreamOutcome:
         """Send known digits, unknown inputs, ``extra`` rows, BN records and :data:`BAD_RECORDS`.
 
         Returns the outputs read back from the verdict, gate and dead-letter topics.
@@ -130,22 +146,32 @@ class LiveAgent:
         producer = make_producer(self.bootstrap)
         try:
             for i, row in enumerate(rows):
-                producer.send(self.topics["inputs"], row.astype("<f4").tobytes(), headers=[
-                    ("content-type", TENSOR_TYPE.encode()), ("id", f"m{i}".encode()),
-                    ("dtype", b"float32")])
+                producer.send(
+                    self.topics["inputs"],
+                    row.astype("<f4").tobytes(),
+                    headers=[
+                        ("content-type", TENSOR_TYPE.encode()),
+                        ("id", f"m{i}".encode()),
+                        ("dtype", b"float32"),
+                    ],
+                )
             for i in range(n_bn):
-                evidence = {f: diagram.states[j][states[i, j]]
-                            for j, f in enumerate(diagram.features)}
-                producer.send(self.topics["bn_inputs"],
-                              json.dumps({"id": f"b{i}", "evidence": evidence}).encode())
+                evidence = {
+                    f: diagram.states[j][states[i, j]] for j, f in enumerate(diagram.features)
+                }
+                producer.send(
+                    self.topics["bn_inputs"],
+                    json.dumps({"id": f"b{i}", "evidence": evidence}).encode(),
+                )
             for topic, value, _ in BAD_RECORDS:
                 producer.send(self.topics[topic], value)
             producer.flush()
         finally:
             producer.close(timeout=2)
         expected = len(rows) + n_bn + len(BAD_RECORDS)
-        consumer = make_consumer(self.bootstrap, self.topics["verdicts"], self.topics["gate"],
-                                 self.topics["dead_letter"])
+        consumer = make_consumer(
+            self.bootstrap, self.topics["verdicts"], self.topics["gate"], self.topics["dead_letter"]
+        )
         try:
             got = consume(consumer, expected, timeout=timeout)
         finally:
@@ -158,5 +184,8 @@ class LiveAgent:
             sent=expected,
             verdicts=[json.loads(r.value) for r in by_topic.get(self.topics["verdicts"], [])],
             gates=[json.loads(r.value) for r in by_topic.get(self.topics["gate"], [])],
-            dead_letter_reasons=[dict(r.headers)["boxwatch-dlq-reason"].decode()
-                                 for r in by_topic.get(self.topics["dead_letter"], [])])
+            dead_letter_reasons=[
+                dict(r.headers)["boxwatch-dlq-reason"].decode()
+                for r in by_topic.get(self.topics["dead_letter"], [])
+            ],
+        )

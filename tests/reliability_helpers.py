@@ -32,8 +32,13 @@ from boxwatch.embedded_broker import free_loopback_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-TOPICS = {"inputs": "r.inputs", "bn_inputs": "r.credit", "verdicts": "r.verdicts",
-          "gate": "r.gate", "dead_letter": "r.dlq"}
+TOPICS = {
+    "inputs": "r.inputs",
+    "bn_inputs": "r.credit",
+    "verdicts": "r.verdicts",
+    "gate": "r.gate",
+    "dead_letter": "r.dlq",
+}
 # Fast group join for the test clients (FACTS.md).
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
@@ -56,9 +61,15 @@ def shared_example(tmp_path_factory: Any):
             return example
     from example_build import ExampleArtifact
 
-    return ExampleArtifact(root / "example.bwa", root / "keys" / "test.key",
-                           root / "keys" / "test.pub", _example_model(), root / "build.yaml",
-                           root / "data", {})
+    return ExampleArtifact(
+        root / "example.bwa",
+        root / "keys" / "test.key",
+        root / "keys" / "test.pub",
+        _example_model(),
+        root / "build.yaml",
+        root / "data",
+        {},
+    )
 
 
 def _example_model() -> Path:
@@ -67,8 +78,14 @@ def _example_model() -> Path:
     return example_path("digits", "model.onnx")
 
 
-def resign(source: Path, private_key: Path, out: Path, *, created_at: int,
-           manifest_changes: Mapping[str, Any] | None = None) -> Path:
+def resign(
+    source: Path,
+    private_key: Path,
+    out: Path,
+    *,
+    created_at: int,
+    manifest_changes: Mapping[str, Any] | None = None,
+) -> Path:
     """Write ``source``'s members as a new artifact signed by ``private_key`` at ``created_at``.
 
     ``manifest_changes`` replaces the ``model`` / ``config`` / ``contents`` sections (e.g. a
@@ -77,9 +94,14 @@ def resign(source: Path, private_key: Path, out: Path, *, created_at: int,
     art = load_artifact(source, None)
     m = {**art.manifest, **(manifest_changes or {})}
     members = {n: b for n, b in art.members.items()}
-    data = build_artifact_bytes(members, private_key=load_private_key(private_key),
-                                created_at=created_at, model=m.get("model"),
-                                config=m.get("config"), contents=m.get("contents"))
+    data = build_artifact_bytes(
+        members,
+        private_key=load_private_key(private_key),
+        created_at=created_at,
+        model=m.get("model"),
+        config=m.get("config"),
+        contents=m.get("contents"),
+    )
     write_artifact(out, data)
     return out
 
@@ -92,8 +114,10 @@ def artifact_id(path: Path, public_key: Path) -> str:
 # -- records --------------------------------------------------------------------------------
 def tensor_record(rid: str, row: np.ndarray) -> tuple[bytes, list[tuple[str, bytes]]]:
     """A binary float32 model input with its id in a header."""
-    return (np.asarray(row, dtype="<f4").tobytes(),
-            [("content-type", TENSOR_TYPE.encode()), ("id", rid.encode()), ("dtype", b"float32")])
+    return (
+        np.asarray(row, dtype="<f4").tobytes(),
+        [("content-type", TENSOR_TYPE.encode()), ("id", rid.encode()), ("dtype", b"float32")],
+    )
 
 
 def stream_rows(example: Any, n: int, seed: int = 0) -> np.ndarray:
@@ -104,11 +128,19 @@ def stream_rows(example: Any, n: int, seed: int = 0) -> np.ndarray:
 
 
 # -- the agent as a subprocess -------------------------------------------------------------------
-def write_agent_config(path: Path, example: Any, bootstrap: str, *, group_id: str = "rel",
-                       topics: Mapping[str, str] = TOPICS, **settings: Any) -> Path:
+def write_agent_config(
+    path: Path,
+    example: Any,
+    bootstrap: str,
+    *,
+    group_id: str = "rel",
+    topics: Mapping[str, str] = TOPICS,
+    **settings: Any,
+) -> Path:
     """A YAML agent config for ``example``; dotted ``settings`` keys use ``__`` for dots."""
     raw: dict[str, Any] = {
-        "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
+        "artifact": str(example.artifact),
+        "public_keys": [str(example.public_key)],
         "model": str(example.model),
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id},
         "topics": dict(topics),
@@ -141,8 +173,15 @@ class AgentProcess:
     read ``/proc/PID/status`` of the agent itself.
     """
 
-    def __init__(self, config: Path, log_path: Path, *, verbose: bool = False,
-                 env: Mapping[str, str] | None = None, extra_args: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log_path: Path,
+        *,
+        verbose: bool = False,
+        env: Mapping[str, str] | None = None,
+        extra_args: Iterable[str] = (),
+    ) -> None:
         self.config = config
         self.log_path = log_path
         raw = yaml.safe_load(config.read_text())
@@ -156,9 +195,14 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT,
-                                         env=self.env)
+            self.proc = subprocess.Popen(
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd=ROOT,
+                env=self.env,
+            )
         self.starts += 1
         return self
 
@@ -252,9 +296,17 @@ class StreamProducer(threading.Thread):
     are produced at least once. ``hold`` (an Event) pauses sending while set.
     """
 
-    def __init__(self, bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes, list]],
-                 *, rate: float | None = None, chunk: int = 200, deadline_s: float = 300.0,
-                 topic_of: Callable[[int], str] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        records: list[tuple[bytes | None, bytes, list]],
+        *,
+        rate: float | None = None,
+        chunk: int = 200,
+        deadline_s: float = 300.0,
+        topic_of: Callable[[int], str] | None = None,
+    ) -> None:
         super().__init__(daemon=True, name="stream-producer")
         self.bootstrap, self.topic, self.records = bootstrap, topic, records
         self.rate, self.chunk, self.deadline_s = rate, chunk, deadline_s
@@ -272,13 +324,19 @@ class StreamProducer(threading.Thread):
             self.error = exc
 
     def _run(self) -> None:
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5,
-                                 max_block_ms=5000, request_timeout_ms=5000, retries=3,
-                                 delivery_timeout_ms=12_000,
-                                 # kafka-python 3's idempotent producer can stay stuck after
-                                 # a batch expires during an outage; failed sends are re-sent
-                                 # here instead (inputs at least once).
-                                 enable_idempotence=False)
+        producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            linger_ms=5,
+            max_block_ms=5000,
+            request_timeout_ms=5000,
+            retries=3,
+            delivery_timeout_ms=12_000,
+            # kafka-python 3's idempotent producer can stay stuck after
+            # a batch expires during an outage; failed sends are re-sent
+            # here instead (inputs at least once).
+            enable_idempotence=False,
+        )
         t0 = time.monotonic()
         deadline = t0 + self.deadline_s
         try:
@@ -332,8 +390,14 @@ class OutputCollector(threading.Thread):
     record keys; ``records[topic]`` keeps (key, headers, value) when ``keep`` names the topic.
     """
 
-    def __init__(self, bootstrap: str, topics: Iterable[str], *, keep: Iterable[str] = (),
-                 json_topics: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Iterable[str],
+        *,
+        keep: Iterable[str] = (),
+        json_topics: Iterable[str] = (),
+    ) -> None:
         super().__init__(daemon=True, name="output-collector")
         self.bootstrap = bootstrap
         self.topics = list(topics)
@@ -350,10 +414,15 @@ class OutputCollector(threading.Thread):
     def run(self) -> None:
         consumer = None
         try:
-            consumer = KafkaConsumer(*self.topics, bootstrap_servers=self.bootstrap,
-                                     group_id=None, auto_offset_reset="earliest",
-                                     enable_auto_commit=False, metadata_max_age_ms=2000,
-                                     request_timeout_ms=10_000)
+            consumer = KafkaConsumer(
+                *self.topics,
+                bootstrap_servers=self.bootstrap,
+                group_id=None,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                metadata_max_age_ms=2000,
+                request_timeout_ms=10_000,
+            )
             while not self._halt.is_set():
                 for batch in consumer.poll(timeout_ms=200, max_records=2000).values():
                     with self._lock:

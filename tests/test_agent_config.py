@@ -19,35 +19,55 @@ def write(tmp_path, text: str) -> Path:
 
 
 def test_precedence_argument_env_file_default(tmp_path):
-    path = write(tmp_path, "artifact: a.bwa\npublic_keys: [k.pub]\nbatch:\n  max_records: 64\n"
-                           "kafka:\n  group_id: from-file\n")
+    path = write(
+        tmp_path,
+        "artifact: a.bwa\npublic_keys: [k.pub]\nbatch:\n  max_records: 64\n"
+        "kafka:\n  group_id: from-file\n",
+    )
     cfg = load_agent_config(path, environ={"BOXWATCH_GROUP_ID": "from-env"})
-    assert cfg["kafka.group_id"] == "from-env" and cfg.source["kafka.group_id"] == "$BOXWATCH_GROUP_ID"
+    assert (
+        cfg["kafka.group_id"] == "from-env" and cfg.source["kafka.group_id"] == "$BOXWATCH_GROUP_ID"
+    )
     assert cfg["batch.max_records"] == 64
     assert cfg["batch.max_wait_ms"] == 20 and cfg.source["batch.max_wait_ms"] == "default"
-    cfg = load_agent_config(path, environ={"BOXWATCH_GROUP_ID": "from-env"},
-                            overrides={"kafka.group_id": "from-arg"})
+    cfg = load_agent_config(
+        path, environ={"BOXWATCH_GROUP_ID": "from-env"}, overrides={"kafka.group_id": "from-arg"}
+    )
     assert cfg["kafka.group_id"] == "from-arg"
     assert cfg["metrics.address"].startswith("127.0.0.1:"), "safe default bind address"
 
 
 def test_env_only(tmp_path):
-    cfg = load_agent_config(None, environ={
-        "BOXWATCH_ARTIFACT": "x.bwa", "BOXWATCH_PUBLIC_KEYS": "a.pub,b.pub",
-        "BOXWATCH_CREATE_TOPICS": "yes", "BOXWATCH_KAFKA_CLIENT": "{security_protocol: SSL}"})
+    cfg = load_agent_config(
+        None,
+        environ={
+            "BOXWATCH_ARTIFACT": "x.bwa",
+            "BOXWATCH_PUBLIC_KEYS": "a.pub,b.pub",
+            "BOXWATCH_CREATE_TOPICS": "yes",
+            "BOXWATCH_KAFKA_CLIENT": "{security_protocol: SSL}",
+        },
+    )
     assert cfg["public_keys"] == ["a.pub", "b.pub"] and cfg["kafka.create_topics"] is True
     assert cfg["kafka.client"] == {"security_protocol": "SSL"}
 
 
 def test_all_problems_reported_at_once(tmp_path):
-    path = write(tmp_path, "artifact: a.bwa\npublic_keys: [k.pub]\nbatch:\n  max_records: 0\n"
-                           "  max_wait_ms: soon\nmetrics:\n  address: nowhere\nbogus: 1\n"
-                           "gate_policy: {certified: publish}\n")
+    path = write(
+        tmp_path,
+        "artifact: a.bwa\npublic_keys: [k.pub]\nbatch:\n  max_records: 0\n"
+        "  max_wait_ms: soon\nmetrics:\n  address: nowhere\nbogus: 1\n"
+        "gate_policy: {certified: publish}\n",
+    )
     with pytest.raises(ConfigError) as info:
         load_agent_config(path, environ={})
     text = str(info.value)
-    for needle in ("unknown setting 'bogus'", "batch.max_records", "batch.max_wait_ms",
-                   "metrics.address", "gate_policy"):
+    for needle in (
+        "unknown setting 'bogus'",
+        "batch.max_records",
+        "batch.max_wait_ms",
+        "metrics.address",
+        "gate_policy",
+    ):
         assert needle in text
     assert len(info.value.problems) == 5
 

@@ -24,8 +24,15 @@ from boxwatch.agent.service import build_agent, serve
 
 pytestmark = pytest.mark.integration
 
-TOPICS = {"inputs": "t.inputs", "bn_inputs": "t.credit", "verdicts": "t.verdicts",
-          "gate": "t.gate", "dead_letter": "t.dlq", "release": "t.release", "review": "t.review"}
+TOPICS = {
+    "inputs": "t.inputs",
+    "bn_inputs": "t.credit",
+    "verdicts": "t.verdicts",
+    "gate": "t.gate",
+    "dead_letter": "t.dlq",
+    "release": "t.release",
+    "review": "t.review",
+}
 N_MODEL, N_BN = 120, 80
 
 
@@ -35,11 +42,21 @@ def example(tmp_path_factory):
 
 
 def agent_config(example, bootstrap: str, **extra):
-    return load_agent_config(None, environ={}, overrides={
-        "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
-        "model": str(example.model), "kafka.bootstrap_servers": bootstrap,
-        "kafka.group_id": "agent-test", "metrics.address": "127.0.0.1:0",
-        "batch.max_records": 32, **{f"topics.{k}": v for k, v in TOPICS.items()}, **extra})
+    return load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(example.artifact),
+            "public_keys": [str(example.public_key)],
+            "model": str(example.model),
+            "kafka.bootstrap_servers": bootstrap,
+            "kafka.group_id": "agent-test",
+            "metrics.address": "127.0.0.1:0",
+            "batch.max_records": 32,
+            **{f"topics.{k}": v for k, v in TOPICS.items()},
+            **extra,
+        },
+    )
 
 
 def npy(x: np.ndarray) -> bytes:
@@ -57,11 +74,23 @@ def model_inputs(example) -> tuple[np.ndarray, list[tuple[bytes, list]]]:
         if i % 3 == 0:
             records.append((json.dumps({"id": rid, "input": row.tolist()}).encode(), []))
         elif i % 3 == 1:
-            records.append((row.astype("<f4").tobytes(), [("content-type", TENSOR_TYPE.encode()),
-                                                           ("id", rid.encode()), ("dtype", b"float32")]))
+            records.append(
+                (
+                    row.astype("<f4").tobytes(),
+                    [
+                        ("content-type", TENSOR_TYPE.encode()),
+                        ("id", rid.encode()),
+                        ("dtype", b"float32"),
+                    ],
+                )
+            )
         else:
-            records.append((npy(row.reshape(8, 8).astype(np.float64)),
-                            [("content-type", NPY_TYPE.encode()), ("id", rid.encode())]))
+            records.append(
+                (
+                    npy(row.reshape(8, 8).astype(np.float64)),
+                    [("content-type", NPY_TYPE.encode()), ("id", rid.encode())],
+                )
+            )
     return x, records
 
 
@@ -69,31 +98,43 @@ def bn_inputs(runtime, seed=3) -> tuple[np.ndarray, list[bytes]]:
     d = runtime.diagram
     rng = np.random.default_rng(seed)
     x = np.stack([rng.integers(0, len(s), N_BN) for s in d.states], axis=1)
-    records = [json.dumps({"id": f"b{i}", "evidence": {f: d.states[j][x[i, j]]
-                                                        for j, f in enumerate(d.features)}}).encode()
-               for i in range(N_BN)]
+    records = [
+        json.dumps(
+            {"id": f"b{i}", "evidence": {f: d.states[j][x[i, j]] for j, f in enumerate(d.features)}}
+        ).encode()
+        for i in range(N_BN)
+    ]
     return x, records
 
 
 BAD = [
     (TOPICS["inputs"], b"{oops", [], "not_json"),
     (TOPICS["inputs"], b'{"id": "s", "input": [1, 2]}', [], "bad_shape"),
-    (TOPICS["inputs"], b"\x00" * 256, [("content-type", TENSOR_TYPE.encode()), ("id", b"x"),
-                                      ("dtype", b"complex128")], "bad_dtype"),
+    (
+        TOPICS["inputs"],
+        b"\x00" * 256,
+        [("content-type", TENSOR_TYPE.encode()), ("id", b"x"), ("dtype", b"complex128")],
+        "bad_dtype",
+    ),
     (TOPICS["bn_inputs"], b'{"id": "z", "evidence": {"Nope": "x"}}', [], "unknown_variable"),
 ]
 
 
 def scrape(address: str) -> dict[str, float]:
-    return parse_metrics(urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode())
+    return parse_metrics(
+        urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    )
 
 
 def _settled_lag(address: str, timeout: float = 15.0) -> dict[str, float]:
     """The consumer-lag series once they exist and read 0 (or whatever they read at timeout)."""
     deadline = time.monotonic() + timeout
     while True:
-        lags = {k: v for k, v in scrape(address).items()
-                if k.startswith("boxwatch_agent_consumer_lag_records{")}
+        lags = {
+            k: v
+            for k, v in scrape(address).items()
+            if k.startswith("boxwatch_agent_consumer_lag_records{")
+        }
         if (lags and not any(lags.values())) or time.monotonic() > deadline:
             return lags
         time.sleep(0.25)
@@ -110,7 +151,9 @@ def test_agent_round_trip(example, broker, kafka, library):
     thread.start()
     try:
         x_model, model_recs = model_inputs(example)
-        offline = load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+        offline = load_runtime(
+            example.artifact, [str(example.public_key)], model_path=example.model
+        )
         x_bn, bn_recs = bn_inputs(offline)
         producer = kafka.producer()
         for value, headers in model_recs:
@@ -130,7 +173,9 @@ def test_agent_round_trip(example, broker, kafka, library):
     by_topic: dict[str, list] = {}
     for r in got:
         by_topic.setdefault(r.topic, []).append(r)
-    verdicts = {json.loads(r.value)["id"]: json.loads(r.value) for r in by_topic[TOPICS["verdicts"]]}
+    verdicts = {
+        json.loads(r.value)["id"]: json.loads(r.value) for r in by_topic[TOPICS["verdicts"]]
+    }
     gates = {json.loads(r.value)["id"]: json.loads(r.value) for r in by_topic[TOPICS["gate"]]}
     assert sorted(verdicts) == sorted(f"m{i}" for i in range(N_MODEL))
     assert sorted(gates) == sorted(f"b{i}" for i in range(N_BN))
@@ -162,7 +207,8 @@ def test_agent_round_trip(example, broker, kafka, library):
     # Dead letters: the original bytes and the reason.
     dlq = by_topic[TOPICS["dead_letter"]]
     assert sorted(dict(r.headers)["boxwatch-dlq-reason"].decode() for r in dlq) == sorted(
-        b[3] for b in BAD)
+        b[3] for b in BAD
+    )
     assert {r.value for r in dlq} == {b[1] for b in BAD}
 
     # Metrics agree with what was processed.
@@ -179,8 +225,9 @@ def test_agent_round_trip(example, broker, kafka, library):
 
     # Shutdown committed everything it consumed.
     group = kafka.consumer(group_id="agent-test")
-    ends = group.end_offsets([TopicPartition(TOPICS[t], p)
-                              for t in ("inputs", "bn_inputs") for p in (0, 1)])
+    ends = group.end_offsets(
+        [TopicPartition(TOPICS[t], p) for t in ("inputs", "bn_inputs") for p in (0, 1)]
+    )
     for tp, end in ends.items():
         if broker.kind == "tansu" and end > 0:
             continue  # Tansu's high watermarks are wrong (FACTS.md); offsets checked on noida
@@ -196,8 +243,9 @@ def test_missing_topics_stop_the_agent(example, broker, library):
     agent = build_agent(agent_config(example, broker.bootstrap_servers, **lib))
     with pytest.raises(ConfigError, match="topics missing"):
         agent.check_topics()
-    created = build_agent(agent_config(example, broker.bootstrap_servers,
-                                       **{"kafka.create_topics": True, **lib}))
+    created = build_agent(
+        agent_config(example, broker.bootstrap_servers, **{"kafka.create_topics": True, **lib})
+    )
     created.check_topics()
     # Created for real: a second check finds nothing missing.
     assert ensure_topics(created.cfg, [*created.input_topics(), *created.output_topics()]) == []
@@ -210,13 +258,13 @@ def test_unknown_client_option_or_unreachable_broker_is_one_clear_error(example,
     from boxwatch.agent.kafka import make_consumer, make_producer
     from boxwatch.embedded_broker import free_loopback_port
 
-    bad = agent_config(example, "127.0.0.1:1", **{"kafka.library": library,
-                                                 "kafka.client": {"no_such.option": 1}})
+    bad = agent_config(
+        example, "127.0.0.1:1", **{"kafka.library": library, "kafka.client": {"no_such.option": 1}}
+    )
     for make in (make_producer, lambda cfg: make_consumer(cfg, ["t"])):
         with pytest.raises(ConfigError, match="refused by .*no_such.option"):
             make(bad)
-    gone = agent_config(example, f"127.0.0.1:{free_loopback_port()}",
-                        **{"kafka.library": library})
+    gone = agent_config(example, f"127.0.0.1:{free_loopback_port()}", **{"kafka.library": library})
     with pytest.raises(ConfigError, match="127.0.0.1"):
         build_agent(gone).check_topics()
 
@@ -236,8 +284,10 @@ def test_agent_cli_refuses_bad_artifact_or_model(example, tmp_path):
     for args, needle in (
         (["--artifact", str(tampered), "--model", str(example.model)], "refusing to start"),
         (["--artifact", str(example.artifact), "--model", str(other_model)], "does not match"),
-        (["--artifact", str(example.artifact), "--model", str(Path("/nonexistent.onnx"))],
-         "no such model file"),
+        (
+            ["--artifact", str(example.artifact), "--model", str(Path("/nonexistent.onnx"))],
+            "no such model file",
+        ),
     ):
         result = CliRunner().invoke(cli, base + args)
         assert result.exit_code in (1, 2), result.output

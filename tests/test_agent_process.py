@@ -17,10 +17,16 @@ from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.service import build_agent
 
-TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead_letter": "dlq",
-          "capture": "cap", "release": "rel", "review": "rev"}
-
-
+TOPICS = {
+    "inputs": "in",
+    "bn_inputs": "bn",
+    "verdicts": "v",
+    "gate": "g",
+    "dead_letter": "dlq",
+    "capture": "cap",
+    "release": "rel",
+    "review": "rev",
+}
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +35,17 @@ def example(tmp_path_factory):
 
 
 def make_agent(example, **extra):
-    cfg = load_agent_config(None, environ={}, overrides={
-        "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
-        "model": str(example.model), **{f"topics.{k}": v for k, v in TOPICS.items()}, **extra})
+    cfg = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(example.artifact),
+            "public_keys": [str(example.public_key)],
+            "model": str(example.model),
+            **{f"topics.{k}": v for k, v in TOPICS.items()},
+            **extra,
+        },
+    )
     return build_agent(cfg)
 
 
@@ -39,11 +53,14 @@ def test_capture_gets_every_rejected_or_uncertain_input(example):
     agent = make_agent(example)
     data = np.load(example.data / "stream.npz")
     x = np.concatenate([data["x_known"][:40], data["x_unknown"][:40]])
-    recs = [Record("in", 0, i, json.dumps({"id": f"r{i}", "input": row.tolist()}).encode())
-            for i, row in enumerate(x)]
+    recs = [
+        Record("in", 0, i, json.dumps({"id": f"r{i}", "input": row.tolist()}).encode())
+        for i, row in enumerate(x)
+    ]
     outs = agent.process(recs)
-    verdicts = {json.loads(o.value)["id"]: json.loads(o.value)["verdict"]
-                for o in outs if o.topic == "v"}
+    verdicts = {
+        json.loads(o.value)["id"]: json.loads(o.value)["verdict"] for o in outs if o.topic == "v"
+    }
     captured = [o for o in outs if o.topic == "cap"]
     flagged = {rid for rid, v in verdicts.items() if v != "accept"}
     assert flagged, "the stream should hold rejected inputs"
@@ -54,13 +71,16 @@ def test_capture_gets_every_rejected_or_uncertain_input(example):
 
 
 def test_gate_policy_routes_records(example):
-    agent = make_agent(example, gate_policy={"certified": "release", "blocked": "review",
-                                             "unverified": "none"})
+    agent = make_agent(
+        example, gate_policy={"certified": "release", "blocked": "review", "unverified": "none"}
+    )
     d = agent.runtime.diagram
     rng = np.random.default_rng(5)
     recs = []
     for i in range(200):
-        evidence = {f: d.states[j][rng.integers(len(d.states[j]))] for j, f in enumerate(d.features)}
+        evidence = {
+            f: d.states[j][rng.integers(len(d.states[j]))] for j, f in enumerate(d.features)
+        }
         recs.append(Record("bn", 1, i, json.dumps({"id": f"c{i}", "evidence": evidence}).encode()))
     outs = agent.process(recs)
     gate = {json.loads(o.value)["id"]: json.loads(o.value) for o in outs if o.topic == "g"}
@@ -68,10 +88,12 @@ def test_gate_policy_routes_records(example):
     released = [o for o in outs if o.topic == "rel"]
     reviewed = [o for o in outs if o.topic == "rev"]
     by_value = {r.value: f"c{r.offset}" for r in recs}
-    assert {by_value[o.value] for o in released} == {k for k, g in gate.items()
-                                                      if g["outcome"] == "certified"}
-    assert {by_value[o.value] for o in reviewed} == {k for k, g in gate.items()
-                                                      if g["outcome"] == "blocked"}
+    assert {by_value[o.value] for o in released} == {
+        k for k, g in gate.items() if g["outcome"] == "certified"
+    }
+    assert {by_value[o.value] for o in reviewed} == {
+        k for k, g in gate.items() if g["outcome"] == "blocked"
+    }
     for o in released + reviewed:
         headers = dict(o.headers)
         g = gate[by_value[o.value]]
@@ -98,13 +120,17 @@ def test_dead_letters_keep_bytes_or_only_their_digest(example, store):
         assert stub["payload_bytes"] == len(secret)
 
 
-@pytest.mark.skipif(boxes_module._NATIVE is None,
-                    reason="the native box kernel is not built (no C compiler at install time)")
+@pytest.mark.skipif(
+    boxes_module._NATIVE is None,
+    reason="the native box kernel is not built (no C compiler at install time)",
+)
 def test_box_kernel_setting_changes_the_implementation_not_the_verdicts(example):
     data = np.load(example.data / "stream.npz")
     x = np.concatenate([data["x_known"][:100], data["x_unknown"][:100]])
-    recs = [Record("in", 0, i, json.dumps({"id": f"r{i}", "input": row.tolist()}).encode())
-            for i, row in enumerate(x)]
+    recs = [
+        Record("in", 0, i, json.dumps({"id": f"r{i}", "input": row.tolist()}).encode())
+        for i, row in enumerate(x)
+    ]
     bodies = {}
     try:
         for kernel in ("numpy", "native"):
@@ -117,8 +143,13 @@ def test_box_kernel_setting_changes_the_implementation_not_the_verdicts(example)
         make_agent(example)  # box_kernel: auto
     assert box_kernel() == "native"
     strip = [{k: v for k, v in b.items() if k not in ("timings", "score")} for b in bodies["numpy"]]
-    assert strip == [{k: v for k, v in b.items() if k not in ("timings", "score")}
-                     for b in bodies["native"]]
+    assert strip == [
+        {k: v for k, v in b.items() if k not in ("timings", "score")} for b in bodies["native"]
+    ]
     assert {b["verdict"] for b in bodies["native"]} >= {"accept", "reject"}
-    np.testing.assert_allclose([b["score"] for b in bodies["numpy"]],
-                               [b["score"] for b in bodies["native"]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        [b["score"] for b in bodies["numpy"]],
+        [b["score"] for b in bodies["native"]],
+        rtol=1e-5,
+        atol=1e-6,
+    )

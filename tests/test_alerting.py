@@ -38,12 +38,26 @@ DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is not installed (Debian: apt-get install prometheus)")
+    PROMTOOL is None, reason="promtool is not installed (Debian: apt-get install prometheus)"
+)
 
 # Series Prometheus makes itself rather than scraping them.
 SYNTHETIC = {"up"}
-_KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
-             "group_right", "bool", "offset", "inf", "nan"}
+_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+}
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -59,8 +73,12 @@ def walk_panels(panels: list[dict]) -> Iterator[dict]:
 
 def dashboard_exprs(dashboard: dict) -> list[tuple[str, str]]:
     """(panel title, expr) of every target, plus the selectors of the template queries."""
-    out = [(p.get("title", ""), t["expr"]) for p in walk_panels(dashboard["panels"])
-           for t in p.get("targets", []) if t.get("expr")]
+    out = [
+        (p.get("title", ""), t["expr"])
+        for p in walk_panels(dashboard["panels"])
+        for t in p.get("targets", [])
+        if t.get("expr")
+    ]
     for var in dashboard["templating"]["list"]:
         query = var.get("query")
         text = query.get("query", "") if isinstance(query, dict) else ""
@@ -110,11 +128,16 @@ def wait_until(fn: Callable[[], Any], timeout: float, what: str, interval: float
 
 # -- static checks ------------------------------------------------------------------------
 def test_metric_name_extraction():
-    expr = ('sum by (job, le) (rate(boxwatch_agent_verdicts_total{verdict="reject", a=~"x|y"}[5m] '
-            'offset 15m)) / ignoring (verdict) group_left job:recorded:rate5m > 0.5 and up == 0')
+    expr = (
+        'sum by (job, le) (rate(boxwatch_agent_verdicts_total{verdict="reject", a=~"x|y"}[5m] '
+        "offset 15m)) / ignoring (verdict) group_left job:recorded:rate5m > 0.5 and up == 0"
+    )
     assert metric_names(expr) == {"boxwatch_agent_verdicts_total", "job:recorded:rate5m", "up"}
-    assert metric_names(to_promql('histogram_quantile(0.99, sum by (le) (rate(x_bucket{job=~"$job"}'
-                                  '[$__rate_interval])))')) == {"x_bucket"}
+    assert metric_names(
+        to_promql(
+            'histogram_quantile(0.99, sum by (le) (rate(x_bucket{job=~"$job"}[$__rate_interval])))'
+        )
+    ) == {"x_bucket"}
 
 
 @needs_promtool
@@ -144,9 +167,15 @@ def test_every_alert_is_tested_firing_and_not_firing():
 
 def test_alert_annotations_and_runbook():
     anchors = runbook_anchors()
-    issue_alerts = {"BoxwatchRejectRateSpike", "BoxwatchUncertaintyRateHigh", "BoxwatchAgentDown",
-                    "BoxwatchConsumerLagGrowing", "BoxwatchDeadLetters",
-                    "BoxwatchArtifactReloadFailed", "BoxwatchGateBlocked"}
+    issue_alerts = {
+        "BoxwatchRejectRateSpike",
+        "BoxwatchUncertaintyRateHigh",
+        "BoxwatchAgentDown",
+        "BoxwatchConsumerLagGrowing",
+        "BoxwatchDeadLetters",
+        "BoxwatchArtifactReloadFailed",
+        "BoxwatchGateBlocked",
+    }
     alerts = rules(ALERTS)
     assert issue_alerts <= {r["alert"] for r in alerts}
     for rule in alerts:
@@ -163,11 +192,13 @@ def test_alert_annotations_and_runbook():
 
 def test_recording_rules_cover_the_issue_and_alerts_use_defined_ones():
     recorded = {r["record"] for r in rules(RULES)}
-    for needed in ("job_instance:boxwatch_agent_uncertainty_ratio:rate5m",
-                   "job_instance_class:boxwatch_agent_reject_ratio:rate5m",
-                   "job_instance_verdict:boxwatch_agent_verdict_ratio:rate5m",
-                   "job_instance_kind:boxwatch_agent_inputs:rate5m",
-                   "job_instance:boxwatch_agent_end_to_end_latency_seconds:p99_5m"):
+    for needed in (
+        "job_instance:boxwatch_agent_uncertainty_ratio:rate5m",
+        "job_instance_class:boxwatch_agent_reject_ratio:rate5m",
+        "job_instance_verdict:boxwatch_agent_verdict_ratio:rate5m",
+        "job_instance_kind:boxwatch_agent_inputs:rate5m",
+        "job_instance:boxwatch_agent_end_to_end_latency_seconds:p99_5m",
+    ):
         assert needed in recorded
     for rule in rules(ALERTS) + rules(RULES):
         used = {n for n in metric_names(rule["expr"]) if ":" in n}
@@ -189,9 +220,18 @@ def test_dashboard_is_provisioning_ready(path):
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     titles = " | ".join(p["title"].lower() for p in panels)
-    for needed in ("uncertainty rate", "reject rate by class", "reject rate by layer", "verdict mix",
-                   "throughput", "latency p50 / p99", "consumer lag", "dead letters by reason",
-                   "bn gate outcomes", "artifact"):
+    for needed in (
+        "uncertainty rate",
+        "reject rate by class",
+        "reject rate by layer",
+        "verdict mix",
+        "throughput",
+        "latency p50 / p99",
+        "consumer lag",
+        "dead letters by reason",
+        "bn gate outcomes",
+        "artifact",
+    ):
         assert needed in titles, needed
     for p in panels:
         if p["type"] == "row":
@@ -200,7 +240,7 @@ def test_dashboard_is_provisioning_ready(path):
         assert {"x", "y", "w", "h"} <= set(p["gridPos"]), p["title"]
         for t in p["targets"]:
             assert t["datasource"]["uid"] == "${datasource}", p["title"]
-            assert '$job' in t["expr"] and '$instance' in t["expr"], (p["title"], t["expr"])
+            assert "$job" in t["expr"] and "$instance" in t["expr"], (p["title"], t["expr"])
     exprs = " ".join(e for _, e in dashboard_exprs(d))
     assert "histogram_quantile(0.5," in exprs and "histogram_quantile(0.99," in exprs
 
@@ -215,19 +255,42 @@ def test_grafana_provisioning_files():
 
 @needs_promtool
 def test_every_dashboard_and_rule_expression_passes_promtool(tmp_path):
-    exprs = [to_promql(e) for path in DASHBOARDS
-             for _, e in dashboard_exprs(json.loads(path.read_text()))]
+    exprs = [
+        to_promql(e)
+        for path in DASHBOARDS
+        for _, e in dashboard_exprs(json.loads(path.read_text()))
+    ]
     assert len(exprs) > 10
-    doc = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:expr_{i}:check", "expr": e} for i, e in enumerate(exprs)]}]}
+    doc = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:expr_{i}:check", "expr": e} for i, e in enumerate(exprs)
+                ],
+            }
+        ]
+    }
     check = tmp_path / "dashboard_rules.yml"
     check.write_text(yaml.safe_dump(doc))
     result = run_promtool("check", "rules", str(check))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(exprs)} rules found" in result.stdout
     broken = tmp_path / "broken.yml"
-    broken.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [
-        {"record": "x:y:z", "expr": to_promql(exprs[0]).replace(")", "", 1)}]}]}))
+    broken.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "x",
+                        "rules": [
+                            {"record": "x:y:z", "expr": to_promql(exprs[0]).replace(")", "", 1)}
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     assert run_promtool("check", "rules", str(broken)).returncode != 0
 
 
@@ -240,21 +303,34 @@ class PrometheusServer:
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = workdir / "prometheus.yml"
-        self.config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES), str(ALERTS)],
-            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
-        }))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(RULES), str(ALERTS)],
+                    "scrape_configs": [
+                        {"job_name": JOB, "static_configs": [{"targets": [target]}]}
+                    ],
+                }
+            )
+        )
         self.log = workdir / "prometheus.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 30.0) -> PrometheusServer:
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={self.config}",
-                 f"--storage.tsdb.path={self.workdir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    PROMETHEUS,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         wait_until(self._ready, timeout, f"Prometheus ready ({self.log_tail()})")
         return self
 
@@ -302,8 +378,11 @@ def live(tmp_path_factory):
             prom = PrometheusServer(tmp_path_factory.mktemp("prometheus"), agent.address).start()
             # A first scrape of the primed zero series before any record: every counter's
             # first sample is 0, so rate() extrapolates all of them alike.
-            wait_until(lambda: prom.query("boxwatch_agent_verdicts_total"), 30,
-                       "the first scrape of the agent")
+            wait_until(
+                lambda: prom.query("boxwatch_agent_verdicts_total"),
+                30,
+                "the first scrape of the agent",
+            )
         outcome = agent.stream(n_known=120, n_unknown=60, n_bn=40, extra=uncertain)
         yield agent, prom, outcome
     finally:
@@ -319,6 +398,7 @@ def live(tmp_path_factory):
 def test_every_metric_used_is_exported_by_a_live_agent(live):
     agent, _, outcome = live
     assert outcome.verdicts and outcome.gates and outcome.dead_letter_reasons
+
     def scrape_with_lag() -> str | None:
         text = agent.get("/metrics")  # the lag gauge appears once partitions are assigned
         return text if "boxwatch_agent_consumer_lag_records{" in text else None
@@ -340,13 +420,16 @@ def test_every_metric_used_is_exported_by_a_live_agent(live):
 
 
 def _values(prom: PrometheusServer, record: str, instance: str, key: str) -> dict[str, float]:
-    return {r["metric"].get(key, ""): float(r["value"][1])
-            for r in prom.query(f'{record}{{job="{JOB}",instance="{instance}"}}')}
+    return {
+        r["metric"].get(key, ""): float(r["value"][1])
+        for r in prom.query(f'{record}{{job="{JOB}",instance="{instance}"}}')
+    }
 
 
 def _close(got: float, want: float) -> bool:
-    return (math.isnan(got) and math.isnan(want)) or math.isclose(got, want, rel_tol=1e-9,
-                                                                  abs_tol=1e-12)
+    return (math.isnan(got) and math.isnan(want)) or math.isclose(
+        got, want, rel_tol=1e-9, abs_tol=1e-12
+    )
 
 
 @pytest.mark.integration
@@ -371,23 +454,35 @@ def test_live_prometheus_recording_rules_match_the_verdicts(live):
         "job_instance:boxwatch_agent_uncertainty_ratio:rate5m": {"": counts["uncertainty"] / n},
         "job_instance:boxwatch_agent_reject_ratio:rate5m": {"": counts["reject"] / n},
         "job_instance_class:boxwatch_agent_reject_ratio:rate5m": {
-            c: rejects[c] / per_class[c] if per_class[c] else math.nan for c in classes},
+            c: rejects[c] / per_class[c] if per_class[c] else math.nan for c in classes
+        },
         "job_instance_layer:boxwatch_agent_layer_reject_ratio:rate5m": {
-            layer: layer_rejects[layer] / per_layer[layer] for layer in per_layer},
+            layer: layer_rejects[layer] / per_layer[layer] for layer in per_layer
+        },
     }
-    keys = {"job_instance_class:boxwatch_agent_reject_ratio:rate5m": "class_name",
-            "job_instance_layer:boxwatch_agent_layer_reject_ratio:rate5m": "layer"}
+    keys = {
+        "job_instance_class:boxwatch_agent_reject_ratio:rate5m": "class_name",
+        "job_instance_layer:boxwatch_agent_layer_reject_ratio:rate5m": "layer",
+    }
     instance = agent.address
-    wait_until(lambda: [r for r in prom.query(
-        f'sum(boxwatch_agent_verdicts_total{{job="{JOB}",instance="{instance}"}}) == {n}')],
-        30, f"Prometheus to scrape all {n} verdicts")
+    wait_until(
+        lambda: [
+            r
+            for r in prom.query(
+                f'sum(boxwatch_agent_verdicts_total{{job="{JOB}",instance="{instance}"}}) == {n}'
+            )
+        ],
+        30,
+        f"Prometheus to scrape all {n} verdicts",
+    )
     got: dict[str, dict[str, float]] = {}
 
     def rules_agree() -> bool:
         for record, expected in want.items():
             got[record] = _values(prom, record, instance, keys.get(record, "__none__"))
             if set(got[record]) != set(expected) or not all(
-                    _close(got[record][k], expected[k]) for k in expected):
+                _close(got[record][k], expected[k]) for k in expected
+            ):
                 return False
         return True
 

@@ -110,7 +110,9 @@ def test_signature_forged_under_trusted_key_id(signing_key, trusted):
     entries = dict(entries_of(data))
     forger = Ed25519PrivateKey.generate()
     sig = json.loads(entries["manifest.sig"])
-    sig["signature"] = json.loads(art._signature_bytes(forger, entries["manifest.json"]))["signature"]
+    sig["signature"] = json.loads(art._signature_bytes(forger, entries["manifest.json"]))[
+        "signature"
+    ]
     entries["manifest.sig"] = art.canonical_json(sig)
     blobs = {k: v for k, v in entries.items() if k not in ("manifest.json", "manifest.sig")}
     forged = art._container(entries["manifest.json"], entries["manifest.sig"], blobs)
@@ -140,7 +142,9 @@ def test_unknown_schema_major_refused(signing_key, trusted):
 
 
 def test_missing_member_refused(signing_key, trusted):
-    data = resigned(signing_key, blobs_override=lambda e: {k: v for k, v in e.items() if k.endswith(".npz")})
+    data = resigned(
+        signing_key, blobs_override=lambda e: {k: v for k, v in e.items() if k.endswith(".npz")}
+    )
     with pytest.raises(ArtifactError, match="missing: \\['monitors/meta.json'\\]"):
         art.load_artifact(data, trusted)
 

@@ -35,7 +35,6 @@ needs_shared = pytest.mark.skipif(
 )
 
 
-
 # ---------------------------------------------------------------------------- independent code
 def enumerate_joint(net: Network, cls: str, order: list[str]) -> np.ndarray:
     """P(C, X) by listing every configuration of every variable (small networks only)."""
@@ -62,7 +61,9 @@ def eliminate_joint(net: Network, cls: str, order: list[str]) -> np.ndarray:
     factors = [([*net.parents[v], v], net.cpts[v]) for v in net.variables if v in needed]
 
     def multiply(group, out):
-        local = {v: chr(ord("a") + i) for i, v in enumerate(sorted({u for sc, _ in group for u in sc}))}
+        local = {
+            v: chr(ord("a") + i) for i, v in enumerate(sorted({u for sc, _ in group for u in sc}))
+        }
         spec = ",".join("".join(local[v] for v in sc) for sc, _ in group)
         return np.einsum(f"{spec}->{''.join(local[v] for v in out)}", *[t for _, t in group])
 
@@ -97,7 +98,9 @@ def random_spec(net: Network, seed: int) -> ClassifierSpec:
     feats = sorted(rng.choice(others, size=int(rng.integers(2, 6)), replace=False).tolist())
     order = rng.permutation(feats).tolist()
     positive = net.states[cls][int(rng.integers(net.card(cls)))]
-    return ClassifierSpec(cls, positive, float(rng.uniform(0.15, 0.85)), features=feats, order=order)
+    return ClassifierSpec(
+        cls, positive, float(rng.uniform(0.15, 0.85)), features=feats, order=order
+    )
 
 
 # ---------------------------------------------------------------------------- core (no shared data)
@@ -129,7 +132,9 @@ def test_decomposition_gives_the_same_diagram_on_random_networks(seed):
     assert split.method.startswith("decompose")
     assert split.diagram == joint.diagram
     assert (split.positives, split.ties, split.nodes_quasi) == (
-        joint.positives, joint.ties, joint.nodes_quasi
+        joint.positives,
+        joint.ties,
+        joint.nodes_quasi,
     )
 
 
@@ -139,15 +144,21 @@ def test_equivalence_intervals_match_the_joint_table(make, seed):
     rng = np.random.default_rng(seed)
     net = make(10, seed=seed, card=int(rng.integers(2, 4)))
     feats = [f"x{i}" for i in range(10)]
-    spec = ClassifierSpec("C", "pos", float(rng.uniform(0.1, 0.9)), features=feats,
-                          order=rng.permutation(feats).tolist() if seed % 2 else None)
+    spec = ClassifierSpec(
+        "C",
+        "pos",
+        float(rng.uniform(0.1, 0.9)),
+        features=feats,
+        order=rng.permutation(feats).tolist() if seed % 2 else None,
+    )
     joint = compile_classifier(net, spec, method="joint")
     split = compile_classifier(net, spec, method="decompose")
     assert split.method == "decompose/additive"
     assert split.diagram == joint.diagram
     assert split.ties == joint.ties
-    expected, _ = decisions(enumerate_joint(net, "C", list(joint.diagram.features)), 1,
-                            spec.threshold)
+    expected, _ = decisions(
+        enumerate_joint(net, "C", list(joint.diagram.features)), 1, spec.threshold
+    )
     assert joint.positives == int(expected.sum())
 
 
@@ -172,8 +183,9 @@ def test_past_enumeration_naive_bayes_agrees_with_direct_posterior():
 def test_multi_state_class_uses_not_positive_terminal():
     net = random_dag(7, seed=4, max_card=3, floor=0.01)
     cls = next(v for v in net.variables if net.card(v) == 3 and net.parents[v])
-    spec = ClassifierSpec(cls, net.states[cls][2], 0.3,
-                          features=[v for v in net.variables if v != cls][:4])
+    spec = ClassifierSpec(
+        cls, net.states[cls][2], 0.3, features=[v for v in net.variables if v != cls][:4]
+    )
     result = compile_classifier(net, spec)
     assert result.diagram.terminals == (f"not {net.states[cls][2]}", net.states[cls][2])
     joint = enumerate_joint(net, cls, list(result.diagram.features))
@@ -238,7 +250,13 @@ def test_spec_validation_lists_every_problem():
     with pytest.raises(ConfigError) as info:
         resolve_spec(net, ClassifierSpec("v3", "nope", 1.0, features=["v3", "zz", "v1", "v1"]))
     text = "\n".join(info.value.problems)
-    for part in ("positive state 'nope'", "threshold 1.0", "['zz']", "more than once", "cannot also"):
+    for part in (
+        "positive state 'nope'",
+        "threshold 1.0",
+        "['zz']",
+        "more than once",
+        "cannot also",
+    ):
         assert part in text
     with pytest.raises(ConfigError, match="order must list each feature exactly once"):
         resolve_spec(net, ClassifierSpec("v3", "s0", 0.5, features=["v1", "v2"], order=["v1"]))
@@ -254,9 +272,13 @@ def test_defaults_leaves_or_all_others_and_a_deterministic_order():
     assert spec.order == ("x4",)  # the only leaf
     leaf_class = naive_bayes(3, seed=0)
     # make the class a leaf: reverse the edges (features are roots)
-    rev = Network("rev", leaf_class.variables, leaf_class.states,
-                  {"C": ("x0", "x1", "x2"), "x0": (), "x1": (), "x2": ()},
-                  {"C": np.full((2, 2, 2, 2), 0.5), **{f: np.array([0.4, 0.6]) for f in ("x0", "x1", "x2")}})
+    rev = Network(
+        "rev",
+        leaf_class.variables,
+        leaf_class.states,
+        {"C": ("x0", "x1", "x2"), "x0": (), "x1": (), "x2": ()},
+        {"C": np.full((2, 2, 2, 2), 0.5), **{f: np.array([0.4, 0.6]) for f in ("x0", "x1", "x2")}},
+    )
     assert set(resolve_spec(rev, ClassifierSpec("C", "pos", 0.5)).order) == {"x0", "x1", "x2"}
     tan = chain_tan(6, seed=0)
     feats = ["x5", "x3", "x0", "x1", "x4", "x2"]
@@ -281,7 +303,9 @@ def _reference(name: str) -> tuple[Network, ClassifierSpec]:
         ("asia", None, 2, 4),
     ],
 )
-def test_reference_figures_and_every_input_against_elimination(name, nodes_quasi, positives, inputs):
+def test_reference_figures_and_every_input_against_elimination(
+    name, nodes_quasi, positives, inputs
+):
     net, spec = _reference(name)
     result = compile_classifier(net, spec)
     d = result.diagram
@@ -302,8 +326,9 @@ def test_reference_figures_and_every_input_against_elimination(name, nodes_quasi
 @pytest.mark.shared_data
 def test_alarm_at_one_half_is_constant():
     net, spec = _reference("alarm")
-    result = compile_classifier(net, ClassifierSpec(spec.class_variable, spec.positive, 0.5,
-                                                    order=spec.order))
+    result = compile_classifier(
+        net, ClassifierSpec(spec.class_variable, spec.positive, 0.5, order=spec.order)
+    )
     assert result.nodes == 0
     assert result.diagram.root < result.diagram.n_terminals
     assert result.nodes_quasi == 11
@@ -342,8 +367,11 @@ def test_random_inputs_against_pgmpy_variable_elimination(name):
         warnings.simplefilter("ignore")
         ve = VariableElimination(net.to_pgmpy())
         joint = ve.query([cls, *d.features], joint=True, show_progress=False)
-        table = np.moveaxis(joint.values, [joint.variables.index(v) for v in (cls, *d.features)],
-                            range(d.n_features + 1))
+        table = np.moveaxis(
+            joint.values,
+            [joint.variables.index(v) for v in (cls, *d.features)],
+            range(d.n_features + 1),
+        )
         for v in (cls, *d.features):  # pgmpy keeps the network's state order; check it
             assert list(joint.state_names[v]) == list(net.states[v])
         pos = net.states[cls].index(spec.positive)
@@ -375,8 +403,9 @@ def test_posterior_is_kept_by_the_joint_route_only():
 def _hidden_spec(seed: int) -> tuple[Network, ClassifierSpec]:
     """A random network whose features are separated from the class by hidden variables."""
     net = random_dag(10, seed=seed, floor=0.001)
-    return net, ClassifierSpec("v2", net.states["v2"][0], 0.4,
-                               features=[v for v in net.variables[-5:] if v != "v2"])
+    return net, ClassifierSpec(
+        "v2", net.states["v2"][0], 0.4, features=[v for v in net.variables[-5:] if v != "v2"]
+    )
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -386,15 +415,20 @@ def test_elimination_paths_contract_to_the_exact_joint(seed, heuristic):
     resolved = resolve_spec(net, spec)
     keep = [resolved.class_variable, *resolved.order]
     factors = bn_plan.relevant_factors(net, keep)
-    path = elimination_path([s for s, _ in factors], {v: net.card(v) for v in net.variables},
-                            keep, heuristic)
+    path = elimination_path(
+        [s for s, _ in factors], {v: net.card(v) for v in net.variables}, keep, heuristic
+    )
     expr = bn_plan._expression(factors, keep)
-    np.testing.assert_allclose(opt_einsum.contract(expr, *[t for _, t in factors], optimize=path),
-                               enumerate_joint(net, resolved.class_variable, list(resolved.order)),
-                               rtol=1e-9, atol=1e-300)
+    np.testing.assert_allclose(
+        opt_einsum.contract(expr, *[t for _, t in factors], optimize=path),
+        enumerate_joint(net, resolved.class_variable, list(resolved.order)),
+        rtol=1e-9,
+        atol=1e-300,
+    )
     planned = bn_plan.plan_contraction(factors, keep)
-    left_to_right = opt_einsum.contract_path(expr, *[t for _, t in factors],
-                                             optimize=[(0, 1)] * (len(factors) - 1))[1]
+    left_to_right = opt_einsum.contract_path(
+        expr, *[t for _, t in factors], optimize=[(0, 1)] * (len(factors) - 1)
+    )[1]
     assert planned.flops <= float(left_to_right.opt_cost)
     result = compile_classifier(net, spec, method="joint")
     assert result.estimate.route == "joint"
@@ -402,17 +436,25 @@ def test_elimination_paths_contract_to_the_exact_joint(seed, heuristic):
 
 
 def test_plans_do_not_depend_on_string_hashing():
-    code = ("from bn_synthetic import random_dag\n"
-            "from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec\n"
-            "from boxwatch.offline.bn.plan import plan_joint, plan_separator\n"
-            "net = random_dag(14, seed=3, floor=0.001)\n"
-            "spec = resolve_spec(net, ClassifierSpec('v2', 's0', 0.4, features=list(net.variables[-6:])))\n"
-            "print(plan_joint(net, spec, max_memory=1e9).contraction.path,\n"
-            "      plan_separator(net, spec, max_memory=1e9).estimate)\n")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": seed,
-                                "PYTHONPATH": str(Path(__file__).parent)}).stdout
-            for seed in ("1", "2", "3")}
+    code = (
+        "from bn_synthetic import random_dag\n"
+        "from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec\n"
+        "from boxwatch.offline.bn.plan import plan_joint, plan_separator\n"
+        "net = random_dag(14, seed=3, floor=0.001)\n"
+        "spec = resolve_spec(net, ClassifierSpec('v2', 's0', 0.4, features=list(net.variables[-6:])))\n"
+        "print(plan_joint(net, spec, max_memory=1e9).contraction.path,\n"
+        "      plan_separator(net, spec, max_memory=1e9).estimate)\n"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(Path(__file__).parent)},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
     assert len(outs) == 1, outs
 
 
@@ -436,8 +478,10 @@ def test_the_chosen_cut_is_the_fastest_that_fits(seed):
     net, spec = _hidden_spec(seed)
     resolved = resolve_spec(net, spec)
     n = len(resolved.order)
-    every = [bn_plan._plan_cut(net, bn_plan.cut_at(net, resolved, k), n, 1e12).estimate
-             for k in range(1, n)]
+    every = [
+        bn_plan._plan_cut(net, bn_plan.cut_at(net, resolved, k), n, 1e12).estimate
+        for k in range(1, n)
+    ]
     plan = bn_plan.plan_separator(net, resolved, max_memory=1e12)
     assert plan.estimate.seconds == min(e.seconds for e in every)
     tight = plan.estimate.bytes - 1  # the chosen cut no longer fits
@@ -467,11 +511,15 @@ def test_auto_takes_the_fastest_route_within_the_limit(seed):
     net, spec = _hidden_spec(seed)
     resolved = resolve_spec(net, spec)
     joint_diagram = compile_classifier(net, spec, method="joint").diagram
-    sizes = [bn_plan.plan_joint(net, resolved, max_memory=1e12).estimate.bytes,
-             bn_plan.plan_separator(net, resolved, max_memory=1e12).estimate.bytes]
+    sizes = [
+        bn_plan.plan_joint(net, resolved, max_memory=1e12).estimate.bytes,
+        bn_plan.plan_separator(net, resolved, max_memory=1e12).estimate.bytes,
+    ]
     for limit in (1e12, sum(sizes) / 2):
-        options = [bn_plan.plan_joint(net, resolved, max_memory=limit).estimate,
-                   bn_plan.plan_separator(net, resolved, max_memory=limit).estimate]
+        options = [
+            bn_plan.plan_joint(net, resolved, max_memory=limit).estimate,
+            bn_plan.plan_separator(net, resolved, max_memory=limit).estimate,
+        ]
         fitting = [e for e in options if e.bytes <= limit]
         result = compile_classifier(net, spec, max_memory=limit)
         assert result.method == min(fitting, key=lambda e: (e.seconds, e.bytes)).route
@@ -495,15 +543,18 @@ def test_memory_error_becomes_a_limit_error_with_the_estimate(monkeypatch):
 
     monkeypatch.setattr(bn_compile, "_compile_joint", exhausted)
     net, spec = _hidden_spec(0)
-    with pytest.raises(CompileLimitError, match=r"out of memory during the joint route \(estimate joint: ~"):
+    with pytest.raises(
+        CompileLimitError, match=r"out of memory during the joint route \(estimate joint: ~"
+    ):
         compile_classifier(net, spec, method="joint")
 
 
 def test_progress_reaches_every_prefix():
     net, spec = _hidden_spec(5)
     seen: list[tuple[int, int]] = []
-    result = compile_classifier(net, spec, method="decompose",
-                                progress=lambda done, total: seen.append((done, total)))
+    result = compile_classifier(
+        net, spec, method="decompose", progress=lambda done, total: seen.append((done, total))
+    )
     assert result.method == "decompose/separator"
     total = seen[-1][1]
     assert seen[-1][0] == total > 0
@@ -523,12 +574,16 @@ def test_hepar2_with_all_leaves_is_refused_at_once_with_the_estimate():
 @pytest.mark.shared_data
 def test_munin1_ten_leaves_every_input_against_elimination():
     net = load_network(SHARED / "munin1.bif.gz")
-    result = compile_classifier(net, ClassifierSpec("DIFFN_SEV", "MILD", 0.5,
-                                                    features=net.leaves()[:10]))
+    result = compile_classifier(
+        net, ClassifierSpec("DIFFN_SEV", "MILD", 0.5, features=net.leaves()[:10])
+    )
     d = result.diagram
     assert result.estimate is not None and result.estimate.route == result.method
     with np.errstate(invalid="ignore"):
         expected, ties = decisions(eliminate_joint(net, "DIFFN_SEV", list(d.features)), 1, 0.5)
-    assert np.count_nonzero(d.predict_positive(all_inputs(d.cardinalities)) != expected.reshape(-1)) == 0
+    assert (
+        np.count_nonzero(d.predict_positive(all_inputs(d.cardinalities)) != expected.reshape(-1))
+        == 0
+    )
     assert (result.ties, result.inputs) == (ties, 460_800)
     assert 0 < result.positives < result.inputs

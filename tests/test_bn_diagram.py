@@ -220,8 +220,10 @@ def _tampered(d: DecisionDiagram, **changes):
         ({"node_children": lambda a: a[:, :1]}, "shape"),
         ({"node_level": lambda a: np.full_like(a, 99)}, "levels"),
         ({"node_children": lambda a: np.where(a >= 0, 10_000, a)}, "child ids"),
-        ({"node_children": lambda a: np.where(np.arange(a.size).reshape(a.shape) == 0, 2, a)},
-         "deeper level"),
+        (
+            {"node_children": lambda a: np.where(np.arange(a.size).reshape(a.shape) == 0, 2, a)},
+            "deeper level",
+        ),
         ({"node_children": lambda a: np.where(a >= 0, 0, a)}, "canonical"),
     ],
 )

@@ -101,8 +101,11 @@ def test_bif_reads_pgmpy_writer_output():
         ("table 0.3, 0.7;", "table 0.3, 0.6;", r":3: probabilities of 'A' sum to 0.9"),
         ("probability ( A ) { table 0.3, 0.7; }", "", r":3: variable 'A' has no probability"),
         ("variable C", "varible C", r":5: expected 'network', 'variable' or 'probability'"),
-        ("probability ( A ) { table 0.3, 0.7; }",
-         "probability ( A | C ) { table 0.3, 0.3, 0.7, 0.7; }", "cycle"),
+        (
+            "probability ( A ) { table 0.3, 0.7; }",
+            "probability ( A | C ) { table 0.3, 0.3, 0.7, 0.7; }",
+            "cycle",
+        ),
     ],
 )
 def test_bif_errors_name_file_line_and_problem(old, new, message):
@@ -185,8 +188,9 @@ def test_write_bif_round_trips_exactly(seed):
         assert back.parents[v] == net.parents[v] and back.states[v] == net.states[v]
         assert np.array_equal(back.cpts[v], net.cpts[v])
     with pytest.raises(ConfigError, match="names that BIF cannot hold"):
-        write_bif(Network("n", ("a,b",), {"a,b": ("x", "y")}, {"a,b": ()},
-                          {"a,b": np.array([0.5, 0.5])}))
+        write_bif(
+            Network("n", ("a,b",), {"a,b": ("x", "y")}, {"a,b": ()}, {"a,b": np.array([0.5, 0.5])})
+        )
 
 
 def test_pgmpy_round_trip():

@@ -17,10 +17,18 @@ from boxwatch.offline.bn.limits import (
 )
 
 
-@pytest.mark.parametrize(("text", "size"), [
-    ("4G", 4 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("100000", 100_000),
-    ("2k", 2048), (" 3 T ", 3 << 40), ("1gb", 1 << 30),
-])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("4G", 4 << 30),
+        ("512M", 512 << 20),
+        ("1.5GiB", 3 << 29),
+        ("100000", 100_000),
+        ("2k", 2048),
+        (" 3 T ", 3 << 40),
+        ("1gb", 1 << 30),
+    ],
+)
 def test_sizes_parse_in_binary_units(text, size):
     assert parse_size(text) == size
 
@@ -56,8 +64,9 @@ def test_guard_turns_an_oversized_allocation_into_memory_error():
         "        print('refused')\n"
         "print(np.ones(1 << 26).sum() > 0)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
     assert out == ["refused", "True"]  # 2 GiB refused under the cap, 512 MiB fine after it
 
 
@@ -70,7 +79,8 @@ def _bn_config(tmp_path, max_memory: str) -> object:
     (tmp_path / "net.bif").write_text(write_bif(random_dag(6, seed=3, floor=0.01)))
     (tmp_path / "build.yaml").write_text(
         "version: 1\nbn: {file: net.bif, class: v2, positive: s0, threshold: 0.5, "
-        f"max_memory: {max_memory}}}\n")
+        f"max_memory: {max_memory}}}\n"
+    )
     return load_config(tmp_path / "build.yaml")
 
 

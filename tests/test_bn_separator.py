@@ -62,10 +62,12 @@ def test_the_cut_is_a_minimum_weight_separator(seed):
             rest = set(scope) - {cls}
             assert rest <= side | cut or not rest.intersection(side), (k, scope)
         candidates = [v for v in names if v not in suffix]
-        best = min(_weight(net, c, prefix, suffix)
-                   for r in range(len(candidates) + 1)
-                   for c in itertools.combinations(candidates, r)
-                   if _separates(scopes, cls, prefix, suffix, set(c)))
+        best = min(
+            _weight(net, c, prefix, suffix)
+            for r in range(len(candidates) + 1)
+            for c in itertools.combinations(candidates, r)
+            if _separates(scopes, cls, prefix, suffix, set(c))
+        )
         assert _weight(net, cut, prefix, suffix) == pytest.approx(best, abs=1e-4), k
 
 

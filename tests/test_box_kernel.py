@@ -15,8 +15,10 @@ from boxwatch.agent.boxes import BoxSet, box_kernel, set_box_kernel
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ConfigError
 
-native = pytest.mark.skipif(boxes_module._NATIVE is None,
-                            reason="the native box kernel is not built (no C compiler at install time)")
+native = pytest.mark.skipif(
+    boxes_module._NATIVE is None,
+    reason="the native box kernel is not built (no C compiler at install time)",
+)
 
 
 def test_kernel_is_built_where_a_compiler_is():
@@ -75,7 +77,9 @@ def problems(draw):
         x[on_face] = corner[on_face]
         y[on_face] = np.searchsorted(bs.offsets, pick[on_face], side="right") - 1
     special = rng.random((n, d)) < 0.01
-    x[special] = rng.choice(np.array([np.nan, np.inf, -np.inf], np.float32), size=int(special.sum()))
+    x[special] = rng.choice(
+        np.array([np.nan, np.inf, -np.inf], np.float32), size=int(special.sum())
+    )
     return bs, x, y
 
 

@@ -39,11 +39,18 @@ def _box(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def example_runtime() -> BoxRuntime:
     """Class index 0 = the paper's class 1 (good C1, C2; bad C3); class index 1 has no boxes."""
     empty = (np.zeros((0, 2)), np.zeros((0, 2)))
-    good = BoxSet.from_boxes([(np.vstack([_box(C1)[0], _box(C2)[0]]),
-                               np.vstack([_box(C1)[1], _box(C2)[1]])), empty], 2)
+    good = BoxSet.from_boxes(
+        [(np.vstack([_box(C1)[0], _box(C2)[0]]), np.vstack([_box(C1)[1], _box(C2)[1]])), empty], 2
+    )
     bad = BoxSet.from_boxes([_box(C3), empty], 2)
-    return BoxRuntime(layers=["layer2"], n_classes=2, good={"layer2": good}, bad={"layer2": bad},
-                      normalize="none", score_layers=["layer2"])
+    return BoxRuntime(
+        layers=["layer2"],
+        n_classes=2,
+        good={"layer2": good},
+        bad={"layer2": bad},
+        normalize="none",
+        score_layers=["layer2"],
+    )
 
 
 @pytest.fixture(autouse=True, params=KERNELS)
@@ -69,7 +76,9 @@ def test_example5_boxes():
     np.testing.assert_array_equal(lo, [[0.078, 0.062], [0.69, 0.61]])
     np.testing.assert_array_equal(hi, [[0.222, 0.162], [0.79, 0.71]])
     lo3, hi3 = _box(C3)
-    np.testing.assert_array_equal(np.stack([lo3[0], hi3[0]], axis=1), [[0.289, 0.389], [0.281, 0.381]])
+    np.testing.assert_array_equal(
+        np.stack([lo3[0], hi3[0]], axis=1), [[0.289, 0.389], [0.281, 0.381]]
+    )
 
 
 def test_example6_verdicts():
@@ -91,7 +100,9 @@ def test_uncertainty_when_good_and_bad_overlap():
     assert v.tolist() == [ACCEPT, UNCERTAIN, REJECT, UNCERTAIN]
 
 
-def _random_boxset(rng: np.random.Generator, n_classes: int, d: int, *, empty_class: int | None = None) -> BoxSet:
+def _random_boxset(
+    rng: np.random.Generator, n_classes: int, d: int, *, empty_class: int | None = None
+) -> BoxSet:
     per_class = []
     for cls in range(n_classes):
         k = 0 if cls == empty_class else int(rng.integers(1, 6))
@@ -106,7 +117,9 @@ def _naive_contains(bs: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = []
     for xi, yi in zip(x, y, strict=True):
         lo, hi = bs.boxes_of(int(yi))
-        out.append(any(all(lo[k, j] <= xi[j] <= hi[k, j] for j in range(len(xi))) for k in range(len(lo))))
+        out.append(
+            any(all(lo[k, j] <= xi[j] <= hi[k, j] for j in range(len(xi))) for k in range(len(lo)))
+        )
     return np.array(out, dtype=bool)
 
 
@@ -137,7 +150,9 @@ def test_vectorised_membership_and_distance_equal_naive_loop(seed):
     got = bs.contains(x, y)
     np.testing.assert_array_equal(got, _naive_contains(bs, x, y))
     np.testing.assert_array_equal(bs.contains(x[:9], y[:9]), got[:9])  # small-batch path
-    np.testing.assert_allclose(bs.distance(x[:9], y[:9]), _naive_distance(bs, x[:9], y[:9]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        bs.distance(x[:9], y[:9]), _naive_distance(bs, x[:9], y[:9]), rtol=1e-5, atol=1e-6
+    )
     assert 0 < got.sum() < len(got)
     dist = bs.distance(x, y)
     np.testing.assert_allclose(dist, _naive_distance(bs, x, y), rtol=1e-5, atol=1e-6)
@@ -154,7 +169,9 @@ def test_both_membership_paths_and_chunking_agree(monkeypatch):
     whole = bs.contains(x, y)  # ~1,000 inputs per class: per-dimension passes
     dist = bs.distance(x, y)
     np.testing.assert_array_equal(whole[:300], _naive_contains(bs, x[:300], y[:300]))
-    np.testing.assert_allclose(dist[:300], _naive_distance(bs, x[:300], y[:300]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        dist[:300], _naive_distance(bs, x[:300], y[:300]), rtol=1e-5, atol=1e-6
+    )
     # Several chunks and early-exit blocks on the per-dimension path ...
     monkeypatch.setattr("boxwatch.agent.boxes._ROWS_PER_CHUNK", 1400)
     monkeypatch.setattr("boxwatch.agent.boxes._ROWWISE_MIN", 100)
@@ -186,12 +203,28 @@ def test_boxset_rejects_bad_input():
 
 
 def test_combine_rules():
-    per = np.array([[ACCEPT, ACCEPT, REJECT, UNCERTAIN, REJECT],
-                    [ACCEPT, REJECT, REJECT, ACCEPT, REJECT],
-                    [ACCEPT, ACCEPT, ACCEPT, ACCEPT, REJECT]])
+    per = np.array(
+        [
+            [ACCEPT, ACCEPT, REJECT, UNCERTAIN, REJECT],
+            [ACCEPT, REJECT, REJECT, ACCEPT, REJECT],
+            [ACCEPT, ACCEPT, ACCEPT, ACCEPT, REJECT],
+        ]
+    )
     assert combine_verdicts(per, "any").tolist() == [ACCEPT, REJECT, REJECT, UNCERTAIN, REJECT]
-    assert combine_verdicts(per, "majority").tolist() == [ACCEPT, UNCERTAIN, REJECT, UNCERTAIN, REJECT]
-    assert combine_verdicts(per, "all").tolist() == [ACCEPT, UNCERTAIN, UNCERTAIN, UNCERTAIN, REJECT]
+    assert combine_verdicts(per, "majority").tolist() == [
+        ACCEPT,
+        UNCERTAIN,
+        REJECT,
+        UNCERTAIN,
+        REJECT,
+    ]
+    assert combine_verdicts(per, "all").tolist() == [
+        ACCEPT,
+        UNCERTAIN,
+        UNCERTAIN,
+        UNCERTAIN,
+        REJECT,
+    ]
     with pytest.raises(ConfigError, match="combine"):
         combine_verdicts(per, "vote")
 
@@ -205,11 +238,18 @@ def test_l2_normalisation():
 
 def test_round_trip_through_signed_artifact():
     rng = np.random.default_rng(3)
-    rt = BoxRuntime(layers=["a", "b"], n_classes=4,
-                    good={"a": _random_boxset(rng, 4, 6), "b": _random_boxset(rng, 4, 3, empty_class=2)},
-                    bad={"a": _random_boxset(rng, 4, 6, empty_class=0), "b": _random_boxset(rng, 4, 3)},
-                    normalize="l2", combine="majority", score_layers=["a"], score_scales={"a": 0.5},
-                    threshold=1.25, meta={"tau": {"a": [0.1] * 4}})
+    rt = BoxRuntime(
+        layers=["a", "b"],
+        n_classes=4,
+        good={"a": _random_boxset(rng, 4, 6), "b": _random_boxset(rng, 4, 3, empty_class=2)},
+        bad={"a": _random_boxset(rng, 4, 6, empty_class=0), "b": _random_boxset(rng, 4, 3)},
+        normalize="l2",
+        combine="majority",
+        score_layers=["a"],
+        score_scales={"a": 0.5},
+        threshold=1.25,
+        meta={"tau": {"a": [0.1] * 4}},
+    )
     key = Ed25519PrivateKey.generate()
     data = build_artifact_bytes(rt.to_members(), private_key=key, created_at=0)
     art = load_artifact(data, {key_id(key.public_key()): key.public_key()})
@@ -223,7 +263,12 @@ def test_round_trip_through_signed_artifact():
         else:
             np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(back.scores(acts, y), rt.scores(acts, y))
-    assert (back.threshold, back.combine, back.normalize, back.score_scales) == (1.25, "majority", "l2", {"a": 0.5})
+    assert (back.threshold, back.combine, back.normalize, back.score_scales) == (
+        1.25,
+        "majority",
+        "l2",
+        {"a": 0.5},
+    )
     # Same content -> byte-identical artifact.
     assert build_artifact_bytes(back.to_members(), private_key=key, created_at=0) == data
 

@@ -39,8 +39,18 @@ def edited(example, tmp_path, change) -> str:
 
 def test_build_report_and_inspect(example, tmp_path):
     out, report = tmp_path / "a.bwa", tmp_path / "report"
-    result = run("build-artifact", str(example.config), "--key", str(example.private_key),
-                 "--out", str(out), "--report", str(report), "--created-at", "1700000000")
+    result = run(
+        "build-artifact",
+        str(example.config),
+        "--key",
+        str(example.private_key),
+        "--out",
+        str(out),
+        "--report",
+        str(report),
+        "--created-at",
+        "1700000000",
+    )
     assert result.exit_code == EXIT_OK, result.stderr
     art = load_artifact(out, load_trusted_keys([example.public_key]))
     summary = json.loads((report / "summary.json").read_text())
@@ -55,28 +65,48 @@ def test_build_report_and_inspect(example, tmp_path):
     # The default: tau without unknown inputs, the fused score, every unknown set reported.
     mon = summary["monitor"]
     assert mon["tau_selection"] == "held-out-class" and mon["score"] == "fused"
-    assert [p["set"] for p in mon["operating_points"]] == ["unknown", "unknown_digits", "unknown_noise"]
-    assert mon["operating_points"][0]["acceptance"] == pytest.approx(mon["calibration"]["unknown_acceptance"])
+    assert [p["set"] for p in mon["operating_points"]] == [
+        "unknown",
+        "unknown_digits",
+        "unknown_noise",
+    ]
+    assert mon["operating_points"][0]["acceptance"] == pytest.approx(
+        mon["calibration"]["unknown_acceptance"]
+    )
     spec = art.json("monitors/boxes.json")
     assert spec["version"] == 2 and spec["score"] == "fused" and spec["contrast_layers"]
     m = re.search(r'id="operating-point-2-acceptance"[^>]*>([^<]+)<', html)
-    assert m and float(m.group(1)) == pytest.approx(mon["operating_points"][2]["acceptance"], abs=1e-3)
+    assert m and float(m.group(1)) == pytest.approx(
+        mon["operating_points"][2]["acceptance"], abs=1e-3
+    )
     info = json.loads(run("inspect", str(out), "--json").stdout)
     contents = info["contents"]
     assert contents["classes"] == [str(d) for d in range(8)]
     assert contents["layers"] == ["/act1/Relu_output_0", "/act2/Relu_output_0"]
     assert contents["bn"]["class"] == "CreditWorthiness"
     assert {r["id"]: r["verdict"] for r in contents["rules"]} == {
-        r["id"]: r["verdict"] for r in summary["bn"]["rules"]}
+        r["id"]: r["verdict"] for r in summary["bn"]["rules"]
+    }
     assert info["model"]["digest"] == summary["model"]["digest"]
-    assert info["config"]["values"]["metadata"]["model_version"] == "digits-mlp-1" if "config" in info else True
+    assert (
+        info["config"]["values"]["metadata"]["model_version"] == "digits-mlp-1"
+        if "config" in info
+        else True
+    )
 
 
 def test_same_inputs_give_identical_bytes(example, tmp_path):
     outs = []
     for name in ("one.bwa", "two.bwa"):
-        result = run("build-artifact", str(example.config), "--key", str(example.private_key),
-                     "--out", str(tmp_path / name), env={"SOURCE_DATE_EPOCH": "1234567890"})
+        result = run(
+            "build-artifact",
+            str(example.config),
+            "--key",
+            str(example.private_key),
+            "--out",
+            str(tmp_path / name),
+            env={"SOURCE_DATE_EPOCH": "1234567890"},
+        )
         assert result.exit_code == EXIT_OK, result.stderr
         outs.append((tmp_path / name).read_bytes())
     assert outs[0] == outs[1]
@@ -102,8 +132,14 @@ def test_all_input_errors_listed_at_once(example, tmp_path):
 
     np.savez(tmp_path / "bad_labels.npz", x=np.zeros((5, 64), np.float32), y=np.arange(5) + 6)
     config = edited(example, tmp_path, break_everything)
-    result = run("build-artifact", config, "--key", str(example.private_key), "--out",
-                 str(tmp_path / "x.bwa"))
+    result = run(
+        "build-artifact",
+        config,
+        "--key",
+        str(example.private_key),
+        "--out",
+        str(tmp_path / "x.bwa"),
+    )
     assert result.exit_code == EXIT_USAGE
     text = result.stderr
     for needle in ("missing.npz", "/no/such/layer", "NoSuchVariable"):
@@ -111,8 +147,11 @@ def test_all_input_errors_listed_at_once(example, tmp_path):
     assert "Traceback" not in text
     assert not (tmp_path / "x.bwa").exists()
 
-    config = edited(example, tmp_path, lambda r: r["data"].update(
-        train={"path": str(tmp_path / "bad_labels.npz")}))
+    config = edited(
+        example,
+        tmp_path,
+        lambda r: r["data"].update(train={"path": str(tmp_path / "bad_labels.npz")}),
+    )
     result = run("build-artifact", config, "--dry-run")
     assert result.exit_code == EXIT_USAGE and "outside the 8 classes" in result.stderr
 
@@ -130,8 +169,14 @@ def test_schema_errors_and_missing_key(example, tmp_path):
     assert ok.exit_code == EXIT_OK and "valid" in ok.stderr
     nokey = run("build-artifact", str(example.config), "--out", str(tmp_path / "k.bwa"), env={})
     assert nokey.exit_code == EXIT_USAGE and "no signing key" in nokey.stderr
-    pub_as_key = run("build-artifact", str(example.config), "--key", str(example.public_key),
-                     "--out", str(tmp_path / "k.bwa"))
+    pub_as_key = run(
+        "build-artifact",
+        str(example.config),
+        "--key",
+        str(example.public_key),
+        "--out",
+        str(tmp_path / "k.bwa"),
+    )
     assert pub_as_key.exit_code == EXIT_USAGE and "private key" in pub_as_key.stderr
 
 
@@ -139,8 +184,13 @@ def test_key_from_environment(example, tmp_path):
     priv, pub = tmp_path / "env.key", tmp_path / "env.pub"
     generate_keypair(priv, pub)
     out = tmp_path / "e.bwa"
-    result = run("build-artifact", str(example.config), "--out", str(out),
-                 env={"BOXWATCH_SIGNING_KEY_FILE": str(priv)})
+    result = run(
+        "build-artifact",
+        str(example.config),
+        "--out",
+        str(out),
+        env={"BOXWATCH_SIGNING_KEY_FILE": str(priv)},
+    )
     assert result.exit_code == EXIT_OK, result.stderr
     load_artifact(out, load_trusted_keys([pub]))
     assert priv.read_text().splitlines()[1] not in result.output

@@ -27,15 +27,25 @@ def test_bundled_demo_config_is_valid():
     load_config(ROOT / "examples" / "demo" / "build.yaml")
 
 
-@pytest.mark.parametrize("text,needles", [
-    ("version: 2\nmodel: {path: m.onnx}\n", ["version"]),
-    ("version: 1\n", ["needs a 'model' section, a 'bn' section"]),
-    ("version: 1\nmodel: {path: m.onnx, colour: red}\nmonitr: {}\n",
-     ["unknown key(s) ('colour'", "unknown key(s) ('monitr'"]),
-    ("version: 1\nbn: {file: x.net, class: C, positive: p, threshold: 1.5}\n", ["bn.threshold"]),
-    ("version: 1\nmodel: {path: m.onnx}\nmonitor: {tau: [0.5, 2], combine: sometimes}\n",
-     ["monitor.tau", "monitor.combine"]),
-])
+@pytest.mark.parametrize(
+    "text,needles",
+    [
+        ("version: 2\nmodel: {path: m.onnx}\n", ["version"]),
+        ("version: 1\n", ["needs a 'model' section, a 'bn' section"]),
+        (
+            "version: 1\nmodel: {path: m.onnx, colour: red}\nmonitr: {}\n",
+            ["unknown key(s) ('colour'", "unknown key(s) ('monitr'"],
+        ),
+        (
+            "version: 1\nbn: {file: x.net, class: C, positive: p, threshold: 1.5}\n",
+            ["bn.threshold"],
+        ),
+        (
+            "version: 1\nmodel: {path: m.onnx}\nmonitor: {tau: [0.5, 2], combine: sometimes}\n",
+            ["monitor.tau", "monitor.combine"],
+        ),
+    ],
+)
 def test_schema_problems_listed_together(tmp_path, text, needles):
     path = tmp_path / "c.yaml"
     path.write_text(text)

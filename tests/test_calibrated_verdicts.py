@@ -34,16 +34,28 @@ def test_calibrated_rule_matches_its_definition():
     layers, d, n_classes = ["a", "b"], 3, 4
     good = {layer: random_boxes(rng, n_classes, 3, d) for layer in layers}
     bad = {layer: random_boxes(rng, n_classes, 2, d) for layer in layers}
-    rt = BoxRuntime(layers=layers, n_classes=n_classes, good=good, bad=bad, normalize="none",
-                    combine="calibrated", score_layers=layers, score_scales={"a": 0.5, "b": 2.0},
-                    threshold=0.8)
+    rt = BoxRuntime(
+        layers=layers,
+        n_classes=n_classes,
+        good=good,
+        bad=bad,
+        normalize="none",
+        combine="calibrated",
+        score_layers=layers,
+        score_scales={"a": 0.5, "b": 2.0},
+        threshold=0.8,
+    )
     acts = {layer: rng.uniform(-1.2, 1.6, size=(400, d)).astype(np.float32) for layer in layers}
     y = rng.integers(0, n_classes, 400)
     combined, per_layer = rt.verdicts(acts, y)
     seen = set()
     for i in range(400):
-        score = np.mean([naive_distance(good[layer], acts[layer][i], y[i]) / rt.score_scales[layer]
-                         for layer in layers])
+        score = np.mean(
+            [
+                naive_distance(good[layer], acts[layer][i], y[i]) / rt.score_scales[layer]
+                for layer in layers
+            ]
+        )
         in_bad = any(naive_inside(bad[layer], acts[layer][i], y[i]) for layer in layers)
         expected = REJECT if score > rt.threshold else UNCERTAIN if in_bad else ACCEPT
         assert combined[i] == expected, i
@@ -56,8 +68,15 @@ def test_calibrated_rule_matches_its_definition():
 def test_calibrated_rule_needs_a_threshold():
     rng = np.random.default_rng(0)
     boxes = {"a": random_boxes(rng, 2, 1, 2)}
-    rt = BoxRuntime(layers=["a"], n_classes=2, good=boxes, bad=boxes, normalize="none",
-                    combine="calibrated", score_layers=["a"])
+    rt = BoxRuntime(
+        layers=["a"],
+        n_classes=2,
+        good=boxes,
+        bad=boxes,
+        normalize="none",
+        combine="calibrated",
+        score_layers=["a"],
+    )
     with pytest.raises(ConfigError, match="calibrate the monitor first"):
         rt.verdicts({"a": np.zeros((3, 2), np.float32)}, np.zeros(3, int))
 

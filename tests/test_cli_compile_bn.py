@@ -14,8 +14,18 @@ from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
 from boxwatch.offline.bn.io import write_bif
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
-JSON_KEYS = {"features", "order", "nodes", "nodes_quasi", "nodes_per_level", "positives",
-             "inputs", "ties", "seconds", "parse_seconds"}
+JSON_KEYS = {
+    "features",
+    "order",
+    "nodes",
+    "nodes_quasi",
+    "nodes_per_level",
+    "positives",
+    "inputs",
+    "ties",
+    "seconds",
+    "parse_seconds",
+}
 
 
 @pytest.fixture
@@ -30,8 +40,20 @@ def run(*args: str):
 
 
 def test_json_output_has_the_documented_keys(bif_file):
-    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
-              "--features", "v0,v5,v6", "--order", "v6,v0,v5", "--json")
+    res = run(
+        str(bif_file),
+        "--class",
+        "v3",
+        "--positive",
+        "s1",
+        "--threshold",
+        "0.4",
+        "--features",
+        "v0,v5,v6",
+        "--order",
+        "v6,v0,v5",
+        "--json",
+    )
     assert res.exit_code == EXIT_OK, res.output
     info = json.loads(res.stdout)
     assert JSON_KEYS <= set(info)
@@ -45,8 +67,18 @@ def test_json_output_has_the_documented_keys(bif_file):
 
 
 def test_both_methods_report_the_same_diagram(bif_file):
-    common = [str(bif_file), "--class", "v3", "--positive", "s0", "--threshold", "0.5",
-              "--features", "v0,v4,v5,v6", "--json"]
+    common = [
+        str(bif_file),
+        "--class",
+        "v3",
+        "--positive",
+        "s0",
+        "--threshold",
+        "0.5",
+        "--features",
+        "v0,v4,v5,v6",
+        "--json",
+    ]
     a = json.loads(run(*common, "--method", "joint").stdout)
     b = json.loads(run(*common, "--method", "decompose").stdout)
     for key in ("nodes", "nodes_quasi", "positives", "ties", "nodes_per_level"):
@@ -62,8 +94,17 @@ def test_text_output_goes_to_stdout_and_a_note_to_stderr(bif_file):
 
 
 def test_bad_spec_exits_2_with_every_problem(bif_file):
-    res = run(str(bif_file), "--class", "v3", "--positive", "nope", "--threshold", "0",
-              "--features", "v0,zz")
+    res = run(
+        str(bif_file),
+        "--class",
+        "v3",
+        "--positive",
+        "nope",
+        "--threshold",
+        "0",
+        "--features",
+        "v0,zz",
+    )
     assert res.exit_code == EXIT_USAGE
     assert "positive state 'nope'" in res.stderr
     assert "threshold 0.0" in res.stderr
@@ -72,8 +113,10 @@ def test_bad_spec_exits_2_with_every_problem(bif_file):
 
 def test_parse_error_exits_2_naming_the_line(tmp_path):
     path = tmp_path / "broken.bif"
-    path.write_text("variable A {\n  type discrete [ 2 ] { a, b };\n}\nprobability ( A ) {\n"
-                    "  table 0.5, x;\n}\n")
+    path.write_text(
+        "variable A {\n  type discrete [ 2 ] { a, b };\n}\nprobability ( A ) {\n"
+        "  table 0.5, x;\n}\n"
+    )
     res = run(str(path), "--class", "A", "--positive", "a", "--threshold", "0.5")
     assert res.exit_code == EXIT_USAGE
     assert f"{path}:5: expected a number, found 'x'" in res.stderr
@@ -82,9 +125,18 @@ def test_parse_error_exits_2_naming_the_line(tmp_path):
 @pytest.mark.shared_data
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data/bn (absent in a plain clone)")
 def test_child_reference_figures_from_the_command_line():
-    res = run(str(SHARED / "child.bif.gz"), "--class", "BirthAsphyxia", "--positive", "no",
-              "--threshold", "0.9", "--order",
-              "LVHreport,GruntingReport,RUQO2,LowerBodyO2,XrayReport,Age,CO2Report", "--json")
+    res = run(
+        str(SHARED / "child.bif.gz"),
+        "--class",
+        "BirthAsphyxia",
+        "--positive",
+        "no",
+        "--threshold",
+        "0.9",
+        "--order",
+        "LVHreport,GruntingReport,RUQO2,LowerBodyO2,XrayReport,Age,CO2Report",
+        "--json",
+    )
     info = json.loads(res.stdout)
     assert (info["nodes_quasi"], info["positives"], info["inputs"]) == (41, 844, 1080)
 
@@ -100,8 +152,17 @@ def test_json_reports_the_chosen_routes_estimate(bif_file):
 
 
 def test_over_the_memory_limit_exits_2_with_one_line(bif_file):
-    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
-              "--max-memory", "1K")
+    res = run(
+        str(bif_file),
+        "--class",
+        "v3",
+        "--positive",
+        "s1",
+        "--threshold",
+        "0.4",
+        "--max-memory",
+        "1K",
+    )
     assert res.exit_code == EXIT_USAGE
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
@@ -110,8 +171,17 @@ def test_over_the_memory_limit_exits_2_with_one_line(bif_file):
 
 
 def test_a_bad_size_is_a_usage_error(bif_file):
-    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
-              "--max-memory", "lots")
+    res = run(
+        str(bif_file),
+        "--class",
+        "v3",
+        "--positive",
+        "s1",
+        "--threshold",
+        "0.4",
+        "--max-memory",
+        "lots",
+    )
     assert res.exit_code == EXIT_USAGE
     assert "'lots' is not a size" in res.stderr
 
@@ -123,8 +193,17 @@ def test_running_out_of_memory_anyway_exits_2_with_the_estimate(bif_file, monkey
         raise MemoryError
 
     monkeypatch.setattr(bn_compile, "_compile_joint", exhausted)
-    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4",
-              "--method", "joint")
+    res = run(
+        str(bif_file),
+        "--class",
+        "v3",
+        "--positive",
+        "s1",
+        "--threshold",
+        "0.4",
+        "--method",
+        "joint",
+    )
     assert res.exit_code == EXIT_USAGE
     assert "out of memory during the joint route (estimate joint: ~" in res.stderr
     assert "Traceback" not in res.output

@@ -27,10 +27,13 @@ HOLDING = """rules:
     if: {A: "< 1", B: "off"}
     then: no
 """
-VIOLATED = HOLDING + """  - name: on_is_yes
+VIOLATED = (
+    HOLDING
+    + """  - name: on_is_yes
     if: {B: on}
     then: yes
 """
+)
 FMO = """states:
   A: [high, mid, low]
 monotonicity:
@@ -49,8 +52,16 @@ def files(tmp_path):
 
 
 def run(files, *args):
-    base = ["verify-bn", str(files / "tiny.bif"), "--class", "C", "--positive", "yes",
-            "--threshold", "0.5"]
+    base = [
+        "verify-bn",
+        str(files / "tiny.bif"),
+        "--class",
+        "C",
+        "--positive",
+        "yes",
+        "--threshold",
+        "0.5",
+    ]
     return CliRunner().invoke(cli, base + list(args), catch_exceptions=False)
 
 
@@ -79,8 +90,7 @@ def test_violated_rule_exit_1_with_count_and_compact_counterexample(files):
 
 def test_monotonicity_with_declared_descending_order(files):
     # A declared high < mid < low: the class only ever goes yes -> no as A "rises".
-    res = run(files, "--rules", str(files / "ok.yaml"), "--fmo", str(files / "fmo.yaml"),
-              "--json")
+    res = run(files, "--rules", str(files / "ok.yaml"), "--fmo", str(files / "fmo.yaml"), "--json")
     mono = {m["query"]: m for m in json.loads(res.stdout)["monotonicity"]}
     assert mono["a_fmo"]["verdict"] == "holds"
     assert mono["a_down"]["verdict"] == "holds"
@@ -89,8 +99,8 @@ def test_monotonicity_with_declared_descending_order(files):
 
 def test_input_errors_exit_2_listing_every_problem(files):
     (files / "typo.yaml").write_text(
-        "rules:\n  - {name: r1, if: {Z: 1}, then: yes}\n  - {name: r2, if: {C: yes}, "
-        "then: maybe}\n")
+        "rules:\n  - {name: r1, if: {Z: 1}, then: yes}\n  - {name: r2, if: {C: yes}, then: maybe}\n"
+    )
     res = run(files, "--rules", str(files / "typo.yaml"))
     assert res.exit_code == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]

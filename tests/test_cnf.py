@@ -52,8 +52,10 @@ def test_diagram_with_skipped_levels_is_encoded_exactly():
     diagram = diagram_from_table(table)
     levels = np.concatenate([[3, 3], diagram.node_level])
     valid = diagram.node_children >= 0
-    jumps = levels[diagram.node_children[valid]] - np.broadcast_to(
-        diagram.node_level[:, None], valid.shape)[valid]
+    jumps = (
+        levels[diagram.node_children[valid]]
+        - np.broadcast_to(diagram.node_level[:, None], valid.shape)[valid]
+    )
     assert jumps.max() > 1
     check_bijection(diagram, table)
 

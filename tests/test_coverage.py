@@ -20,7 +20,10 @@ X = np.array([(0.1, 0.5), (0.1, 1.0), (0.2, 0.8), (0.6, 0.2), (1.0, 0.3)])  # Ex
 
 
 def boxes_of(*clusters):
-    return (np.array([np.min(c, axis=0) for c in clusters]), np.array([np.max(c, axis=0) for c in clusters]))
+    return (
+        np.array([np.min(c, axis=0) for c in clusters]),
+        np.array([np.max(c, axis=0) for c in clusters]),
+    )
 
 
 def test_example2_covered_space_drops_zero_width_dimensions():

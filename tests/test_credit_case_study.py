@@ -17,8 +17,9 @@ NETWORK = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn" / "cred
 def case_study():
     if not NETWORK.is_file():
         pytest.skip(f"{NETWORK} is absent (../shared data not available)")
-    spec = importlib.util.spec_from_file_location("credit_case_study",
-                                                  ROOT / "bench" / "credit_case_study.py")
+    spec = importlib.util.spec_from_file_location(
+        "credit_case_study", ROOT / "bench" / "credit_case_study.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -44,11 +45,14 @@ def test_learned_credit_models_verify_consistently_with_brute_force():
         table = table_of(diagram)
         index = {f: i for i, f in enumerate(diagram.features)}
         assert len(report.rules) == 11 and len(report.monotonicity) == 2
-        spec_rules = cs.load_spec(cs.EXAMPLES / "rules.yaml",
-                                  cs.ClassifierSchema.from_diagram(diagram, net.variables)).rules
+        spec_rules = cs.load_spec(
+            cs.EXAMPLES / "rules.yaml", cs.ClassifierSchema.from_diagram(diagram, net.variables)
+        ).rules
         for rule, res in zip(spec_rules, report.rules, strict=True):
-            allowed = [list(rule.premise.get(f, range(len(s))))
-                       for f, s in zip(diagram.features, diagram.states, strict=True)]
+            allowed = [
+                list(rule.premise.get(f, range(len(s))))
+                for f, s in zip(diagram.features, diagram.states, strict=True)
+            ]
             bad = [t for t, lab in enumerate(diagram.terminals) if lab not in rule.conclusion]
             assert (res.premise_inputs, res.violating_inputs) == brute_rule(table, allowed, bad)
             for c in res.counterexamples:
@@ -58,12 +62,15 @@ def test_learned_credit_models_verify_consistently_with_brute_force():
             i = diagram.features.index(res.feature)
             order = [diagram.states[i].index(s) for s in ("poor", "average", "wealthy")]
             allowed = [list(range(len(s))) for s in diagram.states]
-            given = {"Worth": "High", "Debit": "interval1",
-                     "Profession": "Medium_income_profession", "WorkHistory": "Stable",
-                     "PaymentHistory": "Excellent"}
+            given = {
+                "Worth": "High",
+                "Debit": "interval1",
+                "Profession": "Medium_income_profession",
+                "WorkHistory": "Stable",
+                "PaymentHistory": "Excellent",
+            }
             for f, s in given.items():
                 allowed[index[f]] = [diagram.states[index[f]].index(s)]
-            want = brute_monotone(table, i, order, allowed, diagram.positive_terminal,
-                                  res.kind)
+            want = brute_monotone(table, i, order, allowed, diagram.positive_terminal, res.kind)
             assert res.holds == want
         assert np.isfinite([r.violating_probability for r in report.rules]).all()

@@ -105,7 +105,8 @@ def check_boxwatch_command(argv: list[str], where: str) -> None:
         if token.startswith("-"):
             option = token.split("=", 1)[0]
             assert re.search(rf"(^|[\s,]){re.escape(option)}\b", result.output), (
-                f"{where}: 'boxwatch {verb}' has no option {option}")
+                f"{where}: 'boxwatch {verb}' has no option {option}"
+            )
 
 
 def workflow_commands() -> list[list[str]]:
@@ -127,7 +128,7 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck():
     assert len(froms) >= 2 and all(" AS " in f.upper() for f in froms)
     args = dict(a.split("=", 1) for w, a in instr if w == "ARG" and "=" in a)
     assert "slim" in args["PYTHON_IMAGE"]
-    final = instr[max(i for i, (w, _) in enumerate(instr) if w == "FROM"):]
+    final = instr[max(i for i, (w, _) in enumerate(instr) if w == "FROM") :]
     users = [a for w, a in final if w == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert any(w == "COPY" and a.startswith("--from=build") for w, a in final)
@@ -160,8 +161,9 @@ def test_dockerfile_installs_the_package_without_the_offline_extra():
 def test_console_script_and_agent_verb_exist():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["boxwatch"] == "boxwatch.cli:main"
-    installed = {ep.name: ep.value
-                 for ep in importlib.metadata.entry_points(group="console_scripts")}
+    installed = {
+        ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")
+    }
     assert installed.get("boxwatch") == "boxwatch.cli:main"
     check_boxwatch_command(ENTRYPOINT, "Dockerfile ENTRYPOINT")
 
@@ -170,8 +172,9 @@ def test_console_script_and_agent_verb_exist():
 def test_installed_console_script_runs_agent_help():
     exe = Path(sys.executable).with_name("boxwatch")
     exe = exe if exe.exists() else Path(shutil.which("boxwatch") or "boxwatch")
-    result = subprocess.run([str(exe), "agent", "--help"], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [str(exe), "agent", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert "-c, --config" in result.stdout
 
@@ -182,13 +185,20 @@ def test_dockerfile_healthcheck_command_against_a_live_agent(tmp_path_factory):
     from boxwatch.agent.service import build_agent, serve
 
     health = " ".join(a for w, a in dockerfile() if w == "HEALTHCHECK")
-    argv = json.loads(health[health.index("CMD") + 3:].strip())
+    argv = json.loads(health[health.index("CMD") + 3 :].strip())
     assert argv[0] == "/opt/boxwatch/bin/python"
     example = example_artifact(tmp_path_factory.getbasetemp())
-    cfg = load_agent_config(None, environ={}, overrides={
-        "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
-        "model": str(example.model), "kafka.bootstrap_servers": "127.0.0.1:1",
-        "metrics.address": "127.0.0.1:0"})
+    cfg = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(example.artifact),
+            "public_keys": [str(example.public_key)],
+            "model": str(example.model),
+            "kafka.bootstrap_servers": "127.0.0.1:1",
+            "metrics.address": "127.0.0.1:0",
+        },
+    )
     agent = build_agent(cfg)
     http = serve(agent)
     try:
@@ -223,21 +233,31 @@ def test_compose_stack():
             if src.startswith(".") and "$" not in src:
                 assert (DEPLOY / src).exists(), f"{name}: {src} does not exist"
     assert mounts[("agent", AGENT_CONFIG)] == "./compose/agent.yaml"
-    prom_cfg_path = next(a.split("=", 1)[1] for a in services["prometheus"]["command"]
-                         if a.startswith("--config.file="))
+    prom_cfg_path = next(
+        a.split("=", 1)[1]
+        for a in services["prometheus"]["command"]
+        if a.startswith("--config.file=")
+    )
     prom = yaml.safe_load((DEPLOY / mounts[("prometheus", prom_cfg_path)]).read_text())
     for rule_file in prom["rule_files"]:
         assert ("prometheus", rule_file) in mounts, f"{rule_file} is not mounted"
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
     assert jobs["boxwatch-agent"]["static_configs"][0]["targets"] == ["agent:9108"]
     grafana = {dst for (svc, dst) in mounts if svc == "grafana"}
-    assert {"/etc/grafana/provisioning/datasources", "/etc/grafana/provisioning/dashboards"} <= grafana
+    assert {
+        "/etc/grafana/provisioning/datasources",
+        "/etc/grafana/provisioning/dashboards",
+    } <= grafana
     providers = yaml.safe_load(
-        (REPO / "dashboards/provisioning/dashboards/boxwatch.yaml").read_text())["providers"]
-    assert any(dst.startswith(providers[0]["options"]["path"] + "/") and dst.endswith(".json")
-               for dst in grafana)
+        (REPO / "dashboards/provisioning/dashboards/boxwatch.yaml").read_text()
+    )["providers"]
+    assert any(
+        dst.startswith(providers[0]["options"]["path"] + "/") and dst.endswith(".json")
+        for dst in grafana
+    )
     datasource = yaml.safe_load(
-        (REPO / "dashboards/provisioning/datasources/prometheus.yaml").read_text())
+        (REPO / "dashboards/provisioning/datasources/prometheus.yaml").read_text()
+    )
     assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
 
 
@@ -246,8 +266,9 @@ def test_compose_agent_config_loads():
     assert cfg["metrics.address"] == "0.0.0.0:9108"
     assert cfg["kafka.bootstrap_servers"] == "kafka:9092"
     compose = yaml.safe_load((DEPLOY / "docker-compose.yaml").read_text())
-    release = next(volume(v)[1] for v in compose["services"]["agent"]["volumes"]
-                   if "RELEASE_DIR" in v)
+    release = next(
+        volume(v)[1] for v in compose["services"]["agent"]["volumes"] if "RELEASE_DIR" in v
+    )
     for key in ("artifact", "model"):
         assert cfg[key].startswith(release + "/"), key
     assert all(k.startswith(release + "/") for k in cfg["public_keys"])
@@ -256,8 +277,15 @@ def test_compose_agent_config_loads():
 # -- Kubernetes ---------------------------------------------------------------------------
 def test_k8s_manifests_have_required_fields():
     docs = k8s_docs()
-    assert {"Namespace", "ConfigMap", "Secret", "Deployment", "Service", "ServiceMonitor",
-            "PodDisruptionBudget"} <= set(docs)
+    assert {
+        "Namespace",
+        "ConfigMap",
+        "Secret",
+        "Deployment",
+        "Service",
+        "ServiceMonitor",
+        "PodDisruptionBudget",
+    } <= set(docs)
     for kind, doc in docs.items():
         assert doc["apiVersion"] and doc["metadata"]["name"], kind
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
@@ -298,12 +326,16 @@ def test_k8s_agent_config_and_mounts_agree(tmp_path):
     assert mounts[AGENT_CONFIG]["subPath"] == "agent.yaml"
     assert volumes[mounts[AGENT_CONFIG]["name"]]["configMap"]["name"] == cm["metadata"]["name"]
     secret = docs["Secret"]
-    key_dir = next(p for p, m in mounts.items()
-                   if volumes[m["name"]].get("secret", {}).get("secretName") == secret["metadata"]["name"])
+    key_dir = next(
+        p
+        for p, m in mounts.items()
+        if volumes[m["name"]].get("secret", {}).get("secretName") == secret["metadata"]["name"]
+    )
     for key in cfg["public_keys"]:
         assert key.startswith(key_dir + "/") and Path(key).name in secret["stringData"]
-    release_dir = next(p for p, m in mounts.items() if "emptyDir" in volumes[m["name"]]
-                       and p != "/tmp")
+    release_dir = next(
+        p for p, m in mounts.items() if "emptyDir" in volumes[m["name"]] and p != "/tmp"
+    )
     fetch = "\n".join(pod["initContainers"][0]["command"])
     for key in ("artifact", "model"):
         assert cfg[key].startswith(release_dir + "/") and cfg[key] in fetch, key
@@ -366,8 +398,9 @@ def test_k8s_init_container_fetches_the_release_files(tmp_path):
         script = init["command"][2].replace("/var/lib/boxwatch", str(release))
         base = f"http://127.0.0.1:{server.server_address[1]}"
         env = {**os.environ, "ARTIFACT_URL": f"{base}/model.bwa", "MODEL_URL": f"{base}/model.onnx"}
-        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                                text=True, timeout=30)
+        result = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -379,8 +412,9 @@ def test_k8s_init_container_fetches_the_release_files(tmp_path):
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kustomize_renders_every_manifest_in_the_namespace():
-    result = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     rendered = list(yaml.safe_load_all(result.stdout))
     assert {d["kind"] for d in rendered} == set(k8s_docs())
@@ -401,10 +435,19 @@ def test_systemd_unit_runs_the_agent_hardened():
     check_boxwatch_command(argv, "systemd ExecStart")
     assert unit["Service.User"][0] not in ("root", "0")
     assert "-HUP" in unit["Service.ExecReload"][0]
-    hardened = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
-                "PrivateTmp": "yes", "PrivateDevices": "yes", "ProtectKernelTunables": "yes",
-                "ProtectKernelModules": "yes", "ProtectControlGroups": "yes",
-                "RestrictSUIDSGID": "yes", "LockPersonality": "yes", "CapabilityBoundingSet": ""}
+    hardened = {
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "yes",
+        "ProtectKernelTunables": "yes",
+        "ProtectKernelModules": "yes",
+        "ProtectControlGroups": "yes",
+        "RestrictSUIDSGID": "yes",
+        "LockPersonality": "yes",
+        "CapabilityBoundingSet": "",
+    }
     for key, value in hardened.items():
         assert unit.get(f"Service.{key}") == [value], key
     assert "@system-service" in unit["Service.SystemCallFilter"]
@@ -422,10 +465,14 @@ def test_systemd_analyze_verify(tmp_path):
     text = UNIT.read_text().replace("/opt/boxwatch/bin/boxwatch", str(exe))
     copy = tmp_path / UNIT.name
     copy.write_text(text)
-    result = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True,
-                            text=True, timeout=60)
-    problems = [line for line in (result.stdout + result.stderr).splitlines()
-                if UNIT.name in line or "Unknown" in line]
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60
+    )
+    problems = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if UNIT.name in line or "Unknown" in line
+    ]
     assert result.returncode == 0 and not problems, result.stdout + result.stderr
 
 
@@ -466,10 +513,19 @@ def test_release_workflow_key_step_writes_a_private_loadable_key(tmp_path):
     script = next(s["run"] for s in steps if "umask 077" in s.get("run", ""))
     runner_temp, github_env = tmp_path / "runner", tmp_path / "github_env"
     runner_temp.mkdir()
-    env = {**os.environ, "RUNNER_TEMP": str(runner_temp), "GITHUB_ENV": str(github_env),
-           "BOXWATCH_SIGNING_KEY": private.read_text().rstrip("\n")}
-    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], env=env,
-                            capture_output=True, text=True, timeout=30)
+    env = {
+        **os.environ,
+        "RUNNER_TEMP": str(runner_temp),
+        "GITHUB_ENV": str(github_env),
+        "BOXWATCH_SIGNING_KEY": private.read_text().rstrip("\n"),
+    }
+    result = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     name, _, key_file = github_env.read_text().strip().partition("=")
     assert name == "BOXWATCH_SIGNING_KEY_FILE"
@@ -478,8 +534,12 @@ def test_release_workflow_key_step_writes_a_private_loadable_key(tmp_path):
     assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
     load_private_key(key_path)
     delete = next(s["run"] for s in steps if s.get("if") == "always()")
-    subprocess.run(["bash", "-c", delete], env={**env, "BOXWATCH_SIGNING_KEY_FILE": key_file},
-                   check=True, timeout=30)
+    subprocess.run(
+        ["bash", "-c", delete],
+        env={**env, "BOXWATCH_SIGNING_KEY_FILE": key_file},
+        check=True,
+        timeout=30,
+    )
     assert not key_path.exists()
 
 

@@ -61,8 +61,12 @@ def test_produce_with_headers_and_consume_in_a_group_with_commits(broker, kafka)
     create_topics(broker.bootstrap_servers, {"inputs": 3})
     producer = kafka.producer()
     for i in range(n):
-        producer.send("inputs", key=f"k{i}".encode(), value=f"v{i}".encode(),
-                      headers=[("content-type", b"text/plain"), ("seq", str(i).encode())])
+        producer.send(
+            "inputs",
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            headers=[("content-type", b"text/plain"), ("seq", str(i).encode())],
+        )
     producer.flush(timeout=10)
 
     consumer = kafka.consumer("inputs", group_id="g-commit")
@@ -166,8 +170,9 @@ def test_broker_exit_at_start_reports_its_log_tail(make_broker, tmp_path):
 
 def test_pause_makes_writes_fail_until_resume(broker, kafka):
     create_topics(broker.bootstrap_servers, {"paused": 1})
-    producer = kafka.producer(enable_idempotence=False, request_timeout_ms=1000,
-                              delivery_timeout_ms=1500, retries=0)
+    producer = kafka.producer(
+        enable_idempotence=False, request_timeout_ms=1000, delivery_timeout_ms=1500, retries=0
+    )
     producer.send("paused", b"before").get(timeout=10)
     broker.pause()
     with pytest.raises((KafkaTimeoutError, RequestTimedOutError)):

@@ -21,15 +21,24 @@ def _wide_open_runtime(combine: str) -> BoxRuntime:
     big = np.float32(1e38)
     good = BoxSet.from_boxes([(np.full((1, 2), -big), np.full((1, 2), big))] * 2, 2)
     empty = BoxSet.from_boxes([(np.zeros((0, 2)), np.zeros((0, 2)))] * 2, 2)
-    return BoxRuntime(layers=["a"], n_classes=2, good={"a": good}, bad={"a": empty},
-                      normalize="none", combine=combine, score_layers=["a"], threshold=0.5)
+    return BoxRuntime(
+        layers=["a"],
+        n_classes=2,
+        good={"a": good},
+        bad={"a": empty},
+        normalize="none",
+        combine=combine,
+        score_layers=["a"],
+        threshold=0.5,
+    )
 
 
 @pytest.mark.parametrize("combine", ["any", "majority", "all", "calibrated"])
 def test_non_finite_activations_are_rejected_by_every_rule(combine):
     rt = _wide_open_runtime(combine)
-    acts = np.array([[0.0, 1.0], [np.nan, 0.0], [np.inf, 0.0], [-np.inf, 1.0], [2.0, 2.0]],
-                    dtype=np.float32)
+    acts = np.array(
+        [[0.0, 1.0], [np.nan, 0.0], [np.inf, 0.0], [-np.inf, 1.0], [2.0, 2.0]], dtype=np.float32
+    )
     combined, per_layer, scores = rt.assess({"a": acts}, np.zeros(5, dtype=int))
     assert combined.tolist() == [ACCEPT, REJECT, REJECT, REJECT, ACCEPT]
     assert per_layer["a"].tolist() == [ACCEPT, REJECT, REJECT, REJECT, ACCEPT]

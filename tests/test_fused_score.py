@@ -23,7 +23,9 @@ def _random_boxset(rng: np.random.Generator, n_classes: int, d: int) -> BoxSet:
     per_class = []
     for _ in range(n_classes):
         k = int(rng.integers(1, 5))
-        centre = rng.normal(size=(k, d)).astype(np.float32) + rng.normal(scale=3, size=d).astype(np.float32)
+        centre = rng.normal(size=(k, d)).astype(np.float32) + rng.normal(scale=3, size=d).astype(
+            np.float32
+        )
         half = np.abs(rng.normal(scale=0.5, size=(k, d))).astype(np.float32)
         per_class.append((centre - half, centre + half))
     return BoxSet.from_boxes(per_class, d)
@@ -46,8 +48,10 @@ def _clusters(seed: int, n: int = 120, d: int = 4, n_classes: int = 3):
 
 
 def test_contrast_is_zero_inside_half_between_and_nan_when_undefined():
-    got = contrast_scores(np.array([0.0, 1.0, 3.0, np.inf, np.nan, 2.0, 0.0]),
-                          np.array([5.0, 1.0, 1.0, np.inf, 1.0, np.inf, 0.0]))
+    got = contrast_scores(
+        np.array([0.0, 1.0, 3.0, np.inf, np.nan, 2.0, 0.0]),
+        np.array([5.0, 1.0, 1.0, np.inf, 1.0, np.inf, 0.0]),
+    )
     np.testing.assert_array_equal(got[:3], [0.0, 0.5, 0.75])
     assert np.isnan(got[3]) and np.isnan(got[4])
     assert got[5] == 0.0 and got[6] == 0.0
@@ -60,11 +64,20 @@ def test_complement_boxes_hold_the_nearest_other_classes(n_neighbours):
     comp = complement_boxes(boxes, n_neighbours)
     centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
     for c in range(5):
-        own = centre[boxes.offsets[c]:boxes.offsets[c + 1]]
-        gaps = {k: ((centre[boxes.offsets[k]:boxes.offsets[k + 1]][:, None] - own[None]) ** 2).sum(2).min()
-                for k in range(5) if k != c}
-        wanted = sorted(gaps, key=lambda k: (gaps[k], k))[:n_neighbours or None]
-        want = {(tuple(lo), tuple(hi)) for k in wanted for lo, hi in zip(*boxes.boxes_of(k), strict=True)}
+        own = centre[boxes.offsets[c] : boxes.offsets[c + 1]]
+        gaps = {
+            k: ((centre[boxes.offsets[k] : boxes.offsets[k + 1]][:, None] - own[None]) ** 2)
+            .sum(2)
+            .min()
+            for k in range(5)
+            if k != c
+        }
+        wanted = sorted(gaps, key=lambda k: (gaps[k], k))[: n_neighbours or None]
+        want = {
+            (tuple(lo), tuple(hi))
+            for k in wanted
+            for lo, hi in zip(*boxes.boxes_of(k), strict=True)
+        }
         got = {(tuple(lo), tuple(hi)) for lo, hi in zip(*comp.boxes_of(c), strict=True)}
         assert got == want
     x = rng.normal(scale=3, size=(60, 3)).astype(np.float32)
@@ -77,10 +90,21 @@ def _fused_runtime(seed: int = 0, contrast_classes: int = 0) -> BoxRuntime:
     rng = np.random.default_rng(seed)
     good = {"a": _random_boxset(rng, 4, 5), "b": _random_boxset(rng, 4, 2)}
     bad = {"a": _random_boxset(rng, 4, 5), "b": _random_boxset(rng, 4, 2)}
-    return BoxRuntime(layers=["a", "b"], n_classes=4, good=good, bad=bad, normalize="none",
-                      combine="calibrated", score_layers=["a", "b"], score_scales={"a": 2.0, "b": 0.5},
-                      threshold=1.0, score="fused", contrast_layers=["a"],
-                      contrast_scales={"a": 0.25}, contrast_classes=contrast_classes)
+    return BoxRuntime(
+        layers=["a", "b"],
+        n_classes=4,
+        good=good,
+        bad=bad,
+        normalize="none",
+        combine="calibrated",
+        score_layers=["a", "b"],
+        score_scales={"a": 2.0, "b": 0.5},
+        threshold=1.0,
+        score="fused",
+        contrast_layers=["a"],
+        contrast_scales={"a": 0.25},
+        contrast_classes=contrast_classes,
+    )
 
 
 def test_fused_score_is_distance_mean_plus_scaled_contrast():
@@ -90,9 +114,15 @@ def test_fused_score_is_distance_mean_plus_scaled_contrast():
     y = rng.integers(0, 4, size=80)
     want = []
     for i, c in enumerate(y):
-        d = {k: _naive_distance(*rt.good[k].boxes_of(int(c)), acts[k][i].astype(np.float32)) for k in "ab"}
-        others = [_naive_distance(*rt.good["a"].boxes_of(k), acts["a"][i].astype(np.float32))
-                  for k in range(4) if k != c]
+        d = {
+            k: _naive_distance(*rt.good[k].boxes_of(int(c)), acts[k][i].astype(np.float32))
+            for k in "ab"
+        }
+        others = [
+            _naive_distance(*rt.good["a"].boxes_of(k), acts["a"][i].astype(np.float32))
+            for k in range(4)
+            if k != c
+        ]
         contrast = 0.0 if d["a"] == 0 else d["a"] / (d["a"] + min(others))
         want.append((d["a"] / 2.0 + d["b"] / 0.5) / 2 + contrast / 0.25)
     np.testing.assert_allclose(rt.scores(acts, y), want, rtol=1e-5)
@@ -120,14 +150,21 @@ def test_fused_runtime_round_trips_and_older_members_still_load():
     assert spec["version"] == 2 and spec["score"] == "fused" and spec["contrast_classes"] == 2
     back = BoxRuntime.from_members(members, members)
     assert (back.score, back.contrast_layers, back.contrast_scales, back.contrast_classes) == (
-        "fused", ["a"], {"a": 0.25}, 2)
+        "fused",
+        ["a"],
+        {"a": 0.25},
+        2,
+    )
     rng = np.random.default_rng(5)
     acts = {"a": rng.normal(scale=3, size=(50, 5)), "b": rng.normal(scale=3, size=(50, 2))}
     y = rng.integers(0, 4, size=50)
     np.testing.assert_array_equal(back.scores(acts, y), rt.scores(acts, y))
     # A version-1 member (written before the fused score) loads as the distance score.
-    old = {k: v for k, v in spec.items() if k not in ("score", "contrast_layers", "contrast_scales",
-                                                      "contrast_classes")}
+    old = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("score", "contrast_layers", "contrast_scales", "contrast_classes")
+    }
     old["version"] = 1
     legacy = BoxRuntime.from_members({"monitors/boxes.json": old}, members)
     assert legacy.score == "distance" and legacy.contrast_layers == []
@@ -163,7 +200,9 @@ def test_held_out_class_selection_needs_no_unknown_inputs():
     acts, y, pred = _clusters(0, n=300)
     vacts, vy, vpred = _clusters(0, n=150)  # same centres, fresh points
     taus = (1.0, 0.5, 0.1, 0.01)
-    mon = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    mon = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(
+        acts, y, pred, validation=(vacts, vy, vpred)
+    )
     assert mon.selection_["method"] == "held-out-class"
     for layer in ("a", "b"):
         table = mon.selection_["auroc"][layer]
@@ -172,15 +211,22 @@ def test_held_out_class_selection_needs_no_unknown_inputs():
         assert np.all(mon.tau_[layer] == mon.tau_[layer][0])
         if table.max() >= 0.9:
             assert table[chosen] >= table.max() - SELECTION_TOLERANCE
-            assert np.all(table[chosen + 1:] < table.max() - SELECTION_TOLERANCE)
+            assert np.all(table[chosen + 1 :] < table.max() - SELECTION_TOLERANCE)
     # Unknown rows (label -1) in the validation data change nothing.
     rng = np.random.default_rng(1)
-    with_unknown = ({k: np.vstack([v, rng.normal(scale=20, size=(40, v.shape[1]))]) for k, v in vacts.items()},
-                    np.concatenate([vy, np.full(40, -1)]), np.concatenate([vpred, rng.integers(0, 3, 40)]))
-    mon2 = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(acts, y, pred, validation=with_unknown)
+    with_unknown = (
+        {k: np.vstack([v, rng.normal(scale=20, size=(40, v.shape[1]))]) for k, v in vacts.items()},
+        np.concatenate([vy, np.full(40, -1)]),
+        np.concatenate([vpred, rng.integers(0, 3, 40)]),
+    )
+    mon2 = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(
+        acts, y, pred, validation=with_unknown
+    )
     for layer in ("a", "b"):
         np.testing.assert_array_equal(mon2.tau_[layer], mon.tau_[layer])
-        np.testing.assert_array_equal(mon2.selection_["auroc"][layer], mon.selection_["auroc"][layer])
+        np.testing.assert_array_equal(
+            mon2.selection_["auroc"][layer], mon.selection_["auroc"][layer]
+        )
     assert mon2.contrast_layers_ == mon.contrast_layers_
     # Two classes: each stand-in has exactly one other class to land in.
     a2, y2, p2 = _clusters(3, n=200, n_classes=2)
@@ -188,7 +234,9 @@ def test_held_out_class_selection_needs_no_unknown_inputs():
     two = BoxMonitor(tau="auto", taus=taus, max_clusters=8).fit(a2, y2, p2, validation=v2)
     assert all(np.all(np.isfinite(v)) for v in two.selection_["auroc"].values())
     with pytest.raises(ConfigError, match="at least 2 known classes"):
-        BoxMonitor(tau="auto", taus=taus).fit(acts, y, pred, validation=(vacts, np.zeros_like(vy), vpred))
+        BoxMonitor(tau="auto", taus=taus).fit(
+            acts, y, pred, validation=(vacts, np.zeros_like(vy), vpred)
+        )
 
 
 def test_fused_monitor_calibrates_and_the_agent_scores_alike():

@@ -52,14 +52,17 @@ def test_gate_matches_semantics_on_every_input():
     assert seen == {BLOCKED, CERTIFIED, UNVERIFIED}
 
 
-@pytest.mark.parametrize("bad", [
-    [{"id": "x", "premise": {"Z": [0]}, "conclusion": "yes", "verdict": "holds"}],
-    [{"id": "x", "premise": {"A": [7]}, "conclusion": "yes", "verdict": "holds"}],
-    [{"id": "x", "premise": {"A": [0]}, "conclusion": "maybe", "verdict": "holds"}],
-    [{"id": "x", "premise": {"A": [0]}, "conclusion": "yes", "verdict": "unknown"}],
-    [{"premise": {}, "conclusion": "yes", "verdict": "holds"}],
-    {"not": "a list"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [{"id": "x", "premise": {"Z": [0]}, "conclusion": "yes", "verdict": "holds"}],
+        [{"id": "x", "premise": {"A": [7]}, "conclusion": "yes", "verdict": "holds"}],
+        [{"id": "x", "premise": {"A": [0]}, "conclusion": "maybe", "verdict": "holds"}],
+        [{"id": "x", "premise": {"A": [0]}, "conclusion": "yes", "verdict": "unknown"}],
+        [{"premise": {}, "conclusion": "yes", "verdict": "holds"}],
+        {"not": "a list"},
+    ],
+)
 def test_bad_rules_member_refused(bad):
     with pytest.raises(ArtifactError, match="bn/rules.json"):
         RuleGate.from_json(bad, features=FEATURES, states=STATES, terminals=TERMINALS)

@@ -39,8 +39,10 @@ def artifact_file(tmp_path, keypair):
         {"monitors/meta.json": {"tau": 0.1}},
         private_key=load_private_key(priv),
         created_at=0,
-        model={"digest": "sha256:" + "ab" * 32,
-               "files": [{"name": "model.onnx", "sha256": "ab" * 32, "size": 3}]},
+        model={
+            "digest": "sha256:" + "ab" * 32,
+            "files": [{"name": "model.onnx", "sha256": "ab" * 32, "size": 3}],
+        },
         contents={"classes": ["0", "1"], "layers": ["/fc1/Gemm_output_0"]},
     )
     art.write_artifact(path, data)
@@ -87,8 +89,14 @@ def test_cli_verify_valid_invalid_and_usage(artifact_file, keypair, tmp_path):
     generate_keypair(other_priv, other_pub)
     bad = run("verify-artifact", str(artifact_file), "--public-key", str(other_pub))
     assert bad.exit_code == EXIT_FAILED and "untrusted key id" in bad.stderr
-    both = run("verify-artifact", str(artifact_file), "--public-key", str(other_pub),
-               "--public-key", str(pub))
+    both = run(
+        "verify-artifact",
+        str(artifact_file),
+        "--public-key",
+        str(other_pub),
+        "--public-key",
+        str(pub),
+    )
     assert both.exit_code == EXIT_OK
     data = bytearray(artifact_file.read_bytes())
     data[len(data) // 2] ^= 0xFF

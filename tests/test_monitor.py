@@ -25,8 +25,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"
 
 # Table 1 of the paper: layer-2 features, true labels and predictions (class 1 -> 0, 2 -> 1).
-TABLE1 = np.array([(0.078, 0.062), (0.222, 0.162), (0.69, 0.61), (0.79, 0.71),
-                   (0.289, 0.281), (0.389, 0.381), (0.566, 0.614), (0.666, 0.714)])
+TABLE1 = np.array(
+    [
+        (0.078, 0.062),
+        (0.222, 0.162),
+        (0.69, 0.61),
+        (0.79, 0.71),
+        (0.289, 0.281),
+        (0.389, 0.381),
+        (0.566, 0.614),
+        (0.666, 0.714),
+    ]
+)
 TABLE1_TRUE = np.array([0, 0, 0, 0, 1, 1, 1, 1])
 TABLE1_PRED = np.array([0, 0, 0, 0, 0, 0, 1, 1])
 
@@ -34,14 +44,21 @@ TABLE1_PRED = np.array([0, 0, 0, 0, 0, 0, 1, 1])
 def synthetic(seed=0, n=300, d=6, n_classes=3):
     rng = np.random.default_rng(seed)
     y = rng.integers(0, n_classes, size=n)
-    centres = np.random.default_rng(100).normal(scale=4.0, size=(n_classes, d))  # same for every seed
-    acts = {"a": centres[y] + rng.normal(size=(n, d)), "b": np.abs(centres[y][:, :3] + rng.normal(size=(n, 3)))}
+    centres = np.random.default_rng(100).normal(
+        scale=4.0, size=(n_classes, d)
+    )  # same for every seed
+    acts = {
+        "a": centres[y] + rng.normal(size=(n, d)),
+        "b": np.abs(centres[y][:, :3] + rng.normal(size=(n, 3))),
+    }
     pred = np.where(rng.random(n) < 0.9, y, rng.integers(0, n_classes, size=n))
     return acts, y, pred
 
 
 def test_fit_on_table1_reproduces_example6():
-    mon = BoxMonitor(["l2"], tau=0.7, normalize="none").fit({"l2": TABLE1}, TABLE1_TRUE, TABLE1_PRED)
+    mon = BoxMonitor(["l2"], tau=0.7, normalize="none").fit(
+        {"l2": TABLE1}, TABLE1_TRUE, TABLE1_PRED
+    )
     good_lo, good_hi = mon.runtime_.good["l2"].boxes_of(0)
     order = np.argsort(good_lo[:, 0])
     np.testing.assert_allclose(good_lo[order], [[0.078, 0.062], [0.69, 0.61]], rtol=1e-6)
@@ -97,11 +114,19 @@ def test_auto_tau_by_validation_f1():
     acts, y, pred = synthetic(3)
     vacts, vy, vpred = synthetic(4, n=200)
     rng = np.random.default_rng(0)
-    unknown = {"a": rng.normal(scale=6, size=(150, 6)), "b": np.abs(rng.normal(scale=6, size=(150, 3)))}
-    val = ({k: np.vstack([vacts[k], unknown[k]]) for k in vacts},
-           np.concatenate([vy, np.full(150, -1)]), np.concatenate([vpred, rng.integers(0, 3, 150)]))
+    unknown = {
+        "a": rng.normal(scale=6, size=(150, 6)),
+        "b": np.abs(rng.normal(scale=6, size=(150, 3))),
+    }
+    val = (
+        {k: np.vstack([vacts[k], unknown[k]]) for k in vacts},
+        np.concatenate([vy, np.full(150, -1)]),
+        np.concatenate([vpred, rng.integers(0, 3, 150)]),
+    )
     taus = (1.0, 0.5, 0.1, 0.01)
-    mon = BoxMonitor(tau="auto", taus=taus, selection="f1", max_clusters=8).fit(acts, y, pred, validation=val)
+    mon = BoxMonitor(tau="auto", taus=taus, selection="f1", max_clusters=8).fit(
+        acts, y, pred, validation=val
+    )
     for layer in ("a", "b"):
         table = mon.selection_["f1"][layer]
         assert table.shape == (4, 3)
@@ -109,7 +134,9 @@ def test_auto_tau_by_validation_f1():
         chosen_rows = [taus.index(t) for t in mon.tau_[layer]]
         np.testing.assert_allclose(table[chosen_rows, range(3)], best)
         # Cross-check one entry against the evaluation module.
-        sweep = build_sweep(acts, y, pred, layers=["a", "b"], taus=taus, n_classes=3, max_clusters=8)
+        sweep = build_sweep(
+            acts, y, pred, layers=["a", "b"], taus=taus, n_classes=3, max_clusters=8
+        )
         verdicts = sweep.verdicts(val[0], val[2])[layer][mon.tau_[layer][0]]
         assert outcomes_per_class(verdicts, val[1], val[2], 3)[0].f1 == pytest.approx(best[0])
 
@@ -127,9 +154,14 @@ def test_calibrate_reaches_target_and_measures_unknowns():
     mon = BoxMonitor(tau=0.05, max_clusters=8).fit(acts, y, pred)
     kacts, _, kpred = synthetic(7, n=300)
     rng = np.random.default_rng(1)
-    uacts = {"a": rng.normal(scale=8, size=(300, 6)), "b": np.abs(rng.normal(scale=8, size=(300, 3)))}
+    uacts = {
+        "a": rng.normal(scale=8, size=(300, 6)),
+        "b": np.abs(rng.normal(scale=8, size=(300, 3))),
+    }
     upred = rng.integers(0, 3, 300)
-    cal = mon.calibrate(kacts, kpred, target_acceptance=0.9, acts_unknown=uacts, y_pred_unknown=upred)
+    cal = mon.calibrate(
+        kacts, kpred, target_acceptance=0.9, acts_unknown=uacts, y_pred_unknown=upred
+    )
     sk = mon.score_samples(kacts, kpred)
     assert np.mean(sk <= cal.threshold) >= 0.9
     assert cal.known_acceptance == pytest.approx(np.mean(sk <= cal.threshold))
@@ -195,11 +227,17 @@ def test_digits_model_monitor_flags_unseen_digits():
     pred = logits.argmax(1)
     idx = np.flatnonzero(known)
     train, held = idx[::2], idx[1::2]
-    mon = BoxMonitor(tau=0.05, max_clusters=8, random_state=0).fit({k: a[train] for k, a in acts.items()},
-                                                    digits.target[train], pred[train], n_classes=8)
+    mon = BoxMonitor(tau=0.05, max_clusters=8, random_state=0).fit(
+        {k: a[train] for k, a in acts.items()}, digits.target[train], pred[train], n_classes=8
+    )
     unk = np.flatnonzero(~known)
-    cal = mon.calibrate({k: a[held] for k, a in acts.items()}, pred[held], target_acceptance=0.95,
-                        acts_unknown={k: a[unk] for k, a in acts.items()}, y_pred_unknown=pred[unk])
+    cal = mon.calibrate(
+        {k: a[held] for k, a in acts.items()},
+        pred[held],
+        target_acceptance=0.95,
+        acts_unknown={k: a[unk] for k, a in acts.items()},
+        y_pred_unknown=pred[unk],
+    )
     sk = mon.score_samples({k: a[held] for k, a in acts.items()}, pred[held])
     su = mon.score_samples({k: a[unk] for k, a in acts.items()}, pred[unk])
     assert auroc(sk, su) > 0.85

@@ -38,8 +38,6 @@ from boxwatch.agent.service import build_agent
 TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead_letter": "dlq"}
 
 
-
-
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
     return build_example(tmp_path_factory.mktemp("limits"))
@@ -52,14 +50,21 @@ def test_headers_a_producer_cannot_write_are_named_and_never_carried():
     assert "could not read" in header_problem(UNREADABLE)
     assert "not a UTF-8 string" in header_problem([("bad\udcff", b"v")])
     assert header_problem([("a", None), ("", b""), ("ü", b"\xff")]) is None
-    assert carried_headers([("a", None), (name, b"v"), ("b", b"1"), ("bad\udcff", b"v"),
-                            ("ü", bytearray(b"2"))]) == [("b", b"1"), ("ü", b"2")]
+    assert carried_headers(
+        [("a", None), (name, b"v"), ("b", b"1"), ("bad\udcff", b"v"), ("ü", bytearray(b"2"))]
+    ) == [("b", b"1"), ("ü", b"2")]
 
 
 def test_kafka_python_reads_a_non_utf8_header_name_instead_of_failing():
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
 
     class Raw(str):
         def encode(self, *args, **kwargs):
@@ -78,8 +83,9 @@ def test_kafka_python_reads_a_non_utf8_header_name_instead_of_failing():
 
 def test_a_dead_letter_too_large_to_send_becomes_a_digest_stub():
     payload = b"{" + b" " * 2_000_000
-    rec = Record("in", 3, 42, payload, headers=[("trace", b"t"), ("x-null", None)],
-              key=b"k" * 5_000)
+    rec = Record(
+        "in", 3, 42, payload, headers=[("trace", b"t"), ("x-null", None)], key=b"k" * 5_000
+    )
     dl = dead_letter_output("dlq", rec, "not_json", "invalid JSON", store_payload=True)
     assert dl.reason == "not_json" and ("x-null", None) not in dl.headers
     stub = omit_payload(dl)
@@ -132,9 +138,17 @@ class IdleConsumer:
 
 
 def _agent(example, **extra):
-    cfg = load_agent_config(None, environ={}, overrides={
-        "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
-        "model": str(example.model), **{f"topics.{k}": v for k, v in TOPICS.items()}, **extra})
+    cfg = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(example.artifact),
+            "public_keys": [str(example.public_key)],
+            "model": str(example.model),
+            **{f"topics.{k}": v for k, v in TOPICS.items()},
+            **extra,
+        },
+    )
     agent = build_agent(cfg)
     agent._consumer = IdleConsumer()
     return agent

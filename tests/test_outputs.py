@@ -24,9 +24,14 @@ def batches(draw):
     n = draw(st.integers(1, 6))
     layers = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
     classes = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
-    recs = [SimpleNamespace(topic=draw(st.sampled_from(["in", "in.2", 'we"ird\\tópic'])),
-                            partition=draw(st.integers(0, 50)), offset=draw(st.integers(0, 2**40)))
-            for _ in range(n)]
+    recs = [
+        SimpleNamespace(
+            topic=draw(st.sampled_from(["in", "in.2", 'we"ird\\tópic'])),
+            partition=draw(st.integers(0, 50)),
+            offset=draw(st.integers(0, 2**40)),
+        )
+        for _ in range(n)
+    ]
     floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
     return {
         "recs": recs,
@@ -45,19 +50,30 @@ def batches(draw):
 @settings(max_examples=200, deadline=None)
 @given(batches())
 def test_batch_encoder_writes_the_same_bytes_as_the_reference(b):
-    got = verdict_outputs("v", b["recs"], b["ids"], predicted=b["predicted"],
-                          verdicts=b["verdicts"], layers=b["layers"], scores=b["scores"],
-                          accepted=b["accepted"], artifact_id=b["artifact_id"],
-                          model_version=b["model_version"], timings=b["timings"])
+    got = verdict_outputs(
+        "v",
+        b["recs"],
+        b["ids"],
+        predicted=b["predicted"],
+        verdicts=b["verdicts"],
+        layers=b["layers"],
+        scores=b["scores"],
+        accepted=b["accepted"],
+        artifact_id=b["artifact_id"],
+        model_version=b["model_version"],
+        timings=b["timings"],
+    )
     assert len(got) == len(b["ids"])
     for i, out in enumerate(got):
         score = b["scores"][i]
         body = {
-            "predicted_class": b["predicted"][i], "verdict": b["verdicts"][i],
+            "predicted_class": b["predicted"][i],
+            "verdict": b["verdicts"][i],
             "layers": {k: v[i] for k, v in b["layers"].items()},
             "score": score if math.isfinite(score) else None,
             "score_accepted": None if b["accepted"] is None else b["accepted"][i],
-            "artifact_id": b["artifact_id"], "model_version": b["model_version"],
+            "artifact_id": b["artifact_id"],
+            "model_version": b["model_version"],
             "timings": b["timings"],
         }
         ref = verdict_output("v", b["recs"][i], b["ids"][i], body)
@@ -68,8 +84,19 @@ def test_batch_encoder_writes_the_same_bytes_as_the_reference(b):
 _SCORES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True, width=64),
     st.builds(lambda m, e: m * 10.0**e, st.floats(-10, 10), st.integers(-7, 18)),
-    st.sampled_from([1e-4, 9.999999999999999e-05, 1e16, 9999999999999998.0, 1e-5, -0.0, 0.0,
-                     5e-324, 1.7976931348623157e308]),
+    st.sampled_from(
+        [
+            1e-4,
+            9.999999999999999e-05,
+            1e16,
+            9999999999999998.0,
+            1e-5,
+            -0.0,
+            0.0,
+            5e-324,
+            1.7976931348623157e308,
+        ]
+    ),
 )
 
 
@@ -105,8 +132,11 @@ def test_observe_many_equals_observe_one_by_one():
 
 def _series(registry) -> dict[str, float]:
     lines = generate_latest(registry).decode().splitlines()
-    return {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in lines
-            if ln and not ln.startswith("#")}
+    return {
+        ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1])
+        for ln in lines
+        if ln and not ln.startswith("#")
+    }
 
 
 def test_observe_many_without_the_internals_falls_back():

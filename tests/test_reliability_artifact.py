@@ -73,19 +73,29 @@ def tampered_artifacts(example, key2, out) -> dict[str, tuple[object, str]]:
     write("flip_last_byte", _flip(data, len(data) - 1), "")
     write("truncated", data[: len(data) // 2], "")
     members = dict(art.members)
-    members["bn/rules.json"], members["model/spec.json"] = (members["model/spec.json"],
-                                                            members["bn/rules.json"])
+    members["bn/rules.json"], members["model/spec.json"] = (
+        members["model/spec.json"],
+        members["bn/rules.json"],
+    )
     sig = _signature_bytes(key, art.manifest_bytes)
     write("swapped_members", _container(art.manifest_bytes, sig, members), "member")
     other = resign(example.artifact, key2[0], out / "other_key.bwa", created_at=T0 + 1)
     cases["other_key"] = (other, "untrusted key id")
     manifest = {**art.manifest, "schema_version": "2.0"}
     mb = canonical_json(manifest)
-    write("unknown_schema", _container(mb, _signature_bytes(key, mb), dict(art.members)),
-          "schema version")
+    write(
+        "unknown_schema",
+        _container(mb, _signature_bytes(key, mb), dict(art.members)),
+        "schema version",
+    )
     bad_model = {**art.manifest["model"], "digest": "sha256:" + "0" * 64}
-    wrong = resign(example.artifact, example.private_key, out / "model_digest.bwa",
-                   created_at=T0 + 2, manifest_changes={"model": bad_model})
+    wrong = resign(
+        example.artifact,
+        example.private_key,
+        out / "model_digest.bwa",
+        created_at=T0 + 2,
+        manifest_changes={"model": bad_model},
+    )
     cases["model_digest_mismatch"] = (wrong, "does not match")
     return cases
 
@@ -96,11 +106,25 @@ def test_tampered_artifacts_stop_the_agent_at_start(example, key2, tmp_path):
     cases = tampered_artifacts(example, key2, tmp_path)
     procs = {}
     for name, (path, _) in cases.items():
-        args = [PYTHON, "-m", "boxwatch", "agent", "--artifact", str(path), "--public-key",
-                str(example.public_key), "--model", str(example.model), "--bootstrap-servers",
-                "127.0.0.1:1", "--metrics-address", "127.0.0.1:0"]
-        procs[name] = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True)
+        args = [
+            PYTHON,
+            "-m",
+            "boxwatch",
+            "agent",
+            "--artifact",
+            str(path),
+            "--public-key",
+            str(example.public_key),
+            "--model",
+            str(example.model),
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ]
+        procs[name] = subprocess.Popen(
+            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         lines = err.strip().splitlines()
@@ -114,11 +138,21 @@ def test_start_trusts_several_keys_by_key_id(example, key2, tmp_path):
     """Rotation: an artifact signed by the new key starts when both keys are trusted."""
     new = resign(example.artifact, key2[0], tmp_path / "new.bwa", created_at=T0 + 10)
     base = {"model": str(example.model), "kafka.bootstrap_servers": "127.0.0.1:1"}
-    both = load_agent_config(None, environ={}, overrides={
-        **base, "artifact": str(new), "public_keys": [str(example.public_key), str(key2[1])]})
+    both = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            **base,
+            "artifact": str(new),
+            "public_keys": [str(example.public_key), str(key2[1])],
+        },
+    )
     assert build_agent(both).runtime.artifact.key_id == load_artifact(new, None).key_id
-    old_only = load_agent_config(None, environ={}, overrides={
-        **base, "artifact": str(new), "public_keys": [str(example.public_key)]})
+    old_only = load_agent_config(
+        None,
+        environ={},
+        overrides={**base, "artifact": str(new), "public_keys": [str(example.public_key)]},
+    )
     from boxwatch.agent.errors import ArtifactError
 
     with pytest.raises(ArtifactError, match="untrusted key id"):
@@ -128,13 +162,21 @@ def test_start_trusts_several_keys_by_key_id(example, key2, tmp_path):
 def test_allow_rollback_accepts_an_older_artifact(example, tmp_path):
     """In-process: with allow_rollback an older valid artifact is swapped in; without, refused."""
     live = tmp_path / "live.bwa"
-    newer = resign(example.artifact, example.private_key, tmp_path / "newer.bwa",
-                   created_at=T0 + 50)
+    newer = resign(
+        example.artifact, example.private_key, tmp_path / "newer.bwa", created_at=T0 + 50
+    )
     shutil.copyfile(newer, live)
     for allow, result in ((False, "refused_rollback"), (True, "success")):
-        cfg = load_agent_config(None, environ={}, overrides={
-            "artifact": str(live), "public_keys": [str(example.public_key)],
-            "model": str(example.model), "allow_rollback": allow})
+        cfg = load_agent_config(
+            None,
+            environ={},
+            overrides={
+                "artifact": str(live),
+                "public_keys": [str(example.public_key)],
+                "model": str(example.model),
+                "allow_rollback": allow,
+            },
+        )
         shutil.copyfile(newer, live)
         agent = build_agent(cfg)
         shutil.copyfile(example.artifact, live)
@@ -148,12 +190,13 @@ def test_allow_rollback_accepts_an_older_artifact(example, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_broker,
-                                                            tmp_path):
+def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_broker, tmp_path):
     """SIGHUP: newer artifact swapped in; tampered kept out; older refused; rotated key ok."""
     broker = make_broker("noida").start()
-    create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2,
-                                            TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
+    create_topics(
+        broker.bootstrap_servers,
+        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
+    )
     live = tmp_path / "live.bwa"
     shutil.copyfile(example.artifact, live)
     a = artifact_id(example.artifact, example.public_key)
@@ -166,19 +209,26 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_
     class Live:
         artifact, public_key, model = live, example.public_key, example.model
 
-    cfg = write_agent_config(tmp_path / "agent.yaml", Live, broker.bootstrap_servers,
-                             topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
-                             public_keys=[str(example.public_key), str(key2[1])])
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        Live,
+        broker.bootstrap_servers,
+        topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+        public_keys=[str(example.public_key), str(key2[1])],
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
-    collector = OutputCollector(broker.bootstrap_servers, [TOPICS["verdicts"]],
-                                json_topics=[TOPICS["verdicts"]])
+    collector = OutputCollector(
+        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    )
     rows = stream_rows(example, 100, seed=5)
     sent = 0
 
     def stream(n: int) -> None:
         nonlocal sent
-        recs = [(f"h{sent + i}".encode(), *tensor_record(f"h{sent + i}", rows[i % 100]))
-                for i in range(n)]
+        recs = [
+            (f"h{sent + i}".encode(), *tensor_record(f"h{sent + i}", rows[i % 100]))
+            for i in range(n)
+        ]
         p = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], recs)
         p.start()
         p.join(60)
@@ -200,8 +250,11 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_
         raise AssertionError(f"no {result} reload counted:\n{agent.log_tail()}")
 
     def active(m: dict) -> set[str]:
-        return {k.split('artifact_id="')[1].split('"')[0] for k, v in m.items()
-                if k.startswith("boxwatch_agent_artifact_info{") and v == 1}
+        return {
+            k.split('artifact_id="')[1].split('"')[0]
+            for k, v in m.items()
+            if k.startswith("boxwatch_agent_artifact_info{") and v == 1
+        }
 
     try:
         collector.start()

@@ -50,8 +50,10 @@ def _records(example, n: int, prefix: str) -> list[tuple[bytes, bytes, list]]:
 
 
 def _create(bootstrap: str) -> None:
-    create_topics(bootstrap, {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2,
-                              TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
+    create_topics(
+        bootstrap,
+        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
+    )
 
 
 def _missing(collectors: list[OutputCollector], ids: list[str]) -> list[str]:
@@ -64,17 +66,24 @@ def test_broker_outage_is_reported_and_survived(example, make_broker, tmp_path, 
     broker = make_broker("noida", port=free_loopback_port(), data_dir=tmp_path / "noida")
     broker.start()
     _create(broker.bootstrap_servers)
-    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
-                             topics=MODEL_TOPICS, batch__max_records=128,
-                             kafka__library=library)
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        example,
+        broker.bootstrap_servers,
+        topics=MODEL_TOPICS,
+        batch__max_records=128,
+        kafka__library=library,
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
     n = 6_000
     records = _records(example, n, "o")
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(broker.bootstrap_servers, [TOPICS["verdicts"]],
-                                json_topics=[TOPICS["verdicts"]])
-    producer = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], records, rate=300,
-                              deadline_s=180)
+    collector = OutputCollector(
+        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    )
+    producer = StreamProducer(
+        broker.bootstrap_servers, TOPICS["inputs"], records, rate=300, deadline_s=180
+    )
     samples: list[tuple[float, int | None, float | None]] = []
     try:
         collector.start()
@@ -93,7 +102,9 @@ def test_broker_outage_is_reported_and_survived(example, make_broker, tmp_path, 
         broker_exit = broker.returncode
         t_down = time.monotonic()
         while time.monotonic() - t_down < 12:
-            samples.append((time.monotonic() - t_down, agent.readyz(), agent.scrape().get(CONNECTED)))
+            samples.append(
+                (time.monotonic() - t_down, agent.readyz(), agent.scrape().get(CONNECTED))
+            )
             time.sleep(0.5)
         broker.start()
         t_up = time.monotonic()
@@ -112,16 +123,19 @@ def test_broker_outage_is_reported_and_survived(example, make_broker, tmp_path, 
         agent.kill()
         collector.stop()
     down = [s for s in samples if s[0] > 3]
-    print(f"\noutage: 12 s (broker exit {broker_exit}); agent ready again {recovered_s:.1f} s "
-          "after the broker restarted; "
-          f"{sum(collector.ids[TOPICS['verdicts']].values()) - n} duplicates; "
-          f"producer re-sent {producer.retried} inputs")
+    print(
+        f"\noutage: 12 s (broker exit {broker_exit}); agent ready again {recovered_s:.1f} s "
+        "after the broker restarted; "
+        f"{sum(collector.ids[TOPICS['verdicts']].values()) - n} duplicates; "
+        f"producer re-sent {producer.retried} inputs"
+    )
     assert any(code == 503 for _, code, _ in down), f"/readyz never turned 503: {samples}"
     assert any(v == 0 for _, _, v in down), f"{CONNECTED} never went 0: {samples}"
     assert metrics[CONNECTED] == 1
     log = agent.log_text()
     assert "broker unreachable" in log or "not delivered" in log or "poll failed" in log, (
-        "the outage was not logged")
+        "the outage was not logged"
+    )
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
@@ -134,15 +148,21 @@ def test_backpressure_pauses_consumption_and_resumes(example, make_broker, tmp_p
     broker = make_broker("noida").start()
     _create(broker.bootstrap_servers)
     broker.set_auto_create_topics(False)
-    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
-                             topics=MODEL_TOPICS, batch__max_records=128,
-                             kafka__library=library)
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        example,
+        broker.bootstrap_servers,
+        topics=MODEL_TOPICS,
+        batch__max_records=128,
+        kafka__library=library,
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
     n_before, n_during = 1_000, max(8_000, int(400 * 2 * FAIL_S))  # the stream outlasts the window
     records = _records(example, n_before + n_during, "p")
     ids = [k.decode() for k, _, _ in records]
-    first = OutputCollector(broker.bootstrap_servers, [TOPICS["verdicts"]],
-                            json_topics=[TOPICS["verdicts"]])
+    first = OutputCollector(
+        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    )
     second = None
     producer = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], records, rate=400)
     samples: list[dict] = []
@@ -165,17 +185,25 @@ def test_backpressure_pauses_consumption_and_resumes(example, make_broker, tmp_p
         t0 = time.monotonic()
         # FAIL_S seconds of failing writes; longer (up to 2 x FAIL_S) if a loaded machine made
         # the first failure surface late (kafka-python waits out its 15 s flush first).
-        while (time.monotonic() - t0 < FAIL_S
-               or (sum(s["paused"] == 1 for s in samples) < 12
-                   and time.monotonic() - t0 < 2 * FAIL_S)):
+        while time.monotonic() - t0 < FAIL_S or (
+            sum(s["paused"] == 1 for s in samples) < 12 and time.monotonic() - t0 < 2 * FAIL_S
+        ):
             m = agent.scrape()
-            samples.append({"t": time.monotonic() - t0, "paused": m.get(PAUSED),
-                            "inputs": m.get(INPUTS), "sent": producer.sent,
-                            "rss": agent.rss_bytes(), "ready": agent.readyz()})
+            samples.append(
+                {
+                    "t": time.monotonic() - t0,
+                    "paused": m.get(PAUSED),
+                    "inputs": m.get(INPUTS),
+                    "sent": producer.sent,
+                    "rss": agent.rss_bytes(),
+                    "ready": agent.readyz(),
+                }
+            )
             time.sleep(1.0)
         create_topics(broker.bootstrap_servers, {TOPICS["verdicts"]: 2})
-        second = OutputCollector(broker.bootstrap_servers, [TOPICS["verdicts"]],
-                                 json_topics=[TOPICS["verdicts"]])
+        second = OutputCollector(
+            broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+        )
         second.start()
         producer.join(timeout=120 + FAIL_S)
         assert producer.error is None and producer.sent == len(records), producer.error
@@ -194,11 +222,13 @@ def test_backpressure_pauses_consumption_and_resumes(example, make_broker, tmp_p
             second.stop()
         admin.close()
     paused = [s for s in samples if s["paused"] == 1]
-    print(f"\nbackpressure: paused for {len(paused)} of {len(samples)} samples; inputs consumed "
-          f"while paused {paused[0]['inputs'] if paused else None} -> "
-          f"{paused[-1]['inputs'] if paused else None} while {paused[-1]['sent'] if paused else 0}"
-          f" were sent; produce errors {metrics.get('boxwatch_agent_produce_errors_total')}; "
-          f"peak RSS {peak / 2**20:.0f} MiB")
+    print(
+        f"\nbackpressure: paused for {len(paused)} of {len(samples)} samples; inputs consumed "
+        f"while paused {paused[0]['inputs'] if paused else None} -> "
+        f"{paused[-1]['inputs'] if paused else None} while {paused[-1]['sent'] if paused else 0}"
+        f" were sent; produce errors {metrics.get('boxwatch_agent_produce_errors_total')}; "
+        f"peak RSS {peak / 2**20:.0f} MiB"
+    )
     assert len(paused) >= 10, f"consumption never stayed paused: {samples}"
     # While paused the agent consumes nothing new: inputs stay flat as thousands arrive.
     assert paused[-1]["inputs"] - paused[0]["inputs"] <= 128, samples
@@ -226,10 +256,18 @@ def test_polling_while_paused_never_skips_records(example, make_broker):
 
     broker = make_broker("noida").start()
     _create(broker.bootstrap_servers)
-    cfg = load_agent_config(None, environ={}, overrides={
-        "artifact": str(example.artifact), "public_keys": [str(example.public_key)],
-        "model": str(example.model), "kafka.bootstrap_servers": broker.bootstrap_servers,
-        "kafka.group_id": "paused", **{f"topics.{k}": v for k, v in MODEL_TOPICS.items()}})
+    cfg = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(example.artifact),
+            "public_keys": [str(example.public_key)],
+            "model": str(example.model),
+            "kafka.bootstrap_servers": broker.bootstrap_servers,
+            "kafka.group_id": "paused",
+            **{f"topics.{k}": v for k, v in MODEL_TOPICS.items()},
+        },
+    )
     agent = build_agent(cfg)
     wrapper = agent._consumer = make_consumer(cfg, agent.input_topics())
     consumer = wrapper.raw
@@ -250,8 +288,9 @@ def test_polling_while_paused_never_skips_records(example, make_broker):
             wrapper.keep_membership()
             time.sleep(0.05)
         assert consumer.paused() == set(parts)
-        assert all(consumer.position(tp) == 0 for tp in parts), [consumer.position(tp)
-                                                                  for tp in parts]
+        assert all(consumer.position(tp) == 0 for tp in parts), [
+            consumer.position(tp) for tp in parts
+        ]
         consumer.resume(*parts)
         _Listener(wrapper).on_partitions_assigned(parts)
         assert consumer.paused() == set(parts)

@@ -69,16 +69,23 @@ def test_sigkill_at_random_moments_loses_nothing(example, tansu, tmp_path, recor
     twice on a loaded machine: the restarted member stayed assigned but was never served).
     """
     noida = tansu
-    create_topics(noida.bootstrap_servers, {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4,
-                                            TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
-    cfg = write_agent_config(tmp_path / "agent.yaml", example, noida.bootstrap_servers,
-                             topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
-                             batch__max_records=BATCH)
+    create_topics(
+        noida.bootstrap_servers,
+        {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
+    )
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        example,
+        noida.bootstrap_servers,
+        topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+        batch__max_records=BATCH,
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
     records = _records(example, N_CRASH, "c")
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(noida.bootstrap_servers, [TOPICS["verdicts"]],
-                                json_topics=[TOPICS["verdicts"]])
+    collector = OutputCollector(
+        noida.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    )
     # Slow enough that all kills (each followed by a ~10 s session expiry) fall in the stream.
     producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=200)
     rng = random.Random(20261202)
@@ -96,7 +103,10 @@ def test_sigkill_at_random_moments_loses_nothing(example, tansu, tmp_path, recor
             agent.kill()
             assert agent.proc.returncode == -signal.SIGKILL
             ready_s = agent.start().wait_ready()
-            print(f"{time.strftime('%X')} kill {kills[-1]} restart ready in {ready_s:.1f}s", flush=True)
+            print(
+                f"{time.strftime('%X')} kill {kills[-1]} restart ready in {ready_s:.1f}s",
+                flush=True,
+            )
         producer.join(timeout=120)
         assert producer.error is None and producer.sent == N_CRASH, producer.error
         done = collector.wait_for(lambda c: not _missing(c, ids), timeout=150)
@@ -111,9 +121,11 @@ def test_sigkill_at_random_moments_loses_nothing(example, tansu, tmp_path, recor
     duplicates = sum(counts.values()) - len(ids)
     record_property("kills", len(kills))
     record_property("duplicates", duplicates)
-    print(f"\ncrash test: {len(kills)} kills at {kills}; {N_CRASH} inputs; "
-          f"{sum(counts.values())} verdicts; {duplicates} duplicates "
-          f"(bound {BATCH} x {len(kills)} = {BATCH * len(kills)}); agent starts {agent.starts}")
+    print(
+        f"\ncrash test: {len(kills)} kills at {kills}; {N_CRASH} inputs; "
+        f"{sum(counts.values())} verdicts; {duplicates} duplicates "
+        f"(bound {BATCH} x {len(kills)} = {BATCH * len(kills)}); agent starts {agent.starts}"
+    )
     assert len(kills) >= KILLS and agent.starts == KILLS + 1
     assert set(counts) == set(ids), "verdicts for ids that were never sent"
     assert 0 <= duplicates <= BATCH * len(kills)
@@ -127,18 +139,31 @@ def test_two_agents_split_partitions_and_the_survivor_takes_over(example, tansu,
     forever; Tansu reassigns after the 10 s session timeout like Apache Kafka.
     """
     noida = tansu
-    create_topics(noida.bootstrap_servers, {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4,
-                                            TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1})
+    create_topics(
+        noida.bootstrap_servers,
+        {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
+    )
     topics = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
-    agents = [AgentProcess(write_agent_config(tmp_path / f"a{i}.yaml", example,
-                                              noida.bootstrap_servers, topics=topics,
-                                              group_id="scale", batch__max_records=64),
-                           tmp_path / f"a{i}.log") for i in range(2)]
+    agents = [
+        AgentProcess(
+            write_agent_config(
+                tmp_path / f"a{i}.yaml",
+                example,
+                noida.bootstrap_servers,
+                topics=topics,
+                group_id="scale",
+                batch__max_records=64,
+            ),
+            tmp_path / f"a{i}.log",
+        )
+        for i in range(2)
+    ]
     n = 6_000
     records = _records(example, n, "s")
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(noida.bootstrap_servers, [TOPICS["verdicts"]],
-                                json_topics=[TOPICS["verdicts"]])
+    collector = OutputCollector(
+        noida.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    )
     producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=300)
 
     def assigned(agent: AgentProcess) -> set[str]:
@@ -180,6 +205,8 @@ def test_two_agents_split_partitions_and_the_survivor_takes_over(example, tansu,
             a.kill()
         collector.stop()
     counts = collector.ids[TOPICS["verdicts"]]
-    print(f"\nscale-out: inputs per agent before the kill {inputs}; "
-          f"{sum(counts.values()) - n} duplicates after the takeover")
+    print(
+        f"\nscale-out: inputs per agent before the kill {inputs}; "
+        f"{sum(counts.values()) - n} duplicates after the takeover"
+    )
     assert sum(counts.values()) - n <= 64

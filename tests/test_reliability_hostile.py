@@ -39,8 +39,10 @@ from reliability_helpers import (
 from boxwatch.agent.metrics import INVALID_REASONS
 from boxwatch.agent.runtime import load_runtime
 
-confluent_kafka = pytest.importorskip("confluent_kafka", reason="null header values are "
-                                      "sent with confluent-kafka (pip install confluent-kafka)")
+confluent_kafka = pytest.importorskip(
+    "confluent_kafka",
+    reason="null header values are sent with confluent-kafka (pip install confluent-kafka)",
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,10 +60,21 @@ def _send_all(bootstrap: str, records: list[Hostile]) -> dict[tuple[str, int, in
     What kafka-python's producer refuses (null header values, no key and no value) goes
     through confluent-kafka; everything else (non-UTF-8 names included) through kafka-python.
     """
-    kp = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                       max_request_size=16_000_000, request_timeout_ms=10_000)
-    cp = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                   "message.max.bytes": 16_000_000, "linger.ms": 5})
+    kp = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=5,
+        max_request_size=16_000_000,
+        request_timeout_ms=10_000,
+    )
+    cp = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "message.max.bytes": 16_000_000,
+            "linger.ms": 5,
+        }
+    )
     where: dict[tuple[str, int, int], Hostile] = {}
     errors: list[str] = []
 
@@ -76,12 +89,18 @@ def _send_all(bootstrap: str, records: list[Hostile]) -> dict[tuple[str, int, in
         for rec in records:
             topic = TOPICS[rec.topic]
             if rec.needs_confluent:
-                cp.produce(topic, rec.value, rec.key, headers=rec.headers,
-                           on_delivery=lambda err, msg, rec=rec: delivered(err, msg, rec))
+                cp.produce(
+                    topic,
+                    rec.value,
+                    rec.key,
+                    headers=rec.headers,
+                    on_delivery=lambda err, msg, rec=rec: delivered(err, msg, rec),
+                )
                 cp.poll(0)
             else:
-                futures.append((rec, kp.send(topic, value=rec.value, key=rec.key,
-                                             headers=rec.headers)))
+                futures.append(
+                    (rec, kp.send(topic, value=rec.value, key=rec.key, headers=rec.headers))
+                )
         kp.flush(timeout=60)
         assert cp.flush(60) == 0, "confluent-kafka producer did not flush"
         for rec, fut in futures:
@@ -102,25 +121,31 @@ def _offline(example, valid: list[Hostile]):
     verdicts = {}
     for i, rec in enumerate(model):
         rid = _record_id(rec)
-        verdicts[rid] = {"verdict": ["accept", "uncertainty", "reject"][int(res.verdicts[i])],
-                         "predicted_class": rt.classes[int(res.predicted[i])],
-                         "score": float(res.scores[i])}
+        verdicts[rid] = {
+            "verdict": ["accept", "uncertainty", "reject"][int(res.verdicts[i])],
+            "predicted_class": rt.classes[int(res.predicted[i])],
+            "score": float(res.scores[i]),
+        }
     d, gate = rt.diagram, rt.gate
     bn = [r for r in valid if r.evidence is not None]
-    x = np.array([[d.states[j].index(r.evidence[f]) for j, f in enumerate(d.features)]
-                  for r in bn])
+    x = np.array([[d.states[j].index(r.evidence[f]) for j, f in enumerate(d.features)] for r in bn])
     decisions = d.predict(x)
     gated = gate.apply(x, decisions)
     outcomes = {0: "certified", 1: "blocked", 2: "unverified"}
-    gates = {_record_id(r): (d.terminals[int(decisions[i])], outcomes[int(gated.outcomes[i])])
-             for i, r in enumerate(bn)}
+    gates = {
+        _record_id(r): (d.terminals[int(decisions[i])], outcomes[int(gated.outcomes[i])])
+        for i, r in enumerate(bn)
+    }
     return verdicts, gates
 
 
 def _total(metrics: dict[str, float], name: str, label: str) -> float:
     """Sum of the series of ``name`` carrying ``label`` (e.g. ``verdict="accept"``)."""
-    return sum(v for k, v in metrics.items()
-               if k.startswith(name + "{") and label in k[len(name):].strip("{}").split(","))
+    return sum(
+        v
+        for k, v in metrics.items()
+        if k.startswith(name + "{") and label in k[len(name) :].strip("{}").split(",")
+    )
 
 
 def _record_id(rec: Hostile) -> str:
@@ -130,36 +155,47 @@ def _record_id(rec: Hostile) -> str:
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_hostile_records_never_stop_stall_or_fool_the_agent(example, make_broker, tmp_path,
-                                                            library):
+def test_hostile_records_never_stop_stall_or_fool_the_agent(
+    example, make_broker, tmp_path, library
+):
     broker = make_broker("noida").start()
     create_topics(broker.bootstrap_servers, {t: 2 for t in TOPICS.values()})
     rt = load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
     rng = np.random.default_rng(14)
     size = rt.preprocessing.size
-    records = (bad_model_records(size, rng)
-               + valid_model_records(stream_rows(example, N_VALID_MODEL, seed=14), size)
-               + bn_records(rt.diagram.features, rt.diagram.states, rng, N_VALID_BN))
+    records = (
+        bad_model_records(size, rng)
+        + valid_model_records(stream_rows(example, N_VALID_MODEL, seed=14), size)
+        + bn_records(rt.diagram.features, rt.diagram.states, rng, N_VALID_BN)
+    )
     bad = [r for r in records if r.reason is not None]
     valid = [r for r in records if r.reason is None]
     assert len({r.kind for r in bad}) >= 40
     assert {r.reason for r in bad} <= set(INVALID_REASONS)
     records = [records[i] for i in rng.permutation(len(records))]
 
-    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
-                             kafka__library=library, batch__max_records=32)
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        example,
+        broker.bootstrap_servers,
+        kafka__library=library,
+        batch__max_records=32,
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
-    collector = OutputCollector(broker.bootstrap_servers,
-                                [TOPICS["verdicts"], TOPICS["gate"], TOPICS["dead_letter"]],
-                                keep=[TOPICS["dead_letter"]],
-                                json_topics=[TOPICS["verdicts"], TOPICS["gate"]])
+    collector = OutputCollector(
+        broker.bootstrap_servers,
+        [TOPICS["verdicts"], TOPICS["gate"], TOPICS["dead_letter"]],
+        keep=[TOPICS["dead_letter"]],
+        json_topics=[TOPICS["verdicts"], TOPICS["gate"]],
+    )
     try:
         collector.start()
         agent.start().wait_ready()
         pid = agent.pid
         where = _send_all(broker.bootstrap_servers, records)
         assert collector.wait_for(lambda c: c.count >= len(records), timeout=120), (
-            f"{collector.count} of {len(records)} outputs:\n{agent.log_tail()}")
+            f"{collector.count} of {len(records)} outputs:\n{agent.log_tail()}"
+        )
         collector.wait_for(lambda c: False, timeout=3)  # nothing more may follow
         metrics = agent.scrape()
         assert agent.alive and agent.pid == pid and agent.starts == 1, agent.log_tail()
@@ -173,9 +209,11 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(example, make_broker
     by_source = Counter()
     wrong = []
     for key, headers, value in letters:
-        source = (headers["boxwatch-source-topic"].decode(),
-                  int(headers["boxwatch-source-partition"]),
-                  int(headers["boxwatch-source-offset"]))
+        source = (
+            headers["boxwatch-source-topic"].decode(),
+            int(headers["boxwatch-source-partition"]),
+            int(headers["boxwatch-source-offset"]),
+        )
         by_source[source] += 1
         rec = where[source]
         reason = headers["boxwatch-dlq-reason"].decode()
@@ -194,15 +232,26 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(example, make_broker
     assert not wrong, f"dead letters with another reason: {wrong}"
     bad_sources = {s for s, r in where.items() if r.reason is not None}
     assert set(by_source) == bad_sources, (
-        f"no dead letter for {sorted(where[s].kind for s in bad_sources - set(by_source))}")
+        f"no dead letter for {sorted(where[s].kind for s in bad_sources - set(by_source))}"
+    )
     assert max(by_source.values()) == 1, "a bad record got more than one dead letter"
-    omitted = sorted(where[(h["boxwatch-source-topic"].decode(),
-                            int(h["boxwatch-source-partition"]),
-                            int(h["boxwatch-source-offset"]))].kind
-                     for _, h, _ in letters if "boxwatch-payload-omitted" in h)
+    omitted = sorted(
+        where[
+            (
+                h["boxwatch-source-topic"].decode(),
+                int(h["boxwatch-source-partition"]),
+                int(h["boxwatch-source-offset"]),
+            )
+        ].kind
+        for _, h, _ in letters
+        if "boxwatch-payload-omitted" in h
+    )
     # Too large to send: always stubs. No key and no value: kafka-python cannot produce that.
     assert set(omitted) - {"null_value", "bn_null_value"} == {
-        "dead_letter_too_large", "header_too_large", "key_near_limit"}
+        "dead_letter_too_large",
+        "header_too_large",
+        "key_near_limit",
+    }
 
     # Every valid record: exactly one verdict or gate record, as the artifact decides offline.
     verdict_ids = collector.ids[TOPICS["verdicts"]]
@@ -213,7 +262,9 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(example, make_broker
     for body in collector.values[TOPICS["verdicts"]]:
         want = offline_verdicts[body["id"]]
         assert (body["verdict"], body["predicted_class"]) == (
-            want["verdict"], want["predicted_class"]), body["id"]
+            want["verdict"],
+            want["predicted_class"],
+        ), body["id"]
         if np.isfinite(want["score"]):
             assert body["score"] == pytest.approx(want["score"], rel=1e-5, abs=1e-6)
         else:
@@ -227,8 +278,9 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(example, make_broker
     # Metrics equal what reached the topics.
     reasons = Counter(h["boxwatch-dlq-reason"].decode() for _, h, _ in letters)
     for reason in INVALID_REASONS:
-        assert metrics[f'boxwatch_agent_invalid_records_total{{reason="{reason}"}}'] == \
-            reasons.get(reason, 0), reason
+        assert metrics[f'boxwatch_agent_invalid_records_total{{reason="{reason}"}}'] == reasons.get(
+            reason, 0
+        ), reason
     verdicts = Counter(b["verdict"] for b in collector.values[TOPICS["verdicts"]])
     for v in ("accept", "uncertainty", "reject"):
         got = _total(metrics, "boxwatch_agent_verdicts_total", f'verdict="{v}"')
@@ -238,16 +290,20 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(example, make_broker
         got = _total(metrics, "boxwatch_agent_gate_outcomes_total", f'outcome="{o}"')
         assert got == outcomes.get(o, 0), o
     assert metrics['boxwatch_agent_outputs_total{kind="dead_letter"}'] == len(letters)
-    assert metrics['boxwatch_agent_outputs_payload_omitted_total{kind="dead_letter"}'] == \
-        len(omitted)
+    assert metrics['boxwatch_agent_outputs_payload_omitted_total{kind="dead_letter"}'] == len(
+        omitted
+    )
     assert metrics['boxwatch_agent_outputs_dropped_total{kind="dead_letter"}'] == 0
-    print(f"\nhostile ({library}): {len(bad)} bad records of {len({r.kind for r in bad})} kinds, "
-          f"{len(valid)} valid; {len(omitted)} dead letters as stubs; one process (pid {pid})")
+    print(
+        f"\nhostile ({library}): {len(bad)} bad records of {len({r.kind for r in bad})} kinds, "
+        f"{len(valid)} valid; {len(omitted)} dead letters as stubs; one process (pid {pid})"
+    )
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_records_larger_than_any_output_go_through_as_stubs(example, make_broker, tmp_path,
-                                                            library):
+def test_records_larger_than_any_output_go_through_as_stubs(
+    example, make_broker, tmp_path, library
+):
     """2 MB and 10 MB records and a 1.5 MiB key (Tansu takes them; noida-db refuses records
     over ~1 MB): the producer refuses their dead letters, which go as stubs after a bounded
     number of tries (``max_output_bytes`` set high, so nothing is stubbed before sending)."""
@@ -256,25 +312,41 @@ def test_records_larger_than_any_output_go_through_as_stubs(example, make_broker
     rows = stream_rows(example, 20, seed=15)
     size = rows.shape[1]
     valid = valid_model_records(rows, size)[:20]
-    big_key = Hostile("valid_key_1_5mib", "inputs", *tensor_record("k-big", rows[0]),
-                      key=b"k" * (3 << 19), rows=rows[0])
-    bad = [Hostile("not_json_2mb", "inputs", b"{" + b" " * 2_000_000, [], None, "not_json"),
-           Hostile("too_large_10mb", "inputs", b"x" * 10_000_000, [], None, "too_large"),
-           Hostile("key_1_5mib", "inputs", b"{oops", [], b"k" * (3 << 19), "not_json")]
+    big_key = Hostile(
+        "valid_key_1_5mib",
+        "inputs",
+        *tensor_record("k-big", rows[0]),
+        key=b"k" * (3 << 19),
+        rows=rows[0],
+    )
+    bad = [
+        Hostile("not_json_2mb", "inputs", b"{" + b" " * 2_000_000, [], None, "not_json"),
+        Hostile("too_large_10mb", "inputs", b"x" * 10_000_000, [], None, "too_large"),
+        Hostile("key_1_5mib", "inputs", b"{oops", [], b"k" * (3 << 19), "not_json"),
+    ]
     records = [*valid[:10], *bad, big_key, *valid[10:]]
-    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
-                             kafka__library=library, max_record_bytes=4_000_000,
-                             max_output_bytes=64_000_000)
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        example,
+        broker.bootstrap_servers,
+        kafka__library=library,
+        max_record_bytes=4_000_000,
+        max_output_bytes=64_000_000,
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
-    collector = OutputCollector(broker.bootstrap_servers,
-                                [TOPICS["verdicts"], TOPICS["dead_letter"]],
-                                keep=[TOPICS["dead_letter"]], json_topics=[TOPICS["verdicts"]])
+    collector = OutputCollector(
+        broker.bootstrap_servers,
+        [TOPICS["verdicts"], TOPICS["dead_letter"]],
+        keep=[TOPICS["dead_letter"]],
+        json_topics=[TOPICS["verdicts"]],
+    )
     try:
         collector.start()
         agent.start().wait_ready()
         where = _send_all(broker.bootstrap_servers, records)
         assert collector.wait_for(lambda c: c.count >= len(records), timeout=120), (
-            f"{collector.count} of {len(records)} outputs:\n{agent.log_tail()}")
+            f"{collector.count} of {len(records)} outputs:\n{agent.log_tail()}"
+        )
         metrics = agent.scrape()
         assert agent.alive and agent.starts == 1
         assert agent.stop(timeout=10) == 0, agent.log_tail()
@@ -282,9 +354,16 @@ def test_records_larger_than_any_output_go_through_as_stubs(example, make_broker
         agent.kill()
         collector.stop()
     letters = collector.records[TOPICS["dead_letter"]]
-    got = {where[(h["boxwatch-source-topic"].decode(), int(h["boxwatch-source-partition"]),
-                  int(h["boxwatch-source-offset"]))].kind: (k, h, json.loads(v))
-           for k, h, v in letters}
+    got = {
+        where[
+            (
+                h["boxwatch-source-topic"].decode(),
+                int(h["boxwatch-source-partition"]),
+                int(h["boxwatch-source-offset"]),
+            )
+        ].kind: (k, h, json.loads(v))
+        for k, h, v in letters
+    }
     assert sorted(got) == sorted(r.kind for r in bad)
     for rec in bad:
         key, headers, stub = got[rec.kind]
@@ -301,8 +380,9 @@ def test_records_larger_than_any_output_go_through_as_stubs(example, make_broker
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_sigterm_stops_the_agent_within_10_s_while_the_broker_is_frozen(example, make_broker,
-                                                                          tmp_path, library):
+def test_sigterm_stops_the_agent_within_10_s_while_the_broker_is_frozen(
+    example, make_broker, tmp_path, library
+):
     """SIGTERM while outputs cannot be delivered (the broker SIGSTOPped mid-stream) still
     stops the agent, exit 0, within 10 s: no send or flush may hold it longer."""
     import time
@@ -310,15 +390,23 @@ def test_sigterm_stops_the_agent_within_10_s_while_the_broker_is_frozen(example,
     broker = make_broker("noida").start()
     create_topics(broker.bootstrap_servers, {t: 1 for t in TOPICS.values()})
     rows = stream_rows(example, 20_000, seed=16)
-    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
-                             kafka__library=library, batch__max_records=1)
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        example,
+        broker.bootstrap_servers,
+        kafka__library=library,
+        batch__max_records=1,
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
     try:
         agent.start().wait_ready()
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=5)
         for i, row in enumerate(rows):
-            producer.send(TOPICS["inputs"], *tensor_record(f"s{i}", row)[:1],
-                          headers=tensor_record(f"s{i}", row)[1])
+            producer.send(
+                TOPICS["inputs"],
+                *tensor_record(f"s{i}", row)[:1],
+                headers=tensor_record(f"s{i}", row)[1],
+            )
         producer.flush(timeout=10)
         producer.close(timeout=2)
         broker.pause()  # one record a batch: the agent is mid-stream, in a send or a flush

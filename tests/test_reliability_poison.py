@@ -60,19 +60,34 @@ def bad_model_record(kind: str, rid: str, rng: np.random.Generator, size: int):
         raw = rng.bytes(int(rng.integers(1, 600)))
         return raw, [], {"bad_content_type", "not_json", "bad_schema"}
     if kind == "random_bytes_json":
-        return rng.bytes(int(rng.integers(1, 600))), [(CT, JSON_TYPE.encode())], {
-            "not_json", "bad_schema"}
+        return (
+            rng.bytes(int(rng.integers(1, 600))),
+            [(CT, JSON_TYPE.encode())],
+            {"not_json", "bad_schema"},
+        )
     if kind == "truncated_json":
-        return good_json[: int(rng.integers(1, len(good_json) - 1))], [], {"not_json",
-                                                                            "bad_content_type"}
+        return (
+            good_json[: int(rng.integers(1, len(good_json) - 1))],
+            [],
+            {"not_json", "bad_content_type"},
+        )
     if kind == "invalid_json":
-        choices = [b"{'id': 'x', 'input': [1]}", b'{"id": "x", "input": [1,],}', b"{id: 1}",
-                   b'{"id": "x" "input": []}', b"{\"id\": \"\xff\xfe\"}", b"{" * 5000]
+        choices = [
+            b"{'id': 'x', 'input': [1]}",
+            b'{"id": "x", "input": [1,],}',
+            b"{id: 1}",
+            b'{"id": "x" "input": []}',
+            b'{"id": "\xff\xfe"}',
+            b"{" * 5000,
+        ]
         return choices[int(rng.integers(len(choices)))], [], {"not_json"}
     if kind == "wrong_shape_json":
         n = int(rng.choice([0, 1, size - 1, size + 1, 3 * size]))
-        return json.dumps({"id": rid, "input": rng.normal(size=n).tolist()}).encode(), [], {
-            "bad_shape"}
+        return (
+            json.dumps({"id": rid, "input": rng.normal(size=n).tolist()}).encode(),
+            [],
+            {"bad_shape"},
+        )
     if kind == "ragged_json":
         return json.dumps({"id": rid, "input": [[1.0, 2.0], [3.0]]}).encode(), [], {"bad_shape"}
     if kind == "wrong_shape_tensor":
@@ -81,13 +96,18 @@ def bad_model_record(kind: str, rid: str, rng: np.random.Generator, size: int):
     if kind == "odd_bytes_tensor":
         return rng.bytes(size * 4 + 3), _tensor_headers(rid), {"bad_shape"}
     if kind == "shape_header_mismatch":
-        return (row.astype("<f4").tobytes(), _tensor_headers(rid) + [("shape", b"3,5")],
-                {"bad_shape"})
+        return (
+            row.astype("<f4").tobytes(),
+            _tensor_headers(rid) + [("shape", b"3,5")],
+            {"bad_shape"},
+        )
     if kind == "wrong_dtype_header":
         dtype = str(rng.choice(["complex64", "float8", "", "object", "<f4", "FLOAT128"]))
         return row.astype("<f4").tobytes(), _tensor_headers(rid, dtype), {"bad_dtype"}
     if kind == "npy_bad_dtype":
-        arr = np.array([str(v) for v in row[:4]]) if rng.random() < 0.5 else row.astype(np.complex64)
+        arr = (
+            np.array([str(v) for v in row[:4]]) if rng.random() < 0.5 else row.astype(np.complex64)
+        )
         return _npy(arr), [(CT, NPY_TYPE.encode()), ("id", rid.encode())], {"bad_dtype"}
     if kind == "npy_garbage":
         return rng.bytes(200), [(CT, NPY_TYPE.encode()), ("id", rid.encode())], {"bad_schema"}
@@ -105,15 +125,24 @@ def bad_model_record(kind: str, rid: str, rng: np.random.Generator, size: int):
         obj = {"input": row.tolist()} if bad_id is None else {"id": bad_id, "input": row.tolist()}
         return json.dumps(obj).encode(), [], {"missing_id"}
     if kind == "missing_id_tensor":
-        return row.astype("<f4").tobytes(), [(CT, TENSOR_TYPE.encode()), ("dtype", b"float32")], {
-            "missing_id"}
+        return (
+            row.astype("<f4").tobytes(),
+            [(CT, TENSOR_TYPE.encode()), ("dtype", b"float32")],
+            {"missing_id"},
+        )
     if kind == "duplicate_id_json":
         body = b'{"id": "%s", "id": "%s-b", "input": %s}' % (
-            rid.encode(), rid.encode(), json.dumps(row.tolist()).encode())
+            rid.encode(),
+            rid.encode(),
+            json.dumps(row.tolist()).encode(),
+        )
         return body, [], {"duplicate_id"}
     if kind == "duplicate_id_header":
-        return row.astype("<f4").tobytes(), _tensor_headers(rid) + [("id", b"other")], {
-            "duplicate_id"}
+        return (
+            row.astype("<f4").tobytes(),
+            _tensor_headers(rid) + [("id", b"other")],
+            {"duplicate_id"},
+        )
     if kind == "wrong_content_type":
         return good_json, [(CT, b"text/csv")], {"bad_content_type"}
     if kind == "null_value":
@@ -121,13 +150,38 @@ def bad_model_record(kind: str, rid: str, rng: np.random.Generator, size: int):
     raise AssertionError(kind)
 
 
-MODEL_KINDS = ("random_bytes", "random_bytes_json", "truncated_json", "invalid_json",
-               "wrong_shape_json", "ragged_json", "wrong_shape_tensor", "odd_bytes_tensor",
-               "shape_header_mismatch", "wrong_dtype_header", "npy_bad_dtype", "npy_garbage",
-               "nan_json", "inf_tensor", "oversized", "missing_id_json", "missing_id_tensor",
-               "duplicate_id_json", "duplicate_id_header", "wrong_content_type", "null_value")
-BN_KINDS = ("bn_unknown_variable", "bn_unknown_state", "bn_missing_evidence", "bn_not_object",
-            "bn_duplicate_id", "bn_random_bytes", "bn_missing_id")
+MODEL_KINDS = (
+    "random_bytes",
+    "random_bytes_json",
+    "truncated_json",
+    "invalid_json",
+    "wrong_shape_json",
+    "ragged_json",
+    "wrong_shape_tensor",
+    "odd_bytes_tensor",
+    "shape_header_mismatch",
+    "wrong_dtype_header",
+    "npy_bad_dtype",
+    "npy_garbage",
+    "nan_json",
+    "inf_tensor",
+    "oversized",
+    "missing_id_json",
+    "missing_id_tensor",
+    "duplicate_id_json",
+    "duplicate_id_header",
+    "wrong_content_type",
+    "null_value",
+)
+BN_KINDS = (
+    "bn_unknown_variable",
+    "bn_unknown_state",
+    "bn_missing_evidence",
+    "bn_not_object",
+    "bn_duplicate_id",
+    "bn_random_bytes",
+    "bn_missing_id",
+)
 
 
 def bad_bn_record(kind: str, rid: str, rng: np.random.Generator, features, states):
@@ -144,8 +198,10 @@ def bad_bn_record(kind: str, rid: str, rng: np.random.Generator, features, state
     if kind == "bn_not_object":
         return json.dumps({"id": rid, "evidence": list(ev.items())}).encode(), {"bad_schema"}
     if kind == "bn_duplicate_id":
-        return (b'{"id": "a", "id": "b", "evidence": %s}' % json.dumps(ev).encode(),
-                {"duplicate_id"})
+        return (
+            b'{"id": "a", "id": "b", "evidence": %s}' % json.dumps(ev).encode(),
+            {"duplicate_id"},
+        )
     if kind == "bn_random_bytes":
         return rng.bytes(int(rng.integers(1, 300))), {"not_json", "bad_schema"}
     if kind == "bn_missing_id":
@@ -155,9 +211,16 @@ def bad_bn_record(kind: str, rid: str, rng: np.random.Generator, features, state
 
 def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_path):
     broker = make_broker("noida").start()
-    create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2, TOPICS["bn_inputs"]: 2,
-                                            TOPICS["verdicts"]: 2, TOPICS["gate"]: 2,
-                                            TOPICS["dead_letter"]: 2})
+    create_topics(
+        broker.bootstrap_servers,
+        {
+            TOPICS["inputs"]: 2,
+            TOPICS["bn_inputs"]: 2,
+            TOPICS["verdicts"]: 2,
+            TOPICS["gate"]: 2,
+            TOPICS["dead_letter"]: 2,
+        },
+    )
     rt = load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
     size, d = rt.preprocessing.size, rt.diagram
     rng = np.random.default_rng(8)
@@ -181,8 +244,9 @@ def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_pa
     for i, row in enumerate(good_model):
         rid = f"good{i}"
         if i % 6 == 0:
-            records.append((rid.encode(), json.dumps({"id": rid, "input": row.tolist()}).encode(),
-                            []))
+            records.append(
+                (rid.encode(), json.dumps({"id": rid, "input": row.tolist()}).encode(), [])
+            )
         else:
             records.append((rid.encode(), *tensor_record(rid, row)))
         topic_of.append(TOPICS["inputs"])
@@ -195,15 +259,23 @@ def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_pa
     records = [records[j] for j in order]
     topic_of = [topic_of[j] for j in order]
 
-    cfg = write_agent_config(tmp_path / "agent.yaml", example, broker.bootstrap_servers,
-                             max_record_bytes=MAX_BYTES)
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml", example, broker.bootstrap_servers, max_record_bytes=MAX_BYTES
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log")
-    collector = OutputCollector(broker.bootstrap_servers,
-                                [TOPICS["verdicts"], TOPICS["gate"], TOPICS["dead_letter"]],
-                                keep=[TOPICS["dead_letter"]],
-                                json_topics=[TOPICS["verdicts"], TOPICS["gate"]])
-    producer = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], records,
-                              topic_of=topic_of.__getitem__, chunk=500)
+    collector = OutputCollector(
+        broker.bootstrap_servers,
+        [TOPICS["verdicts"], TOPICS["gate"], TOPICS["dead_letter"]],
+        keep=[TOPICS["dead_letter"]],
+        json_topics=[TOPICS["verdicts"], TOPICS["gate"]],
+    )
+    producer = StreamProducer(
+        broker.bootstrap_servers,
+        TOPICS["inputs"],
+        records,
+        topic_of=topic_of.__getitem__,
+        chunk=500,
+    )
     n_out = len(records)
     try:
         collector.start()
@@ -213,7 +285,8 @@ def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_pa
         producer.join(timeout=180)
         assert producer.error is None and producer.sent == len(records), producer.error
         assert collector.wait_for(lambda c: c.count >= n_out, timeout=180), (
-            f"{collector.count} of {n_out} outputs")
+            f"{collector.count} of {n_out} outputs"
+        )
         assert agent.alive and agent.pid == pid and agent.starts == 1
         peak = agent.peak_rss_bytes()
         metrics = agent.scrape()
@@ -243,11 +316,15 @@ def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_pa
     gate_ids = collector.ids[TOPICS["gate"]]
     assert set(verdict_ids) == {f"good{i}" for i in range(N_GOOD_MODEL)}
     assert set(gate_ids) == {f"bn{i}" for i in range(N_GOOD_BN)}
-    invalid = sum(v for k, v in metrics.items()
-                  if k.startswith("boxwatch_agent_invalid_records_total{"))
+    invalid = sum(
+        v for k, v in metrics.items() if k.startswith("boxwatch_agent_invalid_records_total{")
+    )
     assert invalid == N_BAD
-    reasons = sorted({h["boxwatch-dlq-reason"].decode() for h, _ in
-                      (e[0] for e in by_key.values())})
-    print(f"\npoison: {N_BAD} bad + {N_GOOD_MODEL + N_GOOD_BN} good records; reasons {reasons}; "
-          f"peak RSS {peak / 2**20:.0f} MiB; one process (pid {pid})")
+    reasons = sorted(
+        {h["boxwatch-dlq-reason"].decode() for h, _ in (e[0] for e in by_key.values())}
+    )
+    print(
+        f"\npoison: {N_BAD} bad + {N_GOOD_MODEL + N_GOOD_BN} good records; reasons {reasons}; "
+        f"peak RSS {peak / 2**20:.0f} MiB; one process (pid {pid})"
+    )
     assert peak < GiB

@@ -23,12 +23,26 @@ from boxwatch.agent.keys import load_private_key
 from boxwatch.examples import example_path
 
 # Modules that decode untrusted bytes or serialise objects as code.
-UNSAFE_MODULES = {"pickle", "_pickle", "cPickle", "dill", "cloudpickle", "joblib", "shelve",
-                  "marshal", "jsonpickle"}
-AGENT_PATH = [*sorted((ROOT / "agent").glob("*.py")),
-              ROOT / "boxwatch" / "cli.py", ROOT / "boxwatch" / "__main__.py"]
-DEBUG = ("import logging, sys; logging.basicConfig(level=logging.DEBUG); "
-         "from boxwatch.cli import main; sys.exit(main())")
+UNSAFE_MODULES = {
+    "pickle",
+    "_pickle",
+    "cPickle",
+    "dill",
+    "cloudpickle",
+    "joblib",
+    "shelve",
+    "marshal",
+    "jsonpickle",
+}
+AGENT_PATH = [
+    *sorted((ROOT / "agent").glob("*.py")),
+    ROOT / "boxwatch" / "cli.py",
+    ROOT / "boxwatch" / "__main__.py",
+]
+DEBUG = (
+    "import logging, sys; logging.basicConfig(level=logging.DEBUG); "
+    "from boxwatch.cli import main; sys.exit(main())"
+)
 
 
 def _calls(tree: ast.AST):
@@ -48,15 +62,20 @@ def unsafe_patterns(source: str, name: str) -> list[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module]
-        found += [f"{name}:{node.lineno} imports {n}" for n in names
-                  if n.split(".")[0] in UNSAFE_MODULES]
+        found += [
+            f"{name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in UNSAFE_MODULES
+        ]
     for call, func in _calls(tree):
         kw = {k.arg: k.value for k in call.keywords}
-        if "allow_pickle" in kw and not (isinstance(kw["allow_pickle"], ast.Constant)
-                                         and kw["allow_pickle"].value is False):
+        if "allow_pickle" in kw and not (
+            isinstance(kw["allow_pickle"], ast.Constant) and kw["allow_pickle"].value is False
+        ):
             found.append(f"{name}:{call.lineno} {func}(allow_pickle=...)")
-        elif func.split(".")[0] in ("np", "numpy") and func.endswith(".load") and (
-                "allow_pickle" not in kw):
+        elif (
+            func.split(".")[0] in ("np", "numpy")
+            and func.endswith(".load")
+            and ("allow_pickle" not in kw)
+        ):
             found.append(f"{name}:{call.lineno} {func} without allow_pickle=False")
         if func == "torch.load":
             found.append(f"{name}:{call.lineno} torch.load")
@@ -70,19 +89,29 @@ def test_nothing_on_the_agent_path_unpickles():
 
 def test_the_checker_sees_each_unsafe_pattern():
     """The check above can fail: it flags every pattern it looks for."""
-    bad = ("import pickle\nfrom joblib import load\nimport numpy as np\nimport torch\n"
-           "np.load(f)\nnp.load(f, allow_pickle=True)\ntorch.load(f)\n"
-           "np.load(f, allow_pickle=False)\n")
+    bad = (
+        "import pickle\nfrom joblib import load\nimport numpy as np\nimport torch\n"
+        "np.load(f)\nnp.load(f, allow_pickle=True)\ntorch.load(f)\n"
+        "np.load(f, allow_pickle=False)\n"
+    )
     hits = unsafe_patterns(bad, "bad.py")
     assert [h.split(" ", 1)[0] for h in hits] == [
-        "bad.py:1", "bad.py:2", "bad.py:5", "bad.py:6", "bad.py:7"], hits
+        "bad.py:1",
+        "bad.py:2",
+        "bad.py:5",
+        "bad.py:6",
+        "bad.py:7",
+    ], hits
 
 
 def test_metrics_bind_loopback_by_default():
     cfg = load_agent_config(None, environ={}, overrides={"artifact": "a", "public_keys": ["k"]})
     assert cfg["metrics.address"].startswith("127.0.0.1:")
-    env = load_agent_config(None, environ={"BOXWATCH_METRICS_ADDRESS": "0.0.0.0:9108"},
-                            overrides={"artifact": "a", "public_keys": ["k"]})
+    env = load_agent_config(
+        None,
+        environ={"BOXWATCH_METRICS_ADDRESS": "0.0.0.0:9108"},
+        overrides={"artifact": "a", "public_keys": ["k"]},
+    )
     assert env["metrics.address"] == "0.0.0.0:9108"
 
 
@@ -91,15 +120,26 @@ def _secrets(private_path: Path) -> list[str]:
     pem = private_path.read_text()
     body = [ln for ln in pem.splitlines() if ln and not ln.startswith("-----")]
     raw = load_private_key(private_path).private_bytes(
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-        serialization.NoEncryption())
-    return [*body, "".join(body), raw.hex(), base64.b64encode(raw).decode(),
-            base64.urlsafe_b64encode(raw).decode().rstrip("=")]
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    return [
+        *body,
+        "".join(body),
+        raw.hex(),
+        base64.b64encode(raw).decode(),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+    ]
 
 
 def _run_debug(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-c", DEBUG, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [PYTHON, "-c", DEBUG, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 @pytest.mark.slow
@@ -113,46 +153,88 @@ def test_private_keys_never_reach_logs(make_broker, tmp_path):
     outputs.append(r.stdout + r.stderr)
     credit = example_path("credit", "credit.net").parent
     build = tmp_path / "bn.yaml"
-    build.write_text(json.dumps({
-        "version": 1, "metadata": {"name": "bn only", "model_version": "bn-1"},
-        "bn": {"file": str(credit / "credit.net"), "class": "CreditWorthiness",
-               "positive": "Positive", "threshold": 0.5, "rules": str(credit / "rules.yaml")},
-        "policy": {"fail_on": []}}))
+    build.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "metadata": {"name": "bn only", "model_version": "bn-1"},
+                "bn": {
+                    "file": str(credit / "credit.net"),
+                    "class": "CreditWorthiness",
+                    "positive": "Positive",
+                    "threshold": 0.5,
+                    "rules": str(credit / "rules.yaml"),
+                },
+                "policy": {"fail_on": []},
+            }
+        )
+    )
     artifact = tmp_path / "bn.bwa"
-    r = _run_debug("build-artifact", str(build), "--key", str(key), "--out", str(artifact),
-                   cwd=tmp_path)
+    r = _run_debug(
+        "build-artifact", str(build), "--key", str(key), "--out", str(artifact), cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     outputs.append(r.stdout + r.stderr)
     # Mix-ups that read the private key file where something else is expected.
-    for args in (["verify-artifact", str(artifact), "--public-key", str(key)],
-                 ["verify-artifact", str(key), "--public-key", str(pub)],
-                 ["inspect", str(key)],
-                 ["agent", "--artifact", str(artifact), "--public-key", str(key),
-                  "--bootstrap-servers", "127.0.0.1:1"],
-                 ["agent", "--artifact", str(key), "--public-key", str(pub),
-                  "--bootstrap-servers", "127.0.0.1:1"]):
+    for args in (
+        ["verify-artifact", str(artifact), "--public-key", str(key)],
+        ["verify-artifact", str(key), "--public-key", str(pub)],
+        ["inspect", str(key)],
+        [
+            "agent",
+            "--artifact",
+            str(artifact),
+            "--public-key",
+            str(key),
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+        ],
+        [
+            "agent",
+            "--artifact",
+            str(key),
+            "--public-key",
+            str(pub),
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+        ],
+    ):
         r = _run_debug(*args, cwd=tmp_path)
         assert r.returncode != 0 and "Traceback" not in r.stderr, (args, r.stderr)
         outputs.append(r.stdout + r.stderr)
 
     broker = make_broker("tansu").start()
-    topics = {"bn_inputs": "s.credit", "gate": "s.gate", "dead_letter": "s.dlq",
-              "verdicts": "s.verdicts", "inputs": ""}
+    topics = {
+        "bn_inputs": "s.credit",
+        "gate": "s.gate",
+        "dead_letter": "s.dlq",
+        "verdicts": "s.verdicts",
+        "inputs": "",
+    }
     create_topics(broker.bootstrap_servers, {t: 1 for t in topics.values() if t})
     cfg = tmp_path / "agent.yaml"
     from boxwatch.embedded_broker import free_loopback_port
 
-    cfg.write_text(json.dumps({
-        "artifact": str(artifact), "public_keys": [str(pub)],
-        "kafka": {"bootstrap_servers": broker.bootstrap_servers, "group_id": "sec"},
-        "topics": topics, "metrics": {"address": f"127.0.0.1:{free_loopback_port()}"}}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "artifact": str(artifact),
+                "public_keys": [str(pub)],
+                "kafka": {"bootstrap_servers": broker.bootstrap_servers, "group_id": "sec"},
+                "topics": topics,
+                "metrics": {"address": f"127.0.0.1:{free_loopback_port()}"},
+            }
+        )
+    )
     agent = AgentProcess(cfg, tmp_path / "agent.log", verbose=True)
     collector = OutputCollector(broker.bootstrap_servers, [topics["gate"], topics["dead_letter"]])
     try:
         collector.start()
         agent.start().wait_ready()
-        recs = [(b"k", b'{"id": "x", "evidence": {}}', []),
-                (b"k", key.read_bytes(), [])]  # a private key sent as a record: a dead letter
+        recs = [
+            (b"k", b'{"id": "x", "evidence": {}}', []),
+            (b"k", key.read_bytes(), []),
+        ]  # a private key sent as a record: a dead letter
         p = StreamProducer(broker.bootstrap_servers, topics["bn_inputs"], recs)
         p.start()
         p.join(30)

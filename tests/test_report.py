@@ -29,9 +29,13 @@ TAUS = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01]
 LAYERS = ["fc1", "logits"]
 CLASSES = ["zero", "one", "two"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-FIGURES = {"fig-coverage": "Fig. 5", "fig-outcomes": "Fig. 7",
-           "fig-precision-recall": "Fig. 8", "fig-operating-point": "Operating point",
-           "fig-rule-1": "Rule r-debit"}
+FIGURES = {
+    "fig-coverage": "Fig. 5",
+    "fig-outcomes": "Fig. 7",
+    "fig-precision-recall": "Fig. 8",
+    "fig-operating-point": "Operating point",
+    "fig-rule-1": "Rule r-debit",
+}
 
 
 def _rates(c: dict) -> dict:
@@ -39,8 +43,11 @@ def _rates(c: dict) -> dict:
     r = c["tp"] + c["fn"] + c["mp"]
     precision = c["tp"] / p if p else None
     recall = c["tp"] / r if r else None
-    f1 = (2 * precision * recall / (precision + recall)
-          if precision is not None and recall is not None and precision + recall else None)
+    f1 = (
+        2 * precision * recall / (precision + recall)
+        if precision is not None and recall is not None and precision + recall
+        else None
+    )
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
@@ -50,8 +57,14 @@ def _counts(rng: np.random.Generator, shrink: float) -> dict:
     neg_unc = int(rng.binomial(600 - neg_reject, 0.05))
     pos_reject = int(rng.binomial(300, 0.3 + 0.6 * shrink))
     pos_unc = int(rng.binomial(300 - pos_reject, 0.1))
-    return {"tp": pos_reject, "fp": neg_reject, "tn": 600 - neg_reject - neg_unc,
-            "fn": 300 - pos_reject - pos_unc, "mp": pos_unc, "mn": neg_unc}
+    return {
+        "tp": pos_reject,
+        "fp": neg_reject,
+        "tn": 600 - neg_reject - neg_unc,
+        "fn": 300 - pos_reject - pos_unc,
+        "mp": pos_unc,
+        "mn": neg_unc,
+    }
 
 
 def make_summary(seed: int = 0) -> dict:
@@ -60,16 +73,28 @@ def make_summary(seed: int = 0) -> dict:
     tau, boxes, coverage, curves, per_layer = {}, {}, {}, {}, {}
     for i, layer in enumerate(LAYERS):
         tau[layer] = [TAUS[4 + i], TAUS[6], TAUS[8 - i]]
-        boxes[layer] = {"good": [int(v) for v in rng.integers(3, 40, 3)],
-                        "bad": [int(v) for v in rng.integers(0, 6, 3)]}
-        coverage[layer] = {"taus": TAUS, "per_class": [
-            [float(np.clip(0.05 + 0.9 * t ** (0.4 + 0.3 * k) + rng.normal(0, 0.01), 0, 1))
-             for t in TAUS] for k in range(3)]}
+        boxes[layer] = {
+            "good": [int(v) for v in rng.integers(3, 40, 3)],
+            "bad": [int(v) for v in rng.integers(0, 6, 3)],
+        }
+        coverage[layer] = {
+            "taus": TAUS,
+            "per_class": [
+                [
+                    float(np.clip(0.05 + 0.9 * t ** (0.4 + 0.3 * k) + rng.normal(0, 0.01), 0, 1))
+                    for t in TAUS
+                ]
+                for k in range(3)
+            ],
+        }
         rows = [_counts(rng, 1 - t) for t in TAUS]
         curve = {key: [r[key] for r in rows] for key in ("tp", "fp", "tn", "fn", "mp", "mn")}
         rates = [_rates(r) for r in rows]
-        curve.update(taus=TAUS, precision=[r["precision"] for r in rates],
-                     recall=[r["recall"] for r in rates])
+        curve.update(
+            taus=TAUS,
+            precision=[r["precision"] for r in rates],
+            recall=[r["recall"] for r in rates],
+        )
         curves[layer] = curve
         chosen = _counts(rng, 0.5)
         per_layer[layer] = {**chosen, **_rates(chosen)}
@@ -79,62 +104,143 @@ def make_summary(seed: int = 0) -> dict:
     edges = np.linspace(-4, 7, 31)
     threshold = float(np.quantile(known, 0.95))
     return {
-        "metadata": {"name": "digits-demo", "model_version": "1.4.2",
-                     "builder_version": "0.3.0", "created_at": "2026-12-02T10:00:00Z"},
-        "artifact": {"path": "out/digits.bwa", "artifact_id": "3fa1c0de9b8e7d6c",
-                     "key_id": "ed25519:7c1f00aa", "sha256": "ab" * 32, "bytes": 183_204},
-        "model": {"path": "examples/digits/model.onnx", "format": "onnx", "digest": "cd" * 32,
-                  "classes": CLASSES, "layers": LAYERS,
-                  "accuracy": {"train": 0.98731, "validation": 0.9512}},
+        "metadata": {
+            "name": "digits-demo",
+            "model_version": "1.4.2",
+            "builder_version": "0.3.0",
+            "created_at": "2026-12-02T10:00:00Z",
+        },
+        "artifact": {
+            "path": "out/digits.bwa",
+            "artifact_id": "3fa1c0de9b8e7d6c",
+            "key_id": "ed25519:7c1f00aa",
+            "sha256": "ab" * 32,
+            "bytes": 183_204,
+        },
+        "model": {
+            "path": "examples/digits/model.onnx",
+            "format": "onnx",
+            "digest": "cd" * 32,
+            "classes": CLASSES,
+            "layers": LAYERS,
+            "accuracy": {"train": 0.98731, "validation": 0.9512},
+        },
         "monitor": {
-            "layers": LAYERS, "taus": TAUS, "tau": tau, "tau_selection": "f1",
-            "score": "fused", "contrast_layers": LAYERS[:1],
-            "calibration_set": "validation", "boxes": boxes, "coverage": coverage,
+            "layers": LAYERS,
+            "taus": TAUS,
+            "tau": tau,
+            "tau_selection": "f1",
+            "score": "fused",
+            "contrast_layers": LAYERS[:1],
+            "calibration_set": "validation",
+            "boxes": boxes,
+            "coverage": coverage,
             "curves": curves,
             "evaluation": {"combined": {**combined, **_rates(combined)}, "per_layer": per_layer},
-            "calibration": {"threshold": threshold, "target_acceptance": 0.95,
-                            "known_acceptance": float(np.mean(known <= threshold)),
-                            "unknown_acceptance": float(np.mean(unknown <= threshold)),
-                            "n_known": 2000, "n_unknown": 800},
-            "detection": {"auroc": 0.90412345, "fpr_at_95": float(np.mean(unknown <= threshold)),
-                          "histogram": {"edges": [float(e) for e in edges],
-                                        "known": np.histogram(known, edges)[0].tolist(),
-                                        "unknown": np.histogram(unknown, edges)[0].tolist()}},
+            "calibration": {
+                "threshold": threshold,
+                "target_acceptance": 0.95,
+                "known_acceptance": float(np.mean(known <= threshold)),
+                "unknown_acceptance": float(np.mean(unknown <= threshold)),
+                "n_known": 2000,
+                "n_unknown": 800,
+            },
+            "detection": {
+                "auroc": 0.90412345,
+                "fpr_at_95": float(np.mean(unknown <= threshold)),
+                "histogram": {
+                    "edges": [float(e) for e in edges],
+                    "known": np.histogram(known, edges)[0].tolist(),
+                    "unknown": np.histogram(unknown, edges)[0].tolist(),
+                },
+            },
             "operating_points": [
-                {"set": "unknown", "n": 800, "acceptance": float(np.mean(unknown <= threshold)),
-                 "auroc": 0.90412345},
-                {"set": "unknown_far", "n": 300, "acceptance": 0.0123, "auroc": 0.99876}]},
+                {
+                    "set": "unknown",
+                    "n": 800,
+                    "acceptance": float(np.mean(unknown <= threshold)),
+                    "auroc": 0.90412345,
+                },
+                {"set": "unknown_far", "n": 300, "acceptance": 0.0123, "auroc": 0.99876},
+            ],
+        },
         "bn": {
-            "file": "examples/credit/credit.net", "class": "CreditWorthiness",
-            "positive": "Positive", "threshold": 0.5,
+            "file": "examples/credit/credit.net",
+            "class": "CreditWorthiness",
+            "positive": "Positive",
+            "threshold": 0.5,
             "features": ["Age", "Debit", "Income", "Assets"],
             "order": ["Income", "Assets", "Debit", "Age"],
-            "states": {"Age": ["16-21", "22-64", "65+"], "Debit": ["low", "medium", "high"],
-                       "Income": ["low", "high"], "Assets": ["poor", "average", "wealthy"]},
-            "nodes": 17, "nodes_quasi": 23, "positives": 31, "inputs": 54, "ties": 0,
+            "states": {
+                "Age": ["16-21", "22-64", "65+"],
+                "Debit": ["low", "medium", "high"],
+                "Income": ["low", "high"],
+                "Assets": ["poor", "average", "wealthy"],
+            },
+            "nodes": 17,
+            "nodes_quasi": 23,
+            "positives": 31,
+            "inputs": 54,
+            "ties": 0,
             "seconds": 0.0421,
             "rules": [
-                {"id": "r-income", "premise": {"Income": ["high"], "Assets": ["wealthy"]},
-                 "conclusion": "Positive", "verdict": "holds", "violations": 0,
-                 "probability": None, "counterexamples": []},
-                {"id": "r-debit", "premise": {"Debit": ["low"], "Assets": ["average", "wealthy"]},
-                 "conclusion": "Positive", "verdict": "violated", "violations": 4,
-                 "probability": 0.0375,
-                 # the builder lists every feature; a free one with all its allowed states
-                 "counterexamples": [{"Age": ["16-21"], "Debit": ["low"], "Income": ["low"],
-                                      "Assets": ["average", "wealthy"]},
-                                     {"Age": ["16-21", "22-64"], "Debit": ["low"],
-                                      "Assets": ["average"]}]}],
-            "fmo": [{"id": "fmo-assets", "feature": "Assets", "kind": "fmo", "reason": "",
-                     "given": {"Income": ["high"]}, "verdict": "holds", "witness": None},
-                    {"id": "inc-age", "feature": "Age", "kind": "increasing",
-                     "reason": "the positive class is lost as Age rises",
-                     "given": {"Debit": ["low", "medium"]}, "verdict": "violated",
-                     "witness": {"fixed": {"Income": "low", "Assets": "poor", "Debit": "low"},
-                                 "values": ["16-21", "22-64"],
-                                 "classes": ["Positive", "Negative"]}}]},
-        "policy": {"fail_on": ["rule_violated", "min_recall"],
-                   "failed": ["rule r-debit is violated (4 inputs)"]},
+                {
+                    "id": "r-income",
+                    "premise": {"Income": ["high"], "Assets": ["wealthy"]},
+                    "conclusion": "Positive",
+                    "verdict": "holds",
+                    "violations": 0,
+                    "probability": None,
+                    "counterexamples": [],
+                },
+                {
+                    "id": "r-debit",
+                    "premise": {"Debit": ["low"], "Assets": ["average", "wealthy"]},
+                    "conclusion": "Positive",
+                    "verdict": "violated",
+                    "violations": 4,
+                    "probability": 0.0375,
+                    # the builder lists every feature; a free one with all its allowed states
+                    "counterexamples": [
+                        {
+                            "Age": ["16-21"],
+                            "Debit": ["low"],
+                            "Income": ["low"],
+                            "Assets": ["average", "wealthy"],
+                        },
+                        {"Age": ["16-21", "22-64"], "Debit": ["low"], "Assets": ["average"]},
+                    ],
+                },
+            ],
+            "fmo": [
+                {
+                    "id": "fmo-assets",
+                    "feature": "Assets",
+                    "kind": "fmo",
+                    "reason": "",
+                    "given": {"Income": ["high"]},
+                    "verdict": "holds",
+                    "witness": None,
+                },
+                {
+                    "id": "inc-age",
+                    "feature": "Age",
+                    "kind": "increasing",
+                    "reason": "the positive class is lost as Age rises",
+                    "given": {"Debit": ["low", "medium"]},
+                    "verdict": "violated",
+                    "witness": {
+                        "fixed": {"Income": "low", "Assets": "poor", "Debit": "low"},
+                        "values": ["16-21", "22-64"],
+                        "classes": ["Positive", "Negative"],
+                    },
+                },
+            ],
+        },
+        "policy": {
+            "fail_on": ["rule_violated", "min_recall"],
+            "failed": ["rule r-debit is violated (4 inputs)"],
+        },
         "timings": {"activations": 1.234, "monitors": 3.5, "bn": 0.0421},
     }
 
@@ -208,10 +314,17 @@ def expected_numbers(s: dict) -> dict[str, object]:
         "artifact-bytes": s["artifact"]["bytes"],
         "model-accuracy-train": s["model"]["accuracy"]["train"],
         "model-accuracy-validation": s["model"]["accuracy"]["validation"],
-        "detection-auroc": m["detection"]["auroc"], "detection-fpr-at-95": m["detection"]["fpr_at_95"],
+        "detection-auroc": m["detection"]["auroc"],
+        "detection-fpr-at-95": m["detection"]["fpr_at_95"],
     }
-    for key in ("threshold", "target_acceptance", "known_acceptance", "unknown_acceptance",
-                "n_known", "n_unknown"):
+    for key in (
+        "threshold",
+        "target_acceptance",
+        "known_acceptance",
+        "unknown_acceptance",
+        "n_known",
+        "n_unknown",
+    ):
         out["calibration-" + key.replace("_", "-")] = m["calibration"][key]
     for i, layer in enumerate(m["layers"]):
         for k in range(len(m["tau"][layer])):
@@ -249,7 +362,7 @@ def png_of(doc: _Collect, fig_id: str) -> bytes:
     (img,) = [a for tag, a in doc.by_id[fig_id]["children"] if tag == "img"]
     prefix = "data:image/png;base64,"
     assert img["src"].startswith(prefix)
-    return base64.b64decode(img["src"][len(prefix):], validate=True)
+    return base64.b64decode(img["src"][len(prefix) :], validate=True)
 
 
 def test_page_is_self_contained_and_small(page, doc):
@@ -362,8 +475,19 @@ def test_absent_sections_are_omitted_and_said(summary, absent):
     doc = parse(render_report(s))
     assert f"{absent}-omitted" in doc.by_id
     if absent == "monitor":
-        assert not any(i.startswith(("fig-coverage", "fig-outcomes", "fig-precision",
-                                     "fig-operating", "calibration-", "eval-")) for i in doc.by_id)
+        assert not any(
+            i.startswith(
+                (
+                    "fig-coverage",
+                    "fig-outcomes",
+                    "fig-precision",
+                    "fig-operating",
+                    "calibration-",
+                    "eval-",
+                )
+            )
+            for i in doc.by_id
+        )
         assert "fig-rule-1" in doc.by_id
     if absent == "bn":
         assert not any(i.startswith(("fig-rule", "rule-", "fmo-", "bn-n")) for i in doc.by_id)
@@ -375,8 +499,11 @@ def test_absent_sections_are_omitted_and_said(summary, absent):
 def test_partial_monitor_without_unknown_inputs_renders(summary):
     s = copy.deepcopy(summary)
     m = s["monitor"]
-    m["detection"] = {"auroc": None, "fpr_at_95": None,
-                      "histogram": {**m["detection"]["histogram"], "unknown": None}}
+    m["detection"] = {
+        "auroc": None,
+        "fpr_at_95": None,
+        "histogram": {**m["detection"]["histogram"], "unknown": None},
+    }
     m["calibration"]["unknown_acceptance"] = None
     del m["coverage"], m["curves"]
     doc = parse(render_report(s))
@@ -405,7 +532,7 @@ def test_strings_are_escaped(summary):
 
 def _blue_pixels(uri: str) -> int:
     pixels = imread(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))[..., :3]
-    blue = np.array([int(CELL_COLORS["violating"][i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    blue = np.array([int(CELL_COLORS["violating"][i : i + 2], 16) for i in (1, 3, 5)]) / 255
     return int(np.all(np.abs(pixels - blue) < 0.02, axis=-1).sum())
 
 
@@ -418,18 +545,20 @@ def test_rule_drawing_shades_the_counterexample_cells(summary):
     rule["counterexamples"] = [{"Debit": ["low"], "Age": ["16-21", "22-64"]}]
     three = _blue_pixels(rule_figure(bn, rule))
     assert three > 2.2 * one > 0
-    rule["counterexamples"] = [{"Debit": ["low"], "Age": ["16-21", "22-64", "65+"],
-                                "Assets": ["wealthy", "average"]}]  # both free: drawn grey
+    rule["counterexamples"] = [
+        {"Debit": ["low"], "Age": ["16-21", "22-64", "65+"], "Assets": ["wealthy", "average"]}
+    ]  # both free: drawn grey
     assert rule_figure(bn, rule) == first  # the same drawing, byte for byte
 
 
 def test_restriction_keeps_only_features_pinned_beyond_the_premise(summary):
     bn = summary["bn"]
     premise = bn["rules"][1]["premise"]
-    cube = {"Age": ["65+", "16-21", "22-64"], "Debit": ["low"], "Assets": ["average"],
-            "Income": ["low", "high"]}
+    cube = {
+        "Age": ["65+", "16-21", "22-64"],
+        "Debit": ["low"],
+        "Assets": ["average"],
+        "Income": ["low", "high"],
+    }
     assert restriction(cube, premise, bn["states"]) == {"Assets": ["average"]}
     assert restriction({"Age": ["16-21"]}, premise, bn["states"]) == {"Age": ["16-21"]}
-
-
-

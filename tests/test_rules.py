@@ -14,8 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
 
 SCHEMA = ClassifierSchema(
-    features={"Debit": ("d1", "d2", "d3"), "Worth": ("High", "Medium", "Low"),
-              "Age": ("a1", "a2", "a3", "a4"), "Reliability": ("Reliable", "Unreliable")},
+    features={
+        "Debit": ("d1", "d2", "d3"),
+        "Worth": ("High", "Medium", "Low"),
+        "Age": ("a1", "a2", "a3", "a4"),
+        "Reliability": ("Reliable", "Unreliable"),
+    },
     class_variable="Credit",
     class_states=("Positive", "Negative"),
     other_variables=("Income",),
@@ -24,17 +28,31 @@ WORTH_UP = {"Worth": ["Low", "Medium", "High"]}  # declared order: network index
 
 
 def premise_of(cond, var="Age", states=None):
-    data = {"states": states or {}, "rules": [{"name": "r", "if": {var: cond},
-                                               "then": "Positive"}]}
+    data = {"states": states or {}, "rules": [{"name": "r", "if": {var: cond}, "then": "Positive"}]}
     return parse_spec(data, SCHEMA).rules[0].premise[var]
 
 
-@pytest.mark.parametrize(("cond", "expected"), [
-    (2, (2,)), ("2", (2,)), ("a3", (2,)), ("== 1", (1,)), ("!= a1", (1, 2, 3)),
-    ("< 2", (0, 1)), ("<= 2", (0, 1, 2)), ("> 0", (1, 2, 3)), (">= a3", (2, 3)),
-    ([0, "a4"], (0, 3)), ("in [a2, 3]", (1, 3)), ("1..2", (1, 2)), ("a2..a4", (1, 2, 3)),
-    ({">=": 1, "<": 3}, (1, 2)), (">= 1 and < 3", (1, 2)), ({"in": [3, 0]}, (0, 3)),
-])
+@pytest.mark.parametrize(
+    ("cond", "expected"),
+    [
+        (2, (2,)),
+        ("2", (2,)),
+        ("a3", (2,)),
+        ("== 1", (1,)),
+        ("!= a1", (1, 2, 3)),
+        ("< 2", (0, 1)),
+        ("<= 2", (0, 1, 2)),
+        ("> 0", (1, 2, 3)),
+        (">= a3", (2, 3)),
+        ([0, "a4"], (0, 3)),
+        ("in [a2, 3]", (1, 3)),
+        ("1..2", (1, 2)),
+        ("a2..a4", (1, 2, 3)),
+        ({">=": 1, "<": 3}, (1, 2)),
+        (">= 1 and < 3", (1, 2)),
+        ({"in": [3, 0]}, (0, 3)),
+    ],
+)
 def test_conditions_allow_the_stated_ordinal_positions(cond, expected):
     assert premise_of(cond) == expected
 
@@ -60,9 +78,13 @@ def test_conclusion_by_name_index_list_and_declared_order():
 
 
 def test_monotonicity_query_order_and_defaults():
-    data = {"states": WORTH_UP, "monotonicity": [
-        {"name": "q", "feature": "Worth", "given": {"Debit": 0, "Age": "> 1"}},
-        {"name": "d", "feature": "Age", "check": "decreasing"}]}
+    data = {
+        "states": WORTH_UP,
+        "monotonicity": [
+            {"name": "q", "feature": "Worth", "given": {"Debit": 0, "Age": "> 1"}},
+            {"name": "d", "feature": "Age", "check": "decreasing"},
+        ],
+    }
     q, d = parse_spec(data, SCHEMA).queries
     assert (q.kind, q.order, q.given) == ("fmo", (2, 1, 0), {"Debit": (0,), "Age": (2, 3)})
     assert (d.kind, d.order, d.given) == ("decreasing", (0, 1, 2, 3), {})
@@ -80,21 +102,27 @@ def test_every_error_is_reported_at_once_naming_rule_and_term():
             {"name": "bad_then", "if": {"Debit": 0}, "then": "Maybe"},
             {"name": "bad_op", "if": {"Debit": "~ 1"}},
         ],
-        "monotonicity": [{"name": "q", "feature": "Debit", "given": {"Debit": 0},
-                          "check": "sideways"}],
+        "monotonicity": [
+            {"name": "q", "feature": "Debit", "given": {"Debit": 0}, "check": "sideways"}
+        ],
     }
     with pytest.raises(ConfigError) as info:
         parse_spec(data, SCHEMA, source="r.yaml")
     problems = info.value.problems
     expected = [
-        ("'Worth'", "exactly once"), ("'Nope'", "not a feature"),
+        ("'Worth'", "exactly once"),
+        ("'Nope'", "not a feature"),
         ("'unknown_var'", "unknown variable 'Salary'"),
         ("'unknown_state'", "'huge'"),
-        ("'empty'", "Age: '> 3'"), ("'empty'", "Debit: '2..1'"),
+        ("'empty'", "Age: '> 3'"),
+        ("'empty'", "Debit: '2..1'"),
         ("'on_class'", "class variable"),
         ("'not_feature'", "not a feature of this classifier"),
-        ("'bad_then'", "'Maybe'"), ("'bad_op'", "'~ 1'"), ("'bad_op'", "'then'"),
-        ("query 'q'", "sideways"), ("query 'q'", "must not be constrained"),
+        ("'bad_then'", "'Maybe'"),
+        ("'bad_op'", "'~ 1'"),
+        ("'bad_op'", "'then'"),
+        ("query 'q'", "sideways"),
+        ("query 'q'", "must not be constrained"),
     ]
     for where, what in expected:
         assert any(where in p and what in p for p in problems), (where, what, problems)
@@ -151,10 +179,13 @@ def test_credit_example_files_parse_with_the_papers_reading():
 def test_yes_no_on_off_and_true_false_states_are_not_booleans(tmp_path):
     schema = ClassifierSchema(
         features={"smoke": ("no", "yes"), "light": ("off", "on"), "HISTORY": ("TRUE", "FALSE")},
-        class_variable="bronc", class_states=("yes", "no"))
+        class_variable="bronc",
+        class_states=("yes", "no"),
+    )
     path = tmp_path / "r.yaml"
-    path.write_text("rules:\n  - name: r\n    if: {smoke: yes, light: [on], HISTORY: false}\n"
-                    "    then: no\n")
+    path.write_text(
+        "rules:\n  - name: r\n    if: {smoke: yes, light: [on], HISTORY: false}\n    then: no\n"
+    )
     rule = load_spec(path, schema).rules[0]
     assert rule.premise == {"smoke": (1,), "light": (1,), "HISTORY": (1,)}
     assert rule.conclusion == ("no",)

@@ -24,9 +24,17 @@ ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Flags from the machine notes: no sandbox as root, and no background connections (the
 # network is closed here, and a test must not phone anywhere).
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--hide-scrollbars")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+)
 
 
 class _TextById(HTMLParser):
@@ -57,8 +65,13 @@ class _TextById(HTMLParser):
 
 
 def chromium(url: str, *args: str, profile: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, url],
-                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, url],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,14 +108,17 @@ def test_status_page_in_headless_chromium(streamed, tmp_path):
     assert {v["model_version"] for v in outcome.verdicts} == {text["model-version"]}
     assert int(text["records"]) == outcome.sent
     assert int(text["dead-letters"]) == len(BAD_RECORDS) == len(outcome.dead_letter_reasons)
-    shown_verdicts = {k.removeprefix("verdict-"): int(v) for k, v in text.items()
-                      if k.startswith("verdict-")}
+    shown_verdicts = {
+        k.removeprefix("verdict-"): int(v) for k, v in text.items() if k.startswith("verdict-")
+    }
     # Every verdict and gate outcome is shown, zero counts included.
-    assert shown_verdicts == {v: outcome.verdict_counts.get(v, 0)
-                              for v in ("accept", "uncertainty", "reject")}
+    assert shown_verdicts == {
+        v: outcome.verdict_counts.get(v, 0) for v in ("accept", "uncertainty", "reject")
+    }
     shown_gate = {k.removeprefix("gate-"): int(v) for k, v in text.items() if k.startswith("gate-")}
-    assert shown_gate == {g: outcome.gate_counts.get(g, 0)
-                          for g in ("certified", "blocked", "unverified")}
+    assert shown_gate == {
+        g: outcome.gate_counts.get(g, 0) for g in ("certified", "blocked", "unverified")
+    }
     n = len(outcome.verdicts)
     assert text["reject-rate"] == f"{outcome.verdict_counts['reject'] / n:.4f}"
     assert text["uncertainty-rate"] == f"{outcome.verdict_counts['uncertainty'] / n:.4f}"
@@ -111,8 +127,9 @@ def test_status_page_in_headless_chromium(streamed, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "status-page.png"
     shot.unlink(missing_ok=True)
-    result = chromium(url, f"--screenshot={shot}", "--window-size=900,1000",
-                      profile=tmp_path / "profile-shot")
+    result = chromium(
+        url, f"--screenshot={shot}", "--window-size=900,1000", profile=tmp_path / "profile-shot"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000

@@ -23,8 +23,10 @@ DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"
 torch = pytest.importorskip("torch")
 nn = torch.nn
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:.*torch.jit.load.*:DeprecationWarning", "ignore:.*LeafSpec.*:FutureWarning",
-    "ignore:.*legacy TorchScript-based ONNX export.*:DeprecationWarning")
+    "ignore:.*torch.jit.load.*:DeprecationWarning",
+    "ignore:.*LeafSpec.*:FutureWarning",
+    "ignore:.*legacy TorchScript-based ONNX export.*:DeprecationWarning",
+)
 
 
 class SmallCNN(nn.Module):
@@ -52,9 +54,16 @@ def exported(tmp_path_factory):
     onnx_path, pt2, scripted = folder / "cnn.onnx", folder / "cnn.pt2", folder / "cnn.pt"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # legacy exporter / TorchScript notices
-        torch.onnx.export(model, (example,), str(onnx_path), dynamo=False, input_names=["input"],
-                          output_names=["logits"],
-                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17)
+        torch.onnx.export(
+            model,
+            (example,),
+            str(onnx_path),
+            dynamo=False,
+            input_names=["input"],
+            output_names=["logits"],
+            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+            opset_version=17,
+        )
         batch = torch.export.Dim("batch", min=1)
         program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}})
         torch.export.save(program, str(pt2))
@@ -68,8 +77,11 @@ def test_onnx_and_torch_paths_give_the_same_activations(exported):
     x = np.random.default_rng(0).normal(size=(5, 1, 8, 8)).astype(np.float32)
     pooling = {"pool": "avg", "relu": "flatten"}
     tt = TorchTap(pt2, ["pool", "relu"], pooling=pooling)
-    ot = OnnxTap(onnx_path, ["/pool/MaxPool_output_0", "/relu/Relu_output_0"],
-                 pooling={"/pool/MaxPool_output_0": "avg", "/relu/Relu_output_0": "flatten"})
+    ot = OnnxTap(
+        onnx_path,
+        ["/pool/MaxPool_output_0", "/relu/Relu_output_0"],
+        pooling={"/pool/MaxPool_output_0": "avg", "/relu/Relu_output_0": "flatten"},
+    )
     lt, at = tt.run(x)
     lo, ao = ot.run(x)
     np.testing.assert_allclose(lt, lo, atol=1e-5)
@@ -90,7 +102,9 @@ def test_onnx_tap_on_digits_model_matches_its_weights():
     logits, acts = tap.run(x)
     plain = ort.InferenceSession(str(DIGITS_MODEL), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(logits, plain.run(None, {"input": x})[0], atol=1e-6)
-    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(DIGITS_MODEL)).graph.initializer}
+    weights = {
+        t.name: numpy_helper.to_array(t) for t in onnx.load(str(DIGITS_MODEL)).graph.initializer
+    }
     w1, b1 = weights["fc1.weight"], weights["fc1.bias"]
     np.testing.assert_allclose(acts["/act1/Relu_output_0"], np.maximum(x @ w1.T + b1, 0), atol=1e-5)
     assert acts["/act2/Relu"].shape == (7, 32)  # node name = its first output

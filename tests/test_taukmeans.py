@@ -23,7 +23,7 @@ def test_three_blobs_give_three_clusters():
     assert res.k == 3
     assert len(np.unique(res.labels)) == 3
     # Each blob is one cluster.
-    assert all(len(np.unique(res.labels[i * 60:(i + 1) * 60])) == 1 for i in range(3))
+    assert all(len(np.unique(res.labels[i * 60 : (i + 1) * 60])) == 1 for i in range(3))
 
 
 @pytest.mark.parametrize("tau", [0.9, 0.5, 0.2, 0.05, 0.01])

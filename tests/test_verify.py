@@ -74,8 +74,11 @@ def check_rule_against_brute_force(verifier, table, rule, allowed, k=5):
 def random_network(rng, cards, n_hidden=2):
     """A random BN: a class C, hidden parents, features with random parents among earlier nodes."""
     names = ["C"] + [f"h{k}" for k in range(n_hidden)] + [f"f{i}" for i in range(len(cards))]
-    card = {"C": 2, **{f"h{k}": 2 for k in range(n_hidden)},
-            **{f"f{i}": c for i, c in enumerate(cards)}}
+    card = {
+        "C": 2,
+        **{f"h{k}": 2 for k in range(n_hidden)},
+        **{f"f{i}": c for i, c in enumerate(cards)},
+    }
     states = {v: tuple(f"{v}_{j}" for j in range(card[v])) for v in names}
     parents, cpts = {}, {}
     for pos, v in enumerate(names):
@@ -86,8 +89,9 @@ def random_network(rng, cards, n_hidden=2):
             ps = ("C", *ps[:1])
         parents[v] = ps
         shape = [card[p] for p in ps] + [card[v]]
-        cpts[v] = rng.dirichlet(np.ones(card[v]) * 0.7, size=int(np.prod(shape[:-1]))
-                                ).reshape(shape)
+        cpts[v] = rng.dirichlet(np.ones(card[v]) * 0.7, size=int(np.prod(shape[:-1]))).reshape(
+            shape
+        )
     return Network("random", tuple(names), states, parents, cpts, "<test>")
 
 
@@ -115,8 +119,13 @@ def classifier_from_network(net):
     pf = pc.sum(axis=0)
     post = pc[1] / pf
     table = (post >= np.median(post)).astype(np.int64)
-    diagram = diagram_from_table(table, terminals=net.states["C"], positive=net.states["C"][1],
-                                 features=feats, states=[net.states[f] for f in feats])
+    diagram = diagram_from_table(
+        table,
+        terminals=net.states["C"],
+        positive=net.states["C"][1],
+        features=feats,
+        states=[net.states[f] for f in feats],
+    )
     return table, diagram, pf
 
 
@@ -156,8 +165,12 @@ def test_counterexamples_are_compact_not_paths():
     diagram = diagram_from_table(table)
     res = BNVerifier(diagram).check_rule(Rule("r", {}, ("pos",)), counterexamples=3)
     assert res.violating_inputs == 8
-    assert res.counterexamples[0].fixed in ({"f0": "s0", "f2": "s0"}, {"f0": "s1", "f2": "s0"},
-                                            {"f1": "s0", "f2": "s0"}, {"f1": "s1", "f2": "s0"})
+    assert res.counterexamples[0].fixed in (
+        {"f0": "s0", "f2": "s0"},
+        {"f0": "s1", "f2": "s0"},
+        {"f1": "s0", "f2": "s0"},
+        {"f1": "s1", "f2": "s0"},
+    )
     assert all(c.n_fixed == 2 for c in res.counterexamples)
 
 
@@ -183,8 +196,7 @@ def test_probability_masses_are_exact_under_the_network():
                 region = [np.asarray(a) for a in allowed]
                 for f, s in c.fixed.items():
                     region[index[f]] = np.array([diagram.states[index[f]].index(s)])
-                assert c.probability == pytest.approx(float(pf[np.ix_(*region)].sum()),
-                                                      abs=1e-12)
+                assert c.probability == pytest.approx(float(pf[np.ix_(*region)].sum()), abs=1e-12)
 
 
 # ---------------------------------------------------------------------------- FMO
@@ -207,7 +219,8 @@ def test_monotonicity_agrees_with_brute_force(seed):
                 given[diagram.features[j]] = tuple(allowed[j])
         kind = ("fmo", "increasing", "decreasing")[q % 3]
         res = verifier.check_monotonicity(
-            MonotonicityQuery(f"q{q}", diagram.features[i], order, given, kind))
+            MonotonicityQuery(f"q{q}", diagram.features[i], order, given, kind)
+        )
         want = brute_monotone(table, i, order, allowed, diagram.positive_terminal, kind)
         assert res.holds == want, (res, order, given)
         verdicts.add(res.verdict)
@@ -220,11 +233,12 @@ def test_monotonicity_agrees_with_brute_force(seed):
             assert ranks == sorted(set(ranks))
             xs = []
             for v in w.values:
-                x = [diagram.states[j].index(w.fixed[f]) if j != i else
-                     diagram.states[i].index(v) for j, f in enumerate(diagram.features)]
+                x = [
+                    diagram.states[j].index(w.fixed[f]) if j != i else diagram.states[i].index(v)
+                    for j, f in enumerate(diagram.features)
+                ]
                 xs.append(x)
-            assert tuple(diagram.terminals[t] for t in diagram.predict(np.array(xs))) == \
-                w.classes
+            assert tuple(diagram.terminals[t] for t in diagram.predict(np.array(xs))) == w.classes
     assert verdicts == {"holds", "violated"} or seed % 2 == 0
 
 
@@ -281,7 +295,8 @@ def _cross_check_network(name, n_rules, n_fmo, seed=0):
                 given[diagram.features[j]] = tuple(allowed[j])
         kind = ("fmo", "fmo", "increasing", "decreasing")[q % 4]
         res = verifier.check_monotonicity(
-            MonotonicityQuery(f"q{q}", diagram.features[i], tuple(range(cards[i])), given, kind))
+            MonotonicityQuery(f"q{q}", diagram.features[i], tuple(range(cards[i])), given, kind)
+        )
         want = brute_monotone(table, i, range(cards[i]), allowed, diagram.positive_terminal, kind)
         assert res.holds == want, (name, res)
 
@@ -317,17 +332,19 @@ def test_child_monotone_features_the_reference_reports_violated(feature):
                 allowed[j] = [int(rng.integers(cards[j]))]
                 given[diagram.features[j]] = tuple(allowed[j])
         res = verifier.check_monotonicity(
-            MonotonicityQuery(f"q{q}", feature, tuple(range(cards[i])), given))
+            MonotonicityQuery(f"q{q}", feature, tuple(range(cards[i])), given)
+        )
         assert res.holds
-        assert brute_monotone(table, i, range(cards[i]), allowed, diagram.positive_terminal,
-                              "fmo")
+        assert brute_monotone(table, i, range(cards[i]), allowed, diagram.positive_terminal, "fmo")
     # Untied copies (the reference's encoding) mix contexts: positive somewhere at one value,
     # negative somewhere at a higher one, positive somewhere at a higher one still.
     seqs = np.moveaxis(table == diagram.positive_terminal, i, -1).reshape(-1, cards[i])
     some_pos, some_neg = seqs.any(axis=0), (~seqs).any(axis=0)
-    untied_flip = any((some_pos[a] and some_neg[b] and some_pos[c])
-                      or (some_neg[a] and some_pos[b] and some_neg[c])
-                      for a, b, c in itertools.combinations(range(cards[i]), 3))
+    untied_flip = any(
+        (some_pos[a] and some_neg[b] and some_pos[c])
+        or (some_neg[a] and some_pos[b] and some_neg[c])
+        for a, b, c in itertools.combinations(range(cards[i]), 3)
+    )
     assert untied_flip
 
 
@@ -347,10 +364,12 @@ def test_product_search_alone_decides_when_sat_has_no_time():
                 j = (i + 1) % len(cards)
                 allowed[j] = [int(rng.integers(cards[j]))]
                 given[diagram.features[j]] = tuple(allowed[j])
-            res = verifier.check_monotonicity(MonotonicityQuery(
-                f"q{q}", diagram.features[i], tuple(range(cards[i])), given, kind))
+            res = verifier.check_monotonicity(
+                MonotonicityQuery(f"q{q}", diagram.features[i], tuple(range(cards[i])), given, kind)
+            )
             engines.add(res.engine.split()[0])
-            assert res.holds == brute_monotone(table, i, range(cards[i]), allowed,
-                                               diagram.positive_terminal, kind)
+            assert res.holds == brute_monotone(
+                table, i, range(cards[i]), allowed, diagram.positive_terminal, kind
+            )
         assert engines <= {"sat,", "diagram"}
     assert verifier._solvers == []

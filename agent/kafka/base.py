@@ -90,8 +90,9 @@ class AgentConsumer(Protocol):
 class AgentProducer(Protocol):
     """The producer side the agent loop needs."""
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float,
-                stop: threading.Event | None = None) -> list[DeliveryFailure]:
+    def deliver(
+        self, outputs: Sequence[Outgoing], timeout_s: float, stop: threading.Event | None = None
+    ) -> list[DeliveryFailure]:
         """Send ``outputs`` (acks=all) and wait at most ``timeout_s``, or until ``stop`` is
         set; return those not acknowledged."""
 

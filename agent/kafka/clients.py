@@ -16,14 +16,20 @@ def library(cfg: Mapping[str, Any]) -> str:
         try:
             import confluent_kafka  # noqa: F401
         except ImportError:
-            raise ConfigError("kafka.library is confluent-kafka but it is not installed "
-                              "(pip install 'boxwatch[confluent]')") from None
+            raise ConfigError(
+                "kafka.library is confluent-kafka but it is not installed "
+                "(pip install 'boxwatch[confluent]')"
+            ) from None
     return name
 
 
-def make_consumer(cfg: Mapping[str, Any], topics: list[str], *,
-                  on_assign: PartitionsCallback | None = None,
-                  on_revoke: PartitionsCallback | None = None) -> AgentConsumer:
+def make_consumer(
+    cfg: Mapping[str, Any],
+    topics: list[str],
+    *,
+    on_assign: PartitionsCallback | None = None,
+    on_revoke: PartitionsCallback | None = None,
+) -> AgentConsumer:
     """The agent's consumer, subscribed to ``topics`` with the rebalance callbacks."""
     if library(cfg) == "confluent-kafka":
         from boxwatch.agent.kafka.confluent import ConfluentConsumer
@@ -60,7 +66,8 @@ def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
     if not missing:
         return []
     if not cfg["kafka.create_topics"]:
-        raise ConfigError(f"topics missing on {where}: {missing} (create them, or set "
-                          "kafka.create_topics: true)")
+        raise ConfigError(
+            f"topics missing on {where}: {missing} (create them, or set kafka.create_topics: true)"
+        )
     create_topics(cfg, missing, cfg["kafka.partitions"])
     return missing

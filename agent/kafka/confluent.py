@@ -40,10 +40,18 @@ QUERY_TIMEOUT_S = 1.0
 LAG_PROBE_S = 2.0
 _QUIET_CODES = {KafkaError._PARTITION_EOF}
 # Delivery errors about the record itself: sending the same bytes again cannot succeed.
-REFUSED_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG,
-                           KafkaError.INVALID_MSG_SIZE, KafkaError.RECORD_LIST_TOO_LARGE,
-                           KafkaError.INVALID_RECORD, KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                           KafkaError._INVALID_ARG, KafkaError._BAD_MSG})
+REFUSED_CODES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        KafkaError._INVALID_ARG,
+        KafkaError._BAD_MSG,
+    }
+)
 
 
 def _error_cb(err: KafkaError) -> None:
@@ -56,8 +64,13 @@ def _error_cb(err: KafkaError) -> None:
 
 
 def _base(cfg: Mapping[str, Any], client_id: str) -> dict[str, Any]:
-    return {**cfg["kafka.client"], "bootstrap.servers": cfg["kafka.bootstrap_servers"],
-            "client.id": client_id, "error_cb": _error_cb, "logger": _librdkafka_log}
+    return {
+        **cfg["kafka.client"],
+        "bootstrap.servers": cfg["kafka.bootstrap_servers"],
+        "client.id": client_id,
+        "error_cb": _error_cb,
+        "logger": _librdkafka_log,
+    }
 
 
 def _all_brokers_down(err: KafkaError) -> bool:
@@ -96,8 +109,10 @@ def producer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _refuse(cfg: Mapping[str, Any], exc: Exception) -> ConfigError:
-    return ConfigError(f"Kafka client options refused by librdkafka: {exc} (kafka.library is "
-                       f"confluent-kafka: kafka.client takes librdkafka property names)")
+    return ConfigError(
+        f"Kafka client options refused by librdkafka: {exc} (kafka.library is "
+        f"confluent-kafka: kafka.client takes librdkafka property names)"
+    )
 
 
 def _admin(cfg: Mapping[str, Any]) -> AdminClient:
@@ -112,23 +127,27 @@ def list_topics(cfg: Mapping[str, Any]) -> set[str]:
     try:
         meta = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
-        raise ConfigError(f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} "
-                          f"({exc.args[0].str() if exc.args else exc})") from None
+        raise ConfigError(
+            f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} "
+            f"({exc.args[0].str() if exc.args else exc})"
+        ) from None
     return set(meta.topics)
 
 
 def create_topics(cfg: Mapping[str, Any], names: list[str], partitions: int) -> None:
     admin = _admin(cfg)  # kept referenced until every result is in
-    futures = admin.create_topics([NewTopic(t, partitions, 1) for t in names],
-                                  operation_timeout=ADMIN_TIMEOUT_S)
+    futures = admin.create_topics(
+        [NewTopic(t, partitions, 1) for t in names], operation_timeout=ADMIN_TIMEOUT_S
+    )
     for name, fut in futures.items():
         try:
             fut.result(ADMIN_TIMEOUT_S)
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
-            raise ConfigError(f"creating topic {name} failed on "
-                              f"{cfg['kafka.bootstrap_servers']}: {exc}") from None
+            raise ConfigError(
+                f"creating topic {name} failed on {cfg['kafka.bootstrap_servers']}: {exc}"
+            ) from None
     log.info("created topics %s", names)
 
 
@@ -158,16 +177,22 @@ class _CommitJob:
 
 def _record(m: Any) -> Record:
     ts_type, ts = m.timestamp()
-    return Record(m.topic(), m.partition(), m.offset(), ts if ts_type else 0, m.key(),
-                  m.value(), _headers(m))
+    return Record(
+        m.topic(), m.partition(), m.offset(), ts if ts_type else 0, m.key(), m.value(), _headers(m)
+    )
 
 
 class ConfluentConsumer:
     """A subscribed librdkafka consumer with the agent's pause and commit semantics."""
 
-    def __init__(self, cfg: Mapping[str, Any], topics: list[str], *,
-                 on_assign: PartitionsCallback | None = None,
-                 on_revoke: PartitionsCallback | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        topics: list[str],
+        *,
+        on_assign: PartitionsCallback | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> None:
         self._down = False
         try:
             self.raw = Consumer({**consumer_options(cfg), "error_cb": self._on_error})
@@ -177,9 +202,12 @@ class ConfluentConsumer:
         self._on_assign, self._on_revoke = on_assign, on_revoke
         # Lag: the loop thread records positions; a probe thread with its own librdkafka
         # handle (never shared across threads) asks the broker for high watermarks.
-        self._probe_options = {**_base(cfg, "boxwatch-agent-lag"), "log_level": 0,
-                               "group.id": f"{cfg['kafka.group_id']}.lag-probe",
-                               "enable.auto.commit": False}
+        self._probe_options = {
+            **_base(cfg, "boxwatch-agent-lag"),
+            "log_level": 0,
+            "group.id": f"{cfg['kafka.group_id']}.lag-probe",
+            "enable.auto.commit": False,
+        }
         for key in ("error_cb", "logger"):  # served only by poll(), which the probe never calls
             self._probe_options.pop(key)
         self._commits: queue.SimpleQueue[_CommitJob | None] = queue.SimpleQueue()
@@ -189,8 +217,9 @@ class ConfluentConsumer:
         self._closing = threading.Event()
         self._prober: threading.Thread | None = None
         self._last_lag: tuple[bool, object] = (True, {})
-        self.raw.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked,
-                           on_lost=self._revoked)
+        self.raw.subscribe(
+            topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+        )
 
     def _on_error(self, err: KafkaError) -> None:
         """librdkafka reconnects by itself; remember when every broker is down."""
@@ -262,8 +291,9 @@ class ConfluentConsumer:
         failure (the batch may then come again, as after any failed commit).
         """
         if self._committer is None:
-            self._committer = threading.Thread(target=self._commit_loop, name="kafka-commit",
-                                               daemon=True)
+            self._committer = threading.Thread(
+                target=self._commit_loop, name="kafka-commit", daemon=True
+            )
             self._committer.start()
         job = _CommitJob([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
         self._commits.put(job)
@@ -313,8 +343,9 @@ class ConfluentConsumer:
             for topic, partition in sorted(self._assignment):
                 if self._closing.is_set():
                     break
-                _, high = handle.get_watermark_offsets(TopicPartition(topic, partition),
-                                                       timeout=QUERY_TIMEOUT_S, cached=False)
+                _, high = handle.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=QUERY_TIMEOUT_S, cached=False
+                )
                 self._down = False  # a broker answered
                 if (topic, partition) in positions:
                     out[(topic, partition)] = max(high - positions[(topic, partition)], 0)
@@ -344,8 +375,13 @@ class ConfluentProducer:
         # a batch is acknowledged when flush() leaves nothing outstanding and none failed.
         self._failed: dict[tuple[str, bytes | None, bytes | None], KafkaError] = {}
         try:
-            self.raw = Producer({**producer_options(cfg), "delivery.report.only.error": True,
-                                 "on_delivery": self._on_failure})
+            self.raw = Producer(
+                {
+                    **producer_options(cfg),
+                    "delivery.report.only.error": True,
+                    "on_delivery": self._on_failure,
+                }
+            )
         except (KafkaException, ValueError, TypeError) as exc:
             raise _refuse(cfg, exc) from None
 
@@ -354,8 +390,9 @@ class ConfluentProducer:
             self._failed[(msg.topic(), msg.key(), msg.value())] = err
             log.warning("delivery failed: %s", err.str())
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float,
-                stop: threading.Event | None = None) -> list[DeliveryFailure]:
+    def deliver(
+        self, outputs: Sequence[Outgoing], timeout_s: float, stop: threading.Event | None = None
+    ) -> list[DeliveryFailure]:
         """Produce all, flush, and report what is not known to be acknowledged.
 
         Failures arrive through :meth:`_on_failure` while flushing. An output that
@@ -405,8 +442,9 @@ class ConfluentProducer:
             if k >= sent:
                 out_failures.append(DeliveryFailure(out, "not sent", True))
             elif err is not None:
-                out_failures.append(DeliveryFailure(out, err.str(),
-                                                    err.code() not in REFUSED_CODES))
+                out_failures.append(
+                    DeliveryFailure(out, err.str(), err.code() not in REFUSED_CODES)
+                )
         return out_failures
 
     def _refresh_metadata(self, topic: str) -> None:

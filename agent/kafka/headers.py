@@ -66,6 +66,8 @@ def header_problem(headers: Sequence[tuple[Any, Any]] | None) -> str | None:
 
 def carried_headers(headers: Sequence[tuple[Any, Any]] | None) -> list[tuple[str, bytes]]:
     """The headers an output may carry: UTF-8 names with byte values (null values dropped)."""
-    return [(name, bytes(value)) for name, value in headers or ()
-            if value is not None and isinstance(value, bytes | bytearray)
-            and _writable_name(name)]
+    return [
+        (name, bytes(value))
+        for name, value in headers or ()
+        if value is not None and isinstance(value, bytes | bytearray) and _writable_name(name)
+    ]

@@ -53,9 +53,16 @@ log = logging.getLogger(__name__)
 RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
 # What a send refuses for good, whatever the broker's state: the output itself is at fault
 # (local checks, and the broker's answers about the record). Every other failure is retried.
-REFUSED = (TypeError, ValueError, AssertionError, MessageSizeTooLargeError,
-           RecordListTooLargeError, InvalidRecordError, CorruptRecordError,
-           UnsupportedForMessageFormatError)
+REFUSED = (
+    TypeError,
+    ValueError,
+    AssertionError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    InvalidRecordError,
+    CorruptRecordError,
+    UnsupportedForMessageFormatError,
+)
 
 
 def _read_record_lenient(batch: Any) -> Any:
@@ -70,33 +77,45 @@ def _read_record_lenient(batch: Any) -> Any:
     start = pos
     _, pos = decode_varint(buffer, pos)
     ts_delta, pos = decode_varint(buffer, pos)
-    timestamp = (batch.max_timestamp if batch.timestamp_type == batch.LOG_APPEND_TIME
-                 else batch.first_timestamp + ts_delta)
+    timestamp = (
+        batch.max_timestamp
+        if batch.timestamp_type == batch.LOG_APPEND_TIME
+        else batch.first_timestamp + ts_delta
+    )
     offset_delta, pos = decode_varint(buffer, pos)
     fields = []
     for _ in range(2):  # key, value: nullable bytes
         n, pos = decode_varint(buffer, pos)
-        fields.append(bytes(buffer[pos:pos + n]) if n >= 0 else None)
+        fields.append(bytes(buffer[pos : pos + n]) if n >= 0 else None)
         pos += max(n, 0)
     count, pos = decode_varint(buffer, pos)
     headers = []
     for _ in range(max(count, 0)):
         n, pos = decode_varint(buffer, pos)
-        raw = bytes(buffer[pos:pos + n])
+        raw = bytes(buffer[pos : pos + n])
         try:
             name: str = raw.decode("utf-8")
         except UnicodeDecodeError:
             name = UndecodableName(raw)
         pos += n
         n, pos = decode_varint(buffer, pos)
-        headers.append((name, bytes(buffer[pos:pos + n]) if n >= 0 else None))
+        headers.append((name, bytes(buffer[pos : pos + n]) if n >= 0 else None))
         pos += max(n, 0)
     if count < 0 or pos - start != length:
         raise default_records.CorruptRecordError("invalid record structure")
     batch._pos = pos
-    kind = default_records.ControlRecord if batch.is_control_batch else default_records.DefaultRecord
-    return kind(length, batch.base_offset + offset_delta, timestamp, batch.timestamp_type,
-                fields[0], fields[1], headers)
+    kind = (
+        default_records.ControlRecord if batch.is_control_batch else default_records.DefaultRecord
+    )
+    return kind(
+        length,
+        batch.base_offset + offset_delta,
+        timestamp,
+        batch.timestamp_type,
+        fields[0],
+        fields[1],
+        headers,
+    )
 
 
 def install_lenient_header_names() -> None:
@@ -121,10 +140,16 @@ def client_options(cfg: Mapping[str, Any], client: type) -> dict[str, Any]:
 
     An option no kafka-python client knows is passed on, so the client refuses it loudly.
     """
-    known = (KafkaConsumer.DEFAULT_CONFIG, KafkaProducer.DEFAULT_CONFIG,
-             KafkaAdminClient.DEFAULT_CONFIG)
-    return {k: v for k, v in cfg["kafka.client"].items()
-            if k in client.DEFAULT_CONFIG or not any(k in d for d in known)}
+    known = (
+        KafkaConsumer.DEFAULT_CONFIG,
+        KafkaProducer.DEFAULT_CONFIG,
+        KafkaAdminClient.DEFAULT_CONFIG,
+    )
+    return {
+        k: v
+        for k, v in cfg["kafka.client"].items()
+        if k in client.DEFAULT_CONFIG or not any(k in d for d in known)
+    }
 
 
 def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,18 +197,23 @@ def _create(client: type, options: dict[str, Any]) -> Any:
     try:
         return client(**options)
     except (KafkaConfigurationError, ValueError, TypeError, AssertionError) as exc:
-        raise ConfigError(f"Kafka client options refused by kafka-python: {exc} (kafka.client "
-                          "takes kafka-python option names with kafka.library: kafka-python)") from None
+        raise ConfigError(
+            f"Kafka client options refused by kafka-python: {exc} (kafka.client "
+            "takes kafka-python option names with kafka.library: kafka-python)"
+        ) from None
 
 
 def _admin(cfg: Mapping[str, Any]) -> KafkaAdminClient:
     try:
-        return _create(KafkaAdminClient, {
-            **client_options(cfg, KafkaAdminClient),
-            "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
-            "client_id": "boxwatch-agent-admin",
-            "request_timeout_ms": 10_000,
-        })
+        return _create(
+            KafkaAdminClient,
+            {
+                **client_options(cfg, KafkaAdminClient),
+                "bootstrap_servers": cfg["kafka.bootstrap_servers"].split(","),
+                "client_id": "boxwatch-agent-admin",
+                "request_timeout_ms": 10_000,
+            },
+        )
     except KafkaError as exc:
         raise ConfigError(
             f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']} ({type(exc).__name__})"
@@ -195,7 +225,9 @@ def list_topics(cfg: Mapping[str, Any]) -> set[str]:
     try:
         return set(admin.list_topics())
     except KafkaError as exc:
-        raise ConfigError(f"topic check failed on {cfg['kafka.bootstrap_servers']}: {exc}") from None
+        raise ConfigError(
+            f"topic check failed on {cfg['kafka.bootstrap_servers']}: {exc}"
+        ) from None
     finally:
         admin.close()
 
@@ -208,7 +240,9 @@ def create_topics(cfg: Mapping[str, Any], names: list[str], partitions: int) -> 
     except TopicAlreadyExistsError:
         pass
     except KafkaError as exc:
-        raise ConfigError(f"creating {names} failed on {cfg['kafka.bootstrap_servers']}: {exc}") from None
+        raise ConfigError(
+            f"creating {names} failed on {cfg['kafka.bootstrap_servers']}: {exc}"
+        ) from None
     finally:
         admin.close()
 
@@ -216,9 +250,14 @@ def create_topics(cfg: Mapping[str, Any], names: list[str], partitions: int) -> 
 class KafkaPythonConsumer:
     """A subscribed :class:`KafkaConsumer` with the agent's pause and commit semantics."""
 
-    def __init__(self, cfg: Mapping[str, Any], topics: list[str], *,
-                 on_assign: PartitionsCallback | None = None,
-                 on_revoke: PartitionsCallback | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        topics: list[str],
+        *,
+        on_assign: PartitionsCallback | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> None:
         install_lenient_header_names()
         self.raw = _create(KafkaConsumer, consumer_options(cfg))
         self.paused = False
@@ -258,8 +297,10 @@ class KafkaPythonConsumer:
 
     def commit(self, offsets: Mapping[Partition, int], timeout_s: float) -> None:
         try:
-            self.raw.commit({TP(t, p): OffsetAndMetadata(o, "", -1)
-                             for (t, p), o in offsets.items()}, timeout_ms=int(timeout_s * 1000))
+            self.raw.commit(
+                {TP(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()},
+                timeout_ms=int(timeout_s * 1000),
+            )
         except RETRYABLE as exc:
             raise KafkaUnavailable(f"commit failed: {exc}") from exc
 
@@ -304,8 +345,9 @@ class KafkaPythonProducer:
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         self.raw = _create(KafkaProducer, producer_options(cfg))
 
-    def deliver(self, outputs: Sequence[Outgoing], timeout_s: float,
-                stop: threading.Event | None = None) -> list[DeliveryFailure]:
+    def deliver(
+        self, outputs: Sequence[Outgoing], timeout_s: float, stop: threading.Event | None = None
+    ) -> list[DeliveryFailure]:
         """Send all, flush, and report each output not acknowledged and whether to retry it.
 
         The flush waits in slices, so a set ``stop`` ends it at once (what is unanswered
@@ -316,14 +358,16 @@ class KafkaPythonProducer:
         send = self.raw.send
         for i, out in enumerate(outputs):
             try:
-                futures.append((out, send(out.topic, key=out.key, value=out.value,
-                                          headers=out.headers)))
+                futures.append(
+                    (out, send(out.topic, key=out.key, value=out.value, headers=out.headers))
+                )
             except REFUSED as exc:
                 failed.append(DeliveryFailure(out, f"{type(exc).__name__}: {exc}", False))
             except RETRYABLE as exc:
                 log.warning("send to %s failed: %s", out.topic, exc)
-                failed.extend(DeliveryFailure(o, f"{type(exc).__name__}", True)
-                              for o in outputs[i:])
+                failed.extend(
+                    DeliveryFailure(o, f"{type(exc).__name__}", True) for o in outputs[i:]
+                )
                 break
         deadline = time.monotonic() + timeout_s
         while futures and not (stop is not None and stop.is_set()):
@@ -342,8 +386,11 @@ class KafkaPythonProducer:
                 failed.append(DeliveryFailure(out, "not acknowledged in time", True))
             elif fut.failed():
                 exc = fut.exception
-                failed.append(DeliveryFailure(out, f"{type(exc).__name__}: {exc}",
-                                              not isinstance(exc, REFUSED)))
+                failed.append(
+                    DeliveryFailure(
+                        out, f"{type(exc).__name__}: {exc}", not isinstance(exc, REFUSED)
+                    )
+                )
         return failed
 
     def close(self, timeout_s: float) -> None:
@@ -356,8 +403,10 @@ class KafkaPythonProducer:
         try:
             self.raw.close(timeout=timeout_s)
         except KafkaTimeoutError:
-            log.warning("outputs still unacknowledged after %.1fs; closing the producer "
-                        "without them", timeout_s)
+            log.warning(
+                "outputs still unacknowledged after %.1fs; closing the producer without them",
+                timeout_s,
+            )
             sender = getattr(self.raw, "_sender", None)
             if sender is not None:
                 sender.force_close()

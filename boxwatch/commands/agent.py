@@ -23,9 +23,14 @@ log = logging.getLogger("boxwatch.agent")
 
 
 def _overrides(**kw: Any) -> dict[str, Any]:
-    names = {"artifact": "artifact", "public_keys": "public_keys", "model": "model",
-             "bootstrap_servers": "kafka.bootstrap_servers", "group_id": "kafka.group_id",
-             "metrics_address": "metrics.address"}
+    names = {
+        "artifact": "artifact",
+        "public_keys": "public_keys",
+        "model": "model",
+        "bootstrap_servers": "kafka.bootstrap_servers",
+        "group_id": "kafka.group_id",
+        "metrics_address": "metrics.address",
+    }
     out = {names[k]: v for k, v in kw.items() if k in names and v not in (None, ())}
     if "public_keys" in out:
         out["public_keys"] = list(out["public_keys"])
@@ -35,15 +40,26 @@ def _overrides(**kw: Any) -> dict[str, Any]:
 
 
 @click.command()
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Agent config YAML (see docs/agent-config.md).")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Agent config YAML (see docs/agent-config.md).",
+)
 @click.option("--artifact", help="Signed artifact path [$BOXWATCH_ARTIFACT].")
-@click.option("--public-key", "public_keys", multiple=True,
-              help="Trusted public key; repeat for rotation [$BOXWATCH_PUBLIC_KEYS].")
+@click.option(
+    "--public-key",
+    "public_keys",
+    multiple=True,
+    help="Trusted public key; repeat for rotation [$BOXWATCH_PUBLIC_KEYS].",
+)
 @click.option("--model", help="Model file, checked against the artifact [$BOXWATCH_MODEL].")
 @click.option("--bootstrap-servers", help="Kafka bootstrap servers [$BOXWATCH_BOOTSTRAP_SERVERS].")
 @click.option("--group-id", help="Consumer group [$BOXWATCH_GROUP_ID].")
-@click.option("--metrics-address", help="HOST:PORT for /metrics and health [$BOXWATCH_METRICS_ADDRESS].")
+@click.option(
+    "--metrics-address", help="HOST:PORT for /metrics and health [$BOXWATCH_METRICS_ADDRESS]."
+)
 @click.option("--create-topics", is_flag=True, help="Create missing topics instead of failing.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
@@ -64,8 +80,11 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     """
     with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor
         faulthandler.enable()  # a native crash (onnxruntime, librdkafka) leaves its stacks
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     logging.getLogger("kafka").setLevel(logging.WARNING if not verbose else logging.INFO)
     try:
         cfg = load_agent_config(config_path, overrides=_overrides(**options))
@@ -78,8 +97,12 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     http = serve(worker)
-    log.info("agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
-             worker.runtime.artifact_id, box_kernel(), http.address)
+    log.info(
+        "agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
+        worker.runtime.artifact_id,
+        box_kernel(),
+        http.address,
+    )
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: worker.stop())
         signal.signal(signal.SIGINT, lambda *_: worker.stop())

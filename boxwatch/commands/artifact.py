@@ -13,9 +13,14 @@ from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, echo_err, fail
 
 @click.command("verify-artifact")
 @click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--public-key", "public_keys", multiple=True, required=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Trusted public key (PEM); repeat to trust several during key rotation.")
+@click.option(
+    "--public-key",
+    "public_keys",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Trusted public key (PEM); repeat to trust several during key rotation.",
+)
 def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
     """Check an artifact's container, signature, schema and member digests.
 
@@ -41,9 +46,13 @@ def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
 
 @click.command()
 @click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--public-key", "public_keys", multiple=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Also verify the signature with this trusted key (repeatable).")
+@click.option(
+    "--public-key",
+    "public_keys",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also verify the signature with this trusted key (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def inspect(artifact: Path, public_keys: tuple[Path, ...], as_json: bool) -> None:
     """Show what an artifact holds: classes, layers, monitors, BN, rules, model digest.

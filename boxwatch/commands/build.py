@@ -21,17 +21,38 @@ KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
 
 @click.command("build-artifact")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--key", "key_path", type=click.Path(dir_okay=False, path_type=Path),
-              help=f"Ed25519 private key (PEM) that signs the artifact [${KEY_FILE_ENV}].")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the artifact (atomically). Required unless --dry-run.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for report.html and summary.json.")
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"Ed25519 private key (PEM) that signs the artifact [${KEY_FILE_ENV}].",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the artifact (atomically). Required unless --dry-run.",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for report.html and summary.json.",
+)
 @click.option("--dry-run", is_flag=True, help="Validate the config and every input, build nothing.")
-@click.option("--created-at", type=int,
-              help="Creation time (Unix seconds); default $SOURCE_DATE_EPOCH, else now.")
-def build_artifact(config: Path, key_path: Path | None, out: Path | None, report_dir: Path | None,
-                   dry_run: bool, created_at: int | None) -> None:
+@click.option(
+    "--created-at",
+    type=int,
+    help="Creation time (Unix seconds); default $SOURCE_DATE_EPOCH, else now.",
+)
+def build_artifact(
+    config: Path,
+    key_path: Path | None,
+    out: Path | None,
+    report_dir: Path | None,
+    dry_run: bool,
+    created_at: int | None,
+) -> None:
     """Build the signed artifact a release pipeline publishes.
 
     Validates every input first (all problems listed at once), extracts activations, fits
@@ -52,7 +73,9 @@ def build_artifact(config: Path, key_path: Path | None, out: Path | None, report
         if dry_run:
             click.echo(f"{config}: valid; nothing built (--dry-run)", err=True)
             sys.exit(EXIT_OK)
-        key_path = key_path or (Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None)
+        key_path = key_path or (
+            Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None
+        )
         if key_path is None:
             raise ConfigError(f"no signing key: give --key PATH or set ${KEY_FILE_ENV}")
         if out is None:

@@ -45,8 +45,9 @@ class _ProgressBar:
         if self._bar is None:
             if time.perf_counter() - self._start < PROGRESS_AFTER_S:
                 return
-            self._bar = click.progressbar(length=total, label="compiling", file=sys.stderr,
-                                          show_eta=True, show_percent=True)
+            self._bar = click.progressbar(
+                length=total, label="compiling", file=sys.stderr, show_eta=True, show_percent=True
+            )
             self._bar.__enter__()
         self._bar.update(done - self._done)
         self._done = done
@@ -90,10 +91,15 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
 
 @click.command("compile-bn")
 @classifier_options
-@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
-              help="joint: the joint table (fast while it fits); decompose: split the "
-                   "features (for huge feature spaces); auto: the route estimated fastest "
-                   "among those within the limits.")
+@click.option(
+    "--method",
+    type=click.Choice(METHODS),
+    default="auto",
+    show_default=True,
+    help="joint: the joint table (fast while it fits); decompose: split the "
+    "features (for huge feature spaces); auto: the route estimated fastest "
+    "among those within the limits.",
+)
 @limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def compile_bn(
@@ -145,13 +151,24 @@ def compile_bn(
             ),
         )
         with memory_guard(limit), _progress() as bar:
-            result = compile_classifier(network, spec, method=method, max_memory=limit,
-                                        max_seconds=max_seconds, progress=bar)
+            result = compile_classifier(
+                network,
+                spec,
+                method=method,
+                max_memory=limit,
+                max_seconds=max_seconds,
+                progress=bar,
+            )
     except ConfigError as exc:
         fail(exc, EXIT_USAGE)
     except MemoryError:
-        fail(CompileLimitError(f"{network_file}: out of memory (limit {format_bytes(limit)}); "
-                               "give fewer features or raise --max-memory"), EXIT_USAGE)
+        fail(
+            CompileLimitError(
+                f"{network_file}: out of memory (limit {format_bytes(limit)}); "
+                "give fewer features or raise --max-memory"
+            ),
+            EXIT_USAGE,
+        )
     if as_json:
         info = {**result.summary(), "parse_seconds": parse_seconds, "file": str(network_file)}
         click.echo(json.dumps(info, indent=2, sort_keys=True))

@@ -48,39 +48,72 @@ def _fmt(v: Any) -> str:
 
 def summary_table(summary: dict[str, Any], out: Path) -> str:
     """The end-of-build table (stdout): what was built and how it scored."""
-    rows: list[tuple[str, str]] = [("artifact", str(out)),
-                                   ("artifact id", summary["artifact"]["artifact_id"]),
-                                   ("bytes", str(summary["artifact"]["bytes"]))]
+    rows: list[tuple[str, str]] = [
+        ("artifact", str(out)),
+        ("artifact id", summary["artifact"]["artifact_id"]),
+        ("bytes", str(summary["artifact"]["bytes"])),
+    ]
     mon = summary.get("monitor")
     if mon:
         acc = summary["model"]["accuracy"]
         rows.append(("model accuracy", ", ".join(f"{k} {_fmt(v)}" for k, v in acc.items())))
         boxes = sum(sum(v["good"]) + sum(v["bad"]) for v in mon["boxes"].values())
-        rows.append(("monitors", f"{len(mon['layers'])} layers x {len(summary['model']['classes'])} "
-                                 f"classes, {boxes} boxes"))
+        rows.append(
+            (
+                "monitors",
+                f"{len(mon['layers'])} layers x {len(summary['model']['classes'])} "
+                f"classes, {boxes} boxes",
+            )
+        )
         ev = (mon.get("evaluation") or {}).get("combined")
         if ev:
-            rows.append(("validation", f"precision {_fmt(ev['precision'])}, recall "
-                                       f"{_fmt(ev['recall'])}, F1 {_fmt(ev['f1'])}"))
+            rows.append(
+                (
+                    "validation",
+                    f"precision {_fmt(ev['precision'])}, recall "
+                    f"{_fmt(ev['recall'])}, F1 {_fmt(ev['f1'])}",
+                )
+            )
         cal = mon["calibration"]
-        rows.append(("score threshold", f"{_fmt(cal['threshold'])} (accepts "
-                                        f"{_fmt(cal['known_acceptance'])} of known, "
-                                        f"{_fmt(cal['unknown_acceptance'])} of unknown)"))
+        rows.append(
+            (
+                "score threshold",
+                f"{_fmt(cal['threshold'])} (accepts "
+                f"{_fmt(cal['known_acceptance'])} of known, "
+                f"{_fmt(cal['unknown_acceptance'])} of unknown)",
+            )
+        )
         det = mon.get("detection")
         if det:
-            rows.append(("detection", f"AUROC {_fmt(det['auroc'])}, FPR@95 {_fmt(det['fpr_at_95'])}"))
+            rows.append(
+                ("detection", f"AUROC {_fmt(det['auroc'])}, FPR@95 {_fmt(det['fpr_at_95'])}")
+            )
         for point in mon.get("operating_points") or []:
             if point["set"] != "unknown":
-                rows.append((point["set"], f"accepted {_fmt(point['acceptance'])}, AUROC "
-                                           f"{_fmt(point['auroc'])}"))
+                rows.append(
+                    (
+                        point["set"],
+                        f"accepted {_fmt(point['acceptance'])}, AUROC {_fmt(point['auroc'])}",
+                    )
+                )
     bn = summary.get("bn")
     if bn:
-        rows.append(("BN classifier", f"{bn['class']}={bn['positive']} at T={bn['threshold']}: "
-                                      f"{bn['nodes']} nodes, {bn['positives']}/{bn['inputs']} "
-                                      f"positive, {bn['ties']} ties"))
+        rows.append(
+            (
+                "BN classifier",
+                f"{bn['class']}={bn['positive']} at T={bn['threshold']}: "
+                f"{bn['nodes']} nodes, {bn['positives']}/{bn['inputs']} "
+                f"positive, {bn['ties']} ties",
+            )
+        )
         for r in bn["rules"]:
-            rows.append((f"  rule {r['id']}", r["verdict"] + (
-                f" ({r['violations']} violating inputs)" if r["verdict"] != "holds" else "")))
+            rows.append(
+                (
+                    f"  rule {r['id']}",
+                    r["verdict"]
+                    + (f" ({r['violations']} violating inputs)" if r["verdict"] != "holds" else ""),
+                )
+            )
         for q in bn["fmo"]:
             rows.append((f"  {q['kind']} {q['id']}", q["verdict"]))
     failed = summary["policy"]["failed"]

@@ -11,10 +11,20 @@ from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
 
 
 @click.command()
-@click.option("--private", "private_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the private key (PEM, mode 0600). Keep it in your CI's secrets.")
-@click.option("--public", "public_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the public key (PEM) that agents trust.")
+@click.option(
+    "--private",
+    "private_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the private key (PEM, mode 0600). Keep it in your CI's secrets.",
+)
+@click.option(
+    "--public",
+    "public_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the public key (PEM) that agents trust.",
+)
 @click.option("--force", is_flag=True, help="Overwrite existing key files.")
 def keygen(private_path: Path, public_path: Path, force: bool) -> None:
     """Create an Ed25519 signing key pair for artifacts.

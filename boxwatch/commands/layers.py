@@ -15,8 +15,13 @@ from boxwatch.commands.console import EXIT_USAGE
 
 @click.command("layers")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--pooling", type=click.Choice(POOLINGS), default="flatten", show_default=True,
-              help="How conv maps become features (sets the feature counts shown).")
+@click.option(
+    "--pooling",
+    type=click.Choice(POOLINGS),
+    default="flatten",
+    show_default=True,
+    help="How conv maps become features (sets the feature counts shown).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def layers(model: Path, pooling: str, as_json: bool) -> None:
     """List the layers of MODEL that a box monitor can watch.

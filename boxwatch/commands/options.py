@@ -12,18 +12,27 @@ import click
 from boxwatch.offline.bn.limits import MEMORY_SHARE, parse_size
 
 _CLASSIFIER_OPTIONS = (
-    click.argument("network_file", metavar="FILE",
-                   type=click.Path(dir_okay=False, path_type=Path)),
+    click.argument("network_file", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path)),
     click.option("--class", "class_variable", required=True, help="The class variable C."),
     click.option("--positive", required=True, help="The positive state of C (by name)."),
-    click.option("--threshold", type=float, required=True,
-                 help="Decide positive iff P(C = positive | x) >= T; T in (0, 1)."),
-    click.option("--features", default=None,
-                 help="Comma-separated feature variables (default: all leaves; when C is a "
-                      "leaf, all other variables)."),
-    click.option("--order", default=None,
-                 help="Comma-separated variable order of the diagram (default: features in "
-                      "the order a depth-first search from the class first reaches them)."),
+    click.option(
+        "--threshold",
+        type=float,
+        required=True,
+        help="Decide positive iff P(C = positive | x) >= T; T in (0, 1).",
+    ),
+    click.option(
+        "--features",
+        default=None,
+        help="Comma-separated feature variables (default: all leaves; when C is a "
+        "leaf, all other variables).",
+    ),
+    click.option(
+        "--order",
+        default=None,
+        help="Comma-separated variable order of the diagram (default: features in "
+        "the order a depth-first search from the class first reaches them).",
+    ),
 )
 
 
@@ -49,13 +58,21 @@ class SizeParam(click.ParamType):
 
 
 _LIMIT_OPTIONS = (
-    click.option("--max-memory", type=SizeParam(), default=None,
-                 help="Memory any compilation route may use, e.g. 4G or 512M (default: "
-                      f"{MEMORY_SHARE:.0%} of this machine's RAM). Routes estimated to need "
-                      "more are not started; with none left the command exits 2 naming "
-                      "the estimates."),
-    click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
-                 help="Refuse routes estimated to take longer than this (default: no limit)."),
+    click.option(
+        "--max-memory",
+        type=SizeParam(),
+        default=None,
+        help="Memory any compilation route may use, e.g. 4G or 512M (default: "
+        f"{MEMORY_SHARE:.0%} of this machine's RAM). Routes estimated to need "
+        "more are not started; with none left the command exits 2 naming "
+        "the estimates.",
+    ),
+    click.option(
+        "--max-seconds",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Refuse routes estimated to take longer than this (default: no limit).",
+    ),
 )
 
 

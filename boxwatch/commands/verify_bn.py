@@ -41,8 +41,15 @@ def render_report(report: VerificationReport) -> str:
         rows = [("rule", "verdict", "violating inputs", "P(violating)", "first counterexample")]
         for r in report.rules:
             first = str(r.counterexamples[0]) if r.counterexamples else "-"
-            rows.append((r.rule, r.verdict, f"{r.violating_inputs:,} of {r.premise_inputs:,}",
-                         _prob(r.violating_probability), first))
+            rows.append(
+                (
+                    r.rule,
+                    r.verdict,
+                    f"{r.violating_inputs:,} of {r.premise_inputs:,}",
+                    _prob(r.violating_probability),
+                    first,
+                )
+            )
         out.append(_align(rows))
     if report.monotonicity:
         rows = [("query", "check", "feature", "verdict", "why / witness")]
@@ -58,8 +65,10 @@ def render_report(report: VerificationReport) -> str:
 
 def _align(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join([*(v.ljust(w) for v, w in zip(r, widths, strict=False)), r[-1]])
-                     .rstrip() for r in rows)
+    return "\n".join(
+        "  ".join([*(v.ljust(w) for v, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
+        for r in rows
+    )
 
 
 def _load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema) -> Spec:
@@ -73,8 +82,11 @@ def _load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema) -> Spec
     if fmo is not None:
         try:
             extra = load_spec(fmo, schema, default_order=spec.state_order)
-            spec = Spec(spec.rules + extra.rules, spec.queries + extra.queries,
-                        {**spec.state_order, **extra.state_order})
+            spec = Spec(
+                spec.rules + extra.rules,
+                spec.queries + extra.queries,
+                {**spec.state_order, **extra.state_order},
+            )
         except ConfigError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -84,21 +96,46 @@ def _load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema) -> Spec
 
 @click.command("verify-bn")
 @classifier_options
-@click.option("--rules", "rules_path", required=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="YAML file of if-then rules (and optionally monotonicity queries and "
-                   "state orders); see docs/rules.md.")
-@click.option("--fmo", "fmo_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="YAML file of monotonicity queries; uses the state orders of --rules "
-                   "unless it declares its own.")
-@click.option("--counterexamples", "k", type=click.IntRange(min=0), default=3,
-              show_default=True, help="Compact counterexamples per violated rule (K).")
+@click.option(
+    "--rules",
+    "rules_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML file of if-then rules (and optionally monotonicity queries and "
+    "state orders); see docs/rules.md.",
+)
+@click.option(
+    "--fmo",
+    "fmo_path",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML file of monotonicity queries; uses the state orders of --rules "
+    "unless it declares its own.",
+)
+@click.option(
+    "--counterexamples",
+    "k",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Compact counterexamples per violated rule (K).",
+)
 @limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def verify_bn(network_file: Path, class_variable: str, positive: str, threshold: float,
-              features: str | None, order: str | None, rules_path: Path,
-              fmo_path: Path | None, k: int, max_memory: int | None,
-              max_seconds: float | None, as_json: bool) -> None:
+def verify_bn(
+    network_file: Path,
+    class_variable: str,
+    positive: str,
+    threshold: float,
+    features: str | None,
+    order: str | None,
+    rules_path: Path,
+    fmo_path: Path | None,
+    k: int,
+    max_memory: int | None,
+    max_seconds: float | None,
+    as_json: bool,
+) -> None:
     """Verify if-then rules and monotonicity of a BN classifier, exhaustively.
 
     Compiles FILE (BIF, .bif.gz, XMLBIF or Hugin .net) into its exact decision diagram,
@@ -119,12 +156,13 @@ def verify_bn(network_file: Path, class_variable: str, positive: str, threshold:
     try:
         start = time.perf_counter()
         network = load_network(network_file)
-        spec = resolve_spec(network, ClassifierSpec(class_variable, positive, threshold,
-                                                    _names(features), _names(order)))
+        spec = resolve_spec(
+            network,
+            ClassifierSpec(class_variable, positive, threshold, _names(features), _names(order)),
+        )
         limit = default_max_memory() if max_memory is None else max_memory
         with memory_guard(limit):
-            compiled = compile_classifier(network, spec, max_memory=limit,
-                                          max_seconds=max_seconds)
+            compiled = compile_classifier(network, spec, max_memory=limit, max_seconds=max_seconds)
         diagram = compiled.diagram
         schema = ClassifierSchema.from_diagram(diagram, network.variables)
         specs = _load_specs(rules_path, fmo_path, schema)
@@ -136,14 +174,20 @@ def verify_bn(network_file: Path, class_variable: str, positive: str, threshold:
         sys.exit(EXIT_USAGE)
     seconds = time.perf_counter() - start
     if as_json:
-        info: dict[str, Any] = {**report.to_dict(), "file": str(network_file),
-                                "compile": compiled.summary(), "seconds": seconds}
+        info: dict[str, Any] = {
+            **report.to_dict(),
+            "file": str(network_file),
+            "compile": compiled.summary(),
+            "seconds": seconds,
+        }
         click.echo(json.dumps(info, indent=2, sort_keys=True))
     else:
         click.echo(render_report(report))
     n_rules = sum(r.holds for r in report.rules)
     n_mono = sum(m.holds for m in report.monotonicity)
-    echo_err(f"{network_file}: {n_rules} of {len(report.rules)} rules hold, {n_mono} of "
-             f"{len(report.monotonicity)} monotonicity queries hold "
-             f"({diagram.n_nodes} diagram nodes, {seconds:.2f} s)")
+    echo_err(
+        f"{network_file}: {n_rules} of {len(report.rules)} rules hold, {n_mono} of "
+        f"{len(report.monotonicity)} monotonicity queries hold "
+        f"({diagram.n_nodes} diagram nodes, {seconds:.2f} s)"
+    )
     sys.exit(EXIT_OK if report.all_hold else EXIT_FAILED)

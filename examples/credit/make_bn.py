@@ -50,8 +50,11 @@ PARENTS: dict[str, tuple[list[str], list[float], float]] = {
     "RatioDebInc": (["Debit", "Income"], [-0.6, 0.4], 6.0),
     "Worth": (["Income", "Assets"], [0.4, 0.6], 5.0),
     "FutureIncome": (["Worth", "Profession"], [0.5, 0.5], 4.0),
-    "CreditWorthiness": (["Reliability", "RatioDebInc", "FutureIncome", "Age"],
-                         [0.3, 0.45, 0.17, 0.08], 7.0),
+    "CreditWorthiness": (
+        ["Reliability", "RatioDebInc", "FutureIncome", "Age"],
+        [0.3, 0.45, 0.17, 0.08],
+        7.0,
+    ),
 }
 PRIORS: dict[str, list[float]] = {
     "PaymentHistory": [0.1, 0.2, 0.4, 0.3],
@@ -98,11 +101,19 @@ def render() -> str:
     for name in STATES:
         if name in PARENTS:
             parents = PARENTS[name][0]
-            out += [f"potential ( {name} | {' '.join(parents)} )", "{",
-                    f"data = ({_fmt_rows(cpt(name))}) ;", "}"]
+            out += [
+                f"potential ( {name} | {' '.join(parents)} )",
+                "{",
+                f"data = ({_fmt_rows(cpt(name))}) ;",
+                "}",
+            ]
         else:
-            out += [f"potential ( {name} |  )", "{", f"data = ({_fmt_rows(np.array(PRIORS[name]))}) ;",
-                    "}"]
+            out += [
+                f"potential ( {name} |  )",
+                "{",
+                f"data = ({_fmt_rows(np.array(PRIORS[name]))}) ;",
+                "}",
+            ]
     return "\n".join(out) + "\n"
 
 

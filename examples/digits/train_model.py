@@ -55,7 +55,7 @@ def main() -> None:
     for _epoch in range(EPOCHS):
         perm = torch.randperm(len(yt), generator=gen)
         for start in range(0, len(yt), 64):
-            batch = perm[start:start + 64]
+            batch = perm[start : start + 64]
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(xt[batch]), yt[batch])
             loss.backward()
@@ -64,9 +64,14 @@ def main() -> None:
     with torch.no_grad():
         acc = (model(torch.from_numpy(x)).argmax(1).numpy() == y).mean()
     torch.onnx.export(
-        model, (torch.zeros(1, 64),), str(HERE / "model.onnx"), dynamo=False,
-        input_names=["input"], output_names=["logits"],
-        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
+        model,
+        (torch.zeros(1, 64),),
+        str(HERE / "model.onnx"),
+        dynamo=False,
+        input_names=["input"],
+        output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=17,
     )
     print(f"accuracy on all known digits: {acc:.4f}; wrote {HERE / 'model.onnx'}")
 

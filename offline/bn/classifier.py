@@ -63,7 +63,9 @@ def default_features(network: Network, class_variable: str) -> tuple[str, ...]:
     return leaves
 
 
-def default_order(network: Network, class_variable: str, features: Sequence[str]) -> tuple[str, ...]:
+def default_order(
+    network: Network, class_variable: str, features: Sequence[str]
+) -> tuple[str, ...]:
     """Deterministic default order: features by first visit of a depth-first search.
 
     The search starts at the class variable and walks the undirected network graph,
@@ -148,4 +150,6 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
         raise ConfigError(problems)
     if spec.order is None:
         order = default_order(network, cls, features)
-    return ResolvedSpec(class_variable=cls, positive=spec.positive, threshold=threshold, order=order)
+    return ResolvedSpec(
+        class_variable=cls, positive=spec.positive, threshold=threshold, order=order
+    )

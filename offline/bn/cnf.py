@@ -104,8 +104,10 @@ class DiagramEncoding:
         for i, vars_i in enumerate(self.feature_vars):
             hits = [j for j, v in enumerate(vars_i) if v in true]
             if len(hits) != 1:
-                raise ValueError(f"model sets {len(hits)} values of feature "
-                                 f"{self.diagram.features[i]!r}; expected exactly one")
+                raise ValueError(
+                    f"model sets {len(hits)} values of feature "
+                    f"{self.diagram.features[i]!r}; expected exactly one"
+                )
             out[i] = hits[0]
         return out
 
@@ -173,8 +175,9 @@ def encode_diagram(
     return DiagramEncoding(diagram, pool, tuple(feature_vars), node_vars, clauses)
 
 
-def encode_copies(diagram: DecisionDiagram, n_copies: int,
-                  free: int) -> tuple[list[DiagramEncoding], list[list[int]]]:
+def encode_copies(
+    diagram: DecisionDiagram, n_copies: int, free: int
+) -> tuple[list[DiagramEncoding], list[list[int]]]:
     """Encode ``n_copies`` copies sharing every feature except feature index ``free``.
 
     Returns the encodings (one pool) and all their clauses concatenated.
@@ -182,14 +185,16 @@ def encode_copies(diagram: DecisionDiagram, n_copies: int,
     pool = IDPool()
     first = encode_diagram(diagram, pool=pool, copy=0)
     shared = {i: first.feature_vars[i] for i in range(diagram.n_features) if i != free}
-    copies = [first] + [encode_diagram(diagram, pool=pool, copy=c, shared=shared)
-                        for c in range(1, n_copies)]
+    copies = [first] + [
+        encode_diagram(diagram, pool=pool, copy=c, shared=shared) for c in range(1, n_copies)
+    ]
     clauses = [cl for enc in copies for cl in enc.clauses]
     return copies, clauses
 
 
-def strictly_increasing(low: DiagramEncoding, high: DiagramEncoding, feature: int,
-                        order: Sequence[int]) -> list[list[int]]:
+def strictly_increasing(
+    low: DiagramEncoding, high: DiagramEncoding, feature: int, order: Sequence[int]
+) -> list[list[int]]:
     """Clauses forcing ``feature`` to be strictly higher in ``high`` than in ``low``.
 
     ``order`` lists the feature's value indices from lowest to highest. With exactly-one per
@@ -197,5 +202,7 @@ def strictly_increasing(low: DiagramEncoding, high: DiagramEncoding, feature: in
     (the highest value of ``low`` gets a unit clause forbidding it).
     """
     lo_vars, hi_vars = low.feature_vars[feature], high.feature_vars[feature]
-    return [[-lo_vars[order[a]], *(hi_vars[order[b]] for b in range(a + 1, len(order)))]
-            for a in range(len(order))]
+    return [
+        [-lo_vars[order[a]], *(hi_vars[order[b]] for b in range(a + 1, len(order)))]
+        for a in range(len(order))
+    ]

@@ -223,16 +223,27 @@ def compile_classifier(
     if method in ("auto", "joint") or len(spec.order) < 2:
         joint = plan_joint(network, spec, max_memory=limit)
         options.append((joint.estimate, lambda: _compile_joint(network, spec, joint.contraction)))
-    quick = method == "auto" and bool(options) and within(options[0][0], limit, max_seconds) and (
-        options[0][0].seconds <= AUTO_QUICK_SECONDS)
+    quick = (
+        method == "auto"
+        and bool(options)
+        and within(options[0][0], limit, max_seconds)
+        and (options[0][0].seconds <= AUTO_QUICK_SECONDS)
+    )
     if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
         if _additive_applies(network, spec):
-            options.append((_additive_estimate(network, spec),
-                            lambda: _compile_additive(network, spec)))
+            options.append(
+                (_additive_estimate(network, spec), lambda: _compile_additive(network, spec))
+            )
         else:
             sep = plan_separator(network, spec, max_memory=limit)
-            options.append((sep.estimate, lambda: _compile_separator(
-                network, spec, sep, max_memory=limit, progress=progress)))
+            options.append(
+                (
+                    sep.estimate,
+                    lambda: _compile_separator(
+                        network, spec, sep, max_memory=limit, progress=progress
+                    ),
+                )
+            )
     fitting = [o for o in options if within(o[0], limit, max_seconds)]
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
@@ -242,7 +253,8 @@ def compile_classifier(
     except MemoryError as exc:
         raise CompileLimitError(
             f"{network.source}: out of memory during the {estimate.route} route "
-            f"(estimate {estimate.text()}; limit {format_bytes(limit)})") from exc
+            f"(estimate {estimate.text()}; limit {format_bytes(limit)})"
+        ) from exc
     diagram = built.diagram
     counts = diagram.counts()
     seconds = time.perf_counter() - start
@@ -276,7 +288,9 @@ class _Built:
     posterior: np.ndarray | None = None
 
 
-def terminals_for(network: Network, class_variable: str, positive: str) -> tuple[tuple[str, ...], int]:
+def terminals_for(
+    network: Network, class_variable: str, positive: str
+) -> tuple[tuple[str, ...], int]:
     """Sink labels and the positive sink id.
 
     A binary class keeps its two states in the network's order; a class with more states
@@ -335,9 +349,7 @@ class _NodeStore:
         else:
             level = np.zeros(0, dtype=np.int64)
             children = np.zeros((0, self.width), dtype=np.int64)
-        return DecisionDiagram.canonical(
-            node_level=level, node_children=children, root=root, **kw
-        )
+        return DecisionDiagram.canonical(node_level=level, node_children=children, root=root, **kw)
 
 
 def _diagram_kw(network: Network, spec: ResolvedSpec) -> dict[str, Any]:
@@ -454,7 +466,8 @@ def _compile_separator(
                     f"{network.source}: {len(patterns):,} distinct sub-classifiers of "
                     f"{n_suf:,} completions after {done + part.size:,} of {n_pre:,} prefixes "
                     f"need more than the limit {format_bytes(max_memory)} (estimate "
-                    f"{plan.estimate.text()}); give fewer features or another order")
+                    f"{plan.estimate.text()}); give fewer features or another order"
+                )
             done += part.size
             if progress is not None:
                 progress(done, n_pre)
@@ -488,7 +501,9 @@ def _additive_applies(network: Network, spec: ResolvedSpec) -> bool:
 _Terms = list[list[tuple[list[int], np.ndarray]]]
 
 
-def _additive_layout(network: Network, spec: ResolvedSpec) -> tuple[float, _Terms, list[list[int]], int]:
+def _additive_layout(
+    network: Network, spec: ResolvedSpec
+) -> tuple[float, _Terms, list[list[int]], int]:
     """Log-odds constant, terms per level, context per level and the split level ``k``."""
     cls, order = spec.class_variable, list(spec.order)
     n = len(order)
@@ -524,8 +539,7 @@ def _additive_estimate(network: Network, spec: ResolvedSpec) -> Estimate:
     _, _, ctx, k = _additive_layout(network, spec)
     cards = [network.card(f) for f in spec.order]
     worst_ctx = max(math.prod(cards[p] for p in c) for c in ctx[k:])
-    return additive_estimate(math.prod(cards[:k]), math.prod(cards[k:]) * worst_ctx, k,
-                             len(cards))
+    return additive_estimate(math.prod(cards[:k]), math.prod(cards[k:]) * worst_ctx, k, len(cards))
 
 
 def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
@@ -556,7 +570,11 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     def ctx_values(lvl: int) -> dict[int, np.ndarray]:
         """Arrays of feature values for every context index of level ``lvl``."""
         c = ctx[lvl]
-        grid = np.indices([cards[p] for p in c]).reshape(len(c), -1) if c else np.zeros((0, 1), np.int64)
+        grid = (
+            np.indices([cards[p] for p in c]).reshape(len(c), -1)
+            if c
+            else np.zeros((0, 1), np.int64)
+        )
         return {p: grid[i] for i, p in enumerate(c)}
 
     # completion sums: sums[l] has shape (n_ctx_l, prod cards[l:]), suffix in grid order
@@ -572,9 +590,7 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
         below = sums[lvl + 1]
         sums[lvl] = (w[:, :, None] + below[nxt]).reshape(n_c, -1)
     sorted_all = {lvl: np.sort(s, axis=1) for lvl, s in sums.items()}
-    uniq = {
-        lvl: [np.unique(row) for row in s] for lvl, s in sorted_all.items()
-    }
+    uniq = {lvl: [np.unique(row) for row in s] for lvl, s in sorted_all.items()}
     # lower half: nodes (level, ctx, j); id arrays per level, deepest first
     store = _NodeStore(len(terminals), cards)
     # level n: ctx 0, j = 0 -> 0 >= theta -> positive; j = 1 -> negative
@@ -612,7 +628,10 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
         full = sorted_all[k][c]
         hi = tau_hi - prefix_sum[sel]
         ties += int(
-            (np.searchsorted(full, hi, side="right") - np.searchsorted(full, theta_u[sel], side="left")).sum()
+            (
+                np.searchsorted(full, hi, side="right")
+                - np.searchsorted(full, theta_u[sel], side="left")
+            ).sum()
         )
     root = int(store.bottom_up(level_k.reshape(1, *cards[:k]), 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))

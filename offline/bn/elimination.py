@@ -21,7 +21,9 @@ HEURISTICS = ("min-fill", "min-weight")
 
 
 def elimination_path(
-    scopes: Sequence[Sequence[str]], cards: Mapping[str, int], out: Sequence[str],
+    scopes: Sequence[Sequence[str]],
+    cards: Mapping[str, int],
+    out: Sequence[str],
     heuristic: str = "min-fill",
 ) -> list[tuple[int, ...]]:
     """An opt_einsum linear path that eliminates every variable not in ``out``.
@@ -61,8 +63,9 @@ def elimination_path(
         weight = math.prod(cards[u] for u in nbr[v]) * cards[v]
         if heuristic == "min-weight":
             return (weight, 0, rank[v])
-        fill = sum(1 for a, b in itertools.combinations(sorted(nbr[v], key=rank.get), 2)
-                   if b not in nbr[a])
+        fill = sum(
+            1 for a, b in itertools.combinations(sorted(nbr[v], key=rank.get), 2) if b not in nbr[a]
+        )
         return (fill, weight, rank[v])
 
     def size(i: int) -> int:
@@ -100,8 +103,7 @@ def elimination_path(
         def left(pair: tuple[int, int]) -> tuple[int, tuple[int, int]]:
             a, b = ops[pair[0]], ops[pair[1]]
             union = set(a).union(b)
-            cells = math.prod(cards[u] for u in union
-                              if u in keep or uses[u] > (u in a) + (u in b))
+            cells = math.prod(cards[u] for u in union if u in keep or uses[u] > (u in a) + (u in b))
             return cells, pair
 
         return list(min(itertools.combinations(sorted(group), 2), key=left))

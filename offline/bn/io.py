@@ -215,7 +215,9 @@ class _Tokens:
         while i < len(text):
             m = token_re.match(text, i)
             if m is None:
-                raise ConfigError(f"{where}:{bisect.bisect(newlines, i) + 1}: unterminated quoted string")
+                raise ConfigError(
+                    f"{where}:{bisect.bisect(newlines, i) + 1}: unterminated quoted string"
+                )
             tok = m.group()
             if not (tok.isspace() or tok.startswith(skip)):
                 self.toks.append(tok)
@@ -292,7 +294,9 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
     order: list[str] = []
     states: dict[str, tuple[str, ...]] = {}
     lines: dict[str, int] = {}
-    blocks: list[tuple[str, tuple[str, ...], int, list[tuple[int, list[str] | None, list[float]]]]] = []
+    blocks: list[
+        tuple[str, tuple[str, ...], int, list[tuple[int, list[str] | None, list[float]]]]
+    ] = []
     while t.peek() is not None:
         kw = t.next()
         if kw == "network":
@@ -362,7 +366,9 @@ def _bif_variable(t: _Tokens, var: str) -> tuple[str, ...]:
                 raise t.error(f"variable {var!r}: empty state name", line)
             t.expect(";")
             if not n.isdigit() or int(n) != len(names):
-                raise t.error(f"variable {var!r} declares [{n}] states but lists {len(names)}", line)
+                raise t.error(
+                    f"variable {var!r} declares [{n}] states but lists {len(names)}", line
+                )
             if len(set(names)) != len(names):
                 raise t.error(f"variable {var!r} lists a state twice: {names}", line)
             found = tuple(names)

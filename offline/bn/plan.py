@@ -91,8 +91,15 @@ def plan_contraction(
     candidates: list[Contraction] = []
     for optimize in (*paths, "greedy"):
         path, info = opt_einsum.contract_path(expr, *shapes, shapes=True, optimize=optimize)
-        candidates.append(Contraction(expr, list(path), float(info.opt_cost),
-                                      float(info.largest_intermediate), _seconds(info)))
+        candidates.append(
+            Contraction(
+                expr,
+                list(path),
+                float(info.opt_cost),
+                float(info.largest_intermediate),
+                _seconds(info),
+            )
+        )
     fits = [c for c in candidates if max_cells is None or c.largest_cells <= max_cells]
     if fits:
         return min(fits, key=lambda c: (c.seconds, c.largest_cells))
@@ -106,8 +113,9 @@ def _seconds(info: Any) -> float:
         inputs = entry[2].split("->")[0].split(",")
         cells = math.prod(info.size_dict[ch] for ch in set("".join(inputs)))
         blas = bool(entry[4])
-        total += STEP_SECONDS + (cells / BLAS_CELL_RATE if blas
-                                 else cells * len(inputs) / EINSUM_CELL_RATE)
+        total += STEP_SECONDS + (
+            cells / BLAS_CELL_RATE if blas else cells * len(inputs) / EINSUM_CELL_RATE
+        )
     return total
 
 
@@ -122,13 +130,19 @@ class Estimate:
 
     def text(self) -> str:
         """``joint: ~1.2 GiB, ~3 s (largest intermediate 4.9e+05 cells)``."""
-        return (f"{self.route}: ~{format_bytes(self.bytes)}, ~{format_seconds(self.seconds)} "
-                f"({self.detail})")
+        return (
+            f"{self.route}: ~{format_bytes(self.bytes)}, ~{format_seconds(self.seconds)} "
+            f"({self.detail})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (``estimate`` in ``compile-bn --json``)."""
-        return {"route": self.route, "bytes": self.bytes, "seconds": self.seconds,
-                "detail": self.detail}
+        return {
+            "route": self.route,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "detail": self.detail,
+        }
 
 
 def relevant_factors(network: Network, keep: Sequence[str]) -> list[Factor]:
@@ -159,8 +173,10 @@ def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> Jo
     table = network.card(spec.class_variable) * inputs
     nbytes = 8 * (2 * c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
     seconds = c.seconds + JOINT_SECONDS_PER_INPUT * inputs
-    detail = (f"{inputs:.3g} inputs, contraction {c.flops:.2g} flops, largest intermediate "
-              f"{c.largest_cells:.2g} cells")
+    detail = (
+        f"{inputs:.3g} inputs, contraction {c.flops:.2g} flops, largest intermediate "
+        f"{c.largest_cells:.2g} cells"
+    )
     return JointPlan(c, Estimate("joint", nbytes, seconds, detail))
 
 
@@ -222,11 +238,19 @@ def cut_at(network: Network, spec: ResolvedSpec, k: int) -> Cut:
     shared = [v for v in network.variables if v in vars_up and v in vars_lo and v not in feats]
     z = (cls, *(v for v in shared if v != cls))
     ctx = tuple(f for f in prefix if f in vars_lo)
-    return Cut(k, prefix, suffix, upper, lower, z, ctx,
-               math.prod(network.card(f) for f in prefix),
-               math.prod(network.card(f) for f in suffix),
-               math.prod(network.card(f) for f in ctx),
-               math.prod(network.card(v) for v in z))
+    return Cut(
+        k,
+        prefix,
+        suffix,
+        upper,
+        lower,
+        z,
+        ctx,
+        math.prod(network.card(f) for f in prefix),
+        math.prod(network.card(f) for f in suffix),
+        math.prod(network.card(f) for f in ctx),
+        math.prod(network.card(v) for v in z),
+    )
 
 
 @dataclass(frozen=True)
@@ -244,8 +268,11 @@ def _separator_floor(cut: Cut) -> tuple[float, float]:
     inputs = cut.n_pre * cut.n_suf
     tables = 8 * (cut.n_ctx * cut.n_suf + cut.n_pre) * cut.shared_states
     block = SEPARATOR_BLOCK_BYTES * min(inputs, max(SEPARATOR_BLOCK_CELLS, cut.n_suf))
-    seconds = (2 * inputs * cut.shared_states / MATMUL_RATE
-               + SEPARATOR_SECONDS_PER_INPUT * inputs + SEPARATOR_SECONDS_PER_PREFIX * cut.n_pre)
+    seconds = (
+        2 * inputs * cut.shared_states / MATMUL_RATE
+        + SEPARATOR_SECONDS_PER_INPUT * inputs
+        + SEPARATOR_SECONDS_PER_PREFIX * cut.n_pre
+    )
     return tables + block, seconds
 
 
@@ -258,11 +285,16 @@ def _separator_estimate(cut: Cut, up: Contraction, lo: Contraction, n: int) -> E
     """Tables, contractions and the distinct sub-classifiers, assuming at most
     :data:`SEPARATOR_DISTINCT_GUESS` of them (their count is checked while it runs)."""
     floor_bytes, floor_seconds = _separator_floor(cut)
-    nbytes = (floor_bytes + 16 * max(up.largest_cells, lo.largest_cells)
-              + distinct_table_bytes(cut, min(cut.n_pre, SEPARATOR_DISTINCT_GUESS)))
+    nbytes = (
+        floor_bytes
+        + 16 * max(up.largest_cells, lo.largest_cells)
+        + distinct_table_bytes(cut, min(cut.n_pre, SEPARATOR_DISTINCT_GUESS))
+    )
     seconds = floor_seconds + up.seconds + lo.seconds
-    detail = (f"{cut.n_pre * cut.n_suf:.3g} inputs, cut after level {cut.k} of {n}, "
-              f"{cut.shared_states:,} shared states")
+    detail = (
+        f"{cut.n_pre * cut.n_suf:.3g} inputs, cut after level {cut.k} of {n}, "
+        f"{cut.shared_states:,} shared states"
+    )
     return Estimate("decompose/separator", nbytes, seconds, detail)
 
 
@@ -275,14 +307,18 @@ def plan_separator(network: Network, spec: ResolvedSpec, *, max_memory: float) -
     is returned (its estimate says by how much it misses).
     """
     n = len(spec.order)
-    cuts = sorted((cut_at(network, spec, k) for k in range(1, n)),
-                  key=lambda c: (_separator_floor(c)[1], c.k))
+    cuts = sorted(
+        (cut_at(network, spec, k) for k in range(1, n)), key=lambda c: (_separator_floor(c)[1], c.k)
+    )
     could_fit = [c for c in cuts if _separator_floor(c)[0] <= max_memory]
     cuts = could_fit or [min(cuts, key=lambda c: (_separator_floor(c)[0], c.k))]
     best: SeparatorPlan | None = None
     for cut in cuts:
-        if best is not None and best.estimate.bytes <= max_memory and (
-                _separator_floor(cut)[1] >= best.estimate.seconds):
+        if (
+            best is not None
+            and best.estimate.bytes <= max_memory
+            and (_separator_floor(cut)[1] >= best.estimate.seconds)
+        ):
             break
         plan = _plan_cut(network, cut, n, max_memory)
         if best is None or _rank(plan, max_memory) < _rank(best, max_memory):
@@ -309,10 +345,12 @@ def _plan_cut(network: Network, cut: Cut, n: int, max_memory: float) -> Separato
 def additive_estimate(n_pre: int, completions: int, k: int, n: int) -> Estimate:
     """Equivalence intervals: prefixes enumerated, completion sums sorted per context."""
     items = n_pre + completions
-    return Estimate("decompose/additive", ADDITIVE_BYTES_PER_ITEM * items,
-                    ADDITIVE_SECONDS_PER_ITEM * items,
-                    f"split after level {k} of {n}: {n_pre:,} prefixes, {completions:,} "
-                    "completions")
+    return Estimate(
+        "decompose/additive",
+        ADDITIVE_BYTES_PER_ITEM * items,
+        ADDITIVE_SECONDS_PER_ITEM * items,
+        f"split after level {k} of {n}: {n_pre:,} prefixes, {completions:,} completions",
+    )
 
 
 # ---------------------------------------------------------------------------- choice
@@ -321,11 +359,17 @@ def within(est: Estimate, max_memory: float, max_seconds: float | None) -> bool:
     return est.bytes <= max_memory and (max_seconds is None or est.seconds <= max_seconds)
 
 
-def refusal(source: str, estimates: Sequence[Estimate], max_memory: float,
-            max_seconds: float | None) -> CompileLimitError:
+def refusal(
+    source: str, estimates: Sequence[Estimate], max_memory: float, max_seconds: float | None
+) -> CompileLimitError:
     """One line: every route's estimate against the limits."""
-    limits = (f"memory limit {format_bytes(max_memory)}" if max_seconds is None else
-              f"limits {format_bytes(max_memory)} and {format_seconds(max_seconds)}")
+    limits = (
+        f"memory limit {format_bytes(max_memory)}"
+        if max_seconds is None
+        else f"limits {format_bytes(max_memory)} and {format_seconds(max_seconds)}"
+    )
     routes = "; ".join(e.text() for e in estimates)
-    return CompileLimitError(f"{source}: no route fits the {limits}: {routes}; give fewer "
-                             "features, another order, or raise --max-memory / --max-seconds")
+    return CompileLimitError(
+        f"{source}: no route fits the {limits}: {routes}; give fewer "
+        "features, another order, or raise --max-memory / --max-seconds"
+    )

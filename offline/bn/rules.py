@@ -36,8 +36,8 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    list("tTfF"))
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,12 @@ class Rule:
             premise: dict[str, Any] = {k: list(v) for k, v in self.premise.items()}
         else:
             premise = {k: [schema.features[k][j] for j in v] for k, v in self.premise.items()}
-        return {"name": self.name, "premise": premise, "conclusion": list(self.conclusion),
-                "text": self.text}
+        return {
+            "name": self.name,
+            "premise": premise,
+            "conclusion": list(self.conclusion),
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)
@@ -116,8 +120,13 @@ class MonotonicityQuery:
         else:
             given = {k: [schema.features[k][j] for j in v] for k, v in self.given.items()}
             order = [schema.features[self.feature][j] for j in self.order]
-        return {"name": self.name, "feature": self.feature, "kind": self.kind,
-                "order": order, "given": given}
+        return {
+            "name": self.name,
+            "feature": self.feature,
+            "kind": self.kind,
+            "order": order,
+            "given": given,
+        }
 
 
 @dataclass
@@ -129,8 +138,12 @@ class Spec:
     state_order: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def load_spec(path: str | Path, schema: ClassifierSchema, *,
-              default_order: Mapping[str, Sequence[str]] | None = None) -> Spec:
+def load_spec(
+    path: str | Path,
+    schema: ClassifierSchema,
+    *,
+    default_order: Mapping[str, Sequence[str]] | None = None,
+) -> Spec:
     """Read and validate a YAML spec file; raise ``ConfigError`` listing every problem.
 
     ``default_order`` gives state orders (e.g. another file's ``states``) that this file's
@@ -150,23 +163,33 @@ def load_spec(path: str | Path, schema: ClassifierSchema, *,
     return parse_spec(data, schema, source=str(path), default_order=default_order)
 
 
-def parse_spec(data: Any, schema: ClassifierSchema, *, source: str = "spec",
-               default_order: Mapping[str, Sequence[str]] | None = None) -> Spec:
+def parse_spec(
+    data: Any,
+    schema: ClassifierSchema,
+    *,
+    source: str = "spec",
+    default_order: Mapping[str, Sequence[str]] | None = None,
+) -> Spec:
     """Validate a spec given as plain data (the YAML document); see :func:`load_spec`."""
     problems: list[str] = []
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the document must be a mapping with 'rules' and/or "
-                          "'monotonicity'")
+        raise ConfigError(
+            f"{source}: the document must be a mapping with 'rules' and/or 'monotonicity'"
+        )
     unknown = sorted(set(data) - {"class", "states", "rules", "monotonicity"})
     if unknown:
-        problems.append(f"{source}: unknown top-level key(s) {unknown}; expected class, "
-                        "states, rules, monotonicity")
+        problems.append(
+            f"{source}: unknown top-level key(s) {unknown}; expected class, "
+            "states, rules, monotonicity"
+        )
     declared = data.get("class")
     if declared is not None and declared != schema.class_variable:
-        problems.append(f"{source}: class {declared!r} does not match the classifier's class "
-                        f"variable {schema.class_variable!r}")
+        problems.append(
+            f"{source}: class {declared!r} does not match the classifier's class "
+            f"variable {schema.class_variable!r}"
+        )
     order = {k: list(v) for k, v in (default_order or {}).items()}
     order.update(_parse_states(data.get("states") or {}, schema, source, problems))
     ctx = _Context(schema, order, problems)
@@ -197,19 +220,24 @@ class _Context:
         if var in s.features or (allow_class and var == s.class_variable):
             return True
         if var == s.class_variable:
-            self.problems.append(f"{where}: {var!r} is the class variable; a premise may "
-                                 "only constrain features")
+            self.problems.append(
+                f"{where}: {var!r} is the class variable; a premise may only constrain features"
+            )
         elif var in s.other_variables:
-            self.problems.append(f"{where}: {var!r} is a network variable but not a feature "
-                                 f"of this classifier (features: {', '.join(s.features)})")
+            self.problems.append(
+                f"{where}: {var!r} is a network variable but not a feature "
+                f"of this classifier (features: {', '.join(s.features)})"
+            )
         else:
-            self.problems.append(f"{where}: unknown variable {var!r} (features: "
-                                 f"{', '.join(s.features)})")
+            self.problems.append(
+                f"{where}: unknown variable {var!r} (features: {', '.join(s.features)})"
+            )
         return False
 
 
-def _parse_states(raw: Any, schema: ClassifierSchema, source: str,
-                  problems: list[str]) -> dict[str, list[str]]:
+def _parse_states(
+    raw: Any, schema: ClassifierSchema, source: str, problems: list[str]
+) -> dict[str, list[str]]:
     """Declared ordinal orders: each must be a permutation of the variable's states."""
     if not isinstance(raw, dict):
         problems.append(f"{source}: 'states' must map variables to lists of state names")
@@ -228,8 +256,7 @@ def _parse_states(raw: Any, schema: ClassifierSchema, source: str,
             problems.append(f"{where}: must be a list of state names")
             continue
         if sorted(names) != sorted(actual) or len(set(names)) != len(names):
-            problems.append(f"{where}: {names} must list each of its states {actual} exactly "
-                            "once")
+            problems.append(f"{where}: {names} must list each of its states {actual} exactly once")
             continue
         order[var] = names
     return order
@@ -253,8 +280,9 @@ def _parse_rules(raw: Any, ctx: _Context, source: str) -> list[Rule]:
         seen.add(name)
         extra = sorted(set(item) - {"name", "if", "then", "description"})
         if extra:
-            ctx.problems.append(f"{where}: unknown key(s) {extra}; expected name, if, then, "
-                                "description")
+            ctx.problems.append(
+                f"{where}: unknown key(s) {extra}; expected name, if, then, description"
+            )
         premise = _parse_constraints(item.get("if") or {}, ctx, where, "if")
         conclusion = _parse_conclusion(item.get("then"), ctx, where)
         if premise is not None and conclusion is not None:
@@ -276,20 +304,24 @@ def _parse_queries(raw: Any, ctx: _Context, source: str) -> list[MonotonicityQue
             continue
         extra = sorted(set(item) - {"name", "feature", "given", "check", "description"})
         if extra:
-            ctx.problems.append(f"{where}: unknown key(s) {extra}; expected name, feature, "
-                                "given, check, description")
+            ctx.problems.append(
+                f"{where}: unknown key(s) {extra}; expected name, feature, "
+                "given, check, description"
+            )
         kind = item.get("check", "fmo")
         if kind not in MONOTONICITY_KINDS:
-            ctx.problems.append(f"{where}: check {kind!r} must be one of "
-                                f"{', '.join(MONOTONICITY_KINDS)}")
+            ctx.problems.append(
+                f"{where}: check {kind!r} must be one of {', '.join(MONOTONICITY_KINDS)}"
+            )
         feature = item.get("feature")
         ok = feature is not None and ctx.check_variable(feature, f"{where}: feature")
         if feature is None:
             ctx.problems.append(f"{where}: 'feature' is required")
         given = _parse_constraints(item.get("given") or {}, ctx, where, "given")
         if ok and given is not None and feature in given:
-            ctx.problems.append(f"{where}: given: the queried feature {feature!r} must not be "
-                                "constrained")
+            ctx.problems.append(
+                f"{where}: given: the queried feature {feature!r} must not be constrained"
+            )
             continue
         if ok and given is not None and kind in MONOTONICITY_KINDS:
             network = list(ctx.schema.features[feature])
@@ -298,8 +330,9 @@ def _parse_queries(raw: Any, ctx: _Context, source: str) -> list[MonotonicityQue
     return queries
 
 
-def _parse_constraints(raw: Any, ctx: _Context, where: str,
-                       key: str) -> dict[str, tuple[int, ...]] | None:
+def _parse_constraints(
+    raw: Any, ctx: _Context, where: str, key: str
+) -> dict[str, tuple[int, ...]] | None:
     """Per-feature allowed state indices (network order); ``None`` when any term failed."""
     if not isinstance(raw, dict):
         ctx.problems.append(f"{where}: '{key}' must map features to conditions")
@@ -316,8 +349,9 @@ def _parse_constraints(raw: Any, ctx: _Context, where: str,
             ok = False
             continue
         if not positions:
-            ctx.problems.append(f"{term}: allows no state of {var} (states in order: "
-                                f"{ctx.states(var)})")
+            ctx.problems.append(
+                f"{term}: allows no state of {var} (states in order: {ctx.states(var)})"
+            )
             ok = False
             continue
         network = list(ctx.schema.features[var])
@@ -333,8 +367,9 @@ def _parse_conclusion(raw: Any, ctx: _Context, where: str) -> tuple[str, ...] | 
         return None
     if isinstance(raw, dict):
         if list(raw) != [ctx.schema.class_variable]:
-            ctx.problems.append(f"{term}: must name a state of the class "
-                                f"{ctx.schema.class_variable!r}")
+            ctx.problems.append(
+                f"{term}: must name a state of the class {ctx.schema.class_variable!r}"
+            )
             return None
         raw = raw[ctx.schema.class_variable]
     states = ctx.states(ctx.schema.class_variable)
@@ -347,13 +382,16 @@ def _parse_conclusion(raw: Any, ctx: _Context, where: str) -> tuple[str, ...] | 
     return tuple(states[p] for p in sorted(positions))
 
 
-def _parse_condition(cond: Any, states: list[str], term: str,
-                     problems: list[str]) -> set[int] | None:
+def _parse_condition(
+    cond: Any, states: list[str], term: str, problems: list[str]
+) -> set[int] | None:
     """Positions (in ``states``' ordinal order) a condition allows; ``None`` on error."""
     n = len(states)
     if isinstance(cond, bool) and _value(cond, states) is None:
-        problems.append(f"{term}: expected a state, an index or a condition, not a boolean "
-                        f"(states in order: {states})")
+        problems.append(
+            f"{term}: expected a state, an index or a condition, not a boolean "
+            f"(states in order: {states})"
+        )
         return None
     if isinstance(cond, int | str) and _value(cond, states) is not None:
         return {_value(cond, states)}  # type: ignore[arg-type]
@@ -394,13 +432,16 @@ def _parse_condition(cond: Any, states: list[str], term: str,
                 problems.append(f"{term}: {_unknown(bad[0], states)}")
                 return None
             return set(range(lo, hi + 1))  # type: ignore[arg-type]
-    problems.append(f"{term}: unknown state or index, or not a condition (states in order: "
-                    f"{states}; conditions: a state, an index, '<= 2', 'in [a, b]', '1..2')")
+    problems.append(
+        f"{term}: unknown state or index, or not a condition (states in order: "
+        f"{states}; conditions: a state, an index, '<= 2', 'in [a, b]', '1..2')"
+    )
     return None
 
 
-def _parse_op(op: str, operand: Any, states: list[str], term: str,
-              problems: list[str]) -> set[int] | None:
+def _parse_op(
+    op: str, operand: Any, states: list[str], term: str, problems: list[str]
+) -> set[int] | None:
     if op == "in":
         if not isinstance(operand, list):
             problems.append(f"{term}: 'in' needs a list")
@@ -414,13 +455,20 @@ def _parse_op(op: str, operand: Any, states: list[str], term: str,
         problems.append(f"{term}: {_unknown(operand, states)}")
         return None
     idx = range(len(states))
-    tests = {"<=": lambda j: j <= v, "<": lambda j: j < v, ">=": lambda j: j >= v,
-             ">": lambda j: j > v, "==": lambda j: j == v, "!=": lambda j: j != v}
+    tests = {
+        "<=": lambda j: j <= v,
+        "<": lambda j: j < v,
+        ">=": lambda j: j >= v,
+        ">": lambda j: j > v,
+        "==": lambda j: j == v,
+        "!=": lambda j: j != v,
+    }
     return {j for j in idx if tests[op](j)}
 
 
-def _parse_values(items: list[Any], states: list[str], term: str,
-                  problems: list[str]) -> set[int] | None:
+def _parse_values(
+    items: list[Any], states: list[str], term: str, problems: list[str]
+) -> set[int] | None:
     out: set[int] = set()
     for item in items:
         v = _value(item, states)

@@ -51,8 +51,9 @@ def prefix_side(
     excluded), and the cut's variables. Every scope lies within ``side | cut`` or within the
     complement of ``side``.
     """
-    names = sorted({v for scope in scopes for v in scope if v != class_variable},
-                   key=network.variables.index)
+    names = sorted(
+        {v for scope in scopes for v in scope if v != class_variable}, key=network.variables.index
+    )
     index = {v: i for i, v in enumerate(names)}
     pre, suf = set(prefix), set(suffix)
     completions = math.prod(network.card(f) for f in suffix)
@@ -68,8 +69,13 @@ def prefix_side(
         if v in suf:
             weight = _INF
         else:
-            weight = round(_SCALE * (math.log(network.card(v))
-                                     + (math.log(completions) if v in pre else 0.0))) + 1
+            weight = (
+                round(
+                    _SCALE
+                    * (math.log(network.card(v)) + (math.log(completions) if v in pre else 0.0))
+                )
+                + 1
+            )
         edge(2 * i, 2 * i + 1, weight)
     for scope in scopes:
         members = [index[v] for v in scope if v != class_variable]

@@ -53,9 +53,11 @@ _PATTERNS: dict[str, list[tuple[str, tuple[bool, ...]]]] = {
     "increasing": [("decreases", (True, False))],
     "decreasing": [("increases", (False, True))],
 }
-_HOLD_REASON = {"fmo": "the class flips at most once as the feature rises",
-                "increasing": "the positive class is never lost as the feature rises",
-                "decreasing": "the positive class is never gained as the feature rises"}
+_HOLD_REASON = {
+    "fmo": "the class flips at most once as the feature rises",
+    "increasing": "the positive class is never lost as the feature rises",
+    "decreasing": "the positive class is never gained as the feature rises",
+}
 _INF = np.iinfo(np.int64).max // 4
 
 
@@ -85,8 +87,12 @@ class Counterexample:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"fixed": dict(self.fixed), "n_fixed": self.n_fixed, "inputs": self.inputs,
-                "probability": self.probability}
+        return {
+            "fixed": dict(self.fixed),
+            "n_fixed": self.n_fixed,
+            "inputs": self.inputs,
+            "probability": self.probability,
+        }
 
     def __str__(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.fixed.items()) or "(any input)"
@@ -135,13 +141,17 @@ class RuleResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {
-            "rule": self.rule, "verdict": self.verdict, "text": self.text,
+            "rule": self.rule,
+            "verdict": self.verdict,
+            "text": self.text,
             "conclusion": list(self.conclusion),
-            "premise_inputs": self.premise_inputs, "violating_inputs": self.violating_inputs,
+            "premise_inputs": self.premise_inputs,
+            "violating_inputs": self.violating_inputs,
             "premise_probability": self.premise_probability,
             "violating_probability": self.violating_probability,
             "counterexamples": [c.to_dict() for c in self.counterexamples],
-            "witness": self.witness, "witness_class": self.witness_class,
+            "witness": self.witness,
+            "witness_class": self.witness_class,
             "seconds": self.seconds,
         }
 
@@ -156,8 +166,11 @@ class MonotonicityWitness:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"fixed": dict(self.fixed), "values": list(self.values),
-                "classes": list(self.classes)}
+        return {
+            "fixed": dict(self.fixed),
+            "values": list(self.values),
+            "classes": list(self.classes),
+        }
 
 
 @dataclass(frozen=True)
@@ -179,10 +192,16 @@ class MonotonicityResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"query": self.query, "feature": self.feature, "kind": self.kind,
-                "verdict": self.verdict, "reason": self.reason,
-                "witness": self.witness.to_dict() if self.witness else None,
-                "engine": self.engine, "seconds": self.seconds}
+        return {
+            "query": self.query,
+            "feature": self.feature,
+            "kind": self.kind,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "witness": self.witness.to_dict() if self.witness else None,
+            "engine": self.engine,
+            "seconds": self.seconds,
+        }
 
 
 @dataclass(frozen=True)
@@ -199,9 +218,12 @@ class VerificationReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"classifier": self.classifier, "all_hold": self.all_hold,
-                "rules": [r.to_dict() for r in self.rules],
-                "monotonicity": [m.to_dict() for m in self.monotonicity]}
+        return {
+            "classifier": self.classifier,
+            "all_hold": self.all_hold,
+            "rules": [r.to_dict() for r in self.rules],
+            "monotonicity": [m.to_dict() for m in self.monotonicity],
+        }
 
 
 # ---------------------------------------------------------------------------- BN mass
@@ -222,8 +244,14 @@ class FeatureMarginal:
         State names per feature in diagram order (matched to the network's by name).
     """
 
-    def __init__(self, network: Any, features: Sequence[str],
-                 states: Sequence[Sequence[str]], *, joint_limit: int = JOINT_LIMIT):
+    def __init__(
+        self,
+        network: Any,
+        features: Sequence[str],
+        states: Sequence[Sequence[str]],
+        *,
+        joint_limit: int = JOINT_LIMIT,
+    ):
         import opt_einsum
 
         self.features = tuple(features)
@@ -232,8 +260,9 @@ class FeatureMarginal:
         for f, names in zip(self.features, states, strict=True):
             net_states = list(network.states[f])
             if sorted(net_states) != sorted(names):
-                raise ValueError(f"feature {f!r}: states {list(names)} differ from the "
-                                 f"network's {net_states}")
+                raise ValueError(
+                    f"feature {f!r}: states {list(names)} differ from the network's {net_states}"
+                )
             self._perm.append(np.array([net_states.index(s) for s in names]))
         operands: list[Any] = []
         for v in network.variables:
@@ -271,8 +300,9 @@ class FeatureMarginal:
         cpts = self._operands[0::2]
         return float(self._expr(*cpts, *masks))
 
-    def violating_mass(self, table: np.ndarray, allowed: Sequence[np.ndarray],
-                       violating: np.ndarray) -> float:
+    def violating_mass(
+        self, table: np.ndarray, allowed: Sequence[np.ndarray], violating: np.ndarray
+    ) -> float:
         """Mass of the premise region's inputs whose sink is marked in ``violating``.
 
         ``table`` is the sink id of every full assignment (same shape as ``joint``).
@@ -289,9 +319,12 @@ def _output_table(diagram: DecisionDiagram, chunk: int = 1 << 20) -> np.ndarray:
     out = np.empty(total, dtype=np.int16)
     for start in range(0, total, chunk):
         flat = np.arange(start, min(start + chunk, total))
-        rows = (np.stack(np.unravel_index(flat, cards), axis=1) if cards
-                else np.zeros((flat.size, 0), dtype=np.int64))
-        out[start:start + flat.size] = diagram.predict(rows)
+        rows = (
+            np.stack(np.unravel_index(flat, cards), axis=1)
+            if cards
+            else np.zeros((flat.size, 0), dtype=np.int64)
+        )
+        out[start : start + flat.size] = diagram.predict(rows)
     return out.reshape(cards)
 
 
@@ -326,9 +359,15 @@ class BNVerifier:
     ...     report = verifier.verify(load_spec("rules.yaml", schema))
     """
 
-    def __init__(self, diagram: DecisionDiagram, *, network: Any = None,
-                 solver: str = DEFAULT_SOLVER, joint_limit: int = JOINT_LIMIT,
-                 sat_seconds: float = SAT_SECONDS):
+    def __init__(
+        self,
+        diagram: DecisionDiagram,
+        *,
+        network: Any = None,
+        solver: str = DEFAULT_SOLVER,
+        joint_limit: int = JOINT_LIMIT,
+        sat_seconds: float = SAT_SECONDS,
+    ):
         t0 = time.perf_counter()
         self.diagram = diagram
         self.solver = solver
@@ -337,30 +376,31 @@ class BNVerifier:
         self.sat_seconds = sat_seconds
         self._solvers: list[Solver] = []
         self._itr_solver: Solver | None = None
-        self._copies: dict[tuple[int, int, tuple[int, ...]],
-                           tuple[list[DiagramEncoding], Solver]] = {}
+        self._copies: dict[
+            tuple[int, int, tuple[int, ...]], tuple[list[DiagramEncoding], Solver]
+        ] = {}
         d = diagram
         self._nt = d.n_terminals
         self._n = d.n_features
         self._cards = [int(c) for c in d.cardinalities]
-        self._lv = np.concatenate([np.full(self._nt, self._n, dtype=np.int64),
-                                   d.node_level.astype(np.int64)])
-        self._by_level = [np.nonzero(d.node_level == lvl)[0] + self._nt
-                          for lvl in range(self._n)]
+        self._lv = np.concatenate(
+            [np.full(self._nt, self._n, dtype=np.int64), d.node_level.astype(np.int64)]
+        )
+        self._by_level = [np.nonzero(d.node_level == lvl)[0] + self._nt for lvl in range(self._n)]
         width = max(1, d.node_children.shape[1])
         self._children = np.full((self._nt + d.n_nodes, width), -1, dtype=np.int64)
-        self._children[self._nt:, : d.node_children.shape[1]] = d.node_children
-        self._child_lists = [list(map(int, row[: self._cards[lvl]]))
-                             for row, lvl in zip(self._children[self._nt:],
-                                                 d.node_level, strict=True)]
+        self._children[self._nt :, : d.node_children.shape[1]] = d.node_children
+        self._child_lists = [
+            list(map(int, row[: self._cards[lvl]]))
+            for row, lvl in zip(self._children[self._nt :], d.node_level, strict=True)
+        ]
         self._lv_list = [int(v) for v in self._lv]
         self._kid_rows: list[list[int]] = [[] for _ in range(self._nt)] + self._child_lists
         self._exact_int = d.n_inputs < 2**62
         self.marginal: FeatureMarginal | None = None
         self._table: np.ndarray | None = None
         if network is not None:
-            self.marginal = FeatureMarginal(network, d.features, d.states,
-                                            joint_limit=joint_limit)
+            self.marginal = FeatureMarginal(network, d.features, d.states, joint_limit=joint_limit)
             if self.marginal.joint is not None:
                 self._table = _output_table(d)
 
@@ -368,11 +408,18 @@ class BNVerifier:
     def verify(self, spec: Spec, *, counterexamples: int = 10) -> VerificationReport:
         """Check every rule and monotonicity query of a parsed spec."""
         d = self.diagram
-        info = {"class_variable": d.class_variable, "positive": d.positive,
-                "threshold": d.threshold, "features": list(d.features),
-                "terminals": list(d.terminals), "nodes": d.n_nodes, "inputs": d.n_inputs,
-                "cnf_variables": self.encoding.n_vars,
-                "cnf_clauses": len(self.encoding.clauses), "solver": self.solver}
+        info = {
+            "class_variable": d.class_variable,
+            "positive": d.positive,
+            "threshold": d.threshold,
+            "features": list(d.features),
+            "terminals": list(d.terminals),
+            "nodes": d.n_nodes,
+            "inputs": d.n_inputs,
+            "cnf_variables": self.encoding.n_vars,
+            "cnf_clauses": len(self.encoding.clauses),
+            "solver": self.solver,
+        }
         rules = [self.check_rule(r, counterexamples=counterexamples) for r in spec.rules]
         mono = [self.check_monotonicity(q) for q in spec.queries]
         return VerificationReport(info, rules, mono)
@@ -390,8 +437,7 @@ class BNVerifier:
         allowed = self._allowed(rule.premise)
         violating = np.array([t not in rule.conclusion for t in d.terminals])
         enc = self.encoding
-        assumptions = enc.restrict({i: a for i, a in enumerate(allowed)
-                                    if a.size < self._cards[i]})
+        assumptions = enc.restrict({i: a for i, a in enumerate(allowed) if a.size < self._cards[i]})
         assumptions += [-enc.sink_literal(t) for t in range(self._nt) if not violating[t]]
         if self._itr_solver is None:
             self._itr_solver = self._new_solver(enc.clauses)
@@ -412,8 +458,10 @@ class BNVerifier:
             witness = self._names(dict(enumerate(x)))
             witness_class = d.terminals[sink]
         if bool(sat) != (violators > 0):
-            raise RuntimeError(f"rule {rule.name!r}: SAT says {'violated' if sat else 'holds'}"
-                               f" but the diagram counts {violators} violating inputs")
+            raise RuntimeError(
+                f"rule {rule.name!r}: SAT says {'violated' if sat else 'holds'}"
+                f" but the diagram counts {violators} violating inputs"
+            )
         cubes: list[Counterexample] = []
         p_premise = p_viol = None
         if self.marginal is not None:
@@ -425,11 +473,21 @@ class BNVerifier:
             else:
                 p_viol = self._mass_by_cubes(allowed, allv, count)
         if violators and counterexamples > 0:
-            cubes = self._counterexamples(allowed, violating, count, allv, dist,
-                                          counterexamples)
-        return RuleResult(rule.name, VIOLATED if sat else HOLDS, tuple(rule.conclusion),
-                          premise_inputs, violators, p_premise, p_viol, cubes, witness,
-                          witness_class, rule.text, time.perf_counter() - t0)
+            cubes = self._counterexamples(allowed, violating, count, allv, dist, counterexamples)
+        return RuleResult(
+            rule.name,
+            VIOLATED if sat else HOLDS,
+            tuple(rule.conclusion),
+            premise_inputs,
+            violators,
+            p_premise,
+            p_viol,
+            cubes,
+            witness,
+            witness_class,
+            rule.text,
+            time.perf_counter() - t0,
+        )
 
     def check_monotonicity(self, query: MonotonicityQuery) -> MonotonicityResult:
         """Check one FMO or directional query; the witness is checked on the diagram.
@@ -448,9 +506,15 @@ class BNVerifier:
         card = len(order)
         if query.kind == "fmo" and card < 3:
             return MonotonicityResult(
-                query.name, query.feature, query.kind, HOLDS,
+                query.name,
+                query.feature,
+                query.kind,
+                HOLDS,
                 f"cannot flip twice: {query.feature} has only {card} values",
-                None, time.perf_counter() - t0, "none needed")
+                None,
+                time.perf_counter() - t0,
+                "none needed",
+            )
         patterns = _PATTERNS[query.kind]
         allowed = self._allowed(query.given)
         by_diagram = self._product_search(i, order, allowed, patterns)
@@ -465,8 +529,16 @@ class BNVerifier:
             found = by_sat
         elapsed = time.perf_counter() - t0
         if found is None:
-            return MonotonicityResult(query.name, query.feature, query.kind, HOLDS,
-                                      _HOLD_REASON[query.kind], None, elapsed, engine)
+            return MonotonicityResult(
+                query.name,
+                query.feature,
+                query.kind,
+                HOLDS,
+                _HOLD_REASON[query.kind],
+                None,
+                elapsed,
+                engine,
+            )
         xs = np.stack(found)
         sinks = d.predict(xs)
         positive = tuple(bool(t == d.positive_terminal) for t in sinks)
@@ -474,24 +546,40 @@ class BNVerifier:
         ranks = [order.index(int(x[i])) for x in xs]
         labels = [label for label, want in patterns if want == positive]
         inside = all(x[j] in allowed[j] for x in xs for j in range(self._n))
-        if (not labels or not inside or ranks != sorted(set(ranks))
-                or (xs[:, others] != xs[0, others]).any()):
+        if (
+            not labels
+            or not inside
+            or ranks != sorted(set(ranks))
+            or (xs[:, others] != xs[0, others]).any()
+        ):
             raise RuntimeError(f"query {query.name!r}: the witness does not check out")
         fixed = self._names({j: v for j, v in enumerate(xs[0]) if j != i})
         values = tuple(d.states[i][int(x[i])] for x in xs)
         classes = tuple(d.terminals[int(t)] for t in sinks)
         return MonotonicityResult(
-            query.name, query.feature, query.kind, VIOLATED,
+            query.name,
+            query.feature,
+            query.kind,
+            VIOLATED,
             f"{labels[0]}: {query.feature} {' < '.join(values)} gives {' / '.join(classes)}",
-            MonotonicityWitness(fixed, values, classes), elapsed, engine)
+            MonotonicityWitness(fixed, values, classes),
+            elapsed,
+            engine,
+        )
 
-    def _sat_monotone(self, i: int, order: tuple[int, ...], allowed: Sequence[np.ndarray],
-                      patterns: Sequence[tuple[str, tuple[bool, ...]]]) -> Any:
+    def _sat_monotone(
+        self,
+        i: int,
+        order: tuple[int, ...],
+        allowed: Sequence[np.ndarray],
+        patterns: Sequence[tuple[str, tuple[bool, ...]]],
+    ) -> Any:
         """Feature values of the copies in a SAT witness, None (UNSAT) or ``_UNKNOWN``."""
         n_copies = len(patterns[0][1])
         copies, solver = self._copies_for(i, order, n_copies)
-        base = copies[0].restrict({j: a for j, a in enumerate(allowed)
-                                   if j != i and a.size < self._cards[j]})
+        base = copies[0].restrict(
+            {j: a for j, a in enumerate(allowed) if j != i and a.size < self._cards[j]}
+        )
         p = [c.sink_literal(self.diagram.positive_terminal) for c in copies]
         unknown = False
         for _, want in patterns:
@@ -510,8 +598,13 @@ class BNVerifier:
                 return [c.decode(model) for c in copies]
         return _UNKNOWN if unknown else None
 
-    def _product_search(self, i: int, order: tuple[int, ...], allowed: Sequence[np.ndarray],
-                        patterns: Sequence[tuple[str, tuple[bool, ...]]]) -> list | None:
+    def _product_search(
+        self,
+        i: int,
+        order: tuple[int, ...],
+        allowed: Sequence[np.ndarray],
+        patterns: Sequence[tuple[str, tuple[bool, ...]]],
+    ) -> list | None:
         """Exact search for a witness by walking copies of the diagram in lockstep.
 
         Above level ``i`` the copies share one node; at a node testing ``i`` they split on
@@ -529,8 +622,9 @@ class BNVerifier:
         dead: set[tuple[int, ...]] = set()
 
         def below(state: tuple[int, ...]) -> list[tuple[int, int]] | None:
-            live = [w for w in wants
-                    if all(s >= nt or (s == pos) == w[k] for k, s in enumerate(state))]
+            live = [
+                w for w in wants if all(s >= nt or (s == pos) == w[k] for k, s in enumerate(state))
+            ]
             if not live:
                 return None
             if all(s < nt for s in state):
@@ -589,8 +683,9 @@ class BNVerifier:
         """Inputs of the levels above ``node``'s level, which the root path skips."""
         return math.prod(int(a.size) for a in allowed[: int(self._lv[node])])
 
-    def _count(self, allowed: Sequence[np.ndarray],
-               violating: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _count(
+        self, allowed: Sequence[np.ndarray], violating: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Bottom-up pass over the diagram restricted to the premise.
 
         Returns, per node id: the number of violating completions of the levels from the
@@ -623,9 +718,15 @@ class BNVerifier:
             dist[ks] = np.where(allv[ks], 0, reach.min(axis=1))
         return count, allv, dist
 
-    def _counterexamples(self, allowed: Sequence[np.ndarray], violating: np.ndarray,
-                         count: np.ndarray, allv: np.ndarray, dist: np.ndarray,
-                         k: int) -> list[Counterexample]:
+    def _counterexamples(
+        self,
+        allowed: Sequence[np.ndarray],
+        violating: np.ndarray,
+        count: np.ndarray,
+        allv: np.ndarray,
+        dist: np.ndarray,
+        k: int,
+    ) -> list[Counterexample]:
         """Up to ``k`` compact cubes, fewest fixed features first.
 
         Prefixes of diagram paths are enumerated best-first (A* with the exact remaining
@@ -669,8 +770,9 @@ class BNVerifier:
             out.append(Counterexample(self._names(cube), inputs, prob))
         return out
 
-    def _generalise(self, cube: dict[int, int], sets: Sequence[set[int]], allv: np.ndarray,
-                    count: np.ndarray) -> dict[int, int]:
+    def _generalise(
+        self, cube: dict[int, int], sets: Sequence[set[int]], allv: np.ndarray, count: np.ndarray
+    ) -> dict[int, int]:
         """Drop fixed features (top level first) while every completion still violates."""
         for lvl in sorted(cube):
             trial = {i: v for i, v in cube.items() if i != lvl}
@@ -678,8 +780,9 @@ class BNVerifier:
                 cube = trial
         return cube
 
-    def _all_violate(self, cube: Mapping[int, int], sets: Sequence[set[int]],
-                     allv: np.ndarray, count: np.ndarray) -> bool:
+    def _all_violate(
+        self, cube: Mapping[int, int], sets: Sequence[set[int]], allv: np.ndarray, count: np.ndarray
+    ) -> bool:
         """Does every input inside the premise and the cube violate? (Depth-first, pruned.)
 
         A node that violates on every premise completion violates on the cube's too; a node
@@ -704,8 +807,9 @@ class BNVerifier:
 
         return visit(self.diagram.root)
 
-    def _mass_by_cubes(self, allowed: Sequence[np.ndarray], allv: np.ndarray,
-                       count: np.ndarray) -> float | None:
+    def _mass_by_cubes(
+        self, allowed: Sequence[np.ndarray], allv: np.ndarray, count: np.ndarray
+    ) -> float | None:
         """Violating mass as a sum over disjoint cubes (paths grouped by child), if few."""
         assert self.marginal is not None
         cubes: list[list[np.ndarray]] = []
@@ -729,8 +833,9 @@ class BNVerifier:
                 stack.append((child, sub))
         return float(sum(self.marginal.mass(c) for c in cubes))
 
-    def _copies_for(self, i: int, order: tuple[int, ...],
-                    n_copies: int) -> tuple[list[DiagramEncoding], Solver]:
+    def _copies_for(
+        self, i: int, order: tuple[int, ...], n_copies: int
+    ) -> tuple[list[DiagramEncoding], Solver]:
         """Copies of the CNF sharing all features but ``i``, ordered, with their solver."""
         key = (i, n_copies, order)
         if key not in self._copies:

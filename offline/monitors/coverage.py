@@ -47,7 +47,9 @@ def _snap(v: np.ndarray) -> np.ndarray:
     return np.where(np.abs(v - r) <= _SNAP * np.maximum(1.0, np.abs(v)), r, v)
 
 
-def log_covered_cells(lo: np.ndarray, hi: np.ndarray, a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+def log_covered_cells(
+    lo: np.ndarray, hi: np.ndarray, a: np.ndarray, b: np.ndarray, n: int
+) -> np.ndarray:
     """Natural log of the number of cells each box covers, shape (n_boxes,).
 
     Parameters
@@ -105,9 +107,14 @@ def clustering_coverage(x: np.ndarray, boxes: tuple[np.ndarray, np.ndarray]) -> 
         log_lower = log_upper + np.log1p(-ratio) if ratio < 1 else -np.inf
     else:
         log_lower = log_upper
-    return Coverage(lower=float(np.exp(log_lower)), upper=float(np.exp(log_upper)),
-                    log_lower=float(log_lower), log_upper=float(log_upper),
-                    n_boxes=len(lo), n_dims=n_dims)
+    return Coverage(
+        lower=float(np.exp(log_lower)),
+        upper=float(np.exp(log_upper)),
+        log_lower=float(log_lower),
+        log_upper=float(log_upper),
+        n_boxes=len(lo),
+        n_dims=n_dims,
+    )
 
 
 def coverage_at(path: TauKMeansPath, tau: float) -> Coverage:
@@ -116,7 +123,9 @@ def coverage_at(path: TauKMeansPath, tau: float) -> Coverage:
     return clustering_coverage(path.x, cluster_boxes(path.x, clustering.labels))
 
 
-def _bisect(more_than_eps: Callable[[float], bool], eps_ival: float, *, move_low: bool) -> tuple[float, float]:
+def _bisect(
+    more_than_eps: Callable[[float], bool], eps_ival: float, *, move_low: bool
+) -> tuple[float, float]:
     low, high = 0.0, 1.0
     while high - low > eps_ival:
         mid = 0.5 * (low + high)
@@ -137,12 +146,20 @@ def search_tau_max(path: TauKMeansPath, *, eps_cov: float = 0.01, eps_ival: floa
 def search_tau_min(path: TauKMeansPath, *, eps_cov: float = 0.01, eps_ival: float = 0.01) -> float:
     """Algorithm 1 mirrored: the largest tau whose mean coverage is within ``eps_cov`` of tau = 0's."""
     bottom = coverage_at(path, 0.0).mean
-    low, _ = _bisect(lambda t: coverage_at(path, t).mean - bottom > eps_cov, eps_ival, move_low=False)
+    low, _ = _bisect(
+        lambda t: coverage_at(path, t).mean - bottom > eps_cov, eps_ival, move_low=False
+    )
     return low
 
 
-def tau_interval(x: np.ndarray, *, eps_cov: float = 0.01, eps_ival: float = 0.01,
-                 max_clusters: int = 64, random_state=0) -> tuple[float, float]:
+def tau_interval(
+    x: np.ndarray,
+    *,
+    eps_cov: float = 0.01,
+    eps_ival: float = 0.01,
+    max_clusters: int = 64,
+    random_state=0,
+) -> tuple[float, float]:
     """``(tau_min, tau_max)``: where clustering coverage changes with tau (Sec. 4.1).
 
     Parameters
@@ -157,5 +174,7 @@ def tau_interval(x: np.ndarray, *, eps_cov: float = 0.01, eps_ival: float = 0.01
         raise ValueError(f"need 0 < eps_ival={eps_ival} < 1 and eps_cov={eps_cov} >= 0")
     path = TauKMeansPath(x, max_clusters=max_clusters, random_state=random_state)
     with single_threaded():
-        return (search_tau_min(path, eps_cov=eps_cov, eps_ival=eps_ival),
-                search_tau_max(path, eps_cov=eps_cov, eps_ival=eps_ival))
+        return (
+            search_tau_min(path, eps_cov=eps_cov, eps_ival=eps_ival),
+            search_tau_max(path, eps_cov=eps_cov, eps_ival=eps_ival),
+        )

@@ -63,13 +63,17 @@ class BoxSweep:
     k_bad: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def verdicts(self, activations: Activations, y_pred: np.ndarray) -> dict[str, dict[float, np.ndarray]]:
+    def verdicts(
+        self, activations: Activations, y_pred: np.ndarray
+    ) -> dict[str, dict[float, np.ndarray]]:
         """Per-layer, per-tau verdict codes for inputs predicted as ``y_pred``."""
         out: dict[str, dict[float, np.ndarray]] = {}
         for layer in self.layers:
             x = _features(activations, layer, self.normalize)
-            out[layer] = {tau: layer_verdicts(self.good[layer][tau], self.bad[layer][tau], x, y_pred)
-                          for tau in self.taus}
+            out[layer] = {
+                tau: layer_verdicts(self.good[layer][tau], self.bad[layer][tau], x, y_pred)
+                for tau in self.taus
+            }
         return out
 
 
@@ -102,10 +106,15 @@ class Calibration:
     scales: dict[str, float]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "target_acceptance": self.target_acceptance,
-                "known_acceptance": self.known_acceptance,
-                "unknown_acceptance": self.unknown_acceptance, "n_known": self.n_known,
-                "n_unknown": self.n_unknown, "scales": dict(self.scales)}
+        return {
+            "threshold": self.threshold,
+            "target_acceptance": self.target_acceptance,
+            "known_acceptance": self.known_acceptance,
+            "unknown_acceptance": self.unknown_acceptance,
+            "n_known": self.n_known,
+            "n_unknown": self.n_unknown,
+            "scales": dict(self.scales),
+        }
 
 
 def _features(activations: Activations, layer: str, normalize: str) -> np.ndarray:
@@ -113,10 +122,19 @@ def _features(activations: Activations, layer: str, normalize: str) -> np.ndarra
     return normalize_features(x.reshape(len(x), -1), normalize)
 
 
-def build_sweep(activations_by_layer: Activations, y_true: np.ndarray, y_pred: np.ndarray, *,
-                layers: Sequence[str], taus: Sequence[float], n_classes: int,
-                normalize: str = "l2", max_clusters: int = 64, n_init: int = 1,
-                random_state=0) -> BoxSweep:
+def build_sweep(
+    activations_by_layer: Activations,
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    *,
+    layers: Sequence[str],
+    taus: Sequence[float],
+    n_classes: int,
+    normalize: str = "l2",
+    max_clusters: int = 64,
+    n_init: int = 1,
+    random_state=0,
+) -> BoxSweep:
     """Build good/bad boxes for every layer, class and tau (taus swept descending, k reused).
 
     Assumes validated input (see :meth:`BoxMonitor.fit`). One seed per (layer, class, kind)
@@ -129,24 +147,49 @@ def build_sweep(activations_by_layer: Activations, y_true: np.ndarray, y_pred: n
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     with single_threaded():
         for layer in layers:
-            _sweep_layer(sweep, activations_by_layer, y_true, y_pred, layer, rng,
-                         max_clusters=max_clusters, n_init=n_init)
+            _sweep_layer(
+                sweep,
+                activations_by_layer,
+                y_true,
+                y_pred,
+                layer,
+                rng,
+                max_clusters=max_clusters,
+                n_init=n_init,
+            )
     sweep.seconds = time.perf_counter() - start
     return sweep
 
 
-def _sweep_layer(sweep: BoxSweep, activations_by_layer: Activations, y_true: np.ndarray,
-                 y_pred: np.ndarray, layer: str, rng: np.random.RandomState, *,
-                 max_clusters: int, n_init: int) -> None:
+def _sweep_layer(
+    sweep: BoxSweep,
+    activations_by_layer: Activations,
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    layer: str,
+    rng: np.random.RandomState,
+    *,
+    max_clusters: int,
+    n_init: int,
+) -> None:
     """Fill ``sweep`` for one layer (assumes valid input)."""
     taus, n_classes, normalize = sweep.taus, sweep.n_classes, sweep.normalize
     x = _features(activations_by_layer, layer, normalize)
     d = x.shape[1]
-    per_kind: dict[str, dict[float, list]] = {"good": {t: [] for t in taus}, "bad": {t: [] for t in taus}}
-    ks = {"good": np.zeros((len(taus), n_classes), np.int64), "bad": np.zeros((len(taus), n_classes), np.int64)}
+    per_kind: dict[str, dict[float, list]] = {
+        "good": {t: [] for t in taus},
+        "bad": {t: [] for t in taus},
+    }
+    ks = {
+        "good": np.zeros((len(taus), n_classes), np.int64),
+        "bad": np.zeros((len(taus), n_classes), np.int64),
+    }
     for cls in range(n_classes):
         predicted = y_pred == cls
-        for kind, mask in (("good", predicted & (y_true == cls)), ("bad", predicted & (y_true != cls))):
+        for kind, mask in (
+            ("good", predicted & (y_true == cls)),
+            ("bad", predicted & (y_true != cls)),
+        ):
             seed = int(rng.randint(0, 2**31 - 1))
             xs = x[mask]
             if len(xs) == 0:
@@ -238,13 +281,25 @@ class BoxMonitor(BaseEstimator):
         data), kept for per-tau evaluation curves.
     """
 
-    def __init__(self, layers: Sequence[str] | None = None, *, tau: Any = "auto",
-                 taus: Sequence[float] = DEFAULT_TAUS, selection: str = "held-out-class",
-                 combine: str = "any", normalize: str = "l2",
-                 score_layers: Sequence[str] | None = None, score: str = "fused",
-                 contrast_layers: Sequence[str] | str = "auto", contrast_classes: int = 1,
-                 max_clusters: int = 64,
-                 n_init: int = 1, eps_cov: float = 0.01, eps_ival: float = 0.01, random_state=0):
+    def __init__(
+        self,
+        layers: Sequence[str] | None = None,
+        *,
+        tau: Any = "auto",
+        taus: Sequence[float] = DEFAULT_TAUS,
+        selection: str = "held-out-class",
+        combine: str = "any",
+        normalize: str = "l2",
+        score_layers: Sequence[str] | None = None,
+        score: str = "fused",
+        contrast_layers: Sequence[str] | str = "auto",
+        contrast_classes: int = 1,
+        max_clusters: int = 64,
+        n_init: int = 1,
+        eps_cov: float = 0.01,
+        eps_ival: float = 0.01,
+        random_state=0,
+    ):
         self.layers = layers
         self.tau = tau
         self.taus = taus
@@ -282,11 +337,15 @@ class BoxMonitor(BaseEstimator):
                 problems.append(f"score layer {name!r} is not monitored; monitored: {layers}")
         if isinstance(self.contrast_layers, str):
             if self.contrast_layers != "auto":
-                problems.append(f"contrast_layers={self.contrast_layers!r}: expected 'auto' or layers")
+                problems.append(
+                    f"contrast_layers={self.contrast_layers!r}: expected 'auto' or layers"
+                )
         else:
             for name in self.contrast_layers:
                 if name not in layers:
-                    problems.append(f"contrast layer {name!r} is not monitored; monitored: {layers}")
+                    problems.append(
+                        f"contrast layer {name!r} is not monitored; monitored: {layers}"
+                    )
         if isinstance(self.tau, str):
             if self.tau != "auto":
                 problems.append(f"tau={self.tau!r}: expected a float, a mapping or 'auto'")
@@ -298,24 +357,41 @@ class BoxMonitor(BaseEstimator):
             problems.append(f"tau={self.tau} should lie in [0, 1]")
         return problems
 
-    def _check_data(self, activations: Activations, y_true: np.ndarray | None, y_pred: np.ndarray,
-                    layers: Sequence[str], where: str, problems: list[str] | None = None) -> None:
+    def _check_data(
+        self,
+        activations: Activations,
+        y_true: np.ndarray | None,
+        y_pred: np.ndarray,
+        layers: Sequence[str],
+        where: str,
+        problems: list[str] | None = None,
+    ) -> None:
         problems = list(problems or [])
         missing = [name for name in layers if name not in activations]
         if missing:
-            problems.append(f"{where}: no activations for layers {missing}; given {sorted(activations)}")
+            problems.append(
+                f"{where}: no activations for layers {missing}; given {sorted(activations)}"
+            )
         n = len(y_pred)
         for name in layers:
             if name in activations and len(activations[name]) != n:
-                problems.append(f"{where}: layer {name!r} has {len(activations[name])} rows, y_pred has {n}")
+                problems.append(
+                    f"{where}: layer {name!r} has {len(activations[name])} rows, y_pred has {n}"
+                )
         if y_true is not None and len(y_true) != n:
             problems.append(f"{where}: y_true has {len(y_true)} entries, y_pred has {n}")
         if problems:
             raise ConfigError(problems)
 
-    def fit(self, activations_by_layer: Activations, y_true: np.ndarray, y_pred: np.ndarray, *,
-            validation: tuple[Activations, np.ndarray, np.ndarray] | None = None,
-            n_classes: int | None = None) -> BoxMonitor:
+    def fit(
+        self,
+        activations_by_layer: Activations,
+        y_true: np.ndarray,
+        y_pred: np.ndarray,
+        *,
+        validation: tuple[Activations, np.ndarray, np.ndarray] | None = None,
+        n_classes: int | None = None,
+    ) -> BoxMonitor:
         """Learn good and bad boxes per class and layer.
 
         Parameters
@@ -338,8 +414,13 @@ class BoxMonitor(BaseEstimator):
         problems = self._check_params(layers)
         if validation is not None:
             try:
-                self._check_data(validation[0], np.asarray(validation[1]), np.asarray(validation[2]),
-                                 layers, "validation")
+                self._check_data(
+                    validation[0],
+                    np.asarray(validation[1]),
+                    np.asarray(validation[2]),
+                    layers,
+                    "validation",
+                )
             except ConfigError as exc:
                 problems += exc.problems
         self._check_data(activations_by_layer, y_true, y_pred, layers, "fit", problems)
@@ -352,9 +433,18 @@ class BoxMonitor(BaseEstimator):
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
             candidate = self._candidate_taus(layers)
-        sweep = build_sweep(activations_by_layer, y_true, y_pred, layers=layers, taus=candidate,
-                            n_classes=k, normalize=self.normalize, max_clusters=self.max_clusters,
-                            n_init=self.n_init, random_state=self.random_state)
+        sweep = build_sweep(
+            activations_by_layer,
+            y_true,
+            y_pred,
+            layers=layers,
+            taus=candidate,
+            n_classes=k,
+            normalize=self.normalize,
+            max_clusters=self.max_clusters,
+            n_init=self.n_init,
+            random_state=self.random_state,
+        )
         if self.tau == "auto" and validation is not None and self.selection == "f1":
             chosen, selection = self._select_by_f1(sweep, validation)
         elif self.tau == "auto" and validation is not None:
@@ -374,15 +464,27 @@ class BoxMonitor(BaseEstimator):
         self.build_seconds_ = sweep.seconds
         self.sweep_ = sweep
         self.calibration_ = None
-        self.runtime_ = BoxRuntime(layers=layers, n_classes=k, good=good, bad=bad,
-                                   normalize=self.normalize, combine=self.combine,
-                                   score_layers=score_layers, meta=meta, score=self.score,
-                                   contrast_layers=contrast_layers,
-                                   contrast_classes=int(self.contrast_classes))
+        self.runtime_ = BoxRuntime(
+            layers=layers,
+            n_classes=k,
+            good=good,
+            bad=bad,
+            normalize=self.normalize,
+            combine=self.combine,
+            score_layers=score_layers,
+            meta=meta,
+            score=self.score,
+            contrast_layers=contrast_layers,
+            contrast_classes=int(self.contrast_classes),
+        )
         return self
 
-    def _resolve_contrast_layers(self, score_layers: list[str], selection: dict[str, Any] | None,
-                                 chosen: Mapping[str, np.ndarray]) -> list[str]:
+    def _resolve_contrast_layers(
+        self,
+        score_layers: list[str],
+        selection: dict[str, Any] | None,
+        chosen: Mapping[str, np.ndarray],
+    ) -> list[str]:
         if self.score != "fused":
             return []
         if not isinstance(self.contrast_layers, str):
@@ -390,19 +492,27 @@ class BoxMonitor(BaseEstimator):
         if selection is None or selection.get("method") != "held-out-class":
             return list(score_layers)
         taus = selection["taus"]
-        return [layer for layer in score_layers
-                if selection["auroc"][layer][taus.index(float(chosen[layer][0]))] >= CONTRAST_MIN_AUROC]
+        return [
+            layer
+            for layer in score_layers
+            if selection["auroc"][layer][taus.index(float(chosen[layer][0]))] >= CONTRAST_MIN_AUROC
+        ]
 
-    def _select_by_held_out_class(self, sweep: BoxSweep,
-                                  validation: tuple[Activations, np.ndarray, np.ndarray]
-                                  ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def _select_by_held_out_class(
+        self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """One tau per layer from known validation inputs only (see ``selection``)."""
         acts, yv_true, yv_pred = validation
-        yv_true, yv_pred = np.asarray(yv_true).astype(np.int64), np.asarray(yv_pred).astype(np.int64)
+        yv_true, yv_pred = (
+            np.asarray(yv_true).astype(np.int64),
+            np.asarray(yv_pred).astype(np.int64),
+        )
         known = yv_true >= 0
         if len(np.unique(yv_true[known])) < 2:
-            raise ConfigError("selection='held-out-class' needs validation inputs of at least 2 "
-                              f"known classes; got {np.unique(yv_true[known]).tolist()}")
+            raise ConfigError(
+                "selection='held-out-class' needs validation inputs of at least 2 "
+                f"known classes; got {np.unique(yv_true[known]).tolist()}"
+            )
         y_true, y_pred = yv_true[known], yv_pred[known]
         rows, n_classes = np.arange(len(y_true)), sweep.n_classes
         chosen, table = {}, {}
@@ -411,20 +521,26 @@ class BoxMonitor(BaseEstimator):
             values = np.zeros(len(sweep.taus))
             for i, tau in enumerate(sweep.taus):
                 boxes = sweep.good[layer][tau]
-                dist = np.stack([boxes.distance(x, np.full(len(x), c)) for c in range(n_classes)], axis=1)
+                dist = np.stack(
+                    [boxes.distance(x, np.full(len(x), c)) for c in range(n_classes)], axis=1
+                )
                 own_k = dist[rows, y_pred]
                 other = dist.copy()
                 other[rows, y_pred] = np.inf
                 withheld = dist.copy()
                 withheld[rows, y_true] = np.inf
                 two = np.sort(withheld, axis=1)[:, :2]  # nearest and second-nearest other class
-                values[i] = _held_out_auroc(own_k, other.min(axis=1), two[:, 0], two[:, 1],
-                                            fused=self.score == "fused")
+                values[i] = _held_out_auroc(
+                    own_k, other.min(axis=1), two[:, 0], two[:, 1], fused=self.score == "fused"
+                )
             best = values.max()
             # A layer that does not separate the known classes cannot rank taus this way; it
             # keeps the finest boxes, which describe the known inputs most tightly.
-            pick = (len(values) - 1 if best < CONTRAST_MIN_AUROC else
-                    max(i for i in range(len(values)) if values[i] >= best - SELECTION_TOLERANCE))
+            pick = (
+                len(values) - 1
+                if best < CONTRAST_MIN_AUROC
+                else max(i for i in range(len(values)) if values[i] >= best - SELECTION_TOLERANCE)
+            )
             table[layer] = values
             chosen[layer] = np.full(n_classes, sweep.taus[pick])
         return chosen, {"method": "held-out-class", "taus": list(sweep.taus), "auroc": table}
@@ -453,10 +569,14 @@ class BoxMonitor(BaseEstimator):
             raise ConfigError(problems)
         return out
 
-    def _select_by_f1(self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray]
-                      ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def _select_by_f1(
+        self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         acts, yv_true, yv_pred = validation
-        yv_true, yv_pred = np.asarray(yv_true).astype(np.int64), np.asarray(yv_pred).astype(np.int64)
+        yv_true, yv_pred = (
+            np.asarray(yv_true).astype(np.int64),
+            np.asarray(yv_pred).astype(np.int64),
+        )
         verdicts = sweep.verdicts(acts, yv_pred)
         taus = np.asarray(sweep.taus)  # descending: argmax picks the larger tau on ties
         chosen, f1 = {}, {}
@@ -466,15 +586,23 @@ class BoxMonitor(BaseEstimator):
                 counts = outcome_counts(verdicts[layer][tau], yv_true, yv_pred, sweep.n_classes)
                 tn, fp, mn, fn, tp, mp = counts.T.astype(np.float64)
                 precision = np.divide(tp, tp + fp, out=np.zeros_like(tp), where=(tp + fp) > 0)
-                recall = np.divide(tp, tp + fn + mp, out=np.zeros_like(tp), where=(tp + fn + mp) > 0)
+                recall = np.divide(
+                    tp, tp + fn + mp, out=np.zeros_like(tp), where=(tp + fn + mp) > 0
+                )
                 s = precision + recall
                 table[i] = np.divide(2 * precision * recall, s, out=np.zeros_like(s), where=s > 0)
             f1[layer] = table
             chosen[layer] = taus[np.argmax(table, axis=0)]
         return chosen, {"method": "f1", "taus": list(sweep.taus), "f1": f1}
 
-    def _select_by_coverage(self, activations: Activations, y_true: np.ndarray, y_pred: np.ndarray,
-                            layers: list[str], k: int) -> dict[str, np.ndarray]:
+    def _select_by_coverage(
+        self,
+        activations: Activations,
+        y_true: np.ndarray,
+        y_pred: np.ndarray,
+        layers: list[str],
+        k: int,
+    ) -> dict[str, np.ndarray]:
         rng = check_random_state(self.random_state)
         out = {}
         with single_threaded():
@@ -482,8 +610,15 @@ class BoxMonitor(BaseEstimator):
                 out[layer] = self._coverage_taus(activations, y_true, y_pred, layer, k, rng)
         return out
 
-    def _coverage_taus(self, activations: Activations, y_true: np.ndarray, y_pred: np.ndarray,
-                       layer: str, k: int, rng: np.random.RandomState) -> np.ndarray:
+    def _coverage_taus(
+        self,
+        activations: Activations,
+        y_true: np.ndarray,
+        y_pred: np.ndarray,
+        layer: str,
+        k: int,
+        rng: np.random.RandomState,
+    ) -> np.ndarray:
         x = _features(activations, layer, self.normalize)
         taus = np.full(k, 1.0)
         for cls in range(k):
@@ -491,8 +626,9 @@ class BoxMonitor(BaseEstimator):
             seed = int(rng.randint(0, 2**31 - 1))
             if len(xs) < 2:
                 continue
-            path = TauKMeansPath(xs, max_clusters=self.max_clusters, random_state=seed,
-                                 n_init=self.n_init)
+            path = TauKMeansPath(
+                xs, max_clusters=self.max_clusters, random_state=seed, n_init=self.n_init
+            )
             lo = search_tau_min(path, eps_cov=self.eps_cov, eps_ival=self.eps_ival)
             hi = search_tau_max(path, eps_cov=self.eps_cov, eps_ival=self.eps_ival)
             taus[cls] = round(0.5 * (lo + hi), 6)
@@ -528,12 +664,19 @@ class BoxMonitor(BaseEstimator):
         """
         self._check_fitted()
         y_pred = np.asarray(y_pred)
-        self._check_data(activations_by_layer, None, y_pred, self.runtime_.score_layers, "score_samples")
+        self._check_data(
+            activations_by_layer, None, y_pred, self.runtime_.score_layers, "score_samples"
+        )
         return self.runtime_.scores(activations_by_layer, y_pred)
 
-    def calibrate(self, acts_known: Activations, y_pred_known: np.ndarray,
-                  target_acceptance: float = 0.95, acts_unknown: Activations | None = None,
-                  y_pred_unknown: np.ndarray | None = None) -> Calibration:
+    def calibrate(
+        self,
+        acts_known: Activations,
+        y_pred_known: np.ndarray,
+        target_acceptance: float = 0.95,
+        acts_unknown: Activations | None = None,
+        y_pred_unknown: np.ndarray | None = None,
+    ) -> Calibration:
         """Choose the score threshold that accepts ``target_acceptance`` of known inputs.
 
         Sets each score layer's scale (and each contrast layer's, ``score="fused"``) to the
@@ -558,12 +701,20 @@ class BoxMonitor(BaseEstimator):
         for layer, s in per_layer.items():
             finite = s[np.isfinite(s)]
             q = acceptance_threshold(finite, target_acceptance) if len(finite) else 1.0
-            scales[layer] = float(q) if q > 0 else float(finite[finite > 0].mean()) if np.any(finite > 0) else 1.0
+            scales[layer] = (
+                float(q)
+                if q > 0
+                else float(finite[finite > 0].mean())
+                if np.any(finite > 0)
+                else 1.0
+            )
         rt.score_scales = scales
         contrast = None
         if rt.score == "fused":
             contrast = rt.contrast_layer_scores(acts_known, y_pred_known)
-            rt.contrast_scales = {layer: _scale(c, target_acceptance) for layer, c in contrast.items()}
+            rt.contrast_scales = {
+                layer: _scale(c, target_acceptance) for layer, c in contrast.items()
+            }
         combined = rt.combine_scores(per_layer, contrast)
         threshold = acceptance_threshold(combined, target_acceptance)
         rt.threshold = threshold
@@ -573,11 +724,15 @@ class BoxMonitor(BaseEstimator):
                 raise ConfigError("calibrate: acts_unknown needs y_pred_unknown")
             su = self.score_samples(acts_unknown, y_pred_unknown)
             unknown_rate, n_unknown = float(np.mean(su <= threshold)), len(su)
-        cal = Calibration(threshold=threshold, target_acceptance=target_acceptance,
-                          known_acceptance=float(np.mean(combined <= threshold)),
-                          unknown_acceptance=unknown_rate, n_known=len(combined),
-                          n_unknown=n_unknown,
-                          scales={**scales, **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()}})
+        cal = Calibration(
+            threshold=threshold,
+            target_acceptance=target_acceptance,
+            known_acceptance=float(np.mean(combined <= threshold)),
+            unknown_acceptance=unknown_rate,
+            n_known=len(combined),
+            n_unknown=n_unknown,
+            scales={**scales, **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()}},
+        )
         rt.meta["calibration"] = cal.as_dict()
         self.calibration_ = cal
         return cal
@@ -601,17 +756,26 @@ def _scale(values: np.ndarray, target_acceptance: float) -> float:
     return float(finite[finite > 0].mean()) if np.any(finite > 0) else 1.0
 
 
-def _held_out_auroc(own_known: np.ndarray, other_known: np.ndarray, own_unknown: np.ndarray,
-                    other_unknown: np.ndarray, *, fused: bool) -> float:
+def _held_out_auroc(
+    own_known: np.ndarray,
+    other_known: np.ndarray,
+    own_unknown: np.ndarray,
+    other_unknown: np.ndarray,
+    *,
+    fused: bool,
+) -> float:
     """AUROC of one layer's score term, known inputs against held-out-class stand-ins.
 
     Each term is scaled by its 95% quantile on the known inputs; non-finite values count
     as the highest scores; the contrast looks at every other class. Assumes valid input.
     """
+
     def term(own: np.ndarray, other: np.ndarray) -> np.ndarray:
         out = own / _scale(own_known, 0.95)
         if fused:
-            out = out + contrast_scores(own, other) / _scale(contrast_scores(own_known, other_known), 0.95)
+            out = out + contrast_scores(own, other) / _scale(
+                contrast_scores(own_known, other_known), 0.95
+            )
         return np.where(np.isfinite(out), out, np.inf)
 
     return auroc(term(own_known, other_known), term(own_unknown, other_unknown))
@@ -624,5 +788,12 @@ def _pick(by_tau: Mapping[float, BoxSet], taus: np.ndarray) -> BoxSet:
     return BoxSet.from_boxes(per_class, d)
 
 
-__all__ = ["DEFAULT_TAUS", "VERDICT_NAMES", "BoxMonitor", "BoxSweep", "Calibration", "Verdicts",
-           "build_sweep"]
+__all__ = [
+    "DEFAULT_TAUS",
+    "VERDICT_NAMES",
+    "BoxMonitor",
+    "BoxSweep",
+    "Calibration",
+    "Verdicts",
+    "build_sweep",
+]

@@ -61,8 +61,9 @@ class Outcomes:
         return {**asdict(self), "precision": self.precision, "recall": self.recall, "f1": self.f1}
 
 
-def outcome_counts(verdicts: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray,
-                   n_classes: int) -> np.ndarray:
+def outcome_counts(
+    verdicts: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray, n_classes: int
+) -> np.ndarray:
     """Outcome counts per predicted class, shape (n_classes, 6), columns in :data:`OUTCOMES`.
 
     Parameters
@@ -78,16 +79,18 @@ def outcome_counts(verdicts: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray,
     if not verdicts.shape == y_true.shape == y_pred.shape:
         raise ValueError(f"shapes differ: {verdicts.shape}, {y_true.shape}, {y_pred.shape}")
     positive = (y_true != y_pred).astype(np.int64)
-    column = 3 * positive + np.select([verdicts == ACCEPT, verdicts == REJECT, verdicts == UNCERTAIN],
-                                      [0, 1, 2], default=-1)
+    column = 3 * positive + np.select(
+        [verdicts == ACCEPT, verdicts == REJECT, verdicts == UNCERTAIN], [0, 1, 2], default=-1
+    )
     if np.any(column < 0):
         raise ValueError("verdicts must be 0 (accept), 1 (uncertainty) or 2 (reject)")
     flat = np.bincount(y_pred.astype(np.int64) * 6 + column, minlength=n_classes * 6)
     return flat[: n_classes * 6].reshape(n_classes, 6)
 
 
-def outcomes_per_class(verdicts: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray,
-                       n_classes: int) -> list[Outcomes]:
+def outcomes_per_class(
+    verdicts: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray, n_classes: int
+) -> list[Outcomes]:
     """:func:`outcome_counts` as one :class:`Outcomes` per class."""
     counts = outcome_counts(verdicts, y_true, y_pred, n_classes)
     return [Outcomes(*(int(v) for v in row)) for row in counts]
@@ -98,11 +101,17 @@ def total(outcomes: Sequence[Outcomes]) -> Outcomes:
     return Outcomes(*(sum(getattr(o, name) for o in outcomes) for name in OUTCOMES))
 
 
-def tau_curves(verdicts_by_tau: Mapping[float, np.ndarray], y_true: np.ndarray, y_pred: np.ndarray,
-               n_classes: int) -> dict[float, list[Outcomes]]:
+def tau_curves(
+    verdicts_by_tau: Mapping[float, np.ndarray],
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    n_classes: int,
+) -> dict[float, list[Outcomes]]:
     """Per-tau, per-class outcomes for one layer (the paper's Fig. 7 curves), taus descending."""
-    return {tau: outcomes_per_class(verdicts_by_tau[tau], y_true, y_pred, n_classes)
-            for tau in sorted(verdicts_by_tau, reverse=True)}
+    return {
+        tau: outcomes_per_class(verdicts_by_tau[tau], y_true, y_pred, n_classes)
+        for tau in sorted(verdicts_by_tau, reverse=True)
+    }
 
 
 @dataclass(frozen=True)
@@ -131,7 +140,7 @@ def auroc(scores_known: np.ndarray, scores_unknown: np.ndarray) -> float:
     if len(k) == 0 or len(u) == 0:
         raise ValueError(f"need known and unknown scores; got {len(k)} and {len(u)}")
     ranks = rankdata(np.concatenate([k, u]))
-    return float((ranks[len(k):].sum() - len(u) * (len(u) + 1) / 2) / (len(k) * len(u)))
+    return float((ranks[len(k) :].sum() - len(u) * (len(u) + 1) / 2) / (len(k) * len(u)))
 
 
 def acceptance_threshold(scores_known: np.ndarray, target_acceptance: float = 0.95) -> float:
@@ -142,11 +151,17 @@ def acceptance_threshold(scores_known: np.ndarray, target_acceptance: float = 0.
     return float(s[int(np.ceil(target_acceptance * len(s))) - 1])
 
 
-def detection(scores_known: np.ndarray, scores_unknown: np.ndarray, *,
-              target_acceptance: float = 0.95) -> Detection:
+def detection(
+    scores_known: np.ndarray, scores_unknown: np.ndarray, *, target_acceptance: float = 0.95
+) -> Detection:
     """AUROC and the unknown acceptance (FPR) at ``target_acceptance`` of known inputs."""
     t = acceptance_threshold(scores_known, target_acceptance)
     u = np.asarray(scores_unknown, np.float64).ravel()
-    return Detection(auroc=auroc(scores_known, u), fpr=float(np.mean(u <= t)), threshold=t,
-                     target_acceptance=target_acceptance, n_known=int(np.size(scores_known)),
-                     n_unknown=len(u))
+    return Detection(
+        auroc=auroc(scores_known, u),
+        fpr=float(np.mean(u <= t)),
+        threshold=t,
+        target_acceptance=target_acceptance,
+        n_known=int(np.size(scores_known)),
+        n_unknown=len(u),
+    )

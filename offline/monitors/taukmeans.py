@@ -118,8 +118,9 @@ class TauKMeansPath:
         return out
 
 
-def tau_kmeans(x: np.ndarray, tau: float, *, max_clusters: int = 64, random_state=0,
-               n_init: int = 1) -> Clustering:
+def tau_kmeans(
+    x: np.ndarray, tau: float, *, max_clusters: int = 64, random_state=0, n_init: int = 1
+) -> Clustering:
     """Cluster ``x`` (n_samples, n_features) with tau-k-means; see :class:`TauKMeansPath`."""
     if not 0.0 <= tau <= 1.0:
         raise ValueError(f"tau={tau} should lie in [0, 1]")
@@ -127,8 +128,9 @@ def tau_kmeans(x: np.ndarray, tau: float, *, max_clusters: int = 64, random_stat
     if len(x) == 0:
         raise ValueError("n_samples=0: nothing to cluster")
     with single_threaded():
-        return TauKMeansPath(x, max_clusters=max_clusters, random_state=random_state,
-                             n_init=n_init).cluster(tau)
+        return TauKMeansPath(
+            x, max_clusters=max_clusters, random_state=random_state, n_init=n_init
+        ).cluster(tau)
 
 
 def cluster_boxes(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
