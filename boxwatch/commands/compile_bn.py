@@ -98,9 +98,7 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
             f"impossible   {result.impossible:,} (probability 0, decided negative)\n"
         )
     return (
-        head
-        + 
-        f"constant     {'yes' if d.root < d.n_terminals else 'no'}\n"
+        head + f"constant     {'yes' if d.root < d.n_terminals else 'no'}\n"
         f"seconds      {result.seconds:.4f} compile, {parse_seconds:.4f} parse\n"
         f"estimate     {result.estimate.text() if result.estimate else '-'}\n"
         f"  lvl  feature                      states    quasi  reduced\n{per_level}"

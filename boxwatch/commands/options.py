@@ -127,4 +127,3 @@ def classifier_spec(
                 "decides the most probable state"
             )
     return ClassifierSpec(class_variable, positive, threshold, features, order, decision)
-

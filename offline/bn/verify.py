@@ -88,12 +88,9 @@ def violation_patterns(diagram: DecisionDiagram, query: MonotonicityQuery) -> li
         pos = diagram.positive_terminal
         sets = {True: frozenset({pos}), False: frozenset(range(diagram.n_terminals)) - {pos}}
         return [(label, tuple(sets[w] for w in want)) for label, want in _PATTERNS[query.kind]]
-    if query.class_order is None or sorted(query.class_order) != list(
-        range(diagram.n_terminals)
-    ):
+    if query.class_order is None or sorted(query.class_order) != list(range(diagram.n_terminals)):
         raise ValueError(
-            f"query {query.name!r}: an argmax classifier needs the order of all its class "
-            "states"
+            f"query {query.name!r}: an argmax classifier needs the order of all its class states"
         )
     rank = {t: r for r, t in enumerate(query.class_order)}
     names = diagram.terminals
@@ -112,6 +109,8 @@ def violation_patterns(diagram: DecisionDiagram, query: MonotonicityQuery) -> li
             if higher:
                 out.append((f"falls to {names[t]} then rises", (higher, one, higher)))
     return out
+
+
 _INF = np.iinfo(np.int64).max // 4
 
 
