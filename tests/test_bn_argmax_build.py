@@ -20,6 +20,7 @@ from kafka_helpers import consume, create_topics
 
 from boxwatch.agent.artifact import load_artifact, write_artifact
 from boxwatch.agent.config import load_agent_config
+from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.keys import generate_keypair, load_private_key, load_trusted_keys
 from boxwatch.agent.service import build_agent
 from boxwatch.cli import EXIT_OK, cli
@@ -96,7 +97,7 @@ class Built:
                         "features": ["Age", "Fever", "Cough", "Oxygen"],
                         "rules": "rules.yaml",
                         "counterexamples": 3,
-                    }
+                    },
                 },
                 sort_keys=False,
             )
@@ -281,3 +282,22 @@ def test_gate_on_a_live_agent_with_a_real_broker(built, broker, kafka):
     gate = {json.loads(r.value)["id"]: json.loads(r.value) for r in got}
     assert len(gate) == len(values)
     check_gate_records(built, gate, x)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"positive": "mild"}, "apply to decision: threshold only"),
+        ({"decision": "threshold"}, "positive and threshold are required"),
+        ({"decision": "vote"}, "vote"),
+    ],
+)
+def test_bn_decision_config_errors_name_the_keys(built, tmp_path, change, message):
+    raw = yaml.safe_load(built.config.read_text())
+    raw["bn"].update(change)
+    raw["bn"]["file"] = str(built.config.parent / "triage.bif")
+    raw["bn"]["rules"] = str(built.config.parent / "rules.yaml")
+    path = tmp_path / "build.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=message):
+        prepare(load_config(path))
