@@ -432,6 +432,11 @@ def _decide(
     return post, decision, ties, impossible
 
 
+def _code_dtype(n_states: int) -> type:
+    """Smallest unsigned integer type holding a state index (one byte up to 256 states)."""
+    return np.uint8 if n_states <= 256 else np.uint16
+
+
 def _decide_argmax(
     joint: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
@@ -440,9 +445,9 @@ def _decide_argmax(
     ``joint`` holds ``P(c, x)`` with the class state on axis 0. A state ties with the best
     one when its posterior is within :data:`TIE_TOLERANCE` of the largest; the decision is
     the lowest tied state index. Inputs of probability 0 have no tied state and get 0.
-    Returns ``(post, codes, pairs, ties, impossible)``: ``codes`` (uint8) has ``joint``'s
-    shape without axis 0; ``pairs[a, b]`` (``a < b``) counts inputs where ``a`` and ``b``
-    both tie for the maximum.
+    Returns ``(post, codes, pairs, ties, impossible)``: ``codes`` (:func:`_code_dtype`) has
+    ``joint``'s shape without axis 0; ``pairs[a, b]`` (``a < b``) counts inputs where ``a``
+    and ``b`` both tie for the maximum.
     """
     den = joint.sum(axis=0)
     ok = den > 0
@@ -450,8 +455,8 @@ def _decide_argmax(
         post = np.where(ok, joint / np.where(ok, den, 1.0), np.nan)
     best = np.where(ok, post, 0.0).max(axis=0)
     near = (post >= best - TIE_TOLERANCE) & ok
-    codes = np.argmax(near, axis=0).astype(np.uint8)
     zc = joint.shape[0]
+    codes = np.argmax(near, axis=0).astype(_code_dtype(zc))
     pairs = np.zeros((zc, zc), dtype=np.int64)
     n_near = near.sum(axis=0)
     multi = n_near >= 2
@@ -584,7 +589,8 @@ def _compile_separator(
             if progress is not None:
                 progress(done, n_pre)
     del up, lo
-    packed_rows = np.frombuffer(b"".join(patterns), dtype=np.uint8).reshape(len(patterns), -1)
+    dtype = _code_dtype(zc) if argmax else np.uint8
+    packed_rows = np.frombuffer(b"".join(patterns), dtype=dtype).reshape(len(patterns), -1)
     del patterns
     if argmax:
         table = packed_rows.astype(np.int64).reshape(-1, *cards[k:])
