@@ -41,7 +41,7 @@ from bn_reference import REFERENCE_CLASSIFIERS
 from bn_synthetic import chain_tan, naive_bayes
 
 from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
-from boxwatch.offline.bn.compile import TIE_TOLERANCE, compile_classifier
+from boxwatch.offline.bn.compile import TIE_TOLERANCE, CompileResult, compile_classifier
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import format_bytes
 from boxwatch.offline.bn.plan import (
@@ -70,13 +70,15 @@ ARGMAX = {"child": ("child", "Disease"), "alarm": ("alarm", "INTUBATION")}
 ARGMAX_HEADING = "## bn_compile argmax (bench/bn_compile.py argmax)"
 
 
-def median_seconds(network, spec, method: str) -> tuple[float, object]:
+def median_seconds(network, spec, method: str) -> tuple[float, CompileResult]:
     """Median compile seconds over REPEATS runs, and the last result."""
-    times, result = [], None
+    times: list[float] = []
+    result: CompileResult | None = None
     for _ in range(REPEATS):
         start = time.perf_counter()
         result = compile_classifier(network, spec, method=method)
         times.append(time.perf_counter() - start)
+    assert result is not None
     return statistics.median(times), result
 
 

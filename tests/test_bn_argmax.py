@@ -52,7 +52,9 @@ def exact_joint(net: Network, cls: str, order: list[str]) -> dict[tuple[int, ...
 
 def exact_argmax(joint: dict[tuple[int, ...], list]):
     """Decision (lowest index among the exact maxima), tied inputs, pair ties, impossible."""
-    decided, pairs, ties, impossible = {}, {}, 0, 0
+    decided: dict[tuple[int, ...], int] = {}
+    pairs: dict[tuple[int, int], int] = {}
+    ties = impossible = 0
     for x, row in joint.items():
         if sum(row) == 0:
             impossible += 1
