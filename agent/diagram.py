@@ -14,7 +14,9 @@ Representation
 * Sinks are class states, not booleans. For a threshold decision
   ``P(C = positive | x) >= threshold`` on a binary class variable the terminals are the two
   class states in the network's (BIF) order; on a class variable with more states they are
-  ``(f"not {positive}", positive)``. An argmax (multi-class) diagram would list every state.
+  ``(f"not {positive}", positive)``. An argmax (multi-class) diagram lists every class state
+  in the network's order, so sink ``t`` is class state index ``t``; it has no positive state
+  and no threshold (both ``None``).
 
 Canonical form: reduced (no internal node whose children are all equal, no two nodes with the
 same level and children; edges may skip levels) and numbered by level ascending, within a
@@ -36,6 +38,13 @@ import numpy as np
 from boxwatch.agent.errors import ArtifactError, BoxwatchError
 
 SCHEMA = "boxwatch.bn-diagram"
+THRESHOLD, ARGMAX = "threshold", "argmax"
+DECISIONS = (THRESHOLD, ARGMAX)
+DECISION_TEXT = {
+    THRESHOLD: "P(class_variable = positive | features) >= threshold",
+    ARGMAX: "argmax over states c of P(class_variable = c | features); ties to the lowest "
+    "state index",
+}
 SCHEMA_VERSION = 1
 DIAGRAM_JSON = "diagram.json"
 DIAGRAM_NPZ = "diagram.npz"
@@ -69,10 +78,15 @@ class DecisionDiagram:
         Child node ids; ``-1`` beyond the level's cardinality.
     root : int
         Root node id (a sink id when the classifier is constant).
-    class_variable, positive : str
-        The class variable and its positive state (``positive in terminals``).
-    threshold : float
-        Decide ``positive`` iff ``P(class_variable = positive | x) >= threshold``.
+    class_variable : str
+    positive : str or None
+        The positive state (``positive in terminals``); ``None`` for an argmax diagram.
+    threshold : float or None
+        Decide ``positive`` iff ``P(class_variable = positive | x) >= threshold``; ``None``
+        for an argmax diagram.
+    decision : {"threshold", "argmax"}
+        ``argmax``: the most probable class state (ties to the lowest state index);
+        ``terminals`` are then all class states in the network's order.
     """
 
     features: tuple[str, ...]
@@ -82,15 +96,24 @@ class DecisionDiagram:
     node_children: np.ndarray
     root: int
     class_variable: str
-    positive: str
-    threshold: float
+    positive: str | None
+    threshold: float | None
+    decision: str = THRESHOLD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", tuple(str(f) for f in self.features))
         object.__setattr__(self, "states", tuple(tuple(str(s) for s in st) for st in self.states))
         object.__setattr__(self, "terminals", tuple(str(t) for t in self.terminals))
         object.__setattr__(self, "root", int(self.root))
-        object.__setattr__(self, "threshold", float(self.threshold))
+        if self.decision not in DECISIONS:
+            raise ValueError(f"decision {self.decision!r} is not one of {DECISIONS}")
+        if self.decision == ARGMAX:
+            if self.positive is not None or self.threshold is not None:
+                raise ValueError("an argmax diagram has no positive state and no threshold")
+        else:
+            if self.positive is None or self.threshold is None:
+                raise ValueError("a threshold diagram needs a positive state and a threshold")
+            object.__setattr__(self, "threshold", float(self.threshold))
         level = np.array(self.node_level, dtype=np.int32).reshape(-1)
         children = np.array(self.node_children, dtype=np.int32)
         if children.size == 0 and level.size == 0:
@@ -113,6 +136,7 @@ class DecisionDiagram:
             and self.class_variable == other.class_variable
             and self.positive == other.positive
             and self.threshold == other.threshold
+            and self.decision == other.decision
         )
 
     def same_function(self, other: DecisionDiagram) -> bool:
@@ -166,8 +190,15 @@ class DecisionDiagram:
         return int(self.cardinalities[self.node_level].sum()) if self.n_nodes else 0
 
     @property
+    def is_argmax(self) -> bool:
+        """True for a multi-class (argmax) diagram: sinks are all class states."""
+        return self.decision == ARGMAX
+
+    @property
     def positive_terminal(self) -> int:
-        """Sink id of the positive class state."""
+        """Sink id of the positive class state (threshold diagrams only)."""
+        if self.positive is None:
+            raise ValueError("an argmax diagram has no positive state")
         return self.terminals.index(self.positive)
 
     @cached_property
@@ -285,7 +316,10 @@ class DecisionDiagram:
         return np.asarray(self.terminals, dtype=object)[self.predict(X)]
 
     def predict_positive(self, X: Any) -> np.ndarray:
-        """Boolean decision ``P(C = positive | x) >= threshold`` per assignment."""
+        """Boolean decision ``P(C = positive | x) >= threshold`` per assignment.
+
+        Raises ``ValueError`` on an argmax diagram (use :meth:`predict_labels`).
+        """
         return self.predict(X) == self.positive_terminal
 
     @cached_property
@@ -446,8 +480,9 @@ class DecisionDiagram:
         node_children: Any,
         root: int,
         class_variable: str,
-        positive: str,
-        threshold: float,
+        positive: str | None,
+        threshold: float | None,
+        decision: str = THRESHOLD,
     ) -> DecisionDiagram:
         """Reduce and renumber any node table into the canonical diagram of its function.
 
@@ -473,6 +508,7 @@ class DecisionDiagram:
             class_variable=class_variable,
             positive=positive,
             threshold=threshold,
+            decision=decision,
         )
 
     def is_canonical(self) -> bool:
@@ -487,6 +523,7 @@ class DecisionDiagram:
             class_variable=self.class_variable,
             positive=self.positive,
             threshold=self.threshold,
+            decision=self.decision,
         )
         return again.same_as(self)
 
@@ -499,7 +536,8 @@ class DecisionDiagram:
             "class_variable": self.class_variable,
             "positive": self.positive,
             "threshold": self.threshold,
-            "decision": "P(class_variable = positive | features) >= threshold",
+            "decision": DECISION_TEXT[self.decision],
+            "decision_kind": self.decision,
             "features": list(self.features),
             "states": [list(s) for s in self.states],
             "terminals": list(self.terminals),
@@ -552,14 +590,23 @@ class DecisionDiagram:
             raise bad("'states' must hold one non-empty list of distinct names per feature")
         if not _str_list(terminals) or len(terminals) < 1 or len(set(terminals)) != len(terminals):
             raise bad("'terminals' must be a non-empty list of distinct strings")
-        for key in ("class_variable", "positive"):
-            if not isinstance(meta.get(key), str):
-                raise bad(f"{key!r} must be a string")
-        if meta["positive"] not in terminals:
-            raise bad(f"positive {meta['positive']!r} is not a terminal {terminals}")
+        kind = meta.get("decision_kind", THRESHOLD)
+        if kind not in DECISIONS:
+            raise bad(f"'decision_kind' {kind!r} is not one of {list(DECISIONS)}")
+        if not isinstance(meta.get("class_variable"), str):
+            raise bad("'class_variable' must be a string")
         threshold = meta.get("threshold")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-            raise bad("'threshold' must be a number")
+        if kind == ARGMAX:
+            if meta.get("positive") is not None or threshold is not None:
+                raise bad("an argmax diagram has 'positive' and 'threshold' null")
+        else:
+            if not isinstance(meta.get("positive"), str):
+                raise bad("'positive' must be a string")
+            if meta["positive"] not in terminals:
+                raise bad(f"positive {meta['positive']!r} is not a terminal {terminals}")
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+                raise bad("'threshold' must be a number")
+            threshold = float(threshold)
         root = meta.get("root")
         if isinstance(root, bool) or not isinstance(root, int):
             raise bad("'root' must be an integer")
@@ -601,8 +648,9 @@ class DecisionDiagram:
             node_children=children,
             root=root,
             class_variable=meta["class_variable"],
-            positive=meta["positive"],
-            threshold=float(threshold),
+            positive=meta.get("positive"),
+            threshold=threshold,
+            decision=kind,
         )
         if not diagram.is_canonical():
             raise bad("nodes are not in canonical (reduced, breadth-first numbered) form")

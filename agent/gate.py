@@ -15,7 +15,9 @@ Certified and blocked records carry the ids of the rules behind the outcome.
 Rules come from the artifact member ``bn/rules.json``: a list of
 ``{"id", "premise": {feature: [allowed state indices]}, "conclusion": [allowed class
 states], "verdict": "holds" | "violated"}``. Features absent from a premise are
-unconstrained; a conclusion may also be a single class state.
+unconstrained; a conclusion may also be a single class state. The class states are the
+diagram's terminals: the two outputs of a threshold classifier, or every state of the class
+for an argmax (multi-class) one, whose rules may allow any set of them.
 """
 
 from __future__ import annotations

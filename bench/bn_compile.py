@@ -12,6 +12,11 @@ compiled or refused, seconds, peak RSS, the chosen route's estimate, and for com
 beside them, the contraction cost of opt_einsum's greedy order against the planned one.
 Last, ``predict`` throughput on alarm (batch 100k).
 
+Argmax (multi-class) classifiers (:data:`ARGMAX`: child's Disease over its leaves, alarm's
+INTUBATION over the reference order) beside the threshold classifiers of the same networks:
+nodes, inputs per state, ties, both routes' seconds, and every input against pgmpy's exact
+joint; ``bench/bn_compile.py argmax`` runs only these (seconds) and writes their own section.
+
 Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESULTS.md.
 """
 
@@ -36,7 +41,7 @@ from bn_reference import REFERENCE_CLASSIFIERS
 from bn_synthetic import chain_tan, naive_bayes
 
 from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
-from boxwatch.offline.bn.compile import TIE_TOLERANCE, compile_classifier
+from boxwatch.offline.bn.compile import TIE_TOLERANCE, CompileResult, compile_classifier
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import format_bytes
 from boxwatch.offline.bn.plan import (
@@ -60,15 +65,20 @@ HIDDEN = {
 HIDDEN_MEMORY = 4 << 30
 HIDDEN_SECONDS = 120.0
 HIDDEN_CHECKS = 200  # uniform, and as many sampled from the network
+# name -> (reference classifier whose network and order are used, class of the argmax)
+ARGMAX = {"child": ("child", "Disease"), "alarm": ("alarm", "INTUBATION")}
+ARGMAX_HEADING = "## bn_compile argmax (bench/bn_compile.py argmax)"
 
 
-def median_seconds(network, spec, method: str) -> tuple[float, object]:
+def median_seconds(network, spec, method: str) -> tuple[float, CompileResult]:
     """Median compile seconds over REPEATS runs, and the last result."""
-    times, result = [], None
+    times: list[float] = []
+    result: CompileResult | None = None
     for _ in range(REPEATS):
         start = time.perf_counter()
         result = compile_classifier(network, spec, method=method)
         times.append(time.perf_counter() - start)
+    assert result is not None
     return statistics.median(times), result
 
 
@@ -300,8 +310,90 @@ def predict_rate() -> str:
     return f"{100_000 / statistics.median(times):,.0f}"
 
 
+def pgmpy_argmax_disagreements(network: Network, d) -> int:
+    """Inputs (all of them) whose argmax by pgmpy's exact joint differs from the diagram's."""
+    from pgmpy.inference import VariableElimination
+
+    cls = d.class_variable
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        joint = VariableElimination(network.to_pgmpy()).query(
+            [cls, *d.features], joint=True, show_progress=False
+        )
+    table = np.moveaxis(
+        joint.values,
+        [joint.variables.index(v) for v in (cls, *d.features)],
+        range(d.n_features + 1),
+    )
+    post = table / table.sum(axis=0)
+    decided = np.argmax(post >= post.max(axis=0) - TIE_TOLERANCE, axis=0)
+    X = np.indices(tuple(int(c) for c in d.cardinalities)).reshape(d.n_features, -1).T
+    return int(np.count_nonzero(d.predict(X) != decided[tuple(X.T)]))
+
+
+def argmax_rows() -> list[str]:
+    """Per :data:`ARGMAX` network: the threshold reference row and the argmax row."""
+    rows = []
+    for name, (ref, cls) in ARGMAX.items():
+        network, threshold_spec = REFERENCE_CLASSIFIERS[ref].load(SHARED)
+        order = threshold_spec.order
+        if cls == "Disease":
+            order = None  # all leaves, default order
+        specs = {
+            f"P({threshold_spec.class_variable} = {threshold_spec.positive}) >= "
+            f"{threshold_spec.threshold}": threshold_spec,
+            f"argmax {cls} ({network.card(cls)} states)": ClassifierSpec(
+                cls, features=order, order=order, decision="argmax"
+            ),
+        }
+        for label, spec in specs.items():
+            joint_s, joint = median_seconds(network, spec, "joint")
+            split_s, split = median_seconds(network, spec, "decompose")
+            same = "yes" if split.diagram == joint.diagram else "NO"
+            d = joint.diagram
+            if d.is_argmax:
+                decided = ", ".join(f"{k} {v:,}" for k, v in joint.decided.items())
+                pairs = ", ".join(f"{a}/{b} {n}" for (a, b), n in joint.tie_pairs.items())
+                ties = f"{joint.ties:,}" + (f" ({pairs})" if pairs else "")
+                bad = str(pgmpy_argmax_disagreements(network, d))
+            else:
+                decided = f"positive {joint.positives:,}"
+                ties, bad = f"{joint.ties:,}", "-"
+            rows.append(
+                f"| {name} | {label} | {d.n_features} | {joint.nodes} / {joint.nodes_quasi} | "
+                f"{decided} of {joint.inputs:,} | {ties} | {joint_s:.4f} | "
+                f"{split_s:.4f} ({split.method.split('/')[1]}, same: {same}) | {bad} |"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def argmax_section(began: float) -> str:
+    """The argmax section of RESULTS.md (threshold rows of the same networks beside)."""
+    rows = argmax_rows()
+    return "\n".join(
+        [
+            machine_line(run_summary(began)),
+            "",
+            "Argmax: the most probable class state, ties (within 1e-9) to the lowest state "
+            "index. Seconds: median of 5, in-process, parsing excluded. The last column "
+            "compares every input with pgmpy's exact joint (VariableElimination).",
+            "",
+            "| network | classifier | features | nodes reduced / quasi | inputs decided | ties "
+            "| joint s | decompose s | disagreements with pgmpy (all inputs) |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
 def main() -> None:
     """Run every case (or one large case when given ``KIND N``) and write RESULTS.md."""
+    if len(sys.argv) == 2 and sys.argv[1] == "argmax":
+        text = argmax_section(time.perf_counter())
+        write_section(ARGMAX_HEADING, text)
+        print(text)
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "hidden":
         print(json.dumps(hidden_case(sys.argv[2])))
         return
@@ -362,6 +454,8 @@ def main() -> None:
     text = "\n".join([machine_line(run_summary(began)), "", *lines])
     write_section("## bn_compile (bench/bn_compile.py)", text)
     print(text)
+    if SHARED.is_dir():
+        write_section(ARGMAX_HEADING, argmax_section(time.perf_counter()))
 
 
 if __name__ == "__main__":

@@ -213,3 +213,44 @@ def test_help_documents_the_limits():
     res = CliRunner().invoke(cli, ["compile-bn", "--help"])
     assert "--max-memory" in res.output and "--max-seconds" in res.output
     assert "exits 2" in res.output
+
+
+def test_argmax_json_counts_every_state_and_agrees_across_routes(bif_file):
+    net = random_dag(7, seed=8, floor=0.01)
+    cls = next(v for v in net.variables if net.card(v) >= 3)
+    infos = []
+    for method in ("joint", "decompose"):
+        res = run(
+            str(bif_file), "--class", cls, "--decision", "argmax", "--method", method, "--json"
+        )
+        assert res.exit_code == EXIT_OK, res.output
+        infos.append(json.loads(res.stdout))
+    info = infos[0]
+    assert info["decision"] == "argmax" and info["positive"] is None
+    assert info["terminals"] == list(net.states[cls])
+    assert sum(info["decided"].values()) == info["inputs"]
+    assert info["positives"] is None
+    assert {
+        k: v
+        for k, v in infos[1].items()
+        if k not in ("seconds", "method", "estimate", "parse_seconds")
+    } == {
+        k: v for k, v in info.items() if k not in ("seconds", "method", "estimate", "parse_seconds")
+    }
+    text = run(str(bif_file), "--class", cls, "--decision", "argmax")
+    assert text.exit_code == EXIT_OK and f"argmax_c P({cls} = c | x)" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--decision", "argmax", "--positive", "s1"], "--positive apply to --decision threshold"),
+        (["--decision", "argmax", "--threshold", "0.5"], "--threshold apply"),
+        (["--positive", "s1"], "--threshold required with --decision threshold"),
+        ([], "--positive and --threshold required"),
+    ],
+)
+def test_decision_options_are_checked_as_usage_errors(bif_file, args, message):
+    res = run(str(bif_file), "--class", "v3", *args)
+    assert res.exit_code == EXIT_USAGE
+    assert message in res.output

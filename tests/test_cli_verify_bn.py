@@ -119,3 +119,73 @@ def test_compilation_over_the_memory_limit_exits_2_naming_the_estimate(files):
     assert res.exit_code == 2
     assert "no route fits the memory limit 100 B" in res.stderr and "joint: ~" in res.stderr
     assert res.stdout == ""
+
+
+ARGMAX_RULES = """states:
+  C: [no, yes]
+  A: [low, mid, high]
+rules:
+  - name: high_not_no
+    if: {A: high}
+    then: {not: "no"}
+  - name: on_any
+    if: {B: "on"}
+    then: [no, yes]
+  - name: on_is_yes
+    if: {B: "on"}
+    then: yes
+monotonicity:
+  - {name: a_up, feature: A, check: increasing}
+"""
+
+
+def test_argmax_rules_and_monotonicity_exit_1_with_counts(files):
+    (files / "argmax.yaml").write_text(ARGMAX_RULES)
+    res = CliRunner().invoke(
+        cli,
+        [
+            "verify-bn",
+            str(files / "tiny.bif"),
+            "--class",
+            "C",
+            "--decision",
+            "argmax",
+            "--rules",
+            str(files / "argmax.yaml"),
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 1, res.output
+    info = json.loads(res.stdout)
+    assert info["classifier"]["decision"] == "argmax"
+    rules = {r["rule"]: r for r in info["rules"]}
+    # argmax on two states: yes iff P(yes | x) > 0.5 (a tie goes to "no", index 0); the
+    # hand-worked posteriors above give yes exactly for (mid, on), (high, off), (high, on).
+    assert rules["high_not_no"]["verdict"] == "holds"
+    assert rules["on_any"]["verdict"] == "holds"
+    assert (rules["on_is_yes"]["verdict"], rules["on_is_yes"]["violating_inputs"]) == (
+        "violated",
+        1,
+    )
+    assert info["monotonicity"][0]["verdict"] == "holds"
+
+
+def test_argmax_monotonicity_needs_the_class_order(files):
+    (files / "m.yaml").write_text("monotonicity:\n  - {name: a, feature: A}\n")
+    res = CliRunner().invoke(
+        cli,
+        [
+            "verify-bn",
+            str(files / "tiny.bif"),
+            "--class",
+            "C",
+            "--decision",
+            "argmax",
+            "--rules",
+            str(files / "m.yaml"),
+        ],
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 2
+    assert "declare the order of its states" in res.stderr

@@ -14,8 +14,8 @@ import click
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
-from boxwatch.commands.options import classifier_options, limit_options
-from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
+from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
 from boxwatch.offline.bn.io import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
@@ -74,15 +74,31 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
             zip(d.features, result.nodes_quasi_per_level, result.nodes_per_level, strict=True)
         )
     )
+    if d.is_argmax:
+        decided = ", ".join(f"{k} {v:,}" for k, v in (result.decided or {}).items())
+        pairs = ", ".join(f"{a}/{b} {n:,}" for (a, b), n in (result.tie_pairs or {}).items())
+        head = (
+            f"classifier   argmax_c P({d.class_variable} = c | x)\n"
+            f"method       {result.method}\n"
+            f"nodes        {result.nodes} reduced, {result.nodes_quasi} quasi-reduced "
+            f"(internal), {result.edges} edges\n"
+            f"decided      {decided} (of {result.inputs:,} inputs)\n"
+            f"ties         {result.ties:,} (states within {result.tie_tolerance:g} of the "
+            f"largest posterior, decided the lowest state index){': ' + pairs if pairs else ''}\n"
+            f"impossible   {result.impossible:,} (probability 0, decided {d.terminals[0]})\n"
+        )
+    else:
+        head = (
+            f"classifier   P({d.class_variable} = {d.positive} | x) >= {d.threshold:g}\n"
+            f"method       {result.method}\n"
+            f"nodes        {result.nodes} reduced, {result.nodes_quasi} quasi-reduced "
+            f"(internal), {result.edges} edges\n"
+            f"positives    {result.positives:,} of {result.inputs:,} inputs\n"
+            f"ties         {result.ties:,} (|P - T| <= {result.tie_tolerance:g}, decided >=)\n"
+            f"impossible   {result.impossible:,} (probability 0, decided negative)\n"
+        )
     return (
-        f"classifier   P({d.class_variable} = {d.positive} | x) >= {d.threshold:g}\n"
-        f"method       {result.method}\n"
-        f"nodes        {result.nodes} reduced, {result.nodes_quasi} quasi-reduced "
-        f"(internal), {result.edges} edges\n"
-        f"positives    {result.positives:,} of {result.inputs:,} inputs\n"
-        f"ties         {result.ties:,} (|P - T| <= {result.tie_tolerance:g}, decided >=)\n"
-        f"impossible   {result.impossible:,} (probability 0, decided negative)\n"
-        f"constant     {'yes' if d.root < d.n_terminals else 'no'}\n"
+        head + f"constant     {'yes' if d.root < d.n_terminals else 'no'}\n"
         f"seconds      {result.seconds:.4f} compile, {parse_seconds:.4f} parse\n"
         f"estimate     {result.estimate.text() if result.estimate else '-'}\n"
         f"  lvl  feature                      states    quasi  reduced\n{per_level}"
@@ -105,8 +121,9 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
 def compile_bn(
     network_file: Path,
     class_variable: str,
-    positive: str,
-    threshold: float,
+    decision: str,
+    positive: str | None,
+    threshold: float | None,
     features: str | None,
     order: str | None,
     method: str,
@@ -132,24 +149,19 @@ def compile_bn(
           --threshold 0.9 --order LVHreport,GruntingReport,RUQO2,LowerBodyO2,XrayReport,Age,CO2Report
       boxwatch compile-bn credit.net --class CreditWorthiness --positive Positive \\
           --threshold 0.5 --json
+      boxwatch compile-bn child.bif.gz --class Disease --decision argmax
       boxwatch compile-bn munin1.bif.gz --class DIFFN_SEV --positive NO --threshold 0.5 \\
           --max-memory 4G --max-seconds 120
     """
     limit = default_max_memory() if max_memory is None else max_memory
+    wanted = classifier_spec(
+        class_variable, decision, positive, threshold, _names(features), _names(order)
+    )
     try:
         start = time.perf_counter()
         network = load_network(network_file)
         parse_seconds = time.perf_counter() - start
-        spec = resolve_spec(
-            network,
-            ClassifierSpec(
-                class_variable=class_variable,
-                positive=positive,
-                threshold=threshold,
-                features=_names(features),
-                order=_names(order),
-            ),
-        )
+        spec = resolve_spec(network, wanted)
         with memory_guard(limit), _progress() as bar:
             result = compile_classifier(
                 network,

@@ -98,14 +98,19 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
                 )
     bn = summary.get("bn")
     if bn:
-        rows.append(
-            (
-                "BN classifier",
+        if bn.get("decision") == "argmax":
+            decided = ", ".join(f"{k} {v}" for k, v in (bn.get("decided") or {}).items())
+            line = (
+                f"argmax {bn['class']}: {bn['nodes']} nodes, {bn['inputs']} inputs "
+                f"({decided}), {bn['ties']} ties"
+            )
+        else:
+            line = (
                 f"{bn['class']}={bn['positive']} at T={bn['threshold']}: "
                 f"{bn['nodes']} nodes, {bn['positives']}/{bn['inputs']} "
-                f"positive, {bn['ties']} ties",
+                f"positive, {bn['ties']} ties"
             )
-        )
+        rows.append(("BN classifier", line))
         for r in bn["rules"]:
             rows.append(
                 (

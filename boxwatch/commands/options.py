@@ -9,17 +9,29 @@ from typing import Any
 
 import click
 
+from boxwatch.offline.bn.classifier import ClassifierSpec
 from boxwatch.offline.bn.limits import MEMORY_SHARE, parse_size
 
 _CLASSIFIER_OPTIONS = (
     click.argument("network_file", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path)),
     click.option("--class", "class_variable", required=True, help="The class variable C."),
-    click.option("--positive", required=True, help="The positive state of C (by name)."),
+    click.option(
+        "--decision",
+        type=click.Choice(("threshold", "argmax")),
+        default="threshold",
+        show_default=True,
+        help="threshold: decide --positive iff P(C = positive | x) >= --threshold; "
+        "argmax: decide the most probable state of C (ties to the lowest state index in "
+        "the network's order), without --positive or --threshold.",
+    ),
+    click.option(
+        "--positive", default=None, help="The positive state of C (by name); threshold only."
+    ),
     click.option(
         "--threshold",
         type=float,
-        required=True,
-        help="Decide positive iff P(C = positive | x) >= T; T in (0, 1).",
+        default=None,
+        help="Decide positive iff P(C = positive | x) >= T; T in (0, 1); threshold only.",
     ),
     click.option(
         "--features",
@@ -37,7 +49,7 @@ _CLASSIFIER_OPTIONS = (
 
 
 def classifier_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """FILE, --class, --positive, --threshold, --features and --order, as the BN verbs take them."""
+    """FILE, --class, --decision, --positive, --threshold, --features and --order."""
     for decorate in reversed(_CLASSIFIER_OPTIONS):
         command = decorate(command)
     return command
@@ -81,3 +93,37 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for decorate in reversed(_LIMIT_OPTIONS):
         command = decorate(command)
     return command
+
+
+def classifier_spec(
+    class_variable: str,
+    decision: str,
+    positive: str | None,
+    threshold: float | None,
+    features: list[str] | None,
+    order: list[str] | None,
+) -> ClassifierSpec:
+    """The spec the classifier options describe; a usage error names what is missing."""
+    if decision == "threshold":
+        missing = [
+            name
+            for name, value in (("--positive", positive), ("--threshold", threshold))
+            if value is None
+        ]
+        if missing:
+            raise click.UsageError(
+                f"{' and '.join(missing)} required with --decision threshold "
+                "(or give --decision argmax)"
+            )
+    else:
+        given = [
+            name
+            for name, value in (("--positive", positive), ("--threshold", threshold))
+            if value is not None
+        ]
+        if given:
+            raise click.UsageError(
+                f"{' and '.join(given)} apply to --decision threshold only; --decision argmax "
+                "decides the most probable state"
+            )
+    return ClassifierSpec(class_variable, positive, threshold, features, order, decision)

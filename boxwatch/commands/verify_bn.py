@@ -12,8 +12,8 @@ import click
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
-from boxwatch.commands.options import classifier_options, limit_options
-from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
+from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.io import load_network
 from boxwatch.offline.bn.limits import default_max_memory, memory_guard
@@ -125,8 +125,9 @@ def _load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema) -> Spec
 def verify_bn(
     network_file: Path,
     class_variable: str,
-    positive: str,
-    threshold: float,
+    decision: str,
+    positive: str | None,
+    threshold: float | None,
     features: str | None,
     order: str | None,
     rules_path: Path,
@@ -152,14 +153,16 @@ def verify_bn(
           --threshold 0.5 --rules examples/credit/rules.yaml --fmo examples/credit/fmo.yaml
       boxwatch verify-bn child.bif.gz --class BirthAsphyxia --positive no --threshold 0.9 \\
           --rules child-rules.yaml --counterexamples 10 --json
+      boxwatch verify-bn child.bif.gz --class Disease --decision argmax \\
+          --rules examples/child/disease-rules.yaml
     """
+    wanted = classifier_spec(
+        class_variable, decision, positive, threshold, _names(features), _names(order)
+    )
     try:
         start = time.perf_counter()
         network = load_network(network_file)
-        spec = resolve_spec(
-            network,
-            ClassifierSpec(class_variable, positive, threshold, _names(features), _names(order)),
-        )
+        spec = resolve_spec(network, wanted)
         limit = default_max_memory() if max_memory is None else max_memory
         with memory_guard(limit):
             compiled = compile_classifier(network, spec, max_memory=limit, max_seconds=max_seconds)

@@ -6,6 +6,9 @@
 
     net = load_network("credit.net")
     result = compile_classifier(net, ClassifierSpec("CreditWorthiness", "Positive", 0.5))
+    # multi-class: the most probable state of the class, one sink per state
+    child = compile_classifier(load_network("child.bif.gz"),
+                               ClassifierSpec("Disease", decision="argmax"))
 
 Modules: :mod:`.io` (BIF, XMLBIF, Hugin readers), :mod:`.classifier` (what is decided),
 :mod:`.elimination`, :mod:`.separator`, :mod:`.plan` and :mod:`.limits` (sizing a compilation

@@ -1,7 +1,13 @@
-"""The classifier a Bayesian network defines: class, positive state, threshold, features, order.
+"""The classifier a Bayesian network defines: class, decision, features, order.
 
-Decision: ``positive`` iff ``P(class = positive | features) >= threshold``. Everything not a
-feature is summed out. :func:`resolve_spec` validates a user's :class:`ClassifierSpec`
+Two decisions (``decision``):
+
+* ``threshold`` (default): ``positive`` iff ``P(class = positive | features) >= threshold``;
+* ``argmax``: the most probable class state, ``argmax_c P(class = c | features)``; states
+  whose posteriors tie (within the compiler's tie tolerance) go to the lowest state index in
+  the network's order. No positive state, no threshold.
+
+Everything not a feature is summed out. :func:`resolve_spec` validates a user's :class:`ClassifierSpec`
 against a network (all problems at once) and fills in the defaults.
 """
 
@@ -10,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from boxwatch.agent.diagram import ARGMAX, DECISIONS, THRESHOLD
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.io import Network
 
@@ -21,33 +28,47 @@ class ClassifierSpec:
     Parameters
     ----------
     class_variable : str
-    positive : str
-        Name of the positive state of ``class_variable``.
-    threshold : float
-        In (0, 1): decide positive iff ``P(class = positive | x) >= threshold``.
+    positive : str, optional
+        Name of the positive state of ``class_variable`` (threshold decisions only).
+    threshold : float, optional
+        In (0, 1): decide positive iff ``P(class = positive | x) >= threshold`` (threshold
+        decisions only).
     features : sequence of str, optional
         Default: all leaves of the network; when the class itself is a leaf, all other
         variables.
     order : sequence of str, optional
         The variable order of the diagram (a permutation of the features). Default:
         :func:`default_order`.
+    decision : {"threshold", "argmax"}
+        ``argmax`` decides the most probable class state and takes neither ``positive``
+        nor ``threshold``.
     """
 
     class_variable: str
-    positive: str
-    threshold: float
+    positive: str | None = None
+    threshold: float | None = None
     features: Sequence[str] | None = None
     order: Sequence[str] | None = None
+    decision: str = THRESHOLD
 
 
 @dataclass(frozen=True)
 class ResolvedSpec:
-    """A validated spec: ``order`` lists the features in diagram order."""
+    """A validated spec: ``order`` lists the features in diagram order.
+
+    ``positive`` and ``threshold`` are ``None`` for an argmax decision.
+    """
 
     class_variable: str
-    positive: str
-    threshold: float
+    positive: str | None
+    threshold: float | None
     order: tuple[str, ...]
+    decision: str = THRESHOLD
+
+    @property
+    def is_argmax(self) -> bool:
+        """True for a multi-class (argmax) decision."""
+        return self.decision == ARGMAX
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -96,28 +117,42 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
     Raises
     ------
     ConfigError
-        Listing every problem: unknown class or state, threshold outside (0, 1), unknown or
+        Listing every problem: unknown class or state, threshold outside (0, 1), a positive
+        state or threshold given to an argmax decision, unknown or
         repeated features, the class among the features, an order that is not a
         permutation of the features.
     """
     problems: list[str] = []
     where = network.source
     cls = spec.class_variable
+    argmax = spec.decision == ARGMAX
+    if spec.decision not in DECISIONS:
+        problems.append(f"decision {spec.decision!r} must be one of {', '.join(DECISIONS)}")
     if cls not in network.states:
         problems.append(f"{where}: class variable {cls!r} is not in the network")
-    elif spec.positive not in network.states[cls]:
+    elif len(network.states[cls]) < 2:
+        problems.append(f"{where}: class variable {cls!r} has a single state")
+    elif not argmax and spec.positive not in network.states[cls]:
         problems.append(
             f"{where}: positive state {spec.positive!r} is not a state of {cls!r} "
             f"{list(network.states[cls])}"
         )
-    elif len(network.states[cls]) < 2:
-        problems.append(f"{where}: class variable {cls!r} has a single state")
-    try:
-        threshold = float(spec.threshold)
-    except (TypeError, ValueError):
-        threshold = float("nan")
-    if not 0.0 < threshold < 1.0:
-        problems.append(f"threshold {spec.threshold!r} must lie strictly between 0 and 1")
+    threshold: float | None = None
+    if argmax:
+        pairs = (("positive", spec.positive), ("threshold", spec.threshold))
+        given = [name for name, value in pairs if value is not None]
+        if given:
+            problems.append(
+                f"an argmax decision takes no {' or '.join(given)} "
+                "(they apply to threshold decisions only)"
+            )
+    else:
+        try:
+            threshold = float(spec.threshold)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            threshold = float("nan")
+        if not 0.0 < threshold < 1.0:
+            problems.append(f"threshold {spec.threshold!r} must lie strictly between 0 and 1")
     if spec.features is not None:
         features = tuple(spec.features)
         unknown = [f for f in features if f not in network.states]
@@ -151,5 +186,9 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
     if spec.order is None:
         order = default_order(network, cls, features)
     return ResolvedSpec(
-        class_variable=cls, positive=spec.positive, threshold=threshold, order=order
+        class_variable=cls,
+        positive=None if argmax else spec.positive,
+        threshold=threshold,
+        order=order,
+        decision=spec.decision,
     )

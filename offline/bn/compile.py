@@ -32,6 +32,15 @@ Every input whose posterior lies within :data:`TIE_TOLERANCE` of the threshold i
 ties are counted and decided positive (``>=``), i.e. the decision is
 ``P(C = positive | x) >= threshold - TIE_TOLERANCE`` on every route, so both regimes agree
 on exact ties computed with different rounding.
+
+Argmax (multi-class) classifiers decide the most probable class state; the sinks are the
+class states in the network's order. The joint and separator routes compute ``P(c, x)`` for
+every state ``c``, so the argmax is exact there; the additive route (log-odds of two
+states) does not apply and ``decompose`` takes the separator route. A state whose posterior
+lies within :data:`TIE_TOLERANCE` of the largest one *ties* with it; the decision is the
+lowest tied state index (the first in the network's order). Ties are counted per input and
+per pair of states. Inputs of probability 0 are decided state 0 (every posterior is
+undefined) and counted as impossible.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from boxwatch.agent.diagram import DecisionDiagram, unique_rows
+from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.io import Network, load_network
@@ -86,18 +95,30 @@ class CompileResult:
     nodes_per_level, nodes_quasi_per_level : tuple of int
     edges : int
         Edges of the reduced diagram.
-    positives, inputs : int
-        Inputs decided positive; all inputs (product of the cardinalities).
+    positives : int or None
+        Inputs decided positive (``None`` for an argmax classifier: see ``decided``).
+    inputs : int
+        All inputs (product of the cardinalities).
     ties : int
-        Inputs whose posterior is within ``tie_tolerance`` of the threshold (decided ``>=``).
+        Threshold: inputs whose posterior is within ``tie_tolerance`` of the threshold
+        (decided ``>=``). Argmax: inputs where two or more states are within
+        ``tie_tolerance`` of the largest posterior (decided the lowest state index).
     impossible : int
-        Inputs of probability 0 (posterior undefined; decided negative).
+        Inputs of probability 0 (posterior undefined; decided negative, or state 0 for
+        argmax).
     seconds : float
         Compilation time, excluding parsing.
-    posterior : ndarray of shape (card_0, ..., card_{n-1}) or None
-        ``P(C = positive | x)`` in diagram order, kept by the joint route only.
+    posterior : ndarray or None
+        Kept by the joint route only: ``P(C = positive | x)`` of shape
+        ``(card_0, ..., card_{n-1})`` in diagram order; for argmax ``P(C = c | x)`` of shape
+        ``(n_states, card_0, ..., card_{n-1})``.
     estimate : Estimate or None
         The chosen route's estimated peak memory and time, made before it started.
+    decided : dict of str to int
+        Inputs reaching each sink (terminal label), exactly.
+    tie_pairs : dict of (str, str) to int
+        Argmax only: for each pair of states (network order) the inputs on which both are
+        within ``tie_tolerance`` of the largest posterior; pairs that never tie are left out.
     """
 
     diagram: DecisionDiagram
@@ -107,7 +128,7 @@ class CompileResult:
     nodes_per_level: tuple[int, ...]
     nodes_quasi_per_level: tuple[int, ...]
     edges: int
-    positives: int
+    positives: int | None
     inputs: int
     ties: int
     impossible: int
@@ -115,6 +136,8 @@ class CompileResult:
     tie_tolerance: float = TIE_TOLERANCE
     posterior: np.ndarray | None = None
     estimate: Estimate | None = None
+    decided: dict[str, int] | None = None
+    tie_pairs: dict[tuple[str, str], int] | None = None
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -126,7 +149,8 @@ class CompileResult:
 
         Returns
         -------
-        ndarray of shape (n_samples,); NaN for inputs of probability 0.
+        ndarray of shape (n_samples,), for argmax (n_samples, n_states); NaN for inputs of
+        probability 0.
 
         Raises
         ------
@@ -139,6 +163,8 @@ class CompileResult:
                 "compile with method='joint' to keep it"
             )
         X = self.diagram.check_indices(X)
+        if self.diagram.is_argmax:
+            return np.moveaxis(self.posterior, 0, -1)[tuple(X.T)]
         return self.posterior[tuple(X.T)]
 
     def summary(self) -> dict[str, Any]:
@@ -146,6 +172,7 @@ class CompileResult:
         d = self.diagram
         return {
             "class_variable": d.class_variable,
+            "decision": d.decision,
             "positive": d.positive,
             "threshold": d.threshold,
             "features": sorted(d.features),
@@ -160,6 +187,10 @@ class CompileResult:
             "positives": self.positives,
             "inputs": self.inputs,
             "ties": self.ties,
+            "tie_pairs": [
+                {"states": list(pair), "inputs": n} for pair, n in (self.tie_pairs or {}).items()
+            ],
+            "decided": dict(self.decided or {}),
             "tie_tolerance": self.tie_tolerance,
             "impossible": self.impossible,
             "constant": d.root < d.n_terminals,
@@ -177,7 +208,7 @@ def compile_classifier(
     max_seconds: float | None = None,
     progress: Progress | None = None,
 ) -> CompileResult:
-    """Compile ``P(C = positive | x) >= threshold`` into its canonical decision diagram.
+    """Compile a threshold or argmax classifier into its canonical decision diagram.
 
     Every route is sized first (:mod:`boxwatch.offline.bn.plan`); one whose estimate
     exceeds a limit is not started.
@@ -266,13 +297,15 @@ def compile_classifier(
         nodes_per_level=diagram.nodes_per_level,
         nodes_quasi_per_level=built.nodes_quasi_per_level,
         edges=diagram.n_edges,
-        positives=counts[diagram.positive],
+        positives=None if diagram.is_argmax else counts[diagram.positive],
         inputs=inputs,
         ties=built.ties,
         impossible=built.impossible,
         seconds=seconds,
         posterior=built.posterior,
         estimate=estimate,
+        decided=counts,
+        tie_pairs=_tie_pairs(diagram.terminals, built.tie_pairs),
     )
 
 
@@ -286,6 +319,29 @@ class _Built:
     ties: int
     impossible: int
     posterior: np.ndarray | None = None
+    tie_pairs: np.ndarray | None = None
+
+
+def _tie_pairs(
+    terminals: Sequence[str], pairs: np.ndarray | None
+) -> dict[tuple[str, str], int] | None:
+    """Non-zero upper-triangle entries of an argmax route's pair-tie matrix, by state names."""
+    if pairs is None:
+        return None
+    n = len(terminals)
+    return {
+        (terminals[a], terminals[b]): int(pairs[a, b])
+        for a in range(n)
+        for b in range(a + 1, n)
+        if pairs[a, b]
+    }
+
+
+def spec_terminals(network: Network, spec: ResolvedSpec) -> tuple[str, ...]:
+    """Sink labels of a classifier: every class state (argmax) or :func:`terminals_for`."""
+    if spec.is_argmax:
+        return tuple(network.states[spec.class_variable])
+    return terminals_for(network, spec.class_variable, str(spec.positive))[0]
 
 
 def terminals_for(
@@ -353,14 +409,14 @@ class _NodeStore:
 
 
 def _diagram_kw(network: Network, spec: ResolvedSpec) -> dict[str, Any]:
-    terminals, _ = terminals_for(network, spec.class_variable, spec.positive)
     return {
         "features": spec.order,
         "states": [network.states[f] for f in spec.order],
-        "terminals": terminals,
+        "terminals": spec_terminals(network, spec),
         "class_variable": spec.class_variable,
         "positive": spec.positive,
         "threshold": spec.threshold,
+        "decision": ARGMAX if spec.is_argmax else THRESHOLD,
     }
 
 
@@ -376,6 +432,43 @@ def _decide(
     return post, decision, ties, impossible
 
 
+def _code_dtype(n_states: int) -> type:
+    """Smallest unsigned integer type holding a state index (one byte up to 256 states)."""
+    return np.uint8 if n_states <= 256 else np.uint16
+
+
+def _decide_argmax(
+    joint: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Posteriors, argmax decisions, pair ties, tied and impossible inputs of a block.
+
+    ``joint`` holds ``P(c, x)`` with the class state on axis 0. A state ties with the best
+    one when its posterior is within :data:`TIE_TOLERANCE` of the largest; the decision is
+    the lowest tied state index. Inputs of probability 0 have no tied state and get 0.
+    Returns ``(post, codes, pairs, ties, impossible)``: ``codes`` (:func:`_code_dtype`) has
+    ``joint``'s shape without axis 0; ``pairs[a, b]`` (``a < b``) counts inputs where ``a``
+    and ``b`` both tie for the maximum.
+    """
+    den = joint.sum(axis=0)
+    ok = den > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        post = np.where(ok, joint / np.where(ok, den, 1.0), np.nan)
+    best = np.where(ok, post, 0.0).max(axis=0)
+    near = (post >= best - TIE_TOLERANCE) & ok
+    zc = joint.shape[0]
+    codes = np.argmax(near, axis=0).astype(_code_dtype(zc))
+    pairs = np.zeros((zc, zc), dtype=np.int64)
+    n_near = near.sum(axis=0)
+    multi = n_near >= 2
+    ties = int(np.count_nonzero(multi))
+    if ties:
+        sub = near[:, multi]
+        for a in range(zc):
+            for b in range(a + 1, zc):
+                pairs[a, b] = int(np.count_nonzero(sub[a] & sub[b]))
+    return post, codes, pairs, ties, int(np.count_nonzero(~ok))
+
+
 def _positive_index(network: Network, spec: ResolvedSpec) -> int:
     """Index of the positive state among the class variable's states."""
     return network.states[spec.class_variable].index(spec.positive)
@@ -386,13 +479,23 @@ def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contractio
     """Fast path: the joint table over class and features, thresholded, unique rows upward."""
     cls, order = spec.class_variable, spec.order
     joint = contraction.run(relevant_factors(network, [cls, *order]))
+    store = _NodeStore(network.card(cls) if spec.is_argmax else 2, [network.card(f) for f in order])
+    if spec.is_argmax:
+        post, codes, pairs, ties, impossible = _decide_argmax(joint)
+        del joint
+        root = int(store.bottom_up(codes.astype(np.int64)[None, ...], 0)[0])
+        diagram = store.diagram(root, **_diagram_kw(network, spec))
+        return _Built(
+            diagram, "joint", store.count, tuple(store.per_level), ties, impossible, post, pairs
+        )
     pos = _positive_index(network, spec)
+    assert spec.threshold is not None
     post, decision, ties, impossible = _decide(joint[pos], joint.sum(axis=0), spec.threshold)
     del joint
-    terminals, pos_sink = terminals_for(network, cls, spec.positive)
+    terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
     sinks = np.where(decision, pos_sink, 1 - pos_sink).astype(np.int64)
     del decision
-    store = _NodeStore(len(terminals), [network.card(f) for f in order])
+    assert len(terminals) == store.nt
     root = int(store.bottom_up(sinks[None, ...], 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     return _Built(diagram, "joint", store.count, tuple(store.per_level), ties, impossible, post)
@@ -419,8 +522,9 @@ def _compile_separator(
 ) -> _Built:
     """Decomposition for any network: prefix and suffix messages over the planned cut.
 
-    Distinct sub-classifiers are kept as packed decision bits while the prefixes are
-    scanned; their count is checked against ``max_memory`` as it grows.
+    Distinct sub-classifiers are kept as packed decision bits (argmax: one byte per
+    completion, the decided state) while the prefixes are scanned; their count is checked
+    against ``max_memory`` as it grows.
     """
     cut = plan.cut
     cls = spec.class_variable
@@ -429,32 +533,45 @@ def _compile_separator(
     zc = network.card(cls)
     up = plan.up.run(cut.up_factors(network)).reshape(n_pre, zc, -1)
     lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
-    pos = _positive_index(network, spec)
+    argmax = spec.is_argmax
+    pos = 0 if argmax else _positive_index(network, spec)
+    threshold = math.nan if spec.threshold is None else spec.threshold
+    pairs = np.zeros((zc, zc), dtype=np.int64)
     # context index of every prefix (mixed radix over ctx, in prefix-grid order)
     grid = np.indices(cards[:k]).reshape(k, -1)
     ctx_idx = np.zeros(n_pre, dtype=np.int64)
     for f in cut.ctx:
         ctx_idx = ctx_idx * network.card(f) + grid[prefix.index(f)]
     del grid
-    terminals, pos_sink = terminals_for(network, cls, spec.positive)
+    if argmax:
+        terminals, pos_sink = spec_terminals(network, spec), 0
+    else:
+        terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
     key_of_prefix = np.empty(n_pre, dtype=np.int64)
     patterns: dict[bytes, int] = {}
     ties = impossible = done = 0
-    block = max(1, SEPARATOR_BLOCK_CELLS // max(1, n_suf))
+    block = max(1, SEPARATOR_BLOCK_CELLS // (max(1, n_suf) * (zc if argmax else 1)))
     fixed = plan.estimate.bytes - distinct_table_bytes(cut, min(n_pre, SEPARATOR_DISTINCT_GUESS))
     for c in range(n_ctx):
         members = np.nonzero(ctx_idx == c)[0]
-        l_pos = np.ascontiguousarray(lo[c][:, pos, :]).T
+        l_states = [np.ascontiguousarray(lo[c][:, z, :]).T for z in range(zc)]
         l_all = lo[c].reshape(n_suf, -1).T
         for s in range(0, members.size, block):
             part = members[s : s + block]
             u = up[part]
-            num = u[:, pos, :] @ l_pos
-            den = u.reshape(part.size, -1) @ l_all
-            _, decision, t, imp = _decide(num, den, spec.threshold)
+            if argmax:
+                probs = np.stack([u[:, z, :] @ l_states[z] for z in range(zc)])
+                _, codes, p, t, imp = _decide_argmax(probs)
+                del probs
+                pairs += p
+                packed = np.ascontiguousarray(codes)
+            else:
+                num = u[:, pos, :] @ l_states[pos]
+                den = u.reshape(part.size, -1) @ l_all
+                _, decision, t, imp = _decide(num, den, threshold)
+                packed = np.ascontiguousarray(np.packbits(decision, axis=1))
             ties += t
             impossible += imp
-            packed = np.ascontiguousarray(np.packbits(decision, axis=1))
             keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             local = np.empty(first.size, dtype=np.int64)
@@ -472,25 +589,37 @@ def _compile_separator(
             if progress is not None:
                 progress(done, n_pre)
     del up, lo
-    packed_rows = np.frombuffer(b"".join(patterns), dtype=np.uint8).reshape(len(patterns), -1)
+    dtype = _code_dtype(zc) if argmax else np.uint8
+    packed_rows = np.frombuffer(b"".join(patterns), dtype=dtype).reshape(len(patterns), -1)
     del patterns
-    bits = np.unpackbits(packed_rows, axis=1, count=n_suf).astype(bool)
-    table = np.where(bits, pos_sink, 1 - pos_sink).astype(np.int64).reshape(-1, *cards[k:])
-    del bits
+    if argmax:
+        table = packed_rows.astype(np.int64).reshape(-1, *cards[k:])
+    else:
+        bits = np.unpackbits(packed_rows, axis=1, count=n_suf).astype(bool)
+        table = np.where(bits, pos_sink, 1 - pos_sink).astype(np.int64).reshape(-1, *cards[k:])
+        del bits
     store = _NodeStore(len(terminals), cards)
     level_k_ids = store.bottom_up(table, k)
     prefix_table = level_k_ids[key_of_prefix].reshape(1, *cards[:k])
     root = int(store.bottom_up(prefix_table, 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     quasi = diagram.quasi_nodes_per_level()
-    return _Built(diagram, "decompose/separator", sum(quasi), quasi, ties, impossible)
+    return _Built(
+        diagram,
+        "decompose/separator",
+        sum(quasi),
+        quasi,
+        ties,
+        impossible,
+        tie_pairs=pairs if argmax else None,
+    )
 
 
 # ---------------------------------------------------------------------------- additive route
 def _additive_applies(network: Network, spec: ResolvedSpec) -> bool:
-    """Binary class, no hidden ancestors, strictly positive relevant CPTs."""
+    """Threshold decision, binary class, no hidden ancestors, strictly positive relevant CPTs."""
     cls = spec.class_variable
-    if network.card(cls) != 2:
+    if spec.is_argmax or network.card(cls) != 2:
         return False
     keep = [cls, *spec.order]
     if network.ancestors(keep) != set(keep):
@@ -547,10 +676,12 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     cls, order = spec.class_variable, list(spec.order)
     n = len(order)
     cards = [network.card(f) for f in order]
-    terminals, pos_sink = terminals_for(network, cls, spec.positive)
+    terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
+    assert spec.threshold is not None  # the additive route decides thresholds only
+    threshold = spec.threshold
     const, terms, ctx, k = _additive_layout(network, spec)
-    tau = _logit(spec.threshold - TIE_TOLERANCE) - const
-    tau_hi = _logit(spec.threshold + TIE_TOLERANCE) - const
+    tau = _logit(threshold - TIE_TOLERANCE) - const
+    tau_hi = _logit(threshold + TIE_TOLERANCE) - const
     n_pre = math.prod(cards[:k])
 
     def level_weights(lvl: int, values: dict[int, np.ndarray]) -> np.ndarray:

@@ -172,6 +172,8 @@ def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> Jo
     c = plan_contraction(relevant_factors(network, keep), keep, max_cells=max_memory / 16)
     table = network.card(spec.class_variable) * inputs
     nbytes = 8 * (2 * c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
+    if spec.is_argmax:  # the posterior of every state is kept, and a tie mask beside it
+        nbytes += 9 * table
     seconds = c.seconds + JOINT_SECONDS_PER_INPUT * inputs
     detail = (
         f"{inputs:.3g} inputs, contraction {c.flops:.2g} flops, largest intermediate "

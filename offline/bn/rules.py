@@ -1,8 +1,9 @@
 """YAML language for expert rules (if-then) and monotonicity queries on a BN classifier.
 
 A spec file names rules whose premise constrains feature variables by state name or by
-ordinal index, and whose conclusion is a class state; optionally it declares the ordinal
-order of each variable's states and lists monotonicity queries. Every problem in a file is
+ordinal index, and whose conclusion is a class state, a set of them, or ``not`` a state;
+optionally it declares the ordinal order of each variable's states (the class's too, which
+monotonicity of an argmax classifier needs) and lists monotonicity queries. Every problem in a file is
 reported at once (``ConfigError``), each naming the rule or query and the offending term.
 See ``docs/rules.md`` for the language with examples.
 """
@@ -54,19 +55,29 @@ class ClassifierSchema:
         The class variable's state names (conclusions must be among them).
     other_variables : collection of str
         Network variables that are neither features nor the class (for precise errors).
+    decision : {"threshold", "argmax"}
+        The classifier's decision; an argmax classifier's monotonicity queries need the
+        class's state order declared.
     """
 
     features: Mapping[str, Sequence[str]]
     class_variable: str
     class_states: Sequence[str]
     other_variables: Collection[str] = ()
+    decision: str = "threshold"
 
     @classmethod
     def from_diagram(cls, diagram: Any, variables: Collection[str] = ()) -> ClassifierSchema:
         """Schema of a ``DecisionDiagram``; ``variables`` are all network variables, if known."""
         features = dict(zip(diagram.features, diagram.states, strict=True))
         others = [v for v in variables if v not in features and v != diagram.class_variable]
-        return cls(features, diagram.class_variable, tuple(diagram.terminals), tuple(others))
+        return cls(
+            features,
+            diagram.class_variable,
+            tuple(diagram.terminals),
+            tuple(others),
+            getattr(diagram, "decision", "threshold"),
+        )
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,11 @@ class MonotonicityQuery:
     (the positive class is never lost as the feature rises) or ``"decreasing"`` (never gained).
     ``order`` lists the feature's state indices from lowest to highest; ``given`` maps other
     features to their allowed state indices (a partial assignment when each is one value).
+
+    For an argmax classifier ``class_order`` lists the class's state indices (sink ids) from
+    lowest to highest, as declared; ``increasing`` then means the predicted state's rank never
+    falls as the feature rises, ``decreasing`` that it never rises, and ``fmo`` that it never
+    moves both ways (no rise then fall, no fall then rise).
     """
 
     name: str
@@ -111,6 +127,7 @@ class MonotonicityQuery:
     order: tuple[int, ...]
     given: dict[str, tuple[int, ...]]
     kind: str = "fmo"
+    class_order: tuple[int, ...] | None = None
 
     def to_dict(self, schema: ClassifierSchema | None = None) -> dict[str, Any]:
         """JSON-able form; with a schema, values are given as state names."""
@@ -120,13 +137,20 @@ class MonotonicityQuery:
         else:
             given = {k: [schema.features[k][j] for j in v] for k, v in self.given.items()}
             order = [schema.features[self.feature][j] for j in self.order]
-        return {
+        out = {
             "name": self.name,
             "feature": self.feature,
             "kind": self.kind,
             "order": order,
             "given": given,
         }
+        if self.class_order is not None:
+            out["class_order"] = (
+                list(self.class_order)
+                if schema is None
+                else [schema.class_states[t] for t in self.class_order]
+            )
+        return out
 
 
 @dataclass
@@ -323,10 +347,22 @@ def _parse_queries(raw: Any, ctx: _Context, source: str) -> list[MonotonicityQue
                 f"{where}: given: the queried feature {feature!r} must not be constrained"
             )
             continue
+        class_order = None
+        if ctx.schema.decision == "argmax":
+            cls = ctx.schema.class_variable
+            if cls not in ctx.order:
+                ctx.problems.append(
+                    f"{where}: the classifier decides the most probable {cls} (argmax); "
+                    f"declare the order of its states under 'states: {{{cls}: [...]}}', "
+                    "lowest first"
+                )
+                continue
+            terminals = list(ctx.schema.class_states)
+            class_order = tuple(terminals.index(s) for s in ctx.order[cls])
         if ok and given is not None and kind in MONOTONICITY_KINDS:
             network = list(ctx.schema.features[feature])
             order = tuple(network.index(s) for s in ctx.states(feature))
-            queries.append(MonotonicityQuery(name, feature, order, given, kind))
+            queries.append(MonotonicityQuery(name, feature, order, given, kind, class_order))
     return queries
 
 
@@ -365,17 +401,23 @@ def _parse_conclusion(raw: Any, ctx: _Context, where: str) -> tuple[str, ...] | 
     if raw is None:
         ctx.problems.append(f"{where}: 'then' (the expected class state) is required")
         return None
-    if isinstance(raw, dict):
+    if isinstance(raw, dict) and list(raw) != ["not"]:
         if list(raw) != [ctx.schema.class_variable]:
             ctx.problems.append(
-                f"{term}: must name a state of the class {ctx.schema.class_variable!r}"
+                f"{term}: must name a state of the class {ctx.schema.class_variable!r}, "
+                "a list of them, or {not: state}"
             )
             return None
         raw = raw[ctx.schema.class_variable]
     states = ctx.states(ctx.schema.class_variable)
+    negate = isinstance(raw, dict) and list(raw) == ["not"]
+    if negate:
+        raw = raw["not"]
     positions = _parse_condition(raw, states, term, ctx.problems)
     if positions is None:
         return None
+    if negate:
+        positions = set(range(len(states))) - positions
     if not positions:
         ctx.problems.append(f"{term}: allows no class state")
         return None
@@ -513,7 +555,12 @@ def _value(token: Any, states: list[str]) -> int | None:
 def _rule_text(item: dict[str, Any]) -> str:
     """One-line human rendering of a rule as written: ``if A: > 0, B: low then Positive``."""
     cond = ", ".join(f"{k} {_cond_text(v)}" for k, v in (item.get("if") or {}).items())
-    return f"if {cond or 'anything'} then {item.get('then')}"
+    then = item.get("then")
+    if isinstance(then, dict) and list(then) == ["not"]:
+        then = f"not {_cond_text(then['not']).removeprefix('= ')}"
+    elif isinstance(then, list):
+        then = "[" + ", ".join(str(t) for t in then) + "]"
+    return f"if {cond or 'anything'} then {then}"
 
 
 def _cond_text(cond: Any) -> str:

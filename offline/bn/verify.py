@@ -10,7 +10,14 @@ FMO follows the paper's intended meaning: for some assignment of all other featu
 (consistent with the given partial assignment and held fixed) raising the feature flips the
 class more than once (H-L-H or L-H-L). Features with fewer than three values cannot flip
 twice; the result says so. Directional queries ask whether the positive class is never
-lost (``increasing``) or never gained (``decreasing``) as the feature rises. Monotonicity is
+lost (``increasing``) or never gained (``decreasing``) as the feature rises.
+
+On an argmax (multi-class) classifier the CNF has one sink literal per class state and
+monotonicity is read along the class order declared in the rules file: ``increasing`` --
+the predicted state's rank never falls as the feature rises; ``decreasing`` -- it never
+rises; ``fmo`` -- it never rises then falls nor falls then rises (for a binary class this is
+the threshold classifiers' H-L-H / L-H-L). Each query becomes a few *patterns*, one set of
+allowed sinks per copy of the diagram, which both engines search for. Monotonicity is
 answered by the solver on copies of the CNF and, independently, by a product search that
 walks copies of the diagram in lockstep; they must agree, and the search decides alone when
 the solver exceeds its time limit (CDCL proofs of monotonicity can be slow on large
@@ -58,6 +65,52 @@ _HOLD_REASON = {
     "increasing": "the positive class is never lost as the feature rises",
     "decreasing": "the positive class is never gained as the feature rises",
 }
+_HOLD_REASON_ARGMAX = {
+    "fmo": "the predicted state never rises then falls, nor falls then rises, in the class "
+    "order as the feature rises",
+    "increasing": "the predicted state never moves down the class order as the feature rises",
+    "decreasing": "the predicted state never moves up the class order as the feature rises",
+}
+# One violation pattern: a label and, per copy of the diagram (feature rising), the sinks
+# that copy must reach.
+Pattern = tuple[str, tuple[frozenset[int], ...]]
+
+
+def violation_patterns(diagram: DecisionDiagram, query: MonotonicityQuery) -> list[Pattern]:
+    """The sink patterns whose occurrence violates ``query`` on ``diagram``.
+
+    Threshold classifiers: H-L-H / L-H-L (fmo), H-L (increasing), L-H (decreasing) with H the
+    positive sink. Argmax classifiers: ranks along ``query.class_order``; ``increasing`` is
+    violated by a state followed by one of lower rank, ``decreasing`` by one of higher rank,
+    ``fmo`` by a peak (lower, m, lower) or a valley (higher, m, higher) around any state m.
+    """
+    if not diagram.is_argmax:
+        pos = diagram.positive_terminal
+        sets = {True: frozenset({pos}), False: frozenset(range(diagram.n_terminals)) - {pos}}
+        return [(label, tuple(sets[w] for w in want)) for label, want in _PATTERNS[query.kind]]
+    if query.class_order is None or sorted(query.class_order) != list(range(diagram.n_terminals)):
+        raise ValueError(
+            f"query {query.name!r}: an argmax classifier needs the order of all its class states"
+        )
+    rank = {t: r for r, t in enumerate(query.class_order)}
+    names = diagram.terminals
+    out: list[Pattern] = []
+    for t in query.class_order:
+        lower = frozenset(u for u in rank if rank[u] < rank[t])
+        higher = frozenset(u for u in rank if rank[u] > rank[t])
+        one = frozenset({t})
+        if query.kind == "increasing" and lower:
+            out.append((f"decreases from {names[t]}", (one, lower)))
+        elif query.kind == "decreasing" and higher:
+            out.append((f"increases from {names[t]}", (one, higher)))
+        elif query.kind == "fmo":
+            if lower:
+                out.append((f"rises to {names[t]} then falls", (lower, one, lower)))
+            if higher:
+                out.append((f"falls to {names[t]} then rises", (higher, one, higher)))
+    return out
+
+
 _INF = np.iinfo(np.int64).max // 4
 
 
@@ -410,6 +463,7 @@ class BNVerifier:
         d = self.diagram
         info = {
             "class_variable": d.class_variable,
+            "decision": d.decision,
             "positive": d.positive,
             "threshold": d.threshold,
             "features": list(d.features),
@@ -515,7 +569,8 @@ class BNVerifier:
                 time.perf_counter() - t0,
                 "none needed",
             )
-        patterns = _PATTERNS[query.kind]
+        patterns = violation_patterns(d, query)
+        hold_reason = (_HOLD_REASON_ARGMAX if d.is_argmax else _HOLD_REASON)[query.kind]
         allowed = self._allowed(query.given)
         by_diagram = self._product_search(i, order, allowed, patterns)
         by_sat = self._sat_monotone(i, order, allowed, patterns)
@@ -534,17 +589,20 @@ class BNVerifier:
                 query.feature,
                 query.kind,
                 HOLDS,
-                _HOLD_REASON[query.kind],
+                hold_reason,
                 None,
                 elapsed,
                 engine,
             )
         xs = np.stack(found)
         sinks = d.predict(xs)
-        positive = tuple(bool(t == d.positive_terminal) for t in sinks)
         others = np.arange(self._n) != i
         ranks = [order.index(int(x[i])) for x in xs]
-        labels = [label for label, want in patterns if want == positive]
+        labels = [
+            label
+            for label, want in patterns
+            if all(int(t) in w for t, w in zip(sinks, want, strict=True))
+        ]
         inside = all(x[j] in allowed[j] for x in xs for j in range(self._n))
         if (
             not labels
@@ -572,18 +630,26 @@ class BNVerifier:
         i: int,
         order: tuple[int, ...],
         allowed: Sequence[np.ndarray],
-        patterns: Sequence[tuple[str, tuple[bool, ...]]],
+        patterns: Sequence[Pattern],
     ) -> Any:
-        """Feature values of the copies in a SAT witness, None (UNSAT) or ``_UNKNOWN``."""
+        """Feature values of the copies in a SAT witness, None (UNSAT) or ``_UNKNOWN``.
+
+        A copy confined to a set of sinks gets the negations of the other sinks' literals as
+        assumptions (exactly one sink of each copy is reached).
+        """
         n_copies = len(patterns[0][1])
         copies, solver = self._copies_for(i, order, n_copies)
         base = copies[0].restrict(
             {j: a for j, a in enumerate(allowed) if j != i and a.size < self._cards[j]}
         )
-        p = [c.sink_literal(self.diagram.positive_terminal) for c in copies]
         unknown = False
         for _, want in patterns:
-            lits = [lit if w else -lit for lit, w in zip(p, want, strict=True)]
+            lits = [
+                -c.sink_literal(t)
+                for c, w in zip(copies, want, strict=True)
+                for t in range(self._nt)
+                if t not in w
+            ]
             timer = threading.Timer(self.sat_seconds, solver.interrupt)
             timer.start()
             try:
@@ -603,7 +669,7 @@ class BNVerifier:
         i: int,
         order: tuple[int, ...],
         allowed: Sequence[np.ndarray],
-        patterns: Sequence[tuple[str, tuple[bool, ...]]],
+        patterns: Sequence[Pattern],
     ) -> list | None:
         """Exact search for a witness by walking copies of the diagram in lockstep.
 
@@ -617,14 +683,11 @@ class BNVerifier:
         sets = [list(map(int, a)) for a in allowed]
         wants = [want for _, want in patterns]
         n_copies = len(wants[0])
-        pos = d.positive_terminal
         rank_tuples = list(itertools.combinations(range(len(order)), n_copies))
         dead: set[tuple[int, ...]] = set()
 
         def below(state: tuple[int, ...]) -> list[tuple[int, int]] | None:
-            live = [
-                w for w in wants if all(s >= nt or (s == pos) == w[k] for k, s in enumerate(state))
-            ]
+            live = [w for w in wants if all(s >= nt or s in w[k] for k, s in enumerate(state))]
             if not live:
                 return None
             if all(s < nt for s in state):

@@ -13,7 +13,7 @@ from typing import Any
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
-from boxwatch.offline.bn.compile import compile_classifier, terminals_for
+from boxwatch.offline.bn.compile import compile_classifier, spec_terminals
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import parse_size
 from boxwatch.offline.build.config import BuildConfig
@@ -49,10 +49,10 @@ class BNOutcome:
 
 def schema_for(network: Network, spec: ResolvedSpec) -> ClassifierSchema:
     """What rule files are checked against: the classifier's features, class and terminals."""
-    terminals, _ = terminals_for(network, spec.class_variable, spec.positive)
+    terminals = spec_terminals(network, spec)
     features = {f: network.states[f] for f in spec.order}
     others = [v for v in network.variables if v not in features and v != spec.class_variable]
-    return ClassifierSchema(features, spec.class_variable, terminals, others)
+    return ClassifierSchema(features, spec.class_variable, terminals, others, spec.decision)
 
 
 def prepare(cfg: BuildConfig) -> BNInputs:
@@ -61,10 +61,18 @@ def prepare(cfg: BuildConfig) -> BNInputs:
     path = cfg.resolve(b["file"])
     if not path.is_file():
         raise ConfigError(f"bn.file: {path}: no such file")
+    decision = b.get("decision", "threshold")
+    if decision == "threshold" and not {"positive", "threshold"} <= set(b):
+        raise ConfigError("bn: positive and threshold are required with decision: threshold "
+                          "(or set decision: argmax)")
+    if decision == "argmax" and {"positive", "threshold"} & set(b):
+        raise ConfigError("bn: positive and threshold apply to decision: threshold only; "
+                          "decision: argmax decides the most probable class state")
     network = load_network(path)
     spec = resolve_spec(network, ClassifierSpec(
-        class_variable=b["class"], positive=b["positive"], threshold=float(b["threshold"]),
-        features=b.get("features"), order=b.get("order")))
+        class_variable=b["class"], positive=b.get("positive"),
+        threshold=float(b["threshold"]) if "threshold" in b else None,
+        features=b.get("features"), order=b.get("order"), decision=decision))
     schema = schema_for(network, spec)
     problems: list[str] = []
     max_memory = None
@@ -141,8 +149,10 @@ def run(bn: BNInputs) -> BNOutcome:
             "witness": m.witness.to_dict() if m.witness else None}
            for q, m in zip(bn.rules.queries, report.monotonicity, strict=True)]
     summary = {
-        "file": str(bn.file), "class": d.class_variable, "positive": d.positive,
-        "threshold": d.threshold, "features": sorted(d.features), "order": list(d.features),
+        "file": str(bn.file), "class": d.class_variable, "decision": d.decision,
+        "positive": d.positive, "threshold": d.threshold, "features": sorted(d.features),
+        "order": list(d.features), "terminals": list(d.terminals),
+        "decided": figures["decided"], "tie_pairs": figures["tie_pairs"],
         "states": {f: list(s) for f, s in zip(d.features, d.states, strict=True)},
         "nodes": figures["nodes"], "nodes_quasi": figures["nodes_quasi"],
         "positives": figures["positives"], "inputs": figures["inputs"], "ties": figures["ties"],
@@ -150,6 +160,9 @@ def run(bn: BNInputs) -> BNOutcome:
     }
     contents = {"class": d.class_variable, "positive": d.positive, "threshold": d.threshold,
                 "features": list(d.features), "nodes": d.n_nodes, "ties": figures["ties"]}
+    if d.is_argmax:
+        contents["decision"] = d.decision
+        contents["states"] = list(d.terminals)
     verdicts = [{"id": r["id"], "verdict": r["verdict"], "violations": r["violations"]}
                 for r in rules_summary]
     return BNOutcome(d, gate_rules, verification, contents, verdicts, summary)

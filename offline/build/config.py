@@ -104,10 +104,11 @@ SCHEMA: dict[str, Any] = {
         "bn": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["file", "class", "positive", "threshold"],
+            "required": ["file", "class"],
             "properties": {
                 "file": _PATH,
                 "class": {"type": "string", "minLength": 1},
+                "decision": {"enum": ["threshold", "argmax"]},
                 "positive": {"type": "string", "minLength": 1},
                 "threshold": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                 "features": _NAMES,

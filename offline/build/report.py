@@ -23,7 +23,7 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
   ``unknown_*``): ``operating-point-{j}-set``, ``-n``, ``-acceptance``, ``-auroc``;
   ``eval-L{i}-{key}`` and ``eval-combined-{key}``
   for key in tp fp tn fn mp mn precision recall f1;
-* BN: ``bn-file``, ``bn-class``, ``bn-positive``, ``bn-threshold``, ``bn-nodes``,
+* BN: ``bn-file``, ``bn-class``, ``bn-decision``, ``bn-positive``, ``bn-threshold``, ``bn-nodes``,
   ``bn-nodes-quasi``, ``bn-positives``, ``bn-inputs``, ``bn-ties``, ``bn-seconds``,
   ``rule-{j}-id``, ``rule-{j}-verdict``, ``rule-{j}-violations``, ``rule-{j}-probability``,
   ``fmo-{j}-id``, ``fmo-{j}-verdict``; ``timing-{j}``;
@@ -687,6 +687,7 @@ def _bn_section(summary: Mapping[str, Any]) -> str:
     compile_rows = [
         ("File", f"<code>{_text('bn-file', bn.get('file'))}</code>"),
         ("Class variable", _text("bn-class", bn.get("class"))),
+        ("Decision", _text("bn-decision", bn.get("decision", "threshold"))),
         ("Positive state", _text("bn-positive", bn.get("positive"))),
         ("Decision threshold", _num("bn-threshold", bn.get("threshold"))),
         ("Features", _e(", ".join(map(str, bn.get("features") or [])))),
@@ -695,8 +696,15 @@ def _bn_section(summary: Mapping[str, Any]) -> str:
         ("Quasi-reduced nodes", _num("bn-nodes-quasi", bn.get("nodes_quasi"))),
         ("Positive inputs", _num("bn-positives", bn.get("positives"))),
         ("All inputs", _num("bn-inputs", bn.get("inputs"))),
-        ("Ties at the threshold", _num("bn-ties", bn.get("ties"))),
+        ("Ties at the threshold" if bn.get("decision") != "argmax"
+         else "Ties between states", _num("bn-ties", bn.get("ties"))),
         ("Compile time (s)", _num("bn-seconds", bn.get("seconds")))]
+    if bn.get("decision") == "argmax":
+        compile_rows.insert(-1, ("Inputs decided per state", _e(", ".join(
+            f"{k}: {v:,}" for k, v in (bn.get("decided") or {}).items()))))
+        compile_rows.insert(-1, ("Ties per pair of states", _e(", ".join(
+            f"{'/'.join(p['states'])}: {p['inputs']:,}" for p in bn.get("tie_pairs") or [])
+            or "none")))
     out.append("<h3>Compiled decision diagram</h3>")
     out.append(_rows(("Quantity", "Value"), [(_e(k), v) for k, v in compile_rows],
                      table_id="bn-compile-table"))
