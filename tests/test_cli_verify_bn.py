@@ -119,3 +119,11 @@ def test_compilation_over_the_memory_limit_exits_2_naming_the_estimate(files):
     assert res.exit_code == 2
     assert "no route fits the memory limit 100 B" in res.stderr and "joint: ~" in res.stderr
     assert res.stdout == ""
+
+
+def test_no_monotonicity_queries_says_none_were_asked(files):
+    """Issue 29: not "0 of 0 monotonicity queries hold"."""
+    res = run(files, "--rules", str(files / "ok.yaml"))
+    assert res.exit_code == 0, res.output
+    assert "0 of 0" not in res.stderr
+    assert "2 of 2 rules hold, no monotonicity queries asked" in res.stderr
