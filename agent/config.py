@@ -189,28 +189,30 @@ SETTINGS: tuple[Setting, ...] = (
         "BOXWATCH_TOPIC_INPUTS",
         _opt_str,
         "boxwatch.inputs",
-        "Model-input topic (empty: no model inputs).",
+        "Model-input topic (empty: no model inputs). Used only when the artifact monitors a model.",
     ),
     Setting(
         "topics.bn_inputs",
         "BOXWATCH_TOPIC_BN_INPUTS",
         _opt_str,
         None,
-        "BN-record topic (empty: no BN records).",
+        "BN-record topic (empty: no BN records). Used only when the artifact holds a BN.",
     ),
     Setting(
         "topics.verdicts",
         "BOXWATCH_TOPIC_VERDICTS",
         _str,
         "boxwatch.verdicts",
-        "Verdict topic: one record per model input.",
+        "Verdict topic: one record per model input. Required (and created) only when the "
+        "artifact monitors a model.",
     ),
     Setting(
         "topics.gate",
         "BOXWATCH_TOPIC_GATE",
         _str,
         "boxwatch.gate",
-        "Gate topic: one record per BN record.",
+        "Gate topic: one record per BN record. Required (and created) only when the artifact "
+        "holds a BN.",
     ),
     Setting(
         "topics.dead_letter",

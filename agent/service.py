@@ -25,7 +25,7 @@ import numpy as np
 
 from boxwatch.agent.boxes import set_box_kernel, verdict_names
 from boxwatch.agent.config import AgentConfig
-from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.gate import OUTCOME_NAMES
 from boxwatch.agent.http import AgentHTTPServer
 from boxwatch.agent.kafka import (
@@ -141,17 +141,29 @@ class Agent:
         self._install_runtime(runtime)
 
     # -- topics -----------------------------------------------------------------------
+    def _topic_keys(self, model: tuple[str, ...], bn: tuple[str, ...]) -> list[str]:
+        """Configured topics of ``model`` / ``bn`` keys, for the halves the artifact has.
+
+        An artifact without a BN needs no gate, release, review or BN-input topic; one
+        without a monitored model needs no input, verdict or capture topic.
+        """
+        rt = self.runtime
+        keys = [*(model if rt.tap is not None else ()), *(bn if rt.diagram is not None else ())]
+        return [self.cfg[f"topics.{k}"] for k in keys if self.cfg[f"topics.{k}"]]
+
     def input_topics(self) -> list[str]:
-        topics = [self.cfg["topics.inputs"], self.cfg["topics.bn_inputs"]]
-        return [t for t in topics if t]
+        return self._topic_keys(("inputs",), ("bn_inputs",))
 
     def output_topics(self) -> list[str]:
-        keys = ("verdicts", "gate", "dead_letter", "capture", "release", "review")
-        return [self.cfg[f"topics.{k}"] for k in keys if self.cfg[f"topics.{k}"]]
+        used = self._topic_keys(("verdicts", "capture"), ("gate", "release", "review"))
+        return [*used, self.cfg["topics.dead_letter"]]
 
     # -- lifecycle --------------------------------------------------------------------
     def check_topics(self) -> None:
-        """Start-up check: configured topics exist (or are created when allowed)."""
+        """Start-up check: the topics the artifact uses exist (or are created when allowed)."""
+        if not self.input_topics():
+            need = "topics.inputs" if self.runtime.tap is not None else "topics.bn_inputs"
+            raise ConfigError(f"{need} is not set: the agent would have nothing to consume")
         ensure_topics(self.cfg, [*self.input_topics(), *self.output_topics()])
 
     def stop(self) -> None:
