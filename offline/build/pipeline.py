@@ -85,14 +85,30 @@ def _collect(problems: list[str], step: Callable[[], Any]) -> Any:
     return None
 
 
-def prepare(cfg: BuildConfig) -> Prepared:
-    """Validate every input of the config; raise one :class:`ConfigError` with all problems."""
-    problems: list[str] = []
+def prepare(cfg: BuildConfig, out: Path | None = None) -> Prepared:
+    """Validate every input of the config; raise one :class:`ConfigError` with all problems.
+
+    ``out``, the artifact path to write, is checked too (its folder must exist), so that
+    ``--dry-run`` catches what would otherwise fail after the whole build.
+    """
+    problems: list[str] = check_out_path(out)
     model = _prepare_model(cfg, problems) if "model" in cfg.raw else None
     bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if "bn" in cfg.raw else None
     if problems:
         raise ConfigError(problems)
     return Prepared(cfg, model, bn)
+
+
+def check_out_path(out: Path | None) -> list[str]:
+    """Problems with the artifact's output path: its folder must exist, it must not be one."""
+    if out is None:
+        return []
+    if out.is_dir():
+        return [f"--out {out}: is a directory (give the artifact's file name)"]
+    parent = out.parent
+    if not parent.is_dir():
+        return [f"--out {out}: folder {parent} does not exist (create it first)"]
+    return []
 
 
 def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
