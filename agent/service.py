@@ -35,6 +35,7 @@ from boxwatch.agent.kafka import (
     ensure_topics,
     make_consumer,
     make_producer,
+    wait_for_broker,
 )
 from boxwatch.agent.kafka.headers import header_problem
 from boxwatch.agent.metrics import AgentMetrics, observe_many
@@ -164,6 +165,7 @@ class Agent:
         if not self.input_topics():
             need = "topics.inputs" if self.runtime.tap is not None else "topics.bn_inputs"
             raise ConfigError(f"{need} is not set: the agent would have nothing to consume")
+        wait_for_broker(self.cfg, stopped=self.stop_event.is_set)
         ensure_topics(self.cfg, [*self.input_topics(), *self.output_topics()])
 
     def stop(self) -> None:

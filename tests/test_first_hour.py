@@ -181,3 +181,28 @@ def test_input_round_lists_data_key_and_out_problems(example, tmp_path):
     assert result.exit_code == EXIT_USAGE
     for needle in ("missing.npz", "/no/such/layer", "gone.key", "folder"):
         assert needle in result.stderr, needle
+
+
+def test_broker_down_at_start_says_so_in_at_most_three_lines(example):
+    """Issue 29, point 5: no library log lines without -v; the retry window is named."""
+    import subprocess
+    import sys
+
+    from boxwatch.embedded_broker import free_loopback_port
+
+    port = free_loopback_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "boxwatch", "agent", "--artifact", str(example.artifact)]
+        + ["--public-key", str(example.public_key), "--model", str(example.model)]
+        + ["--bootstrap-servers", f"127.0.0.1:{port}", "--metrics-address", "127.0.0.1:0"],
+        env={**__import__("os").environ, "BOXWATCH_KAFKA_STARTUP_TIMEOUT_S": "2"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert 1 <= len(lines) <= 3, proc.stderr
+    assert "not reachable yet" in lines[0] and "2 s" in lines[0]
+    assert lines[-1].startswith("error: cannot reach Kafka") and f":{port}" in lines[-1]
+    assert not any(" kafka." in line for line in lines), "library log lines leaked"

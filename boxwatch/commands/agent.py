@@ -100,7 +100,9 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    logging.getLogger("kafka").setLevel(logging.WARNING if not verbose else logging.INFO)
+    # The client libraries' own log lines (kafka-python's connection retries) only with -v:
+    # what the agent says about the broker is enough otherwise.
+    logging.getLogger("kafka").setLevel(logging.INFO if verbose else logging.CRITICAL + 1)
     try:
         cfg = load_agent_config(config_path, overrides=_overrides(**options))
         _require_files(cfg)
