@@ -206,3 +206,19 @@ def test_broker_down_at_start_says_so_in_at_most_three_lines(example):
     assert "not reachable yet" in lines[0] and "2 s" in lines[0]
     assert lines[-1].startswith("error: cannot reach Kafka") and f":{port}" in lines[-1]
     assert not any(" kafka." in line for line in lines), "library log lines leaked"
+
+
+def test_demo_counts_beyond_the_example_are_sent_in_turn_and_said():
+    """Issue 29, point 9: ``demo --known N`` above the held-out digits is not capped silently."""
+    import numpy as np
+
+    from boxwatch.demo import take_inputs
+
+    x = np.arange(12.0).reshape(6, 2)
+    rows, note = take_inputs(x, 4, "known digits")
+    assert note is None and rows.tolist() == x[:4].tolist()
+    rows, note = take_inputs(x, 14, "known digits (--known)")
+    assert (
+        len(rows) == 14 and rows[6:12].tolist() == x.tolist() and rows[13].tolist() == x[1].tolist()
+    )
+    assert note is not None and "14 known digits (--known)" in note and "holds 6" in note

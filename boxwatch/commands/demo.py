@@ -31,7 +31,13 @@ from boxwatch.examples import example_path
     show_default=True,
     help="Which embedded Kafka-protocol broker to start.",
 )
-@click.option("--known", "n_known", default=300, show_default=True, help="Known digits to stream.")
+@click.option(
+    "--known",
+    "n_known",
+    default=300,
+    show_default=True,
+    help="Known digits to stream (the held-out ones, sent again in turn beyond their number).",
+)
 @click.option(
     "--unknown",
     "n_unknown",
@@ -103,7 +109,13 @@ def demo(
             err=True,
         )
         sent = stream(
-            bootstrap_servers, workdir, agent.runtime.artifact, n_known, n_unknown, n_credit
+            bootstrap_servers,
+            workdir,
+            agent.runtime.artifact,
+            n_known,
+            n_unknown,
+            n_credit,
+            say=lambda line: click.echo(line, err=True),
         )
         click.echo(f"[4/4] streamed {sent} records; waiting for the outputs", err=True)
         result = watch(bootstrap_servers, sent, metrics_url, timeout)
