@@ -28,7 +28,7 @@ from boxwatch.agent.artifact import (
 )
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.keys import key_id
-from boxwatch.agent.preprocessing import Preprocessing
+from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
 from boxwatch.agent.taps import open_tap
 from boxwatch.offline.build import bn_stage
@@ -206,6 +206,7 @@ def build(
             "format": mi.format, "preprocessing": mi.preprocessing.to_dict(),
             "pooling": mi.pooling, "layers": mi.layers, "classes": mi.classes,
             "model_version": meta.get("model_version", "unknown"),
+            "input_range": input_range(mi).to_dict(),
         }
         members.update(monitor.members(BOXES_PREFIX))
         contents.update(_monitor_contents(mi, monitor))
@@ -240,6 +241,12 @@ def build(
                          "failed": failures}
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return BuildOutcome(artifact, summary, failures)
+
+
+def input_range(mi: ModelInputs) -> InputRange:
+    """Per-feature min/max of the preprocessed training inputs (the agent's wrong-scale check)."""
+    x = mi.data["train"][0]
+    return InputRange.fit(mi.preprocessing.apply(x))
 
 
 def _config_record(cfg: BuildConfig) -> dict[str, Any]:
