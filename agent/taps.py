@@ -254,11 +254,12 @@ class TorchTap:
             raise ConfigError(f"{self.path}: no such model file")
         self._torch = torch
         self.scripted = self.path.suffix not in EXPORT_SUFFIXES
+        self._kinds: dict[str, str] = {}
+        self._calls: dict[str, int] = {}
         try:
             if self.scripted:
                 self.module = torch.jit.load(str(self.path), map_location="cpu")
                 self._example = None
-                self._kinds, self._calls = {}, {}
             else:
                 with warnings.catch_warnings():
                     # torch's own deprecation notices while reading its file format (not ours
