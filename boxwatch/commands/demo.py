@@ -65,6 +65,9 @@ def demo(
     runs the agent on it, streams known and unknown digits, credit applications and a few
     malformed records, shows what comes back live, then stops everything. Needs nothing
     outside this package (the offline extra and the demo extra installed).
+
+    Your own model and your own broker (started by hand, or an existing cluster): see
+    docs/getting-started.md.
     """
     from boxwatch.agent.service import build_agent, serve
 
