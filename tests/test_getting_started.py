@@ -44,7 +44,8 @@ class Block:
 def guide_blocks() -> list[Block]:
     """The fenced code blocks of the guide with their ``##`` section, in order."""
     blocks: list[Block] = []
-    section, lang, body = "", None, []
+    section, lang = "", None
+    body: list[str] = []
     for line in GUIDE.read_text(encoding="utf-8").splitlines():
         if lang is None and line.startswith("## "):
             section = line[3:].strip()
