@@ -423,8 +423,8 @@ def _decode_tensor(value: bytes, h: dict[str, bytes], rid: str) -> np.ndarray:
     if not dtype_name:
         raise BadRecord(
             "bad_dtype",
-            "binary input has no dtype header (content-type application/octet-stream needs "
-            f"a dtype header, one of {sorted(BINARY_DTYPES)})",
+            f"binary input has no dtype header (content-type {TENSOR_TYPE} needs one of "
+            f"{sorted(BINARY_DTYPES)})",
             rid,
         )
     if dtype_name not in BINARY_DTYPES:
