@@ -177,6 +177,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Create missing topics at start instead of refusing to start.",
     ),
     Setting(
+        "kafka.startup_timeout_s",
+        "BOXWATCH_KAFKA_STARTUP_TIMEOUT_S",
+        _int,
+        30,
+        "Seconds the agent keeps trying to reach a bootstrap server at start. The first "
+        "failed try is said at once (with this window); when the window ends the agent "
+        "exits 2. Outages after start are retried for as long as they last.",
+        _positive,
+    ),
+    Setting(
         "kafka.partitions",
         "BOXWATCH_TOPIC_PARTITIONS",
         _int,
@@ -189,28 +199,30 @@ SETTINGS: tuple[Setting, ...] = (
         "BOXWATCH_TOPIC_INPUTS",
         _opt_str,
         "boxwatch.inputs",
-        "Model-input topic (empty: no model inputs).",
+        "Model-input topic (empty: no model inputs). Used only when the artifact monitors a model.",
     ),
     Setting(
         "topics.bn_inputs",
         "BOXWATCH_TOPIC_BN_INPUTS",
         _opt_str,
         None,
-        "BN-record topic (empty: no BN records).",
+        "BN-record topic (empty: no BN records). Used only when the artifact holds a BN.",
     ),
     Setting(
         "topics.verdicts",
         "BOXWATCH_TOPIC_VERDICTS",
         _str,
         "boxwatch.verdicts",
-        "Verdict topic: one record per model input.",
+        "Verdict topic: one record per model input. Required (and created) only when the "
+        "artifact monitors a model.",
     ),
     Setting(
         "topics.gate",
         "BOXWATCH_TOPIC_GATE",
         _str,
         "boxwatch.gate",
-        "Gate topic: one record per BN record.",
+        "Gate topic: one record per BN record. Required (and created) only when the artifact "
+        "holds a BN.",
     ),
     Setting(
         "topics.dead_letter",
@@ -374,6 +386,23 @@ class AgentConfig:
         return AgentConfig(values, self.source)
 
 
+# Settings naming files: relative paths written in the YAML file resolve against the file's
+# folder (as the build config's do); from the environment or the command line, against the
+# working directory.
+_FILE_KEYS = frozenset({"artifact", "public_keys", "model"})
+
+
+def _against(folder: Path, value: Any) -> Any:
+    """``value`` (a path, a list of paths or None) with relative paths made relative to
+    ``folder``."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_against(folder, v) for v in value]
+    p = Path(value)
+    return str(p if p.is_absolute() else folder / p)
+
+
 def load_agent_config(
     path: str | Path | None = None,
     *,
@@ -423,6 +452,8 @@ def load_agent_config(
         if s.check is not None and parsed is not None and (msg := s.check(parsed)):
             problems.append(f"{s.key} from {origin}: {msg} (got {value!r})")
             continue
+        if origin.startswith(f"{where}:") and s.key in _FILE_KEYS and path is not None:
+            parsed = _against(Path(path).parent, parsed)
         values[s.key], source[s.key] = parsed, origin
     for required in ("artifact", "public_keys"):
         if not problems and not values.get(required):

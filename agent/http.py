@@ -20,29 +20,77 @@ _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>boxwatch agent</title>
 <meta http-equiv="refresh" content="5">
 <style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}th{{background:#f3f3f3}}</style>
+td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}th{{background:#f3f3f3}}
+.warn{{color:#a40000;font-weight:bold}}</style>
 </head><body>
 <h1>boxwatch agent</h1>
 <table>
 <tr><th>artifact id</th><td id="artifact-id">{artifact_id}</td></tr>
 <tr><th>model version</th><td id="model-version">{model_version}</td></tr>
 <tr><th>ready</th><td id="ready">{ready}</td></tr>
+<tr><th>broker</th><td id="broker">{broker}</td></tr>
+<tr><th>consumption</th><td id="paused">{paused}</td></tr>
+<tr><th>consumer lag</th><td id="lag">{lag}</td></tr>
 <tr><th>records</th><td id="records">{records}</td></tr>
-<tr><th>records/s</th><td>{rate:.1f}</td></tr>
+<tr><th>records/s, last minute</th><td id="rate-1m">{rate_1m:.1f}</td></tr>
+<tr><th>records/s since start</th><td id="rate-lifetime">{rate:.1f}</td></tr>
 <tr><th>uncertainty rate</th><td id="uncertainty-rate">{uncertainty_rate:.4f}</td></tr>
 <tr><th>reject rate</th><td id="reject-rate">{reject_rate:.4f}</td></tr>
 <tr><th>dead letters</th><td id="dead-letters">{dead_letters}</td></tr>
-</table>
-<h2>Verdicts</h2><table>{verdict_rows}</table>
-<h2>BN gate</h2><table>{gate_rows}</table>
-<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a> ·
+{range_row}</table>
+{verdict_section}{gate_section}<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a> ·
 <a href="/readyz">/readyz</a> · <a href="/status.json">/status.json</a></p>
 </body></html>
 """
+# A share of inputs outside the training range above this is shown as a warning.
+RANGE_WARN_SHARE = 0.05
+
+
+def _share(n: int, total: int) -> str:
+    return f"{n / total:.3f}" if total else "-"
+
+
+def _verdict_section(info: dict[str, Any]) -> str:
+    """Live verdict counts and shares, beside the build's split on validation data.
+
+    The build's split (``contents["verdict_split"]``, one column per validation set) is
+    shown only when the artifact records it.
+    """
+    live = {v: info["verdicts"].get(v, 0) for v in VERDICTS}
+    total = sum(live.values())
+    split = info.get("build_verdict_split") or {}
+    sets = [k for k in split if isinstance(split.get(k), dict)]
+    head = "<tr><th>verdict</th><th>live</th><th>live share</th>" + "".join(
+        f"<th>build: {html.escape(k)} (n={html.escape(str(split[k].get('n', '?')))})</th>"
+        for k in sets
+    )
+    rows = [head + "</tr>"]
+    for v, n in live.items():
+        built = "".join(
+            f'<td id="build-{html.escape(k)}-{v}">{_fmt_share(split[k].get(v))}</td>' for k in sets
+        )
+        rows.append(
+            f'<tr><th>{v}</th><td id="verdict-{v}">{n}</td>'
+            f'<td id="share-{v}">{_share(n, total)}</td>{built}</tr>'
+        )
+    note = (
+        "<p>Build columns: share of each verdict the build measured on its validation sets.</p>"
+        if sets
+        else ""
+    )
+    return f"<h2>Verdicts</h2><table>{''.join(rows)}</table>{note}"
+
+
+def _fmt_share(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, int | float) and not isinstance(v, bool) else "-"
 
 
 def render_status_page(info: dict[str, Any]) -> str:
-    """The status page for ``info`` (what :func:`status_info` returns)."""
+    """The status page for ``info`` (what the agent's ``/status.json`` returns).
+
+    Sections follow the artifact: the verdict table only when it monitors a model, the
+    BN-gate table only when it holds a BN (older callers without these keys get both).
+    """
 
     def rows(counts: dict[str, int], prefix: str) -> str:
         return (
@@ -53,17 +101,41 @@ def render_status_page(info: dict[str, Any]) -> str:
             or "<tr><td>none yet</td></tr>"
         )
 
+    lag = info.get("lag")
+    range_row = ""
+    if info.get("input_range_checked"):
+        n_out = info.get("out_of_range", 0)
+        share = info.get("out_of_range_rate", 0.0)
+        cls = ' class="warn"' if share > RANGE_WARN_SHARE else ""
+        hint = " (wrong scale or units?)" if cls else ""
+        range_row = (
+            f"<tr><th>inputs outside the training range</th>"
+            f'<td id="out-of-range"{cls}>{n_out} ({share:.3f}){hint}</td></tr>\n'
+        )
+    gate_section = (
+        "<h2>BN gate</h2><table>"
+        + rows({g: info["gate"].get(g, 0) for g in GATE_OUTCOMES}, "gate")
+        + "</table>\n"
+        if info.get("has_bn", True)
+        else ""
+    )
+    verdict_section = _verdict_section(info) + "\n" if info.get("monitors_model", True) else ""
     return _PAGE.format(
         artifact_id=html.escape(str(info["artifact_id"])),
         model_version=html.escape(str(info["model_version"])),
         ready="yes" if info["ready"] else "no",
+        broker="connected" if info.get("broker_connected") else "not connected",
+        paused="paused (outputs cannot be delivered)" if info.get("paused") else "running",
+        lag="-" if lag is None else str(lag),
         records=info["records"],
+        rate_1m=info.get("records_per_second_1m", info["records_per_second"]),
         rate=info["records_per_second"],
         uncertainty_rate=info["uncertainty_rate"],
         reject_rate=info["reject_rate"],
         dead_letters=info["dead_letters"],
-        verdict_rows=rows({v: info["verdicts"].get(v, 0) for v in VERDICTS}, "verdict"),
-        gate_rows=rows({g: info["gate"].get(g, 0) for g in GATE_OUTCOMES}, "gate"),
+        range_row=range_row,
+        verdict_section=verdict_section,
+        gate_section=gate_section,
     )
 
 

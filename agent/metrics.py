@@ -116,6 +116,12 @@ class AgentMetrics:
             ["kind"],
             registry=r,
         )
+        self.out_of_range = Counter(
+            "boxwatch_agent_inputs_out_of_range_total",
+            "Model inputs whose preprocessed values lie outside the training range the "
+            "artifact records (wrong scale or units?).",
+            registry=r,
+        )
         self.produce_errors = Counter(
             "boxwatch_agent_produce_errors_total",
             "Failed attempts to deliver a batch's outputs (retried).",

@@ -420,6 +420,13 @@ def _plain_tensor_id(value: bytes | None, headers: Headers | None, nbytes: int) 
 
 def _decode_tensor(value: bytes, h: dict[str, bytes], rid: str) -> np.ndarray:
     dtype_name = h.get("dtype", b"").decode("latin-1").strip().lower()
+    if not dtype_name:
+        raise BadRecord(
+            "bad_dtype",
+            f"binary input has no dtype header (content-type {TENSOR_TYPE} needs one of "
+            f"{sorted(BINARY_DTYPES)})",
+            rid,
+        )
     if dtype_name not in BINARY_DTYPES:
         raise BadRecord(
             "bad_dtype", f"dtype header {dtype_name!r} is not one of {sorted(BINARY_DTYPES)}", rid

@@ -29,7 +29,7 @@ from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.gate import RuleGate
 from boxwatch.agent.keys import load_trusted_keys
-from boxwatch.agent.preprocessing import Preprocessing
+from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.taps import open_tap
 
 MODEL_SPEC = "model/spec.json"
@@ -48,6 +48,8 @@ class ModelResult:
     scores: np.ndarray
     inference_seconds: float
     monitor_seconds: float
+    # Inputs outside the preprocessed training range (None: the artifact records no range).
+    out_of_range: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class MonitorRuntime:
     boxes: BoxRuntime | None
     diagram: DecisionDiagram | None
     gate: RuleGate | None
+    input_range: InputRange | None = None
 
     @property
     def artifact_id(self) -> str:
@@ -78,7 +81,8 @@ class MonitorRuntime:
             raise ConfigError("this artifact monitors no model")
         t0 = time.perf_counter()
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite rows are rejected below
-            logits, acts = self.tap.run(self.preprocessing.apply(x))
+            pre = self.preprocessing.apply(x)
+            logits, acts = self.tap.run(pre)
             t1 = time.perf_counter()
             logits = np.asarray(logits)
             predicted = logits.argmax(axis=1)
@@ -91,8 +95,9 @@ class MonitorRuntime:
             }
         if scores is None:
             scores = np.full(len(predicted), np.nan)
+        outside = None if self.input_range is None else self.input_range.outside(pre)
         t2 = time.perf_counter()
-        return ModelResult(predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1)
+        return ModelResult(predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1, outside)
 
 
 def _non_finite_rows(
@@ -125,7 +130,7 @@ def load_runtime(
     contents = artifact.contents
     spec: Mapping[str, Any] = artifact.json(MODEL_SPEC) if MODEL_SPEC in members else {}
     classes = [str(c) for c in spec.get("classes", contents.get("classes", []))]
-    tap = boxes = preprocessing = None
+    tap = boxes = preprocessing = input_range = None
     if spec:
         if model_path is None:
             raise ConfigError(
@@ -137,6 +142,11 @@ def load_runtime(
             model_path, spec["layers"], pooling=spec.get("pooling", "flatten"), threads=threads
         )
         boxes = BoxRuntime.from_members(artifact.json, artifact.arrays, prefix=BOXES_PREFIX)
+        if "input_range" in spec:
+            try:
+                input_range = InputRange.from_dict(spec["input_range"], preprocessing.size)
+            except ConfigError as exc:
+                raise ArtifactError(f"{MODEL_SPEC}: {exc}") from None
     diagram = gate = None
     if f"{DIAGRAM_PREFIX}diagram.json" in members:
         diagram = DecisionDiagram.from_members(
@@ -157,6 +167,7 @@ def load_runtime(
         boxes=boxes,
         diagram=diagram,
         gate=gate,
+        input_range=input_range,
     )
 
 

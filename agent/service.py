@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from collections import Counter as _Counter
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 
 from boxwatch.agent.boxes import set_box_kernel, verdict_names
 from boxwatch.agent.config import AgentConfig
-from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.gate import OUTCOME_NAMES
 from boxwatch.agent.http import AgentHTTPServer
 from boxwatch.agent.kafka import (
@@ -35,6 +36,7 @@ from boxwatch.agent.kafka import (
     ensure_topics,
     make_consumer,
     make_producer,
+    wait_for_broker,
 )
 from boxwatch.agent.kafka.headers import header_problem
 from boxwatch.agent.metrics import AgentMetrics, observe_many
@@ -55,6 +57,7 @@ log = logging.getLogger(__name__)
 BACKOFF_BASE_S = 0.2
 BACKOFF_CAP_S = 5.0
 LAG_INTERVAL_S = 2.0
+RATE_WINDOW_S = 60.0  # the status page's current rate: records over the last minute
 FLUSH_TIMEOUT_S = 15.0
 COMMIT_TIMEOUT_S = 3.0  # one commit round trip; failures are retried (a few times)
 # Of ``shutdown_timeout_s``: the share that finishing the batch in hand may take, and what is
@@ -64,6 +67,7 @@ COMMIT_TIMEOUT_S = 3.0  # one commit round trip; failures are retried (a few tim
 DRAIN_SHARE = 0.3
 EXIT_MARGIN_S = 3.0
 PRODUCER_CLOSE_SHARE = 0.35
+RANGE_NOTE_INTERVAL_S = 60.0  # the out-of-range warning is logged at most this often
 MAX_REFUSALS = 2  # sends of one output the producer or broker refuses, before its stub / drop
 # Outputs whose size the agent does not control (copies of consumed records, dead letters)
 # are checked against max_output_bytes before sending; verdicts and gate records are small.
@@ -78,6 +82,7 @@ class BatchTally:
     layer_verdicts: _Counter = field(default_factory=_Counter)
     gate: _Counter = field(default_factory=_Counter)
     scores: list[np.ndarray] = field(default_factory=list)
+    out_of_range: int = 0
 
 
 @dataclass
@@ -95,6 +100,25 @@ class AgentStatus:
     broker_connected: bool = False
     reloads: int = 0
     reload_failures: int = 0
+    out_of_range: int = 0
+    lag: int | None = None  # records not yet consumed, all assigned partitions together
+    # (time, records) of recent batches, for the rate over the last RATE_WINDOW_S seconds
+    recent: deque = field(default_factory=deque)
+
+    def count_batch(self, n: int, now: float | None = None) -> None:
+        """Add a consumed batch of ``n`` records to the totals and to the recent rate."""
+        now = time.time() if now is None else now
+        self.records += n
+        self.recent.append((now, n))
+        while self.recent and self.recent[0][0] < now - RATE_WINDOW_S:
+            self.recent.popleft()
+
+    def recent_rate(self, now: float | None = None) -> float:
+        """Records per second over the last :data:`RATE_WINDOW_S` seconds (or since start)."""
+        now = time.time() if now is None else now
+        since = now - RATE_WINDOW_S
+        n = sum(k for t, k in list(self.recent) if t >= since)
+        return n / max(min(RATE_WINDOW_S, now - self.started), 1e-9)
 
     def snapshot(self) -> dict[str, Any]:
         elapsed = max(time.time() - self.started, 1e-9)
@@ -106,6 +130,10 @@ class AgentStatus:
             "dead_letters": self.dead_letters,
             "batches": self.batches,
             "records_per_second": self.records / elapsed,
+            "records_per_second_1m": self.recent_rate(),
+            "out_of_range": self.out_of_range,
+            "out_of_range_rate": self.out_of_range / n if n else 0.0,
+            "lag": self.lag,
             "uncertainty_rate": self.verdicts.get("uncertainty", 0) / n if n else 0.0,
             "reject_rate": self.verdicts.get("reject", 0) / n if n else 0.0,
             "paused": self.paused,
@@ -138,20 +166,34 @@ class Agent:
         self._consumer: Any = None
         self._producer: Any = None
         self._last_lag = 0.0
+        self._range_said = -RANGE_NOTE_INTERVAL_S
         self._install_runtime(runtime)
 
     # -- topics -----------------------------------------------------------------------
+    def _topic_keys(self, model: tuple[str, ...], bn: tuple[str, ...]) -> list[str]:
+        """Configured topics of ``model`` / ``bn`` keys, for the halves the artifact has.
+
+        An artifact without a BN needs no gate, release, review or BN-input topic; one
+        without a monitored model needs no input, verdict or capture topic.
+        """
+        rt = self.runtime
+        keys = [*(model if rt.tap is not None else ()), *(bn if rt.diagram is not None else ())]
+        return [self.cfg[f"topics.{k}"] for k in keys if self.cfg[f"topics.{k}"]]
+
     def input_topics(self) -> list[str]:
-        topics = [self.cfg["topics.inputs"], self.cfg["topics.bn_inputs"]]
-        return [t for t in topics if t]
+        return self._topic_keys(("inputs",), ("bn_inputs",))
 
     def output_topics(self) -> list[str]:
-        keys = ("verdicts", "gate", "dead_letter", "capture", "release", "review")
-        return [self.cfg[f"topics.{k}"] for k in keys if self.cfg[f"topics.{k}"]]
+        used = self._topic_keys(("verdicts", "capture"), ("gate", "release", "review"))
+        return [*used, self.cfg["topics.dead_letter"]]
 
     # -- lifecycle --------------------------------------------------------------------
     def check_topics(self) -> None:
-        """Start-up check: configured topics exist (or are created when allowed)."""
+        """Start-up check: the topics the artifact uses exist (or are created when allowed)."""
+        if not self.input_topics():
+            need = "topics.inputs" if self.runtime.tap is not None else "topics.bn_inputs"
+            raise ConfigError(f"{need} is not set: the agent would have nothing to consume")
+        wait_for_broker(self.cfg, stopped=self.stop_event.is_set)
         ensure_topics(self.cfg, [*self.input_topics(), *self.output_topics()])
 
     def stop(self) -> None:
@@ -269,7 +311,7 @@ class Agent:
             outputs += self._process_model(model_recs, tally)
         if bn_recs:
             outputs += self._process_bn(bn_recs, tally)
-        self.status.records += len(records)
+        self.status.count_batch(len(records))
         return outputs
 
     def _dead_letter(self, rec: Any, reason: str, detail: str) -> Output:
@@ -346,7 +388,23 @@ class Agent:
                 (layer, v, c) for v, c in zip(names.tolist(), predicted, strict=True)
             )
         tally.scores.append(np.asarray(res.scores, dtype=np.float64))
+        if res.out_of_range is not None:
+            tally.out_of_range += self._note_out_of_range(int(res.out_of_range.sum()), len(good))
         return out
+
+    def _note_out_of_range(self, n: int, of: int) -> int:
+        """Say (at most once a minute) that inputs lie outside the training range."""
+        now = time.monotonic()
+        if n and now - self._range_said >= RANGE_NOTE_INTERVAL_S:
+            self._range_said = now
+            log.warning(
+                "%d of %d inputs in a batch lie outside the preprocessed training range the "
+                "artifact records: wrong scale or units? (e.g. [0, 1] floats sent to a model "
+                "whose preprocessing divides by 255)",
+                n,
+                of,
+            )
+        return n
 
     def _count_delivered(self, tally: BatchTally, delivered: list[Output]) -> None:
         """Metrics and status of a delivered batch: what reached the topics, counted once."""
@@ -367,6 +425,9 @@ class Agent:
             self.status.gate[outcome] += n
         for scores in tally.scores:
             observe_many(m.score, scores[np.isfinite(scores)])
+        if tally.out_of_range:
+            m.out_of_range.inc(tally.out_of_range)
+            self.status.out_of_range += tally.out_of_range
 
     def _process_bn(self, recs: list[Any], tally: BatchTally) -> list[Output]:
         rt = self.runtime
@@ -572,6 +633,7 @@ class Agent:
             return
         for (topic, partition), lag in lags.items():
             self.metrics.consumer_lag.labels(topic, str(partition)).set(lag)
+        self.status.lag = sum(lags.values())
         self._set_connected(True)
 
     def forget_partitions(self, partitions: list[Partition]) -> None:
@@ -650,6 +712,11 @@ def serve(agent: Agent) -> AgentHTTPServer:
             "artifact_id": rt.artifact_id,
             "model_version": rt.model_version,
             "ready": agent.ready(),
+            "monitors_model": rt.tap is not None,
+            "has_bn": rt.diagram is not None,
+            "input_range_checked": rt.input_range is not None,
+            # What the build measured on validation data (absent in older artifacts).
+            "build_verdict_split": rt.artifact.contents.get("verdict_split"),
         }
 
     return AgentHTTPServer(

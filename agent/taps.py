@@ -18,6 +18,7 @@ layer names to options (layers not named use ``"flatten"``).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ class LayerInfo:
     name: str
     shape: tuple[int | None, ...]
     kind: str
+    # Calls per forward pass (a torch module used twice); a monitor taps the last call.
+    calls: int = 1
 
     def n_features(self, pooling: str = "flatten") -> int | None:
         """Feature count after ``pooling``; ``None`` when unknown (no shape, or a dynamic axis)."""
@@ -251,14 +254,21 @@ class TorchTap:
             raise ConfigError(f"{self.path}: no such model file")
         self._torch = torch
         self.scripted = self.path.suffix not in EXPORT_SUFFIXES
+        self._kinds: dict[str, str] = {}
+        self._calls: dict[str, int] = {}
         try:
             if self.scripted:
                 self.module = torch.jit.load(str(self.path), map_location="cpu")
                 self._example = None
             else:
-                program = torch.export.load(str(self.path))
-                self.module = torch.export.unflatten(program)
+                with warnings.catch_warnings():
+                    # torch's own deprecation notices while reading its file format (not ours
+                    # to fix, and noise on every `boxwatch layers`)
+                    warnings.simplefilter("ignore", FutureWarning)
+                    program = torch.export.load(str(self.path))
+                    self.module = torch.export.unflatten(program)
                 self._example = _example_input(program)
+                self._kinds, self._calls = _module_calls(program)
         except Exception as exc:  # torch raises many types for unreadable files
             raise ConfigError(
                 f"{self.path}: not a loadable torch.export/TorchScript model ({exc})"
@@ -308,7 +318,12 @@ class TorchTap:
             for h in handles:
                 h.remove()
         return [
-            LayerInfo(n, tuple(shapes[n]), type(modules[n]).__name__)
+            LayerInfo(
+                n,
+                tuple(shapes[n]),
+                self._kinds.get(n, type(modules[n]).__name__),
+                self._calls.get(n, 1),
+            )
             for n in self._valid
             if n in shapes
         ]
@@ -327,6 +342,24 @@ class TorchTap:
                 for name in self.layers
             },
         )
+
+
+def _module_calls(program) -> tuple[dict[str, str], dict[str, int]]:
+    """Each module's original class name and how often one forward pass calls it.
+
+    ``torch.export.unflatten`` turns every module into an ``InterpreterModule``; the graph's
+    ``nn_module_stack`` still names the original class, and a module called twice appears
+    under two stack keys (``fc1`` and ``fc1@1``) with the same path.
+    """
+    kinds: dict[str, str] = {}
+    keys: dict[str, set[str]] = {}
+    for node in program.graph.nodes:
+        for key, entry in (node.meta.get("nn_module_stack") or {}).items():
+            path, kind = entry[0], entry[1]
+            name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+            kinds[path] = name.rsplit(".", 1)[-1]
+            keys.setdefault(path, set()).add(key)
+    return kinds, {path: len(k) for path, k in keys.items()}
 
 
 def _example_input(program) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +94,36 @@ def credit_records(artifact: Any, n: int, seed: int = 1) -> list[bytes]:
     return out
 
 
+def take_inputs(x: np.ndarray, n: int, what: str) -> tuple[np.ndarray, str | None]:
+    """``n`` rows of ``x``, cycling through it again when it holds fewer, and the note that
+    says so (None when ``x`` was large enough): a count is never capped silently."""
+    if n <= len(x) or not len(x):
+        return x[:n], None
+    note = (
+        f"note: {n} {what} asked for, the example holds {len(x)}; each is sent "
+        f"{-(-n // len(x))} times or fewer, in turn"
+    )
+    return x[np.arange(n) % len(x)], note
+
+
 def stream(
-    bootstrap: str, workdir: Path, artifact: Any, n_known: int, n_unknown: int, n_credit: int
+    bootstrap: str,
+    workdir: Path,
+    artifact: Any,
+    n_known: int,
+    n_unknown: int,
+    n_credit: int,
+    say: Callable[[str], None] = print,
 ) -> int:
     """Produce the demo's inputs; returns how many records were sent."""
     from kafka import KafkaProducer
 
     data = np.load(workdir / "data" / "stream.npz")
-    known, unknown = data["x_known"][:n_known], data["x_unknown"][:n_unknown]
+    known, note_known = take_inputs(data["x_known"], n_known, "known digits (--known)")
+    unknown, note_unknown = take_inputs(data["x_unknown"], n_unknown, "unknown inputs (--unknown)")
+    for note in (note_known, note_unknown):
+        if note:
+            say(note)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     sent = 0
     for i, x in enumerate(known):

@@ -29,15 +29,27 @@ class ExampleArtifact:
 
 
 def build_example(
-    workdir: Path, *, created_at: int = 1_700_000_000, taus: tuple[float, ...] = (1.0, 0.2, 0.05)
+    workdir: Path,
+    *,
+    created_at: int = 1_700_000_000,
+    taus: tuple[float, ...] = (1.0, 0.2, 0.05),
+    without: str | None = None,
 ) -> ExampleArtifact:
-    """Key pair, data, config and signed artifact of the example in ``workdir``."""
+    """Key pair, data, config and signed artifact of the example in ``workdir``.
+
+    ``without="bn"`` builds the model half only, ``without="model"`` the BN half only.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     private, public = workdir / "keys" / "test.key", workdir / "keys" / "test.pub"
     generate_keypair(private, public, force=True)
     config = write_build_config(workdir)
     raw = yaml.safe_load(config.read_text())
     raw["monitor"]["tau"] = list(taus)
+    if without == "model":
+        for key in ("model", "classes", "layers", "data", "monitor"):
+            raw.pop(key)
+    elif without is not None:
+        raw.pop(without)
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
     outcome = build(prepare(load_config(config)), load_private_key(private), created_at=created_at)
     artifact = workdir / "example.bwa"

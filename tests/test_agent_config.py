@@ -85,3 +85,21 @@ def test_reference_doc_is_current():
     doc = (ROOT / "docs" / "agent-config.md").read_text()
     assert reference_markdown() in doc, "regenerate docs/agent-config.md from reference_markdown()"
     assert len(SETTINGS) == reference_markdown().count("\n| `")
+
+
+def test_relative_paths_in_the_file_resolve_against_the_file(tmp_path, monkeypatch):
+    """Issue 29: as in the build config; from the environment or a flag, against the cwd."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    path = write(
+        conf, "artifact: a.bwa\npublic_keys: [keys/k.pub, /abs/k2.pub]\nmodel: ../m.onnx\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = load_agent_config(path, environ={})
+    assert cfg["artifact"] == str(conf / "a.bwa")
+    assert cfg["public_keys"] == [str(conf / "keys" / "k.pub"), "/abs/k2.pub"]
+    assert cfg["model"] == str(conf / ".." / "m.onnx")
+    cfg = load_agent_config(
+        path, environ={"BOXWATCH_ARTIFACT": "env.bwa"}, overrides={"model": "arg.onnx"}
+    )
+    assert cfg["artifact"] == "env.bwa" and cfg["model"] == "arg.onnx"

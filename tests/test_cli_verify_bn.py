@@ -189,3 +189,11 @@ def test_argmax_monotonicity_needs_the_class_order(files):
     )
     assert res.exit_code == 2
     assert "declare the order of its states" in res.stderr
+
+
+def test_no_monotonicity_queries_says_none_were_asked(files):
+    """Issue 29: not "0 of 0 monotonicity queries hold"."""
+    res = run(files, "--rules", str(files / "ok.yaml"))
+    assert res.exit_code == 0, res.output
+    assert "0 of 0" not in res.stderr
+    assert "2 of 2 rules hold, no monotonicity queries asked" in res.stderr

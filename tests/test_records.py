@@ -540,3 +540,12 @@ def test_json_batch_decoder_decides_like_the_reference(records, max_bytes):
     """Generated JSON records: the msgspec path accepts exactly what the reference accepts,
     with the same ids and bit-identical values; every refusal has the reference's reason."""
     assert_batch_decodes_like_records(records, max_bytes)
+
+
+def test_missing_dtype_header_says_it_is_missing():
+    """Issue 29: not ``dtype header '' is not one of [...]``."""
+    headers = [("content-type", TENSOR_TYPE.encode()), ("id", b"t")]
+    with pytest.raises(BadRecord) as exc:
+        decode_model_input(b"\x00\x00\x80\x3f" * 4, headers, size=SIZE)
+    assert exc.value.reason == "bad_dtype"
+    assert "no dtype header" in exc.value.detail and "''" not in exc.value.detail

@@ -123,6 +123,10 @@ def test_status_page_in_headless_chromium(streamed, tmp_path):
     assert text["reject-rate"] == f"{outcome.verdict_counts['reject'] / n:.4f}"
     assert text["uncertainty-rate"] == f"{outcome.verdict_counts['uncertainty'] / n:.4f}"
     assert "/metrics" in page.links
+    # Issue 29: broker and consumption state, the last minute's rate, the input-range check.
+    assert text["broker"] == "connected" and text["paused"] == "running"
+    assert float(text["rate-1m"]) > 0
+    assert text["out-of-range"].split()[0].isdigit()
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "status-page.png"

@@ -132,6 +132,45 @@ def test_listing_layers_with_shapes(exported):
     assert torch_layers["fc"].shape == (None, 6)
     assert {"conv", "act", "pool", "fc", "relu", "out"} <= set(torch_layers)
     assert {info.name for info in list_layers(scripted)} >= {"conv", "fc"}
+    # Issue 29: the module's class, not unflatten's InterpreterModule.
+    assert torch_layers["conv"].kind == "Conv2d" and torch_layers["fc"].kind == "Linear"
+    assert torch_layers["pool"].kind == "MaxPool2d"
+    assert all(info.calls == 1 for info in torch_layers.values())
+
+
+class Twice(nn.Module):
+    """``fc1`` (and ``act``) called twice per forward pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.act, self.out = nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.act(self.fc1(self.act(self.fc1(x)))))
+
+
+def test_repeated_module_calls_are_listed_and_the_last_call_is_tapped(tmp_path):
+    torch.manual_seed(0)
+    model = Twice().eval()
+    pt2 = tmp_path / "twice.pt2"
+    batch = torch.export.Dim("batch", min=1)
+    program = torch.export.export(model, (torch.zeros(2, 4),), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(program, str(pt2))
+    infos = {info.name: info for info in list_layers(pt2)}
+    assert (infos["fc1"].kind, infos["fc1"].calls) == ("Linear", 2)
+    assert (infos["out"].kind, infos["out"].calls) == ("Linear", 1)
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    _, acts = TorchTap(pt2, ["fc1"]).run(x)
+    with torch.no_grad():
+        first = model.fc1(torch.from_numpy(x))
+        second = model.fc1(model.act(first))
+    np.testing.assert_allclose(acts["fc1"], second.numpy(), rtol=1e-5, atol=1e-6)
+    result = CliRunner().invoke(layers_cmd, [str(pt2)])
+    assert result.exit_code == 0, result.output
+    assert "InterpreterModule" not in result.output
+    assert "fc1 (2x)" in result.stderr and "last call" in result.stderr
+    rows = json.loads(CliRunner().invoke(layers_cmd, [str(pt2), "--json"]).stdout)["layers"]
+    assert {r["name"]: r["calls"] for r in rows}["fc1"] == 2
 
 
 @pytest.mark.slow

@@ -14,7 +14,13 @@ from boxwatch.agent.kafka.base import (
     Partition,
     Record,
 )
-from boxwatch.agent.kafka.clients import ensure_topics, library, make_consumer, make_producer
+from boxwatch.agent.kafka.clients import (
+    ensure_topics,
+    library,
+    make_consumer,
+    make_producer,
+    wait_for_broker,
+)
 
 __all__ = [
     "LIBRARIES",
@@ -28,4 +34,5 @@ __all__ = [
     "library",
     "make_consumer",
     "make_producer",
+    "wait_for_broker",
 ]

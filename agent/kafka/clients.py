@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import AgentConsumer, AgentProducer, PartitionsCallback
+
+log = logging.getLogger(__name__)
+PROBE_TIMEOUT_S = 0.5  # one TCP connect attempt per bootstrap server
+PROBE_INTERVAL_S = 0.5
 
 
 def library(cfg: Mapping[str, Any]) -> str:
@@ -71,3 +78,55 @@ def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
         )
     create_topics(cfg, missing, cfg["kafka.partitions"])
     return missing
+
+
+def _address(server: str) -> tuple[str, int] | None:
+    host, sep, port = server.strip().rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "localhost", int(port)
+
+
+def _any_reachable(servers: list[str]) -> bool:
+    for server in servers:
+        addr = _address(server)
+        if addr is None:
+            return True  # not ours to judge: the client library reports a malformed address
+        try:
+            with socket.create_connection(addr, timeout=PROBE_TIMEOUT_S):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_for_broker(
+    cfg: Mapping[str, Any],
+    *,
+    stopped: Callable[[], bool] = lambda: False,
+    say: Callable[[str], None] | None = None,
+) -> None:
+    """Return once a bootstrap server accepts a TCP connection; retry for
+    ``kafka.startup_timeout_s``, then raise :class:`ConfigError`.
+
+    A plain TCP connect (no Kafka request) answers within a second whichever client library
+    is configured; the first failure is said at once (``say``, default: a warning log line)
+    with how long the agent keeps trying, so nobody waits half a minute in silence.
+    """
+    servers = [s for s in cfg["kafka.bootstrap_servers"].split(",") if s.strip()]
+    window = cfg["kafka.startup_timeout_s"]
+    deadline = time.monotonic() + window
+    said = False
+    while not _any_reachable(servers):
+        if not said:
+            (say or log.warning)(
+                f"Kafka at {cfg['kafka.bootstrap_servers']} is not reachable yet; retrying "
+                f"for up to {window} s (kafka.startup_timeout_s)"
+            )
+            said = True
+        if time.monotonic() >= deadline or stopped():
+            raise ConfigError(
+                f"cannot reach Kafka at {cfg['kafka.bootstrap_servers']}: no bootstrap server "
+                f"accepted a connection within {window} s (kafka.startup_timeout_s)"
+            )
+        time.sleep(PROBE_INTERVAL_S)

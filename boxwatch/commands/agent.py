@@ -15,9 +15,10 @@ from typing import Any
 import click
 
 from boxwatch.agent.boxes import box_kernel
-from boxwatch.agent.config import load_agent_config
+from boxwatch.agent.config import AgentConfig, load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.service import build_agent, serve
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE
 
 log = logging.getLogger("boxwatch.agent")
 
@@ -37,6 +38,19 @@ def _overrides(**kw: Any) -> dict[str, Any]:
     if kw.get("create_topics"):
         out["kafka.create_topics"] = True
     return out
+
+
+def _require_files(cfg: AgentConfig) -> None:
+    """A missing artifact, key or model file is a usage error (exit 2), as in every verb.
+
+    An artifact or key that exists but does not verify is a refusal (exit 1).
+    """
+    named = [("artifact", cfg["artifact"]), *(("public key", k) for k in cfg["public_keys"])]
+    if cfg["model"]:
+        named.append(("model", cfg["model"]))
+    missing = [f"{path}: no such {what} file" for what, path in named if not Path(path).is_file()]
+    if missing:
+        raise ConfigError(missing)
 
 
 @click.command()
@@ -76,7 +90,8 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     Example:
       boxwatch agent --artifact model.bwa --public-key ci.pub --model model.onnx \\
           --bootstrap-servers kafka:9092
-    Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration or topic error.
+    Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration, missing file or
+    topic error.
     """
     with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor
         faulthandler.enable()  # a native crash (onnxruntime, librdkafka) leaves its stacks
@@ -85,17 +100,20 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    logging.getLogger("kafka").setLevel(logging.WARNING if not verbose else logging.INFO)
+    # The client libraries' own log lines (kafka-python's connection retries) only with -v:
+    # what the agent says about the broker is enough otherwise.
+    logging.getLogger("kafka").setLevel(logging.INFO if verbose else logging.CRITICAL + 1)
     try:
         cfg = load_agent_config(config_path, overrides=_overrides(**options))
+        _require_files(cfg)
         worker = build_agent(cfg)
         worker.check_topics()
     except (ArtifactError, KeyFileError) as exc:
         click.echo(f"error: refusing to start: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     http = serve(worker)
     log.info(
         "agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
@@ -113,7 +131,7 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         worker.run()
     except ConfigError as exc:  # a client option refused when the clients are made
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     finally:
         http.stop()
     log.info("agent stopped")

@@ -65,6 +65,8 @@ def inspect(artifact: Path, public_keys: tuple[Path, ...], as_json: bool) -> Non
 
     try:
         keys = load_trusted_keys(list(public_keys)) if public_keys else None
+        if not artifact.is_file():
+            fail(ArtifactError(f"{artifact}: no such file"), EXIT_USAGE)
         art = load_artifact(artifact, keys)
     except KeyFileError as exc:
         fail(exc, EXIT_USAGE)

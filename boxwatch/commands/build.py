@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -13,7 +14,7 @@ from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.keys import load_private_key
 from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, progress_bar, summary_table
 from boxwatch.offline.build.config import load_config
-from boxwatch.offline.build.pipeline import build, prepare
+from boxwatch.offline.build.pipeline import build, check_out_path, prepare
 from boxwatch.offline.build.report import write_report
 
 KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
@@ -67,32 +68,48 @@ def build_artifact(
       boxwatch build-artifact build.yaml --key ci.key --out model.bwa --report report/
     Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error.
     """
+    key_path = key_path or (Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None)
+    problems: list[str] = []
+    prepared = None
     try:
-        cfg = load_config(config)
-        prepared = prepare(cfg)
-        if dry_run:
-            click.echo(f"{config}: valid; nothing built (--dry-run)", err=True)
-            sys.exit(EXIT_OK)
-        key_path = key_path or (
-            Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None
-        )
-        if key_path is None:
-            raise ConfigError(f"no signing key: give --key PATH or set ${KEY_FILE_ENV}")
-        if out is None:
-            raise ConfigError("--out ARTIFACT is required (or use --dry-run)")
-        private_key = load_private_key(key_path)
+        prepared = prepare(load_config(config), out)
+    except ConfigError as exc:
+        problems += exc.problems
+        if not any(p.startswith("--out ") for p in exc.problems):
+            problems += check_out_path(out)  # the schema round stops before prepare()
+    private_key = None
+    if key_path is not None:
+        try:
+            private_key = load_private_key(key_path)
+        except KeyFileError as exc:
+            problems.append(str(exc))
+    elif not dry_run:
+        problems.append(f"no signing key: give --key PATH or set ${KEY_FILE_ENV}")
+    if out is None and not dry_run:
+        problems.append("--out ARTIFACT is required (or use --dry-run)")
+    if problems:
+        _fail(config, problems)
+    if dry_run:
+        click.echo(f"{config}: valid; nothing built (--dry-run)", err=True)
+        sys.exit(EXIT_OK)
+    assert prepared is not None and private_key is not None and out is not None
+    try:
         outcome = build(prepared, private_key, created_at=created_at, progress=progress_bar)
         write_artifact(out, outcome.artifact)
         outcome.summary["artifact"]["path"] = str(out)
         if report_dir is not None:
             write_report(outcome.summary, report_dir)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
-        problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
-        click.echo(f"error: {config}: {len(problems)} problem(s):", err=True)
-        for p in problems:
-            click.echo(f"  - {p}", err=True)
-        sys.exit(EXIT_USAGE)
+        _fail(config, exc.problems if isinstance(exc, ConfigError) else [str(exc)])
     click.echo(summary_table(outcome.summary, out))
     if report_dir is not None:
         click.echo(f"report: {report_dir / 'report.html'}", err=True)
     sys.exit(EXIT_FAILED if outcome.policy_failures else EXIT_OK)
+
+
+def _fail(config: Path, problems: list[str]) -> NoReturn:
+    """Every problem at once, then exit 2."""
+    click.echo(f"error: {config}: {len(problems)} problem(s):", err=True)
+    for p in problems:
+        click.echo(f"  - {p}", err=True)
+    sys.exit(EXIT_USAGE)

@@ -31,7 +31,13 @@ from boxwatch.examples import example_path
     show_default=True,
     help="Which embedded Kafka-protocol broker to start.",
 )
-@click.option("--known", "n_known", default=300, show_default=True, help="Known digits to stream.")
+@click.option(
+    "--known",
+    "n_known",
+    default=300,
+    show_default=True,
+    help="Known digits to stream (the held-out ones, sent again in turn beyond their number).",
+)
 @click.option(
     "--unknown",
     "n_unknown",
@@ -59,6 +65,9 @@ def demo(
     runs the agent on it, streams known and unknown digits, credit applications and a few
     malformed records, shows what comes back live, then stops everything. Needs nothing
     outside this package (the offline extra and the demo extra installed).
+
+    Your own model and your own broker (started by hand, or an existing cluster): see
+    docs/getting-started.md.
     """
     from boxwatch.agent.service import build_agent, serve
 
@@ -103,7 +112,13 @@ def demo(
             err=True,
         )
         sent = stream(
-            bootstrap_servers, workdir, agent.runtime.artifact, n_known, n_unknown, n_credit
+            bootstrap_servers,
+            workdir,
+            agent.runtime.artifact,
+            n_known,
+            n_unknown,
+            n_credit,
+            say=lambda line: click.echo(line, err=True),
         )
         click.echo(f"[4/4] streamed {sent} records; waiting for the outputs", err=True)
         result = watch(bootstrap_servers, sent, metrics_url, timeout)

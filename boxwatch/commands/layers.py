@@ -27,8 +27,10 @@ def layers(model: Path, pooling: str, as_json: bool) -> None:
     """List the layers of MODEL that a box monitor can watch.
 
     MODEL is an ONNX file (.onnx), a torch.export program (.pt2) or a TorchScript file
-    (.pt/.ts). Each row gives the layer name to put in the build config, its output shape
-    (batch axis shown as '?') and how many features it yields with --pooling.
+    (.pt/.ts). Each row gives the layer name to put in the build config, its kind (the ONNX
+    op, or the torch module's class), its output shape (batch axis shown as '?') and how many
+    features it yields with --pooling. A torch module called more than once per forward pass
+    is listed once and named below the table: a monitor taps its last call.
 
     \b
     Examples:
@@ -54,3 +56,12 @@ def layers(model: Path, pooling: str, as_json: bool) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    repeated = [info for info in infos if info.calls > 1]
+    if repeated:
+        names = ", ".join(f"{info.name} ({info.calls}x)" for info in repeated)
+        click.echo(
+            f"called more than once per forward pass: {names}; a monitor on such a module "
+            "taps its last call (shape shown), so monitor a module called once when the "
+            "first call matters",
+            err=True,
+        )

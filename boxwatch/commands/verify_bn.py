@@ -188,9 +188,13 @@ def verify_bn(
         click.echo(render_report(report))
     n_rules = sum(r.holds for r in report.rules)
     n_mono = sum(m.holds for m in report.monotonicity)
+    mono = (
+        f", {n_mono} of {len(report.monotonicity)} monotonicity queries hold"
+        if report.monotonicity
+        else ", no monotonicity queries asked"
+    )
     echo_err(
-        f"{network_file}: {n_rules} of {len(report.rules)} rules hold, {n_mono} of "
-        f"{len(report.monotonicity)} monotonicity queries hold "
+        f"{network_file}: {n_rules} of {len(report.rules)} rules hold{mono} "
         f"({diagram.n_nodes} diagram nodes, {seconds:.2f} s)"
     )
     sys.exit(EXIT_OK if report.all_hold else EXIT_FAILED)

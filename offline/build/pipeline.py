@@ -28,7 +28,7 @@ from boxwatch.agent.artifact import (
 )
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.keys import key_id
-from boxwatch.agent.preprocessing import Preprocessing
+from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
 from boxwatch.agent.taps import open_tap
 from boxwatch.offline.build import bn_stage
@@ -85,14 +85,30 @@ def _collect(problems: list[str], step: Callable[[], Any]) -> Any:
     return None
 
 
-def prepare(cfg: BuildConfig) -> Prepared:
-    """Validate every input of the config; raise one :class:`ConfigError` with all problems."""
-    problems: list[str] = []
+def prepare(cfg: BuildConfig, out: Path | None = None) -> Prepared:
+    """Validate every input of the config; raise one :class:`ConfigError` with all problems.
+
+    ``out``, the artifact path to write, is checked too (its folder must exist), so that
+    ``--dry-run`` catches what would otherwise fail after the whole build.
+    """
+    problems: list[str] = check_out_path(out)
     model = _prepare_model(cfg, problems) if "model" in cfg.raw else None
     bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if "bn" in cfg.raw else None
     if problems:
         raise ConfigError(problems)
     return Prepared(cfg, model, bn)
+
+
+def check_out_path(out: Path | None) -> list[str]:
+    """Problems with the artifact's output path: its folder must exist, it must not be one."""
+    if out is None:
+        return []
+    if out.is_dir():
+        return [f"--out {out}: is a directory (give the artifact's file name)"]
+    parent = out.parent
+    if not parent.is_dir():
+        return [f"--out {out}: folder {parent} does not exist (create it first)"]
+    return []
 
 
 def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
@@ -190,6 +206,7 @@ def build(
             "format": mi.format, "preprocessing": mi.preprocessing.to_dict(),
             "pooling": mi.pooling, "layers": mi.layers, "classes": mi.classes,
             "model_version": meta.get("model_version", "unknown"),
+            "input_range": input_range(mi).to_dict(),
         }
         members.update(monitor.members(BOXES_PREFIX))
         contents.update(_monitor_contents(mi, monitor))
@@ -224,6 +241,12 @@ def build(
                          "failed": failures}
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return BuildOutcome(artifact, summary, failures)
+
+
+def input_range(mi: ModelInputs) -> InputRange:
+    """Per-feature min/max of the preprocessed training inputs (the agent's wrong-scale check)."""
+    x = mi.data["train"][0]
+    return InputRange.fit(mi.preprocessing.apply(x))
 
 
 def _config_record(cfg: BuildConfig) -> dict[str, Any]:

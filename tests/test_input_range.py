@@ -1,0 +1,119 @@
+"""Inputs at the wrong scale (issue 29, point 12): the artifact records the preprocessed
+training range; the agent counts inputs outside it in a metric and on the status page.
+
+It must flag at most 1% of the validation inputs, and every input when [0, 1] floats are sent
+to a model whose preprocessing divides by 255.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from example_build import build_example
+
+from boxwatch.agent.config import load_agent_config
+from boxwatch.agent.http import render_status_page
+from boxwatch.agent.kafka import Record
+from boxwatch.agent.metrics import AgentMetrics
+from boxwatch.agent.preprocessing import InputRange, Preprocessing
+from boxwatch.agent.runtime import load_runtime
+from boxwatch.agent.service import Agent, BatchTally
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    return build_example(tmp_path_factory.mktemp("range"), without="bn")
+
+
+@pytest.fixture(scope="module")
+def runtime(example):
+    return load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+
+
+def _x(example, name: str) -> np.ndarray:
+    return np.load(example.data / f"{name}.npz")["x"].reshape(-1, 64).astype(np.float64)
+
+
+def test_the_build_records_the_preprocessed_training_range(example, runtime):
+    spec = runtime.artifact.json("model/spec.json")
+    pre = Preprocessing.from_dict(spec["preprocessing"])
+    train = pre.apply(_x(example, "train")).reshape(-1, 64)
+    assert spec["input_range"]["min"] == train.min(axis=0).tolist()
+    assert spec["input_range"]["max"] == train.max(axis=0).tolist()
+    assert runtime.input_range is not None
+
+
+def test_at_most_one_percent_of_validation_inputs_are_flagged(example, runtime):
+    val = _x(example, "validation")
+    res = runtime.run_model(val)
+    assert res.out_of_range is not None
+    assert res.out_of_range.mean() <= 0.01, res.out_of_range.mean()
+
+
+def test_inputs_already_scaled_are_all_flagged(example, runtime):
+    """The example's preprocessing divides by 16; inputs sent already in [0, 1] are all flagged."""
+    val = _x(example, "validation") / 16.0
+    res = runtime.run_model(val)
+    assert res.out_of_range.all()
+    far = _x(example, "validation") * 16.0  # the other way: a model fed raw values scaled twice
+    assert runtime.run_model(far).out_of_range.all()
+
+
+def test_unit_floats_to_a_model_dividing_by_255(example):
+    """Raw 0-255 training pixels, preprocessing x/255; inputs sent as [0, 1] floats."""
+    pre = Preprocessing(shape=(64,), scale=1 / 255)
+    raw_train = _x(example, "train") * (255 / 16)
+    raw_val = _x(example, "validation") * (255 / 16)
+    rng = InputRange.fit(pre.apply(raw_train))
+    assert rng.outside(pre.apply(raw_val)).mean() <= 0.01
+    assert rng.outside(pre.apply(raw_val / 255)).all()
+    again = InputRange.from_dict(rng.to_dict(), 64)
+    np.testing.assert_array_equal(again.outside(pre.apply(raw_val / 255)), True)
+
+
+def test_the_agent_counts_them_in_a_metric_and_on_the_status_page(example):
+    cfg = load_agent_config(
+        None,
+        environ={},
+        overrides={
+            "artifact": str(example.artifact),
+            "public_keys": [str(example.public_key)],
+            "model": str(example.model),
+        },
+    )
+    rt = load_runtime(cfg["artifact"], cfg["public_keys"], model_path=cfg["model"])
+    agent = Agent(cfg, rt, AgentMetrics())
+    val = _x(example, "validation")[:20] / 16.0
+    records = [
+        Record(
+            cfg["topics.inputs"],
+            0,
+            i,
+            0,
+            None,
+            json.dumps({"id": f"r{i}", "input": row.tolist()}).encode(),
+            [],
+        )
+        for i, row in enumerate(val)
+    ]
+    tally = BatchTally()
+    outputs = agent.process(records, tally)
+    agent._count_delivered(tally, outputs)
+    value = agent.metrics.registry.get_sample_value("boxwatch_agent_inputs_out_of_range_total")
+    assert value == 20
+    info = {
+        **agent.status.snapshot(),
+        "artifact_id": "a",
+        "model_version": "m",
+        "ready": True,
+        "monitors_model": True,
+        "has_bn": False,
+        "input_range_checked": True,
+    }
+    page = render_status_page(info)
+    assert 'id="out-of-range"' in page and "wrong scale" in page
+    assert "BN gate" not in page

@@ -1,0 +1,64 @@
+"""The status page's content (issue 29, point 11), rendered without a browser: the current
+rate, broker / lag / paused state, the build's verdict split beside the live one, and only
+the sections the artifact has. ``test_status_page.py`` renders it in Chromium."""
+
+from __future__ import annotations
+
+from boxwatch.agent.http import render_status_page
+from boxwatch.agent.service import RATE_WINDOW_S, AgentStatus
+
+SPLIT = {
+    "correct_known": {"accept": 0.9, "uncertainty": 0.06, "reject": 0.04, "n": 250},
+    "unknown:noise": {"accept": 0.01, "uncertainty": 0.09, "reject": 0.9, "n": 100},
+}
+
+
+def info(**extra):
+    status = AgentStatus(started=1000.0)
+    status.verdicts.update({"accept": 8, "reject": 2})
+    return {
+        **status.snapshot(),
+        "artifact_id": "art",
+        "model_version": "v1",
+        "ready": True,
+        "monitors_model": True,
+        "has_bn": True,
+        **extra,
+    }
+
+
+def test_rate_is_over_the_last_minute_not_the_lifetime():
+    status = AgentStatus(started=1000.0)
+    for k in range(11):  # a burst of 2,500 records in 1.1 s, 100 s after start
+        status.count_batch(2500 // 11 + (k < 2500 % 11), now=1100.0 + k * 0.11)
+    assert status.records == 2500
+    assert status.recent_rate(now=1101.2) == 2500 / RATE_WINDOW_S
+    assert status.recent_rate(now=1100.0 + RATE_WINDOW_S + 5) == 0.0
+    status.count_batch(30, now=1200.0)
+    assert status.recent_rate(now=1201.0) == 30 / RATE_WINDOW_S
+
+
+def test_broker_lag_and_paused_state_are_shown():
+    page = render_status_page(info(broker_connected=False, paused=True, lag=1234))
+    assert 'id="broker">not connected<' in page
+    assert 'id="paused">paused' in page and 'id="lag">1234<' in page
+    page = render_status_page(info(broker_connected=True, paused=False))
+    assert 'id="broker">connected<' in page and 'id="paused">running<' in page
+
+
+def test_build_split_beside_the_live_one_only_when_recorded():
+    page = render_status_page(info(build_verdict_split=SPLIT))
+    assert "build: correct_known (n=250)" in page and "build: unknown:noise (n=100)" in page
+    assert 'id="build-correct_known-accept">0.900<' in page
+    assert 'id="build-unknown:noise-reject">0.900<' in page
+    assert 'id="share-accept">0.800<' in page
+    plain = render_status_page(info(build_verdict_split=None))
+    assert "build:" not in plain and 'id="verdict-accept">8<' in plain
+
+
+def test_bn_gate_table_only_with_a_bn_and_verdicts_only_with_a_model():
+    assert "BN gate" in render_status_page(info())
+    no_bn = render_status_page(info(has_bn=False))
+    assert "BN gate" not in no_bn and "Verdicts" in no_bn
+    bn_only = render_status_page(info(monitors_model=False))
+    assert "Verdicts" not in bn_only and "BN gate" in bn_only
