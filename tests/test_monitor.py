@@ -245,3 +245,48 @@ def test_digits_model_monitor_flags_unseen_digits():
     su = mon.score_samples({k: a[unk] for k, a in acts.items()}, pred[unk])
     assert auroc(sk, su) > 0.85
     assert cal.unknown_acceptance < 0.6
+
+
+def test_defaults_fit_calibrate_and_predict():
+    """BoxMonitor() with defaults: combine="calibrated", calibrated inside fit on a held-out
+    share of train (no validation) or on the validation data, and the emitted verdicts
+    accept target_acceptance of the correctly classified calibration inputs."""
+    acts, y, pred = synthetic(10, n=400)
+    mon = BoxMonitor().fit(acts, y, pred)
+    assert mon.combine == "calibrated" and mon.target_acceptance == 0.95
+    held = mon.calibration_rows_
+    assert 0.15 * len(y) <= len(held) <= 0.25 * len(y)
+    v = mon.predict({k: a[held] for k, a in acts.items()}, pred[held])
+    right = y[held] == pred[held]
+    cal = mon.calibration_
+    assert cal.population == "correctly classified known" and cal.n_known == right.sum()
+    assert cal.known_acceptance == pytest.approx(np.mean(v.combined[right] == ACCEPT))
+    assert cal.known_acceptance >= 0.95
+    # With validation data: calibrated on its correctly classified known rows.
+    vacts, vy, vpred = synthetic(11, n=300)
+    mon = BoxMonitor(target_acceptance=0.9).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    assert len(mon.calibration_rows_) == 0
+    v = mon.predict(vacts, vpred).combined
+    right = vy == vpred
+    assert mon.calibration_.known_acceptance == pytest.approx(np.mean(v[right] == ACCEPT))
+    assert mon.calibration_.known_acceptance >= 0.9
+    assert mon.calibration_.known_split["accept"] == mon.calibration_.known_acceptance
+
+
+def test_calibration_counts_uncertainty_as_not_accepted():
+    """Inputs inside a bad box emit uncertainty whatever their score: the threshold must
+    reach the target on accept verdicts alone (issue 22: 89% accept on a 95% target)."""
+    acts, y, pred = synthetic(12, n=400)
+    mon = BoxMonitor(tau=1.0, max_clusters=1, calibration_share=0).fit(acts, y, pred)
+    # One huge bad box per class: many correct inputs of a class sit inside it.
+    kacts, ky, kpred = synthetic(13, n=300)
+    cal = mon.calibrate(kacts, kpred, 0.5, y_true_known=ky)
+    v = mon.predict(kacts, kpred).combined
+    right = ky == kpred
+    assert cal.known_acceptance == pytest.approx(np.mean(v[right] == ACCEPT))
+    split = cal.known_split
+    assert split["uncertainty"] > 0 and split["accept"] + split["uncertainty"] + split[
+        "reject"
+    ] == pytest.approx(1)
+    if split["uncertainty"] <= 0.5:  # reachable: the accept share meets the target
+        assert cal.known_acceptance >= 0.5
