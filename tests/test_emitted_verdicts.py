@@ -8,6 +8,9 @@ on the built artifact; each warning fires on a constructed case and none on the 
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 import yaml
@@ -17,9 +20,11 @@ from boxwatch.agent.artifact import load_artifact, write_artifact
 from boxwatch.agent.boxes import ACCEPT
 from boxwatch.agent.keys import load_private_key
 from boxwatch.agent.runtime import load_runtime
+from boxwatch.examples import example_path
 from boxwatch.offline.build import emitted
 from boxwatch.offline.build.config import load_config
 from boxwatch.offline.build.pipeline import build, prepare
+from boxwatch.offline.build.report import render_report
 
 pytestmark = pytest.mark.slow
 
@@ -126,8 +131,16 @@ def test_test_set_is_reported_and_never_fitted(example, tmp_path):
     def with_test(raw):
         raw["data"]["test"] = {"path": str(tmp_path / "test.npz")}
 
-    plain, plain_path = built(example, tmp_path, lambda raw: None, "plain")
-    tested, tested_path = built(example, tmp_path, with_test, "tested")
+    demo_monitor = yaml.safe_load(example_path("demo", "build.yaml").read_text())["monitor"]
+
+    def demo(raw):  # the demo's own monitor section (its tau candidates)
+        raw["monitor"] = dict(demo_monitor)
+
+    plain, plain_path = built(example, tmp_path, demo, "plain")
+    assert plain.summary["monitor"]["warnings"] == []  # no warning fires on the demo
+    tested, tested_path = built(
+        example, tmp_path, lambda raw: (demo(raw), with_test(raw)), "tested"
+    )
     a, b = load_artifact(plain_path, None), load_artifact(tested_path, None)
     for member in ("monitors/boxes.json", "monitors/boxes.npz"):
         assert a.members[member] == b.members[member]
@@ -140,6 +153,22 @@ def test_test_set_is_reported_and_never_fitted(example, tmp_path):
     res = runtime.run_model(stream["x_known"])
     wrong = res.predicted != stream["y_known"]
     assert errors["verdicts"] == shares(res.verdicts[wrong])
+    # The report shows the split, the model errors, the baselines and what columns mean.
+    page = render_report(tested.summary)
+    values = dict(re.findall(r'id="([^"]+)" class="num" data-value="([^"]*)"', page))
+    for j, (name, v) in enumerate(mon["verdicts"]["split"].items()):
+        assert f'id="split-{j}-set">{name}<' in page
+        for key in ("n", "accept", "uncertainty", "reject"):
+            assert json.loads(values[f"split-{j}-{key}"]) == v[key]
+    assert json.loads(values["errors-test-accept"]) == errors["verdicts"]["accept"]
+    assert (
+        json.loads(values["baseline-1-test-correct"])
+        == mon["baselines"][1]["test"]["correct_known"]
+    )
+    assert 'id="warnings-none"' in page
+    definitions = page[page.index('id="definitions"') :]
+    for term in ("TP", "FP", "TN", "FN", "MP", "MN", "precision", "recall", "AUROC"):
+        assert f"<dt>{term}" in definitions, term
 
 
 def _monitor_summary(**over):

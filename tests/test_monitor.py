@@ -290,3 +290,13 @@ def test_calibration_counts_uncertainty_as_not_accepted():
     ] == pytest.approx(1)
     if split["uncertainty"] <= 0.5:  # reachable: the accept share meets the target
         assert cal.known_acceptance >= 0.5
+
+
+def test_coverage_selection_still_calibrates_on_validation():
+    acts, y, pred = synthetic(14, n=300)
+    vacts, vy, vpred = synthetic(15, n=200)
+    mon = BoxMonitor(selection="coverage", max_clusters=4, eps_ival=0.05).fit(
+        acts, y, pred, validation=(vacts, vy, vpred)
+    )
+    assert mon.selection_ is None and len(mon.calibration_rows_) == 0
+    assert mon.calibration_.n_known == int(np.sum(vy == vpred))

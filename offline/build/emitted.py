@@ -186,45 +186,49 @@ def baselines(
     val: tuple[np.ndarray, ModelResult, np.ndarray],
     unknown: Mapping[str, tuple[ModelResult, np.ndarray]],
     accepted_share: float,
+    test: tuple[np.ndarray, ModelResult, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """MSP and energy at the threshold that accepts ``accepted_share`` of the correctly
     classified known validation inputs (the monitor's own emitted accept share), beside the
-    box monitor's row: the share each accepts of misclassified known inputs and of each
-    unknown set."""
+    box monitor's row: the share each accepts of misclassified known inputs, of each
+    unknown set and (``test``, at the validation threshold) of the test set's correct and
+    misclassified inputs."""
+
+    def share(mask: np.ndarray) -> float | None:
+        return float(np.mean(mask)) if len(mask) else None
+
+    def labelled(y: np.ndarray, res: ModelResult, accepted: np.ndarray) -> dict[str, Any]:
+        right = res.predicted == y
+        return {
+            "correct_known": share(accepted[right]),
+            "misclassified_known": share(accepted[~right]),
+        }
+
     y, res, logits = val
     right = res.predicted == y
-    rows = [
-        {
-            "method": "box monitor (emitted accept)",
-            "correct_known": float(np.mean(res.verdicts[right] == ACCEPT)) if right.any() else None,
-            "misclassified_known": (
-                float(np.mean(res.verdicts[~right] == ACCEPT)) if (~right).any() else None
-            ),
-            "unknown": {
-                name: float(np.mean(r.verdicts == ACCEPT)) if len(r.verdicts) else None
-                for name, (r, _l) in unknown.items()
-            },
-        }
-    ]
+    box: dict[str, Any] = {
+        "method": "box monitor (emitted accept)",
+        **labelled(y, res, res.verdicts == ACCEPT),
+        "unknown": {name: share(r.verdicts == ACCEPT) for name, (r, _l) in unknown.items()},
+    }
+    if test is not None:
+        box["test"] = labelled(test[0], test[1], test[1].verdicts == ACCEPT)
+    rows = [box]
     for method, fn in BASELINES.items():
         s = fn(logits)
         if not right.any() or accepted_share <= 0:
             t = -np.inf
         else:
             t = acceptance_threshold(s[right], min(1.0, accepted_share))
-
-        def acc(v: np.ndarray, t: float = t) -> float | None:
-            return float(np.mean(v <= t)) if len(v) else None
-
-        rows.append(
-            {
-                "method": method,
-                "threshold": _finite_or_none(t),
-                "correct_known": acc(s[right]),
-                "misclassified_known": acc(s[~right]),
-                "unknown": {name: acc(fn(lg)) for name, (_r, lg) in unknown.items()},
-            }
-        )
+        row: dict[str, Any] = {
+            "method": method,
+            "threshold": _finite_or_none(t),
+            **labelled(y, res, s <= t),
+            "unknown": {name: share(fn(lg) <= t) for name, (_r, lg) in unknown.items()},
+        }
+        if test is not None:
+            row["test"] = labelled(test[0], test[1], fn(test[2]) <= t)
+        rows.append(row)
     return rows
 
 
@@ -246,8 +250,13 @@ def warnings(
     verdict_split: Mapping[str, Any],
     target: float,
     train_counts: Sequence[int],
+    classes: Sequence[str] = (),
 ) -> list[dict[str, str]]:
-    """The build's warnings, each ``{"name", "message"}`` (names in :data:`WARNINGS`)."""
+    """The build's warnings, each ``{"name", "message"}`` (names in :data:`WARNINGS`).
+
+    ``train_counts``: correctly classified training inputs (those the boxes were fitted
+    on) per class; ``classes``: their names, for the messages.
+    """
     out = []
     correct = verdict_split.get("correct_known") or {}
     if correct.get("n") and correct["accept"] < target - LOW_ACCEPTANCE_MARGIN:
@@ -292,7 +301,8 @@ def warnings(
         k = max([int((b.get("good") or [0] * (cls + 1))[cls]) for b in boxes.values()] + [0])
         need = max(MIN_TRAINING_INPUTS, k)
         if n < need:
-            few.append(f"class {cls}: {n} < {need}")
+            label = classes[cls] if cls < len(classes) else str(cls)
+            few.append(f"class {label}: {n} < {need}")
     if few:
         out.append(
             {

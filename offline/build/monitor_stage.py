@@ -71,7 +71,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
             preds[name] = logits[name].argmax(axis=1)
     n_classes = len(mi.classes)
     y = {name: mi.data[name][1] for name in mi.data}
-    accuracy = {name: float(np.mean(preds[name] == y[name]))
+    accuracy: dict[str, float | None] = {name: float(np.mean(preds[name] == y[name]))
                 for name in ("train", "validation") if name in y and y[name] is not None}
     tau_param = params.get("tau", list(DEFAULT_TAUS))
     taus = sorted({float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
@@ -96,8 +96,10 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
     elif has_val:  # held-out-class selection and calibration use known inputs only
         validation = (acts["validation"], y["validation"], preds["validation"])
     target = float(params.get("target_acceptance", DEFAULT_TARGET_ACCEPTANCE))
+    # "coverage" (and "fixed" with a tau list, as before): the coverage search chooses tau.
+    estimator_selection = selection if selection in ("f1", "held-out-class") else "coverage"
     monitor = BoxMonitor(
-        mi.layers, tau=tau, taus=taus, selection="f1" if selection == "f1" else "held-out-class",
+        mi.layers, tau=tau, taus=taus, selection=estimator_selection,
         combine=params.get("combine", DEFAULT_COMBINE), target_acceptance=target,
         normalize=params.get("normalize", "l2"),
         score_layers=params.get("score_layers"), score=params.get("score", "fused"),
@@ -124,7 +126,9 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         "layers": list(mi.layers),
         "taus": taus,
         "tau": {layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
-        "tau_selection": selection if tau == "auto" else "fixed",
+        # Without validation data fit() falls back to the coverage search.
+        "tau_selection": ("fixed" if tau != "auto"
+                          else estimator_selection if has_val else "coverage"),
         "score": monitor.score,
         "contrast_layers": list(monitor.contrast_layers_),
         "calibration_set": calib_set,
@@ -196,6 +200,7 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
     """
     rng = np.random.RandomState(random_state)
     out = {}
+    per_class: list[list[float | None]]
     for layer in mi.layers:
         x = np.asarray(acts[layer]).reshape(len(y_pred), -1)
         x = normalize_features(x, monitor.normalize)
@@ -208,6 +213,7 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
                 continue
             path = TauKMeansPath(xs, random_state=seed)
             covs = [coverage_at(path, t) for t in taus]
-            per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1)))) for c in covs])
+            per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1))))
+                              for c in covs])
         out[layer] = {"taus": list(taus), "per_class": per_class, "measure": COVERAGE_MEASURE}
     return out

@@ -149,7 +149,8 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
 def extract(model: ModelInputs, x: np.ndarray, bar: Any = None
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Logits and activations of ``x`` in batches (what the agent computes online)."""
-    logits, acts = [], {layer: [] for layer in model.layers}
+    logits: list[np.ndarray] = []
+    acts: dict[str, list[np.ndarray]] = {layer: [] for layer in model.layers}
     for start in range(0, len(x), EXTRACT_BATCH):
         out, a = model.tap.run(model.preprocessing.apply(x[start:start + EXTRACT_BATCH]))
         logits.append(out)
@@ -312,7 +313,8 @@ def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
         mon["baselines"] = emitted.baselines(
             (y_val, res_val, logits["validation"]),
             {name: (unknown[name], logits[name]) for name in unknown_names},
-            full["correct_known"]["accept"])
+            full["correct_known"]["accept"],
+            (*labelled["test:"], logits["test"]) if "test:" in labelled else None)
     else:
         known_scores = np.zeros(0)
     mon["operating_points"] = [
@@ -327,7 +329,7 @@ def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
     y_train = np.asarray(train_y)[fit_rows]
     counts = [int(np.sum((y_train == c) & (pred_train == c))) for c in range(n_classes)]
     target = float((mon.get("calibration") or {}).get("target_acceptance") or 0.95)
-    mon["warnings"] = emitted.warnings(mon, verdict_split, target, counts)
+    mon["warnings"] = emitted.warnings(mon, verdict_split, target, counts, mi.classes)
     return verdict_split or None
 
 

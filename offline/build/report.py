@@ -25,7 +25,8 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
   ``-uncertainty``, ``-reject``; model errors per labelled set ``S`` (validation, test):
   ``errors-S-n``, ``-misclassified``, ``-accept``, ``-uncertainty``, ``-reject``,
   ``-auroc-score``, ``-auroc-msp``; baselines per row ``j``: ``baseline-{j}-method``,
-  ``-correct``, ``-misclassified``, ``-{unknown set}``; ``warning-{j}`` (or
+  ``-correct``, ``-misclassified``, ``-{unknown set}`` (with data.test: ``-test-correct``,
+  ``-test-misclassified``); ``warning-{j}`` (or
   ``warnings-none``); ``eval-L{i}-{key}`` and ``eval-combined-{key}``
   for key in tp fp tn fn mp mn precision recall f1;
 * BN: ``bn-file``, ``bn-class``, ``bn-positive``, ``bn-threshold``, ``bn-nodes``,
@@ -548,7 +549,7 @@ def _model_section(summary: Mapping[str, Any]) -> str:
         out.append(_omitted("model-omitted", "No model in this build (the config has none)."))
     else:
         acc = model.get("accuracy") or {}
-        rows = [("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
+        rows: list[tuple[str, ...]] = [("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
                 ("Format", _text("model-format", model.get("format"))),
                 ("Digest", f"<code>{_text('model-digest', model.get('digest'))}</code>"),
                 ("Classes", f"{_num('model-n-classes', len(model.get('classes') or []))}: "
@@ -728,16 +729,23 @@ def _baselines(monitor: Mapping[str, Any]) -> str:
                "validation inputs as the box monitor's emitted verdicts; the share each "
                "accepts of misclassified known inputs and of every unknown set (lower is "
                "better).</p>")
+    has_test = "test" in rows_in[0]
     rows = []
     for j, r in enumerate(rows_in):
+        test = r.get("test") or {}
         rows.append([_text(f"baseline-{j}-method", r.get("method")),
                      _num(f"baseline-{j}-correct", r.get("correct_known")),
                      _num(f"baseline-{j}-misclassified", r.get("misclassified_known")),
                      *[_num(f"baseline-{j}-{name}", (r.get("unknown") or {}).get(name))
-                       for name in sets]])
-    out.append(_rows(("Method", "Correct known accepted", "Misclassified accepted",
-                      *[f"{n} accepted" for n in sets]), rows,
-                     numeric=(False, *[True] * (2 + len(sets))), table_id="baselines-table"))
+                       for name in sets],
+                     *([_num(f"baseline-{j}-test-correct", test.get("correct_known")),
+                        _num(f"baseline-{j}-test-misclassified", test.get("misclassified_known"))]
+                       if has_test else [])])
+    header = ("Method", "Correct known accepted", "Misclassified accepted",
+              *[f"{n} accepted" for n in sets],
+              *(("Test: correct accepted", "Test: misclassified accepted") if has_test else ()))
+    out.append(_rows(header, rows, numeric=(False, *[True] * (len(header) - 1)),
+                     table_id="baselines-table"))
     return "".join(out)
 
 

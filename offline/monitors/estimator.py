@@ -40,7 +40,7 @@ DEFAULT_TARGET_ACCEPTANCE = 0.95
 # inputs (stratified by label) to calibrate on: boxes always contain their own training
 # inputs, so calibrating on them would put the threshold at 0.
 DEFAULT_CALIBRATION_SHARE = 0.2
-SELECTIONS = ("held-out-class", "f1")
+SELECTIONS = ("held-out-class", "f1", "coverage")
 # A layer joins the fused score's contrast term when its held-out-class AUROC reaches this:
 # "nearer another class's boxes" only means something where the layer separates classes.
 CONTRAST_MIN_AUROC = 0.9
@@ -243,7 +243,7 @@ class BoxMonitor(BaseEstimator):
         with the ``validation`` set given to ``fit`` (see ``selection``), or, without
         validation data, the middle of the coverage interval ``[tau_min, tau_max]``
         (Algorithm 1) of each class's good activations.
-    selection : {"held-out-class", "f1"}, default="held-out-class"
+    selection : {"held-out-class", "f1", "coverage"}, default="held-out-class"
         How ``tau="auto"`` uses validation data. ``"held-out-class"`` needs known inputs
         only (rows labelled -1 are ignored): each validation input, with its own class
         withheld, plays an unknown that lands in its nearest other class; one tau per layer
@@ -251,7 +251,8 @@ class BoxMonitor(BaseEstimator):
         predicted) and these stand-ins (the finest tau within ``SELECTION_TOLERANCE`` of
         the best; the finest tau where no tau reaches ``CONTRAST_MIN_AUROC``). ``"f1"``
         chooses per class and layer the tau of best F1 (the paper's "combined parameters";
-        needs unknown inputs labelled -1; ties: the larger tau).
+        needs unknown inputs labelled -1; ties: the larger tau). ``"coverage"`` ignores
+        the validation data for tau (it still calibrates) and runs the coverage search.
     taus : sequence of float, default=DEFAULT_TAUS
         Candidates for ``tau="auto"`` (the paper's 12 values 1.0 ... 0.01).
     combine : {"calibrated", "any", "majority", "all"}, default="calibrated"
@@ -491,7 +492,8 @@ class BoxMonitor(BaseEstimator):
             }
             y_true, y_pred = y_true[keep], y_pred[keep]
         selection = None
-        if self.tau == "auto" and validation is None:
+        by_coverage = validation is None or self.selection == "coverage"
+        if self.tau == "auto" and by_coverage:
             chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k)
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
@@ -508,10 +510,11 @@ class BoxMonitor(BaseEstimator):
             n_init=self.n_init,
             random_state=self.random_state,
         )
-        if self.tau == "auto" and validation is not None and self.selection == "f1":
-            chosen, selection = self._select_by_f1(sweep, validation)
-        elif self.tau == "auto" and validation is not None:
-            chosen, selection = self._select_by_held_out_class(sweep, validation)
+        if self.tau == "auto" and validation is not None and not by_coverage:
+            if self.selection == "f1":
+                chosen, selection = self._select_by_f1(sweep, validation)
+            else:
+                chosen, selection = self._select_by_held_out_class(sweep, validation)
         elif self.tau != "auto":
             chosen = self._explicit_taus(layers, k)
         good = {layer: _pick(sweep.good[layer], chosen[layer]) for layer in layers}
