@@ -112,8 +112,6 @@ def shares(verdicts: np.ndarray) -> dict[str, Any]:
 def split(
     labelled: Mapping[str, tuple[np.ndarray, ModelResult]],
     unknown: Mapping[str, ModelResult],
-    *,
-    prefix: str = "",
 ) -> dict[str, dict[str, Any]]:
     """The verdict split: correct / misclassified known (per labelled set) and each unknown set.
 
@@ -125,7 +123,7 @@ def split(
         out[f"{pre}correct_known"] = shares(res.verdicts[right])
         out[f"{pre}misclassified_known"] = shares(res.verdicts[~right])
     for name, res in unknown.items():
-        out[f"{prefix}unknown:{name}"] = shares(res.verdicts)
+        out[f"unknown:{name}"] = shares(res.verdicts)
     return out
 
 
@@ -139,7 +137,7 @@ def _rank_scores(scores: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(s), np.inf, s)
 
 
-def _auroc(low: np.ndarray, high: np.ndarray) -> float | None:
+def score_auroc(low: np.ndarray, high: np.ndarray) -> float | None:
     """AUROC of "``high`` scores higher", None when a side is empty."""
     if len(low) == 0 or len(high) == 0:
         return None
@@ -173,12 +171,12 @@ def model_errors(y: np.ndarray, res: ModelResult, logits: np.ndarray | None) -> 
         "n_misclassified": int((~right).sum()),
         "error_rate": float(np.mean(~right)) if len(y) else None,
         "verdicts": shares(res.verdicts[~right]),
-        "auroc_score": _auroc(res.scores[right], res.scores[~right]),
+        "auroc_score": score_auroc(res.scores[right], res.scores[~right]),
         "auroc_msp": None,
     }
     if logits is not None:
         msp = msp_score(logits)
-        out["auroc_msp"] = _auroc(msp[right], msp[~right])
+        out["auroc_msp"] = score_auroc(msp[right], msp[~right])
     return out
 
 

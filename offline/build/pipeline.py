@@ -321,7 +321,7 @@ def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
         {"set": name, **{k: full[f"unknown:{name}"][k]
                          for k in ("n", "accept", "uncertainty", "reject")},
          "acceptance": full[f"unknown:{name}"]["accept"],
-         "auroc": emitted._auroc(known_scores, unknown[name].scores)}
+         "auroc": emitted.score_auroc(known_scores, unknown[name].scores)}
         for name in unknown_names]
     train_x, train_y = mi.data["train"]
     fit_rows = np.setdiff1d(np.arange(len(train_x)), monitor.calibration_rows.get("train", []))

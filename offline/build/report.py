@@ -671,7 +671,7 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
     if split:
         out.append(f"<p>Emitted verdicts, computed by the agent's own runtime on the "
                    f"{_e(verdicts.get('set'))} inputs (correct / misclassified known), each "
-                   "unknown set and the test set, as the share of each set:</p>")
+                   "unknown set and (when given) the test set, as the share of each set:</p>")
         out.append(_rows(
             ("Set", "Inputs", "Accept", "Uncertainty", "Reject"),
             [[_text(f"split-{j}-set", name), *_share_cells(f"split-{j}", v)]
@@ -800,8 +800,9 @@ def _definitions() -> str:
 
 def _evaluation(monitor: Mapping[str, Any]) -> str:
     evaluation = monitor.get("evaluation")
-    out = ['<h3 id="evaluation">Evaluation at the chosen \u03c4</h3><p>Outcome counts of the '
-           "emitted verdicts on the validation inputs and data.unknown (see the definitions "
+    out = ['<h3 id="evaluation">Evaluation at the chosen \u03c4</h3><p>Outcome counts on the '
+           "validation inputs and data.unknown, as the agent's runtime gave them: combined, "
+           "the emitted verdict; per layer, that layer's own box verdict (definitions "
            "below).</p>"]
     if not evaluation:
         return out[0] + _omitted("evaluation-omitted", "No evaluation in the summary.")
