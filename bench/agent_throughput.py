@@ -381,7 +381,8 @@ def cnn_monitor_fraction() -> dict[str, float] | None:
     logits, acts = tap.run(x)
     pred = logits.argmax(1)
     fit = slice(0, 2000)
-    monitor = BoxMonitor(layers, tau=0.05, combine="calibrated").fit(
+    # calibration_share=0: boxes from all 2000 fit rows; calibrated on the other 1000 below.
+    monitor = BoxMonitor(layers, tau=0.05, combine="calibrated", calibration_share=0).fit(
         {k: v[fit] for k, v in acts.items()}, y[fit], pred[fit]
     )
     monitor.calibrate({k: v[2000:] for k, v in acts.items()}, pred[2000:])

@@ -386,6 +386,28 @@ def main() -> None:
         + ", ".join(f"{c} {result[c][1]:.1%}" for c in CASES[2:])
         + "."
     )
+    # What the agent emits (issue 22): the default calibrated as a build calibrates it, on
+    # the holdout's correctly classified digits, then its verdicts (BoxRuntime.assess).
+    cal_b = mon.calibrate(acts["holdout"], pred["holdout"], TARGET, y_true_known=y_ho)
+    right = pred["known"] == yte[known]
+
+    def emitted(name: str, rows: np.ndarray | None = None) -> str:
+        a = acts[name] if rows is None else {k: v[rows] for k, v in acts[name].items()}
+        p = pred[name] if rows is None else pred[name][rows]
+        v = mon.runtime_.assess(a, p, want_scores=False)[0]
+        return (
+            f"accept {np.mean(v == 0):.1%} / uncertainty {np.mean(v == 1):.1%} / "
+            f"reject {np.mean(v == 2):.1%} (n={len(v)})"
+        )
+
+    out.append(
+        f"\nEmitted verdicts of the default (what the agent sends; threshold "
+        f"{cal_b.threshold:.4f} calibrated as a build does, so that the verdicts accept 95% of "
+        f"the holdout's correctly classified digits: {cal_b.known_acceptance:.1%} reached). "
+        f"Correctly classified known test digits: {emitted('known', np.flatnonzero(right))}; "
+        f"misclassified known test digits: {emitted('known', np.flatnonzero(~right))}; "
+        f"near (digits 8, 9): {emitted('near')}; far (Fashion-MNIST): {emitted('far')}."
+    )
     out.append(
         f"\nOnline cost at batch 256 (median of 100, one thread for the model): model call "
         f"{online['model'] * 1e3:.2f} ms; verdicts and scores (BoxRuntime.assess, what the agent "

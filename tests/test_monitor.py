@@ -56,7 +56,8 @@ def synthetic(seed=0, n=300, d=6, n_classes=3):
 
 
 def test_fit_on_table1_reproduces_example6():
-    mon = BoxMonitor(["l2"], tau=0.7, normalize="none").fit(
+    # The paper's reading (combine="any"): boxes from every training input, no hold-out.
+    mon = BoxMonitor(["l2"], tau=0.7, normalize="none", combine="any").fit(
         {"l2": TABLE1}, TABLE1_TRUE, TABLE1_PRED
     )
     good_lo, good_hi = mon.runtime_.good["l2"].boxes_of(0)
@@ -70,7 +71,9 @@ def test_fit_on_table1_reproduces_example6():
 def test_every_good_training_point_is_in_a_box_of_its_class():
     acts, y, pred = synthetic()
     for normalize in ("none", "l2"):
-        mon = BoxMonitor(tau=0.1, normalize=normalize, max_clusters=8).fit(acts, y, pred)
+        mon = BoxMonitor(tau=0.1, normalize=normalize, max_clusters=8, combine="any").fit(
+            acts, y, pred
+        )
         good = y == pred
         v = mon.predict({k: a[good] for k, a in acts.items()}, pred[good])
         for layer in ("a", "b"):
@@ -242,3 +245,58 @@ def test_digits_model_monitor_flags_unseen_digits():
     su = mon.score_samples({k: a[unk] for k, a in acts.items()}, pred[unk])
     assert auroc(sk, su) > 0.85
     assert cal.unknown_acceptance < 0.6
+
+
+def test_defaults_fit_calibrate_and_predict():
+    """BoxMonitor() with defaults: combine="calibrated", calibrated inside fit on a held-out
+    share of train (no validation) or on the validation data, and the emitted verdicts
+    accept target_acceptance of the correctly classified calibration inputs."""
+    acts, y, pred = synthetic(10, n=400)
+    mon = BoxMonitor().fit(acts, y, pred)
+    assert mon.combine == "calibrated" and mon.target_acceptance == 0.95
+    held = mon.calibration_rows_
+    assert 0.15 * len(y) <= len(held) <= 0.25 * len(y)
+    v = mon.predict({k: a[held] for k, a in acts.items()}, pred[held])
+    right = y[held] == pred[held]
+    cal = mon.calibration_
+    assert cal.population == "correctly classified known" and cal.n_known == right.sum()
+    assert cal.known_acceptance == pytest.approx(np.mean(v.combined[right] == ACCEPT))
+    assert cal.known_acceptance >= 0.95
+    # With validation data: calibrated on its correctly classified known rows.
+    vacts, vy, vpred = synthetic(11, n=300)
+    mon = BoxMonitor(target_acceptance=0.9).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    assert len(mon.calibration_rows_) == 0
+    v = mon.predict(vacts, vpred).combined
+    right = vy == vpred
+    assert mon.calibration_.known_acceptance == pytest.approx(np.mean(v[right] == ACCEPT))
+    assert mon.calibration_.known_acceptance >= 0.9
+    assert mon.calibration_.known_split["accept"] == mon.calibration_.known_acceptance
+
+
+def test_calibration_counts_uncertainty_as_not_accepted():
+    """Inputs inside a bad box emit uncertainty whatever their score: the threshold must
+    reach the target on accept verdicts alone (issue 22: 89% accept on a 95% target)."""
+    acts, y, pred = synthetic(12, n=400)
+    mon = BoxMonitor(tau=1.0, max_clusters=1, calibration_share=0).fit(acts, y, pred)
+    # One huge bad box per class: many correct inputs of a class sit inside it.
+    kacts, ky, kpred = synthetic(13, n=300)
+    cal = mon.calibrate(kacts, kpred, 0.5, y_true_known=ky)
+    v = mon.predict(kacts, kpred).combined
+    right = ky == kpred
+    assert cal.known_acceptance == pytest.approx(np.mean(v[right] == ACCEPT))
+    split = cal.known_split
+    assert split["uncertainty"] > 0 and split["accept"] + split["uncertainty"] + split[
+        "reject"
+    ] == pytest.approx(1)
+    if split["uncertainty"] <= 0.5:  # reachable: the accept share meets the target
+        assert cal.known_acceptance >= 0.5
+
+
+def test_coverage_selection_still_calibrates_on_validation():
+    acts, y, pred = synthetic(14, n=300)
+    vacts, vy, vpred = synthetic(15, n=200)
+    mon = BoxMonitor(selection="coverage", max_clusters=4, eps_ival=0.05).fit(
+        acts, y, pred, validation=(vacts, vy, vpred)
+    )
+    assert mon.selection_ is None and len(mon.calibration_rows_) == 0
+    assert mon.calibration_.n_known == int(np.sum(vy == vpred))

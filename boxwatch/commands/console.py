@@ -78,24 +78,26 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
         rows.append(
             (
                 "score threshold",
-                f"{_fmt(cal['threshold'])} (accepts "
-                f"{_fmt(cal['known_acceptance'])} of known, "
-                f"{_fmt(cal['unknown_acceptance'])} of unknown)",
+                f"{_fmt(cal['threshold'])} (target: accept "
+                f"{_fmt(cal['target_acceptance'])} of correctly classified known inputs)",
             )
         )
+        split = (mon.get("verdicts") or {}).get("split") or {}
+        if split:
+            rows.append(("emitted verdicts", f"on {(mon.get('verdicts') or {}).get('set')}:"))
+        for name, v in split.items():
+            rows.append(
+                (
+                    f"  {name}",
+                    f"accept {_fmt(v['accept'])}, uncertainty {_fmt(v['uncertainty'])}, "
+                    f"reject {_fmt(v['reject'])} (n={v['n']})",
+                )
+            )
         det = mon.get("detection")
         if det:
-            rows.append(
-                ("detection", f"AUROC {_fmt(det['auroc'])}, FPR@95 {_fmt(det['fpr_at_95'])}")
-            )
-        for point in mon.get("operating_points") or []:
-            if point["set"] != "unknown":
-                rows.append(
-                    (
-                        point["set"],
-                        f"accepted {_fmt(point['acceptance'])}, AUROC {_fmt(point['auroc'])}",
-                    )
-                )
+            rows.append(("score AUROC", f"{_fmt(det['auroc'])} (known vs data.unknown)"))
+        for w in mon.get("warnings") or []:
+            rows.append((f"warning {w['name']}", w["message"]))
     bn = summary.get("bn")
     if bn:
         if bn.get("decision") == "argmax":

@@ -31,6 +31,9 @@ _DATASET = {
         "limit": {"type": "integer", "minimum": 1},
     },
 }
+# The build's monitor warnings (offline/build/emitted.py WARNINGS), usable in policy.fail_on.
+MONITOR_WARNINGS = ("low_known_acceptance", "tau_at_edge", "empty_contrast",
+                    "few_training_inputs")
 _TAU = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
 
 SCHEMA: dict[str, Any] = {
@@ -79,7 +82,9 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "required": ["train"],
-            "properties": {"train": _DATASET, "validation": _DATASET, "unknown": _DATASET},
+            # test: labelled, reported like validation, never fitted or calibrated on.
+            "properties": {"train": _DATASET, "validation": _DATASET, "test": _DATASET,
+                           "unknown": _DATASET},
             # More unknown sets (e.g. unknown_far), for the report's operating point only.
             "patternProperties": {"^unknown_[A-Za-z0-9_]+$": _DATASET},
         },
@@ -125,7 +130,8 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "fail_on": {"type": "array", "uniqueItems": True,
-                            "items": {"enum": ["rule_violated", "fmo_violated", "bn_ties"]}},
+                            "items": {"enum": ["rule_violated", "fmo_violated", "bn_ties",
+                                               *MONITOR_WARNINGS]}},
                 "min_recall": {"type": "number", "minimum": 0, "maximum": 1},
                 "min_precision": {"type": "number", "minimum": 0, "maximum": 1},
                 "max_unknown_acceptance": {"type": "number", "minimum": 0, "maximum": 1},

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,12 +19,18 @@ import numpy as np
 from boxwatch.agent.boxes import normalize_features
 from boxwatch.offline.monitors.coverage import coverage_at
 from boxwatch.offline.monitors.evaluation import auroc, detection, outcomes_per_class, total
-from boxwatch.offline.monitors.estimator import DEFAULT_TAUS, BoxMonitor, build_sweep
+from boxwatch.offline.monitors.estimator import (
+    DEFAULT_TARGET_ACCEPTANCE,
+    DEFAULT_TAUS,
+    BoxMonitor,
+    build_sweep,
+)
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath
 
 UNKNOWN_LABEL = -1
 COVERAGE_MEASURE = "per-dimension geometric mean of the upper coverage bound r_u"
 HISTOGRAM_BINS = 30
+DEFAULT_COMBINE = "calibrated"
 
 
 @dataclass
@@ -35,6 +41,8 @@ class MonitorOutcome:
     accuracy: dict[str, float | None]
     contents: dict[str, Any]
     summary: dict[str, Any]
+    logits: dict[str, np.ndarray] = field(default_factory=dict)
+    calibration_rows: dict[str, np.ndarray] = field(default_factory=dict)
 
     def members(self, prefix: str) -> dict[str, Any]:
         return self.monitor.to_members(prefix)
@@ -52,15 +60,18 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
                  ) -> MonitorOutcome:
     """Fit, select, calibrate and evaluate the box monitors of a validated model config."""
     sets = {name: x for name, (x, _y) in mi.data.items()}
-    with (progress("extracting activations", sum(len(x) for x in sets.values()))
+    with (progress("extracting activations",
+                   sum(len(x) for name, x in sets.items() if name != "test"))
           if progress else nullcontext()) as bar:
-        acts, preds = {}, {}
+        acts, preds, logits = {}, {}, {}
         for name, x in sets.items():
-            logits, acts[name] = extract(mi, x, bar)
-            preds[name] = logits.argmax(axis=1)
+            if name == "test":  # reported only (pipeline); never fitted or calibrated on
+                continue
+            logits[name], acts[name] = extract(mi, x, bar)
+            preds[name] = logits[name].argmax(axis=1)
     n_classes = len(mi.classes)
     y = {name: mi.data[name][1] for name in mi.data}
-    accuracy = {name: float(np.mean(preds[name] == y[name]))
+    accuracy: dict[str, float | None] = {name: float(np.mean(preds[name] == y[name]))
                 for name in ("train", "validation") if name in y and y[name] is not None}
     tau_param = params.get("tau", list(DEFAULT_TAUS))
     taus = sorted({float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
@@ -80,28 +91,44 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
     else:
         tau = "auto"
     validation = None
-    if tau == "auto" and has_val and selection == "f1":
+    if has_val and tau == "auto" and selection == "f1":
         validation = (eval_acts, eval_true, eval_pred)
-    elif tau == "auto" and has_val and selection == "held-out-class":  # no unknown inputs
+    elif has_val:  # held-out-class selection and calibration use known inputs only
         validation = (acts["validation"], y["validation"], preds["validation"])
+    target = float(params.get("target_acceptance", DEFAULT_TARGET_ACCEPTANCE))
+    # "coverage" (and "fixed" with a tau list, as before): the coverage search chooses tau.
+    estimator_selection = selection if selection in ("f1", "held-out-class") else "coverage"
     monitor = BoxMonitor(
-        mi.layers, tau=tau, taus=taus, selection="f1" if selection == "f1" else "held-out-class",
-        combine=params.get("combine", "any"), normalize=params.get("normalize", "l2"),
+        mi.layers, tau=tau, taus=taus, selection=estimator_selection,
+        combine=params.get("combine", DEFAULT_COMBINE), target_acceptance=target,
+        normalize=params.get("normalize", "l2"),
         score_layers=params.get("score_layers"), score=params.get("score", "fused"),
         contrast_layers=params.get("contrast_layers", "auto"),
         contrast_classes=params.get("contrast_classes", 1),
         random_state=params.get("random_state", 0),
     ).fit(acts["train"], y["train"], preds["train"], validation=validation, n_classes=n_classes)
-    calib_set = "validation" if has_val else "train"
+    held = monitor.calibration_rows_
+    if has_val:
+        calib_set = "validation"
+        calib = (acts["validation"], y["validation"], preds["validation"])
+    elif len(held):
+        calib_set = "train (held out)"
+        calib = ({k: v[held] for k, v in acts["train"].items()}, y["train"][held],
+                 preds["train"][held])
+    else:  # another combine rule without validation data: the score threshold only
+        calib_set = "train"
+        calib = (acts["train"], y["train"], preds["train"])
     cal = monitor.calibrate(
-        acts[calib_set], preds[calib_set],
-        target_acceptance=params.get("target_acceptance", 0.95),
-        acts_unknown=acts.get("unknown"), y_pred_unknown=preds.get("unknown"))
+        calib[0], calib[2], target_acceptance=target,
+        acts_unknown=acts.get("unknown"), y_pred_unknown=preds.get("unknown"),
+        y_true_known=calib[1])
     summary: dict[str, Any] = {
         "layers": list(mi.layers),
         "taus": taus,
         "tau": {layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
-        "tau_selection": selection if tau == "auto" else "fixed",
+        # Without validation data fit() falls back to the coverage search.
+        "tau_selection": ("fixed" if tau != "auto"
+                          else estimator_selection if has_val else "coverage"),
         "score": monitor.score,
         "contrast_layers": list(monitor.contrast_layers_),
         "calibration_set": calib_set,
@@ -111,9 +138,6 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         "calibration": {k: (_finite(v) if isinstance(v, float) else v)
                         for k, v in cal.as_dict().items() if k != "scales"},
     }
-    points = _operating_points(monitor, acts, preds, calib_set, cal.threshold)
-    if points:
-        summary["operating_points"] = points
     if eval_acts is not None:
         summary.update(_evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred,
                                    taus, n_classes, params))
@@ -128,34 +152,14 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         "threshold": _finite(cal.threshold),
         "target_acceptance": cal.target_acceptance,
     }
-    return MonitorOutcome(monitor, accuracy, contents, summary)
-
-
-def _operating_points(monitor: BoxMonitor, acts: dict[str, Any], preds: dict[str, np.ndarray],
-                      calib_set: str, threshold: float) -> list[dict[str, Any]]:
-    """Each unknown set (``unknown``, then ``unknown_*`` by name) at the calibrated threshold:
-    its acceptance (false-accept rate), and its AUROC against the calibration set."""
-    names = sorted((n for n in acts if n == "unknown" or n.startswith("unknown_")),
-                   key=lambda n: (n != "unknown", n))
-    if not names:
-        return []
-    known = monitor.score_samples(acts[calib_set], preds[calib_set])
-    out = []
-    for name in names:
-        scores = monitor.score_samples(acts[name], preds[name])
-        out.append({"set": name, "n": len(scores),
-                    "acceptance": _finite(float(np.mean(scores <= threshold))),
-                    "auroc": _finite(auroc(known, scores))})
-    return out
+    rows = {"train": held} if calib_set == "train (held out)" else {}
+    return MonitorOutcome(monitor, accuracy, contents, summary, logits, rows)
 
 
 def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, taus, n_classes,
                 params) -> dict[str, Any]:
-    verdicts = monitor.predict(eval_acts, eval_pred)
-    ev = {"combined": total(outcomes_per_class(verdicts.combined, eval_true, eval_pred,
-                                               n_classes)).as_dict(),
-          "per_layer": {layer: total(outcomes_per_class(v, eval_true, eval_pred, n_classes)).as_dict()
-                        for layer, v in verdicts.per_layer.items()}}
+    """Per-tau outcome curves and the score's detection figures (the emitted verdicts'
+    outcome counts come from the agent's runtime, :mod:`.emitted`)."""
     sweep = monitor.sweep_
     if sweep.taus != taus:  # fit swept other taus (fixed tau, coverage selection)
         sweep = build_sweep(acts["train"], y["train"], preds["train"], layers=mi.layers,
@@ -170,7 +174,7 @@ def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, ta
                          **{k: [getattr(r, k) for r in rows] for k in ("tp", "fp", "tn", "fn", "mp", "mn")},
                          "precision": [r.precision for r in rows],
                          "recall": [r.recall for r in rows]}
-    out: dict[str, Any] = {"evaluation": ev, "curves": curves}
+    out: dict[str, Any] = {"curves": curves}
     if "unknown" in acts and "validation" in acts:
         known = monitor.score_samples(acts["validation"], preds["validation"])
         unknown = monitor.score_samples(acts["unknown"], preds["unknown"])
@@ -196,6 +200,7 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
     """
     rng = np.random.RandomState(random_state)
     out = {}
+    per_class: list[list[float | None]]
     for layer in mi.layers:
         x = np.asarray(acts[layer]).reshape(len(y_pred), -1)
         x = normalize_features(x, monitor.normalize)
@@ -208,6 +213,7 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
                 continue
             path = TauKMeansPath(xs, random_state=seed)
             covs = [coverage_at(path, t) for t in taus]
-            per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1)))) for c in covs])
+            per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1))))
+                              for c in covs])
         out[layer] = {"taus": list(taus), "per_class": per_class, "measure": COVERAGE_MEASURE}
     return out

@@ -29,9 +29,9 @@ from boxwatch.agent.artifact import (
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
-from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
+from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES, ModelResult
 from boxwatch.agent.taps import open_tap
-from boxwatch.offline.build import bn_stage
+from boxwatch.offline.build import bn_stage, emitted
 from boxwatch.offline.build.config import BuildConfig
 from boxwatch.offline.build.datasets import load_dataset
 from boxwatch.offline.build.monitor_stage import MonitorOutcome, fit_monitors
@@ -139,7 +139,7 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for name, spec in cfg.section("data").items():
         loaded = _collect(problems, lambda n=name, s=spec: load_dataset(
-            s, resolve=cfg.resolve, name=n, labelled=n in ("train", "validation")))
+            s, resolve=cfg.resolve, name=n, labelled=n in ("train", "validation", "test")))
         if loaded is None:
             continue
         x, y = loaded
@@ -165,7 +165,8 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
 def extract(model: ModelInputs, x: np.ndarray, bar: Any = None
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Logits and activations of ``x`` in batches (what the agent computes online)."""
-    logits, acts = [], {layer: [] for layer in model.layers}
+    logits: list[np.ndarray] = []
+    acts: dict[str, list[np.ndarray]] = {layer: [] for layer in model.layers}
     for start in range(0, len(x), EXTRACT_BATCH):
         out, a = model.tap.run(model.preprocessing.apply(x[start:start + EXTRACT_BATCH]))
         logits.append(out)
@@ -225,6 +226,17 @@ def build(
         contents["rules"] = bn_out.rule_verdicts
         summary["bn"] = bn_out.summary
     contents["model_version"] = meta.get("model_version", "unknown")
+    if prepared.model is not None:
+        # What the agent will emit, from the members the artifact holds (signed once here
+        # without the split, which the manifest then carries; the members do not change).
+        t0 = time.perf_counter()
+        draft = load_artifact(build_artifact_bytes(
+            members, private_key=private_key, created_at=epoch, model=model_record,
+            config=_config_record(cfg), contents=contents), None)
+        verdict_split = _emitted(prepared.model, monitor, draft, summary["monitor"])
+        if verdict_split is not None:
+            contents["verdict_split"] = verdict_split
+        timings["emitted verdicts"] = time.perf_counter() - t0
     artifact = build_artifact_bytes(members, private_key=private_key, created_at=epoch,
                                     model=model_record, config=_config_record(cfg),
                                     contents=contents)
@@ -264,6 +276,86 @@ def _monitor_contents(mi: ModelInputs, monitor: MonitorOutcome) -> dict[str, Any
     }
 
 
+def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
+             mon: dict[str, Any]) -> dict[str, Any] | None:
+    """Run the agent's runtime on the build's data; fill the summary's emitted-verdict
+    sections (``verdicts``, ``evaluation``, ``operating_points``, ``model_errors``,
+    ``baselines``, ``warnings``) and return the manifest's ``verdict_split`` (None when no
+    labelled held-out inputs exist)."""
+    runtime = emitted.agent_runtime(draft, mi.tap)
+    sets: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    logits: dict[str, np.ndarray] = {}
+    if "validation" in mi.data:
+        sets["validation"] = mi.data["validation"]
+        logits["validation"] = monitor.logits["validation"]
+    elif "train" in monitor.calibration_rows:
+        rows = monitor.calibration_rows["train"]
+        x, y = mi.data["train"]
+        sets["validation"] = (x[rows], None if y is None else y[rows])
+        logits["validation"] = monitor.logits["train"][rows]
+    unknown_names = sorted((n for n in mi.data if n == "unknown" or n.startswith("unknown_")),
+                           key=lambda n: (n != "unknown", n))
+    for name in unknown_names:
+        sets[name] = mi.data[name]
+        logits[name] = monitor.logits[name]
+    if "test" in mi.data:
+        sets["test"] = mi.data["test"]
+    results = emitted.run_sets(runtime, sets)
+    if "test" in results:
+        t_logits, _acts = extract(mi, mi.data["test"][0])
+        logits["test"] = t_logits
+    labelled = {pre: (np.asarray(sets[name][1]), results[name])
+                for pre, name in (("", "validation"), ("test:", "test"))
+                if name in results and sets[name][1] is not None}
+    unknown = {name: results[name] for name in unknown_names}
+    full = emitted.split(labelled, unknown)
+    verdict_split = {k: v for k, v in full.items() if not k.startswith("test:")}
+    mon["verdicts"] = {"set": mon.get("calibration_set"), "split": full}
+    n_classes = len(mi.classes)
+    if "" in labelled:
+        y_val, res_val = labelled[""]
+        known_scores = res_val.scores
+        if "unknown" in unknown:  # the evaluation set: validation + data.unknown (label -1)
+            u = unknown["unknown"]
+            joined = ModelResult(
+                predicted=np.concatenate([res_val.predicted, u.predicted]),
+                verdicts=np.concatenate([res_val.verdicts, u.verdicts]),
+                layer_verdicts={k: np.concatenate([v, u.layer_verdicts[k]])
+                                for k, v in res_val.layer_verdicts.items()},
+                scores=np.concatenate([res_val.scores, u.scores]),
+                inference_seconds=0.0, monitor_seconds=0.0)
+            y_eval = np.concatenate([y_val, np.full(len(u.predicted), emitted.UNKNOWN_LABEL)])
+            mon["evaluation"] = emitted.outcome_table(y_eval, joined, n_classes)
+        else:
+            mon["evaluation"] = emitted.outcome_table(y_val, res_val, n_classes)
+        mon["model_errors"] = {"validation": emitted.model_errors(y_val, res_val,
+                                                                  logits["validation"])}
+        if "test:" in labelled:
+            y_t, res_t = labelled["test:"]
+            mon["model_errors"]["test"] = emitted.model_errors(y_t, res_t, logits.get("test"))
+        mon["baselines"] = emitted.baselines(
+            (y_val, res_val, logits["validation"]),
+            {name: (unknown[name], logits[name]) for name in unknown_names},
+            full["correct_known"]["accept"],
+            (*labelled["test:"], logits["test"]) if "test:" in labelled else None)
+    else:
+        known_scores = np.zeros(0)
+    mon["operating_points"] = [
+        {"set": name, **{k: full[f"unknown:{name}"][k]
+                         for k in ("n", "accept", "uncertainty", "reject")},
+         "acceptance": full[f"unknown:{name}"]["accept"],
+         "auroc": emitted.score_auroc(known_scores, unknown[name].scores)}
+        for name in unknown_names]
+    train_x, train_y = mi.data["train"]
+    fit_rows = np.setdiff1d(np.arange(len(train_x)), monitor.calibration_rows.get("train", []))
+    pred_train = monitor.logits["train"].argmax(axis=1)[fit_rows]
+    y_train = np.asarray(train_y)[fit_rows]
+    counts = [int(np.sum((y_train == c) & (pred_train == c))) for c in range(n_classes)]
+    target = float((mon.get("calibration") or {}).get("target_acceptance") or 0.95)
+    mon["warnings"] = emitted.warnings(mon, verdict_split, target, counts, mi.classes)
+    return verdict_split or None
+
+
 def policy_failures(policy: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     """Human-readable reasons why the built artifact breaks the config's policy."""
     failed = []
@@ -283,9 +375,17 @@ def policy_failures(policy: dict[str, Any], summary: dict[str, Any]) -> list[str
     for key, name in (("min_recall", "recall"), ("min_precision", "precision")):
         if key in policy and (ev.get(name) is None or ev[name] < policy[key]):
             failed.append(f"{key}: {name} {ev.get(name)} < {policy[key]}")
-    cal = (summary.get("monitor") or {}).get("calibration") or {}
+    mon = summary.get("monitor") or {}
     if "max_unknown_acceptance" in policy:
-        ua = cal.get("unknown_acceptance")
-        if ua is None or ua > policy["max_unknown_acceptance"]:
-            failed.append(f"max_unknown_acceptance: {ua} > {policy['max_unknown_acceptance']}")
+        limit = policy["max_unknown_acceptance"]
+        points = mon.get("operating_points") or []
+        over = [f"{p['set']} {p['acceptance']:.4g}" for p in points
+                if p.get("acceptance") is None or p["acceptance"] > limit]
+        if not points:
+            failed.append("max_unknown_acceptance: no unknown set to measure")
+        elif over:
+            failed.append(f"max_unknown_acceptance: {', '.join(over)} > {limit}")
+    for warning in mon.get("warnings") or []:
+        if warning["name"] in fail_on:
+            failed.append(f"{warning['name']}: {warning['message']}")
     return failed

@@ -21,7 +21,13 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
   ``calibration-unknown-acceptance``, ``calibration-n-known``, ``calibration-n-unknown``,
   ``detection-auroc``, ``detection-fpr-at-95``; per unknown set ``j`` (``unknown``, then
   ``unknown_*``): ``operating-point-{j}-set``, ``-n``, ``-acceptance``, ``-auroc``;
-  ``eval-L{i}-{key}`` and ``eval-combined-{key}``
+  the emitted verdict split per set ``j``: ``split-{j}-set``, ``-n``, ``-accept``,
+  ``-uncertainty``, ``-reject``; model errors per labelled set ``S`` (validation, test):
+  ``errors-S-n``, ``-misclassified``, ``-accept``, ``-uncertainty``, ``-reject``,
+  ``-auroc-score``, ``-auroc-msp``; baselines per row ``j``: ``baseline-{j}-method``,
+  ``-correct``, ``-misclassified``, ``-{unknown set}`` (with data.test: ``-test-correct``,
+  ``-test-misclassified``); ``warning-{j}`` (or
+  ``warnings-none``); ``eval-L{i}-{key}`` and ``eval-combined-{key}``
   for key in tp fp tn fn mp mn precision recall f1;
 * BN: ``bn-file``, ``bn-class``, ``bn-decision``, ``bn-positive``, ``bn-threshold``, ``bn-nodes``,
   ``bn-nodes-quasi``, ``bn-positives``, ``bn-inputs``, ``bn-ties``, ``bn-seconds``,
@@ -543,7 +549,7 @@ def _model_section(summary: Mapping[str, Any]) -> str:
         out.append(_omitted("model-omitted", "No model in this build (the config has none)."))
     else:
         acc = model.get("accuracy") or {}
-        rows = [("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
+        rows: list[tuple[str, ...]] = [("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
                 ("Format", _text("model-format", model.get("format"))),
                 ("Digest", f"<code>{_text('model-digest', model.get('digest'))}</code>"),
                 ("Classes", f"{_num('model-n-classes', len(model.get('classes') or []))}: "
@@ -614,8 +620,13 @@ def _monitor_figures(summary: Mapping[str, Any]) -> str:
         out.append(_omitted("fig-outcomes-omitted", "No outcome curves in the summary."))
     out.append(_operating_point(monitor))
     out.append(_evaluation(monitor))
+    out.append(_warnings(monitor))
     out.append("</section>")
     return "".join(out)
+
+
+def _share_cells(prefix: str, v: Mapping[str, Any]) -> list[str]:
+    return [_num(f"{prefix}-{k}", v.get(k)) for k in ("n", "accept", "uncertainty", "reject")]
 
 
 def _operating_point(monitor: Mapping[str, Any]) -> str:
@@ -624,43 +635,175 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
     out = ['<h3 id="operating-point">Calibrated operating point</h3>']
     if cal is None and not det:
         return out[0] + _omitted("calibration-omitted", "No calibration in the summary.")
+    out.append(
+        "<p>The monitor emits one verdict per input: <em>accept</em>, <em>uncertainty</em> or "
+        "<em>reject</em>. <strong>Accepted</strong> means the emitted verdict is accept; "
+        "uncertainty and reject never count as accepted. The threshold on the score is "
+        "chosen so that the emitted verdicts accept the target share of the correctly "
+        "classified known calibration inputs (with <code>combine: calibrated</code>: inputs "
+        "scoring at most the threshold are accepted, or get uncertainty inside a bad box; "
+        "the others are rejected).</p>")
     if det.get("histogram"):
         out.append(_figure(
             "fig-operating-point", operating_point_figure(monitor), "score histograms",
             "Operating point \u2014 monitor scores of known (validation) and unknown inputs "
             "(the data.unknown set), "
-            "as the share of each set per bin; inputs scoring at most the threshold (dashed) "
-            "are accepted."))
+            "as the share of each set per bin; inputs scoring above the threshold (dashed) "
+            "are rejected."))
     cal = cal or {}
-    rows = [("Threshold", "calibration-threshold", cal.get("threshold")),
-            ("Target known acceptance", "calibration-target-acceptance",
-             cal.get("target_acceptance")),
-            ("Known acceptance", "calibration-known-acceptance", cal.get("known_acceptance")),
-            ("Unknown acceptance", "calibration-unknown-acceptance",
-             cal.get("unknown_acceptance")),
-            ("Known inputs", "calibration-n-known", cal.get("n_known")),
+    rows = [("Threshold on the score", "calibration-threshold", cal.get("threshold")),
+            ("Target: share of correctly classified known inputs accepted",
+             "calibration-target-acceptance", cal.get("target_acceptance")),
+            ("Accepted (emitted verdicts), calibration population",
+             "calibration-known-acceptance", cal.get("known_acceptance")),
+            ("Accepted (emitted verdicts), data.unknown",
+             "calibration-unknown-acceptance", cal.get("unknown_acceptance")),
+            ("Calibration population (correct known inputs)", "calibration-n-known",
+             cal.get("n_known")),
             ("Unknown inputs", "calibration-n-unknown", cal.get("n_unknown")),
-            ("AUROC (known vs unknown)", "detection-auroc", det.get("auroc")),
-            ("FPR at 95% known acceptance", "detection-fpr-at-95", det.get("fpr_at_95"))]
+            ("Score AUROC (known vs data.unknown)", "detection-auroc", det.get("auroc")),
+            ("Score alone: unknown share under the 95% known quantile (not the verdicts)",
+             "detection-fpr-at-95", det.get("fpr_at_95"))]
     out.append(_rows(("Quantity", "Value"), [(_e(k), _num(i, v)) for k, i, v in rows],
                      numeric=(False, True), table_id="calibration-table"))
+    verdicts = monitor.get("verdicts") or {}
+    split = verdicts.get("split") or {}
+    if split:
+        out.append(f"<p>Emitted verdicts, computed by the agent's own runtime on the "
+                   f"{_e(verdicts.get('set'))} inputs (correct / misclassified known), each "
+                   "unknown set and (when given) the test set, as the share of each set:</p>")
+        out.append(_rows(
+            ("Set", "Inputs", "Accept", "Uncertainty", "Reject"),
+            [[_text(f"split-{j}-set", name), *_share_cells(f"split-{j}", v)]
+             for j, (name, v) in enumerate(split.items())],
+            numeric=(False, True, True, True, True), table_id="verdict-split-table"))
     points = monitor.get("operating_points") or []
     if points:
-        out.append("<p>Each unknown set at this threshold: the share accepted (false accepts), "
-                   "and how well the score separates it from the known calibration inputs "
-                   "(AUROC).</p>")
+        out.append("<p>Each unknown set: the share of its emitted verdicts that accept "
+                   "(false accepts), and how well the score separates it from the known "
+                   "validation inputs (AUROC).</p>")
         out.append(_rows(
             ("Unknown set", "Inputs", "Accepted", "AUROC"),
             [(_text(f"operating-point-{j}-set", p.get("set")), _num(f"operating-point-{j}-n", p.get("n")),
               _num(f"operating-point-{j}-acceptance", p.get("acceptance")),
               _num(f"operating-point-{j}-auroc", p.get("auroc"))) for j, p in enumerate(points)],
             numeric=(False, True, True, True), table_id="operating-points-table"))
+    out.append(_model_errors(monitor))
+    out.append(_baselines(monitor))
     return "".join(out)
+
+
+def _model_errors(monitor: Mapping[str, Any]) -> str:
+    errors = monitor.get("model_errors") or {}
+    out = ['<h3 id="model-errors">Model errors</h3>']
+    if not errors:
+        return out[0] + _omitted("model-errors-omitted", "No labelled held-out inputs.")
+    out.append("<p>The model's wrong predictions on labelled held-out inputs (data.test is "
+               "never used to fit or calibrate): the share of each emitted verdict among "
+               "them, and how well the box score and the maximum softmax probability rank "
+               "wrong predictions above right ones (AUROC; 0.5 is chance).</p>")
+    rows = []
+    for name, e in errors.items():
+        v = e.get("verdicts") or {}
+        rows.append([_e(name), _num(f"errors-{name}-n", e.get("n")),
+                     _num(f"errors-{name}-misclassified", e.get("n_misclassified")),
+                     _num(f"errors-{name}-accept", v.get("accept")),
+                     _num(f"errors-{name}-uncertainty", v.get("uncertainty")),
+                     _num(f"errors-{name}-reject", v.get("reject")),
+                     _num(f"errors-{name}-auroc-score", e.get("auroc_score")),
+                     _num(f"errors-{name}-auroc-msp", e.get("auroc_msp"))])
+    out.append(_rows(("Set", "Inputs", "Misclassified", "Accept", "Uncertainty", "Reject",
+                      "AUROC (box score)", "AUROC (MSP)"), rows,
+                     numeric=(False, *[True] * 7), table_id="model-errors-table"))
+    return "".join(out)
+
+
+def _baselines(monitor: Mapping[str, Any]) -> str:
+    rows_in = monitor.get("baselines") or []
+    out = ['<h3 id="baselines">Baselines at matched acceptance</h3>']
+    if not rows_in:
+        return out[0] + _omitted("baselines-omitted", "No baseline rows in the summary.")
+    sets = list((rows_in[0].get("unknown") or {}).keys())
+    out.append("<p>Maximum softmax probability (MSP) and energy on the model's logits, each "
+               "with the threshold that accepts the same share of correctly classified known "
+               "validation inputs as the box monitor's emitted verdicts; the share each "
+               "accepts of misclassified known inputs and of every unknown set (lower is "
+               "better).</p>")
+    has_test = "test" in rows_in[0]
+    rows = []
+    for j, r in enumerate(rows_in):
+        test = r.get("test") or {}
+        rows.append([_text(f"baseline-{j}-method", r.get("method")),
+                     _num(f"baseline-{j}-correct", r.get("correct_known")),
+                     _num(f"baseline-{j}-misclassified", r.get("misclassified_known")),
+                     *[_num(f"baseline-{j}-{name}", (r.get("unknown") or {}).get(name))
+                       for name in sets],
+                     *([_num(f"baseline-{j}-test-correct", test.get("correct_known")),
+                        _num(f"baseline-{j}-test-misclassified", test.get("misclassified_known"))]
+                       if has_test else [])])
+    header = ("Method", "Correct known accepted", "Misclassified accepted",
+              *[f"{n} accepted" for n in sets],
+              *(("Test: correct accepted", "Test: misclassified accepted") if has_test else ()))
+    out.append(_rows(header, rows, numeric=(False, *[True] * (len(header) - 1)),
+                     table_id="baselines-table"))
+    return "".join(out)
+
+
+def _warnings(monitor: Mapping[str, Any]) -> str:
+    warnings = monitor.get("warnings")
+    if warnings is None:
+        return ""
+    out = ['<h3 id="warnings">Warnings</h3>']
+    if not warnings:
+        return out[0] + '<p id="warnings-none">None.</p>'
+    out.append("<p>Each name can be listed in <code>policy.fail_on</code> to fail the "
+               "build.</p><ul>")
+    out += [f'<li id="warning-{j}"><code>{_e(w.get("name"))}</code>: {_e(w.get("message"))}</li>'
+            for j, w in enumerate(warnings)]
+    return "".join(out) + "</ul>"
+
+
+DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("accept / uncertainty / reject", "the verdict the agent emits for an input; "
+     "\u201caccepted\u201d always means the verdict is accept"),
+    ("correct known / misclassified known", "validation (or test) inputs of a known class "
+     "that the model classified right / wrong"),
+    ("unknown set", "inputs of no known class (data.unknown, data.unknown_*)"),
+    ("TN", "true negative: the model was right and the monitor accepted"),
+    ("FP", "false positive: the model was right and the monitor rejected"),
+    ("MN", "missed negative: the model was right and the monitor said uncertainty"),
+    ("TP", "true positive: the model was wrong or the input unknown, and the monitor "
+     "rejected"),
+    ("FN", "false negative: the model was wrong or the input unknown, and the monitor "
+     "accepted"),
+    ("MP", "missed positive: the model was wrong or the input unknown, and the monitor "
+     "said uncertainty"),
+    ("precision", "TP / (TP + FP): of the rejected inputs, the share that deserved it"),
+    ("recall", "TP / (TP + FN + MP): of the inputs that deserved rejection, the share "
+     "rejected"),
+    ("F1", "the harmonic mean of precision and recall"),
+    ("AUROC", "the chance that a random input of the second kind (unknown, or a wrong "
+     "prediction) scores higher than a random one of the first (known, or a right "
+     "prediction); 0.5 is chance, 1 perfect"),
+    ("threshold", "inputs whose score exceeds it are rejected (combine: calibrated)"),
+    ("MSP / energy", "baseline scores from the model's logits alone: minus the maximum "
+     "softmax probability, minus log-sum-exp of the logits"),
+    ("\u03c4", "the clustering parameter: smaller \u03c4 gives more, tighter boxes"),
+)
+
+
+def _definitions() -> str:
+    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in DEFINITIONS)
+    return ('<section id="definitions"><h2>What the columns mean</h2>'
+            f'<dl class="meta">{items}</dl></section>')
 
 
 def _evaluation(monitor: Mapping[str, Any]) -> str:
     evaluation = monitor.get("evaluation")
-    out = ['<h3 id="evaluation">Evaluation at the chosen \u03c4</h3>']
+    out = ['<h3 id="evaluation">Evaluation at the chosen \u03c4</h3><p>Outcome counts on the '
+           "validation inputs and data.unknown, as the agent's runtime gave them: combined, "
+           "the emitted verdict; per layer, that layer's own box verdict (definitions "
+           "below).</p>"]
     if not evaluation:
         return out[0] + _omitted("evaluation-omitted", "No evaluation in the summary.")
     per_layer = evaluation.get("per_layer") or {}
@@ -781,9 +924,11 @@ def render_report(summary: Mapping[str, Any]) -> str:
     nav.append(("bn", "Bayesian network"))
     if summary.get("timings"):
         nav.append(("timings", "Timings"))
+    nav.append(("definitions", "Definitions"))
     links = "".join(f'<li><a href="#{a}">{_e(t)}</a></li>' for a, t in nav)
     body = "".join((_header(summary), f"<nav><ul>{links}</ul></nav>", _model_section(summary),
-                    _monitor_figures(summary), _bn_section(summary), _timings(summary)))
+                    _monitor_figures(summary), _bn_section(summary), _timings(summary),
+                    _definitions()))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(title)} \u2014 boxwatch build report</title><style>{CSS}</style>"

@@ -35,7 +35,12 @@ from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, ou
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
 DEFAULT_TAUS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01)
-SELECTIONS = ("held-out-class", "f1")
+DEFAULT_TARGET_ACCEPTANCE = 0.95
+# Without validation data, ``combine="calibrated"`` holds out this share of the training
+# inputs (stratified by label) to calibrate on: boxes always contain their own training
+# inputs, so calibrating on them would put the threshold at 0.
+DEFAULT_CALIBRATION_SHARE = 0.2
+SELECTIONS = ("held-out-class", "f1", "coverage")
 # A layer joins the fused score's contrast term when its held-out-class AUROC reaches this:
 # "nearer another class's boxes" only means something where the layer separates classes.
 CONTRAST_MIN_AUROC = 0.9
@@ -91,10 +96,15 @@ class Verdicts:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Threshold on the box score and what it achieves.
+    """Threshold on the box score and the verdicts it makes the monitor emit.
 
-    ``known_acceptance`` is measured on the calibration data itself; ``unknown_acceptance``
-    (the false-accept rate) only when unknown inputs were given, else ``None``.
+    "Accepted" means the emitted (combined) verdict is ``accept``; ``uncertainty`` and
+    ``reject`` never count as accepted. ``known_acceptance`` is the share of the
+    calibration population accepted: the correctly classified known inputs when their
+    labels were given (``y_true_known``), else every known input; ``known_split`` gives
+    that population's accept / uncertainty / reject shares. ``unknown_acceptance`` (the
+    false-accept rate) is measured only when unknown inputs were given, else ``None``.
+    ``n_known`` counts the calibration population.
     """
 
     threshold: float
@@ -104,6 +114,8 @@ class Calibration:
     n_known: int
     n_unknown: int
     scales: dict[str, float]
+    known_split: dict[str, float] = field(default_factory=dict)
+    population: str = "known"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -113,8 +125,19 @@ class Calibration:
             "unknown_acceptance": self.unknown_acceptance,
             "n_known": self.n_known,
             "n_unknown": self.n_unknown,
+            "known_split": dict(self.known_split),
+            "population": self.population,
             "scales": dict(self.scales),
         }
+
+
+def verdict_shares(verdicts: np.ndarray) -> dict[str, float]:
+    """Shares of accept / uncertainty / reject among verdict codes (0 each when empty)."""
+    v = np.asarray(verdicts)
+    n = len(v)
+    return {
+        name: float(np.mean(v == code)) if n else 0.0 for code, name in enumerate(VERDICT_NAMES)
+    }
 
 
 def _features(activations: Activations, layer: str, normalize: str) -> np.ndarray:
@@ -220,7 +243,7 @@ class BoxMonitor(BaseEstimator):
         with the ``validation`` set given to ``fit`` (see ``selection``), or, without
         validation data, the middle of the coverage interval ``[tau_min, tau_max]``
         (Algorithm 1) of each class's good activations.
-    selection : {"held-out-class", "f1"}, default="held-out-class"
+    selection : {"held-out-class", "f1", "coverage"}, default="held-out-class"
         How ``tau="auto"`` uses validation data. ``"held-out-class"`` needs known inputs
         only (rows labelled -1 are ignored): each validation input, with its own class
         withheld, plays an unknown that lands in its nearest other class; one tau per layer
@@ -228,11 +251,27 @@ class BoxMonitor(BaseEstimator):
         predicted) and these stand-ins (the finest tau within ``SELECTION_TOLERANCE`` of
         the best; the finest tau where no tau reaches ``CONTRAST_MIN_AUROC``). ``"f1"``
         chooses per class and layer the tau of best F1 (the paper's "combined parameters";
-        needs unknown inputs labelled -1; ties: the larger tau).
+        needs unknown inputs labelled -1; ties: the larger tau). ``"coverage"`` ignores
+        the validation data for tau (it still calibrates) and runs the coverage search.
     taus : sequence of float, default=DEFAULT_TAUS
         Candidates for ``tau="auto"`` (the paper's 12 values 1.0 ... 0.01).
-    combine : {"any", "majority", "all"}, default="any"
-        Rule combining per-layer verdicts; see :func:`boxwatch.agent.boxes.combine_verdicts`.
+    combine : {"calibrated", "any", "majority", "all"}, default="calibrated"
+        How the per-layer verdicts and the score make the emitted verdict (see
+        :meth:`boxwatch.agent.boxes.BoxRuntime.verdicts`). ``"calibrated"``: *reject* when
+        the score exceeds the calibrated threshold, else *uncertainty* inside a bad box of
+        the predicted class, else *accept*; calibration puts the threshold where the
+        emitted verdicts accept ``target_acceptance`` of correctly classified known
+        inputs. ``"any"`` / ``"majority"`` / ``"all"`` combine the per-layer box verdicts
+        only (strict: they accept far fewer known inputs; the threshold then only serves
+        :meth:`decide`).
+    target_acceptance : float, default=0.95
+        Share of correctly classified known calibration inputs whose emitted verdict is
+        *accept* (``fit`` calibrates with it; :meth:`calibrate` takes it by default).
+    calibration_share : float, default=0.2
+        With ``combine="calibrated"`` and no ``validation`` given to ``fit``: the share of
+        training inputs held out (stratified by label, seeded by ``random_state``) to
+        calibrate on; the boxes are fitted on the rest. 0 fits on everything and leaves
+        calibration to an explicit :meth:`calibrate` call (``predict`` needs it).
     normalize : {"l2", "none"}, default="l2"
         Feature normalisation before boxing. L2 rows made the distance score markedly
         better (``shared/FACTS.md``); ``"none"`` reproduces the paper.
@@ -274,6 +313,10 @@ class BoxMonitor(BaseEstimator):
     contrast_layers_ : list of str
         The contrast term's layers (empty with ``score="distance"``).
     calibration_ : Calibration or None
+        Set by ``fit`` when it calibrated (validation data given, or a held-out share of
+        train), and by :meth:`calibrate`.
+    calibration_rows_ : ndarray of int
+        Indices of the training rows ``fit`` held out for calibration (empty when none).
     build_seconds_ : float
         Time spent building the boxes (last sweep).
     sweep_ : BoxSweep
@@ -288,7 +331,9 @@ class BoxMonitor(BaseEstimator):
         tau: Any = "auto",
         taus: Sequence[float] = DEFAULT_TAUS,
         selection: str = "held-out-class",
-        combine: str = "any",
+        combine: str = "calibrated",
+        target_acceptance: float = DEFAULT_TARGET_ACCEPTANCE,
+        calibration_share: float = DEFAULT_CALIBRATION_SHARE,
         normalize: str = "l2",
         score_layers: Sequence[str] | None = None,
         score: str = "fused",
@@ -305,6 +350,8 @@ class BoxMonitor(BaseEstimator):
         self.taus = taus
         self.selection = selection
         self.combine = combine
+        self.target_acceptance = target_acceptance
+        self.calibration_share = calibration_share
         self.normalize = normalize
         self.score_layers = score_layers
         self.score = score
@@ -320,6 +367,10 @@ class BoxMonitor(BaseEstimator):
         problems = []
         if self.combine not in COMBINE_RULES:
             problems.append(f"combine={self.combine!r}: expected one of {COMBINE_RULES}")
+        if not 0 < float(self.target_acceptance) <= 1:
+            problems.append(f"target_acceptance={self.target_acceptance} should lie in (0, 1]")
+        if not 0 <= float(self.calibration_share) < 1:
+            problems.append(f"calibration_share={self.calibration_share} should lie in [0, 1)")
         if self.normalize not in NORMALIZATIONS:
             problems.append(f"normalize={self.normalize!r}: expected one of {NORMALIZATIONS}")
         if not self.taus or any(not 0 <= float(t) <= 1 for t in self.taus):
@@ -401,7 +452,10 @@ class BoxMonitor(BaseEstimator):
         y_true, y_pred : ndarray of shape (n_samples,)
             Labels and the network's predictions.
         validation : (activations, y_true, y_pred), optional
-            Held-out inputs for ``tau="auto"``; unknown inputs carry label -1.
+            Held-out inputs: they choose tau (``tau="auto"``) and calibrate the threshold
+            (:meth:`calibrate` on the known rows, their labels given, and on the rows
+            labelled -1 as unknown inputs). Without them, ``combine="calibrated"``
+            holds out ``calibration_share`` of the training inputs to calibrate on.
         n_classes : int, optional
             Defaults to ``max(y_true, y_pred) + 1``.
 
@@ -427,8 +481,19 @@ class BoxMonitor(BaseEstimator):
         k = int(n_classes) if n_classes is not None else int(max(y_true.max(), y_pred.max())) + 1
         if len(y_pred) == 0 or y_pred.min() < 0 or y_pred.max() >= k:
             raise ConfigError(f"fit: y_pred must be non-empty with classes in [0, {k})")
+        held = np.zeros(0, dtype=np.int64)
+        if validation is None and self.combine == "calibrated" and self.calibration_share > 0:
+            held = _held_out_rows(y_true, float(self.calibration_share), self.random_state)
+        full = (activations_by_layer, y_true, y_pred)
+        if len(held):
+            keep = np.setdiff1d(np.arange(len(y_pred)), held)
+            activations_by_layer = {
+                layer: np.asarray(activations_by_layer[layer])[keep] for layer in layers
+            }
+            y_true, y_pred = y_true[keep], y_pred[keep]
         selection = None
-        if self.tau == "auto" and validation is None:
+        by_coverage = validation is None or self.selection == "coverage"
+        if self.tau == "auto" and by_coverage:
             chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k)
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
@@ -445,10 +510,11 @@ class BoxMonitor(BaseEstimator):
             n_init=self.n_init,
             random_state=self.random_state,
         )
-        if self.tau == "auto" and validation is not None and self.selection == "f1":
-            chosen, selection = self._select_by_f1(sweep, validation)
-        elif self.tau == "auto" and validation is not None:
-            chosen, selection = self._select_by_held_out_class(sweep, validation)
+        if self.tau == "auto" and validation is not None and not by_coverage:
+            if self.selection == "f1":
+                chosen, selection = self._select_by_f1(sweep, validation)
+            else:
+                chosen, selection = self._select_by_held_out_class(sweep, validation)
         elif self.tau != "auto":
             chosen = self._explicit_taus(layers, k)
         good = {layer: _pick(sweep.good[layer], chosen[layer]) for layer in layers}
@@ -463,7 +529,7 @@ class BoxMonitor(BaseEstimator):
         self.contrast_layers_ = contrast_layers
         self.build_seconds_ = sweep.seconds
         self.sweep_ = sweep
-        self.calibration_ = None
+        self.calibration_: Calibration | None = None
         self.runtime_ = BoxRuntime(
             layers=layers,
             n_classes=k,
@@ -477,7 +543,38 @@ class BoxMonitor(BaseEstimator):
             contrast_layers=contrast_layers,
             contrast_classes=int(self.contrast_classes),
         )
+        self.calibration_rows_ = held
+        if validation is not None:
+            self._calibrate_on(validation)
+        elif len(held):
+            acts_full, yt_full, yp_full = full
+            self._calibrate_on(
+                (
+                    {layer: np.asarray(acts_full[layer])[held] for layer in layers},
+                    yt_full[held],
+                    yp_full[held],
+                )
+            )
         return self
+
+    def _calibrate_on(self, data: tuple[Activations, np.ndarray, np.ndarray]) -> None:
+        """Calibrate on labelled held-out rows: known ones (label >= 0), unknown ones (-1)."""
+        acts, yt, yp = data
+        yt, yp = np.asarray(yt).astype(np.int64), np.asarray(yp).astype(np.int64)
+        known, unknown = yt >= 0, yt < 0
+        if not known.any():
+            return
+        self.calibrate(
+            {layer: np.asarray(acts[layer])[known] for layer in self.layers_},
+            yp[known],
+            acts_unknown=(
+                {layer: np.asarray(acts[layer])[unknown] for layer in self.layers_}
+                if unknown.any()
+                else None
+            ),
+            y_pred_unknown=yp[unknown] if unknown.any() else None,
+            y_true_known=yt[known],
+        )
 
     def _resolve_contrast_layers(
         self,
@@ -673,65 +770,99 @@ class BoxMonitor(BaseEstimator):
         self,
         acts_known: Activations,
         y_pred_known: np.ndarray,
-        target_acceptance: float = 0.95,
+        target_acceptance: float | None = None,
         acts_unknown: Activations | None = None,
         y_pred_unknown: np.ndarray | None = None,
+        *,
+        y_true_known: np.ndarray | None = None,
     ) -> Calibration:
-        """Choose the score threshold that accepts ``target_acceptance`` of known inputs.
+        """Choose the score threshold so the emitted verdicts accept ``target_acceptance``.
 
-        Sets each score layer's scale (and each contrast layer's, ``score="fused"``) to the
-        ``target_acceptance`` quantile of its values on the known data (so terms weigh
-        alike), then the threshold on the combined score.
-        With unknown inputs, also measures their acceptance (the false-accept rate).
+        The calibration population is the correctly classified known inputs
+        (``y_true_known == y_pred_known``) when labels are given, else every known input.
+        Each score layer's scale (and each contrast layer's, ``score="fused"``) is set to
+        the ``target_acceptance`` quantile of its values on that population (so terms weigh
+        alike). With ``combine="calibrated"`` the threshold is the smallest observed score
+        at which the *emitted* verdicts accept ``target_acceptance`` of the population:
+        inputs inside a bad box get *uncertainty* whatever their score, so they are
+        counted as not accepted. When even the highest finite score cannot reach the
+        target, the threshold is that score and ``known_acceptance`` says what was reached.
+        With the other rules the emitted verdicts do not depend on the threshold; it is
+        then the score quantile (for :meth:`decide`). With unknown inputs, also measures
+        the share of them accepted (the false-accept rate).
 
         Returns
         -------
         Calibration
         """
         self._check_fitted()
+        if target_acceptance is None:
+            target_acceptance = float(self.target_acceptance)
         if not 0 < target_acceptance <= 1:
             raise ConfigError(f"target_acceptance={target_acceptance} should lie in (0, 1]")
-        y_pred_known = np.asarray(y_pred_known)
+        y_pred_known = np.asarray(y_pred_known).astype(np.int64)
         rt = self.runtime_
-        self._check_data(acts_known, None, y_pred_known, rt.score_layers, "calibrate (known)")
-        if len(y_pred_known) == 0:
-            raise ConfigError("calibrate: no known inputs given")
-        per_layer = rt.layer_scores(acts_known, y_pred_known)
-        scales = {}
-        for layer, s in per_layer.items():
-            finite = s[np.isfinite(s)]
-            q = acceptance_threshold(finite, target_acceptance) if len(finite) else 1.0
-            scales[layer] = (
-                float(q)
-                if q > 0
-                else float(finite[finite > 0].mean())
-                if np.any(finite > 0)
-                else 1.0
-            )
+        self._check_data(acts_known, y_true_known, y_pred_known, self.layers_, "calibrate (known)")
+        if y_true_known is not None:
+            rows = np.flatnonzero(np.asarray(y_true_known) == y_pred_known)
+            population = "correctly classified known"
+        else:
+            rows = np.arange(len(y_pred_known))
+            population = "known"
+        if len(rows) == 0:
+            raise ConfigError(f"calibrate: no {population} inputs given")
+        acts_pop = {layer: np.asarray(acts_known[layer])[rows] for layer in self.layers_}
+        y_pop = y_pred_known[rows]
+        per_layer = rt.layer_scores(acts_pop, y_pop)
+        scales = {layer: _scale(s, target_acceptance) for layer, s in per_layer.items()}
         rt.score_scales = scales
         contrast = None
         if rt.score == "fused":
-            contrast = rt.contrast_layer_scores(acts_known, y_pred_known)
+            contrast = rt.contrast_layer_scores(acts_pop, y_pop)
             rt.contrast_scales = {
                 layer: _scale(c, target_acceptance) for layer, c in contrast.items()
             }
         combined = rt.combine_scores(per_layer, contrast)
-        threshold = acceptance_threshold(combined, target_acceptance)
-        rt.threshold = threshold
+        if self.combine == "calibrated":
+            in_bad = np.logical_or.reduce(
+                [
+                    rt.bad[layer].contains(_features(acts_pop, layer, rt.normalize), y_pop)
+                    for layer in rt.layers
+                ]
+            )
+            eligible = np.where(in_bad | ~np.isfinite(combined), np.inf, combined)
+            threshold = acceptance_threshold(eligible, target_acceptance)
+            if not np.isfinite(threshold):  # the target is out of reach: accept all it can
+                finite = eligible[np.isfinite(eligible)]
+                threshold = float(finite.max()) if len(finite) else 0.0
+        else:
+            finite = combined[np.isfinite(combined)]
+            threshold = acceptance_threshold(finite, target_acceptance) if len(finite) else 0.0
+        rt.threshold = float(threshold)
+        known_verdicts, _per = rt.verdicts(acts_pop, y_pop)
+        known_split = verdict_shares(known_verdicts)
         unknown_rate, n_unknown = None, 0
         if acts_unknown is not None:
             if y_pred_unknown is None:
                 raise ConfigError("calibrate: acts_unknown needs y_pred_unknown")
-            su = self.score_samples(acts_unknown, y_pred_unknown)
-            unknown_rate, n_unknown = float(np.mean(su <= threshold)), len(su)
+            y_pred_unknown = np.asarray(y_pred_unknown)
+            self._check_data(
+                acts_unknown, None, y_pred_unknown, self.layers_, "calibrate (unknown)"
+            )
+            if len(y_pred_unknown):
+                unknown_verdicts, _per = rt.verdicts(acts_unknown, y_pred_unknown)
+                unknown_rate = verdict_shares(unknown_verdicts)["accept"]
+                n_unknown = len(y_pred_unknown)
         cal = Calibration(
-            threshold=threshold,
-            target_acceptance=target_acceptance,
-            known_acceptance=float(np.mean(combined <= threshold)),
+            threshold=float(threshold),
+            target_acceptance=float(target_acceptance),
+            known_acceptance=known_split["accept"],
             unknown_acceptance=unknown_rate,
-            n_known=len(combined),
+            n_known=len(rows),
             n_unknown=n_unknown,
             scales={**scales, **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()}},
+            known_split=known_split,
+            population=population,
         )
         rt.meta["calibration"] = cal.as_dict()
         self.calibration_ = cal
@@ -754,6 +885,19 @@ def _scale(values: np.ndarray, target_acceptance: float) -> float:
     if q > 0:
         return float(q)
     return float(finite[finite > 0].mean()) if np.any(finite > 0) else 1.0
+
+
+def _held_out_rows(y: np.ndarray, share: float, random_state: Any) -> np.ndarray:
+    """Sorted indices of ``share`` of the rows of each label (at least one row of a label
+    with two or more rows, never all of them), drawn with ``random_state``."""
+    rng = check_random_state(random_state)
+    held = []
+    for label in np.unique(y):
+        idx = np.flatnonzero(y == label)
+        n = min(len(idx) - 1, max(1, int(round(share * len(idx)))))
+        if n > 0:
+            held.append(rng.permutation(idx)[:n])
+    return np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
 
 
 def _held_out_auroc(
@@ -795,5 +939,6 @@ __all__ = [
     "BoxSweep",
     "Calibration",
     "Verdicts",
+    "verdict_shares",
     "build_sweep",
 ]
