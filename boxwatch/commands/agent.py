@@ -18,6 +18,7 @@ from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.service import build_agent, serve
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE
 
 log = logging.getLogger("boxwatch.agent")
 
@@ -90,13 +91,13 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         cfg = load_agent_config(config_path, overrides=_overrides(**options))
         worker = build_agent(cfg)
         worker.check_topics()
+        http = serve(worker)  # a metrics address in use is a ConfigError: one line, exit 2
     except (ArtifactError, KeyFileError) as exc:
         click.echo(f"error: refusing to start: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    http = serve(worker)
+        sys.exit(EXIT_USAGE)
     log.info(
         "agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
         worker.runtime.artifact_id,
