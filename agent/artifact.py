@@ -103,7 +103,7 @@ def digest_files(paths: Sequence[str | Path | tuple[str, str | Path]]) -> dict[s
     recorded (the model's real file name, an external-data location relative to the model's
     folder) and the file hashed.
     """
-    files = []
+    files: list[dict[str, Any]] = []
     for entry in paths:
         name, path = entry if isinstance(entry, tuple) else (Path(entry).name, entry)
         path = Path(path)

@@ -463,3 +463,46 @@ def test_metrics_address_in_use_is_one_line_exit_2(example, make_broker):
     errors = [ln for ln in lines if "error" in ln.lower()]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert errors[0] == lines[-1] and "already in use" in errors[0], proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_hostile_artifacts_stop_the_agent_at_start(example, tmp_path):
+    """Each hostile candidate given at start: exit 1, one line on stderr, no traceback, no
+    hang (a FIFO is refused unopened)."""
+    procs = {}
+    for name, candidate in hostile_candidates(example, tmp_path).items():
+        path = tmp_path / f"start-{name}.bwa"
+        if callable(candidate):
+            candidate(path)
+        else:
+            path.write_bytes(candidate)
+        args = [
+            PYTHON,
+            "-m",
+            "boxwatch",
+            "agent",
+            "--artifact",
+            str(path),
+            "--public-key",
+            str(example.public_key),
+            "--model",
+            str(example.model),
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ]
+        procs[name] = subprocess.Popen(
+            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    for name, proc in procs.items():
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"{name}: the agent hangs at start")
+        lines = err.strip().splitlines()
+        assert proc.returncode == 1, (name, proc.returncode, err[-2000:])
+        assert "Traceback" not in err and len(lines) == 1, (name, err[-2000:])
+        assert lines[0].startswith("error: refusing to start:"), (name, err)

@@ -30,10 +30,10 @@ from onnx import TensorProto, helper, numpy_helper
 from prometheus_client import CollectorRegistry
 
 from boxwatch.agent import artifact as art
+from boxwatch.agent import runtime
 from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.http import AgentHTTPServer
 from boxwatch.agent.keys import key_id
-from boxwatch.agent import runtime
 from boxwatch.cli import cli as cli_main
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE
 
