@@ -25,7 +25,7 @@ def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
     """Check an artifact's container, signature, schema and member digests.
 
     Exit 0 when valid, 1 when invalid (the reason is printed), 2 on usage or I/O errors
-    (missing artifact or key file).
+    (missing artifact or key file, an artifact path that is not a regular file).
     """
     from boxwatch.agent.artifact import load_artifact
     from boxwatch.agent.keys import load_trusted_keys
