@@ -8,9 +8,12 @@ import zipfile
 import numpy as np
 
 from boxwatch.agent.errors import ArtifactError
-from boxwatch.agent.storedzip import write_stored_zip
+from boxwatch.agent.storedzip import check_zip_index, write_stored_zip
 
 _ALLOWED_KINDS = set("biuf")  # bool, signed, unsigned, float
+MAX_ARRAYS = (
+    0xFFFF  # arrays in one .npz member (a ZIP without ZIP64 holds no more); checked before parsing
+)
 
 
 def dumps_npz(arrays: dict[str, np.ndarray]) -> bytes:
@@ -28,6 +31,9 @@ def dumps_npz(arrays: dict[str, np.ndarray]) -> bytes:
 
 def loads_npz(data: bytes, *, where: str = "npz member") -> dict[str, np.ndarray]:
     """Read ``.npz`` bytes with ``allow_pickle=False``; numeric arrays only."""
+    problem = check_zip_index(data, max_entries=MAX_ARRAYS)
+    if problem is not None:
+        raise ArtifactError(f"{where}: not a valid numeric .npz ({problem})")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             out = {name: npz[name] for name in npz.files}

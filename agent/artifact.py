@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import stat
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -39,7 +40,7 @@ from boxwatch import __version__
 from boxwatch.agent.arrays import dumps_npz, loads_npz
 from boxwatch.agent.errors import ArtifactError
 from boxwatch.agent.keys import key_id
-from boxwatch.agent.storedzip import write_stored_zip
+from boxwatch.agent.storedzip import check_zip_index, write_stored_zip
 
 SCHEMA = "boxwatch.artifact"
 SCHEMA_VERSION = "1.0"
@@ -52,6 +53,10 @@ MAX_ARTIFACT_BYTES = 1 << 30
 MAX_MEMBER_BYTES = 512 << 20
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_MEMBERS = 1024
+# Every JSON read from an artifact (before or after the signature check): nesting depth and
+# size. The builder's deepest member nests well under 20 levels.
+MAX_JSON_DEPTH = 64
+MAX_JSON_BYTES = MAX_MEMBER_BYTES
 MEMBER_SUFFIXES = (".json", ".npz")
 # What zipfile raises on corrupt input (e.g. NotImplementedError for a flipped version field).
 _ZIP_ERRORS = (
@@ -91,10 +96,16 @@ def resolve_created_at(created_at: int | None = None) -> int:
     return int(time.time())
 
 
-def digest_files(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """Digest of a model and its external weight files, by base name, order-independent."""
-    files = []
-    for path in paths:
+def digest_files(paths: Sequence[str | Path | tuple[str, str | Path]]) -> dict[str, Any]:
+    """Digest of a model and its external weight files, order-independent.
+
+    Each entry is a path (recorded by its base name) or a ``(name, path)`` pair: the name
+    recorded (the model's real file name, an external-data location relative to the model's
+    folder) and the file hashed.
+    """
+    files: list[dict[str, Any]] = []
+    for entry in paths:
+        name, path = entry if isinstance(entry, tuple) else (Path(entry).name, entry)
         path = Path(path)
         h = hashlib.sha256()
         size = 0
@@ -102,7 +113,7 @@ def digest_files(paths: Sequence[str | Path]) -> dict[str, Any]:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
                 size += len(chunk)
-        files.append({"name": path.name, "sha256": h.hexdigest(), "size": size})
+        files.append({"name": str(name), "sha256": h.hexdigest(), "size": size})
     files.sort(key=lambda f: f["name"])
     combined = sha256_hex(canonical_json([[f["name"], f["sha256"], f["size"]] for f in files]))
     return {"digest": f"sha256:{combined}", "files": files}
@@ -234,6 +245,9 @@ def load_artifact(
     """
     where = "artifact" if isinstance(source, bytes) else str(source)
     data = _read_source(source, where)
+    problem = check_zip_index(data, max_entries=MAX_MEMBERS)
+    if problem is not None:
+        raise ArtifactError(f"{where}: not an artifact ({problem})")
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
     except _ZIP_ERRORS:
@@ -268,21 +282,30 @@ def load_artifact(
     return Artifact(
         manifest=manifest,
         members=members,
-        key_id=str(manifest["key_id"]),
+        key_id=str(manifest.get("key_id", "")),
         manifest_bytes=manifest_bytes,
         path=None if isinstance(source, bytes) else str(source),
     )
 
 
 def _read_source(source: str | Path | bytes, where: str) -> bytes:
+    """The artifact's bytes; a path must name a regular file (checked before and after open).
+
+    ``O_NONBLOCK`` keeps a FIFO swapped in between the two checks from blocking the open.
+    """
     if isinstance(source, bytes):
         data = source
     else:
         try:
-            size = os.stat(source).st_size
-            if size > MAX_ARTIFACT_BYTES:
-                raise ArtifactError(f"{where}: {size} bytes exceeds the {MAX_ARTIFACT_BYTES} cap")
-            with open(source, "rb") as fh:
+            _check_regular(os.stat(source).st_mode, where)
+            fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                _check_regular(st.st_mode, where)
+                if st.st_size > MAX_ARTIFACT_BYTES:
+                    raise ArtifactError(
+                        f"{where}: {st.st_size} bytes exceeds the {MAX_ARTIFACT_BYTES} cap"
+                    )
                 data = fh.read(MAX_ARTIFACT_BYTES + 1)
         except FileNotFoundError:
             raise ArtifactError(f"{where}: no such file") from None
@@ -291,6 +314,20 @@ def _read_source(source: str | Path | bytes, where: str) -> bytes:
     if len(data) > MAX_ARTIFACT_BYTES:
         raise ArtifactError(f"{where}: larger than the {MAX_ARTIFACT_BYTES}-byte cap")
     return data
+
+
+def _check_regular(mode: int, where: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket or other special file"
+        )
+        raise ArtifactError(f"{where}: not a regular file ({kind})")
 
 
 def _check_index(zf: zipfile.ZipFile, where: str) -> dict[str, zipfile.ZipInfo]:
@@ -377,11 +414,33 @@ def _check_manifest(manifest: Any, where: str) -> None:
         check_member_name(name)
 
 
-def _parse_json(data: bytes, where: str) -> Any:
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_OPENERS = np.zeros(256, dtype=np.int8)
+_OPENERS[[ord("["), ord("{")]] = 1
+_OPENERS[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(data: bytes) -> int:
+    """Deepest bracket nesting of JSON text ``data`` (strings skipped), in linear time."""
+    skeleton = _JSON_STRING.sub(b"", data)
+    steps = _OPENERS[np.frombuffer(skeleton, dtype=np.uint8)]
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
+
+
+def _parse_json(
+    data: bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH, max_bytes: int = MAX_JSON_BYTES
+) -> Any:
+    """Parse JSON bytes from an artifact, bounded: size and nesting checked before parsing."""
+
     def _no_constants(token: str) -> Any:
         raise ValueError(f"non-standard JSON constant {token}")
 
+    if len(data) > max_bytes:
+        raise ArtifactError(f"{where}: {len(data)} bytes of JSON (cap {max_bytes})")
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise ArtifactError(f"{where}: JSON nests {depth} levels deep (cap {max_depth})")
     try:
         return json.loads(data.decode("utf-8"), parse_constant=_no_constants)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ArtifactError(f"{where}: invalid JSON ({exc})") from None

@@ -1,7 +1,13 @@
-"""A human and machine summary of a verified artifact, for ``boxwatch inspect``."""
+"""A human and machine summary of an artifact, for ``boxwatch inspect``.
+
+Without ``--public-key`` the manifest is unsigned input: nothing here assumes its shape
+(a section of the wrong type shows as empty), and the text view escapes every control
+character of its strings, so a crafted manifest cannot drive the terminal.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from boxwatch.agent.artifact import Artifact
@@ -10,17 +16,34 @@ from boxwatch.agent.artifact import Artifact
 def describe(artifact: Artifact, *, signature_checked: bool) -> dict[str, Any]:
     """Everything a reviewer asks of an artifact, as one JSON-able dict."""
     m = artifact.manifest
+    model = m.get("model")
+    members = m.get("members") if isinstance(m.get("members"), dict) else {}
     return {
         "artifact_id": artifact.artifact_id,
-        "schema_version": m["schema_version"],
-        "builder": m.get("builder", {}),
+        "schema_version": m.get("schema_version"),
+        "builder": _dict(m.get("builder")),
         "created_at": m.get("created_at"),
         "key_id": artifact.key_id,
         "signature": "verified" if signature_checked else "not checked (no --public-key)",
-        "model": m.get("model"),
-        "contents": m.get("contents", {}),
-        "members": {name: e["size"] for name, e in sorted(m["members"].items())},
+        "model": model if isinstance(model, dict) or model is None else {},
+        "contents": _dict(m.get("contents")),
+        "members": {
+            name: _dict(e).get("size") for name, e in sorted(members.items(), key=lambda x: x[0])
+        },
     }
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# C0 controls, DEL and C1 controls (0x9b is a one-byte CSI on some terminals).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as ``\\xNN`` (a backslash stays as is)."""
+    return _CONTROL.sub(lambda mt: f"\\x{ord(mt.group()):02x}", text)
 
 
 def _fmt(value: Any) -> str:
@@ -32,28 +55,37 @@ def _fmt(value: Any) -> str:
 
 
 def render_description(info: dict[str, Any]) -> str:
-    """Aligned text view of :func:`describe`'s dict."""
+    """Aligned text view of :func:`describe`'s dict, control characters escaped."""
+    builder = _dict(info.get("builder"))
     rows: list[tuple[str, str]] = [
-        ("artifact id", info["artifact_id"]),
-        ("schema", info["schema_version"]),
-        ("builder", f"{info['builder'].get('name', '?')} {info['builder'].get('version', '?')}"),
-        ("created", _fmt(info["created_at"])),
-        ("key id", info["key_id"]),
-        ("signature", info["signature"]),
+        ("artifact id", _fmt(info["artifact_id"])),
+        ("schema", _fmt(info.get("schema_version"))),
+        ("builder", f"{_fmt(builder.get('name', '?'))} {_fmt(builder.get('version', '?'))}"),
+        ("created", _fmt(info.get("created_at"))),
+        ("key id", _fmt(info.get("key_id"))),
+        ("signature", _fmt(info.get("signature"))),
     ]
-    model = info.get("model") or {}
+    model = _dict(info.get("model"))
     rows.append(("model digest", _fmt(model.get("digest"))))
-    for f in model.get("files", []):
+    files = model.get("files")
+    for f in files if isinstance(files, list) else []:
+        f = _dict(f)
         rows.append(
-            ("  model file", f"{f['name']} ({f['size']} bytes, sha256 {f['sha256'][:16]}…)")
+            (
+                "  model file",
+                f"{_fmt(f.get('name'))} ({_fmt(f.get('size'))} bytes, sha256 "
+                f"{_fmt(f.get('sha256'))[:16]}…)",
+            )
         )
-    for key, value in info["contents"].items():
+    for key, value in _dict(info.get("contents")).items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             rows.append((key, f"{len(value)}"))
             rows.extend((f"  {key[:-1] if key.endswith('s') else key}", _fmt(v)) for v in value)
         else:
             rows.append((key, _fmt(value)))
-    rows.append(("members", str(len(info["members"]))))
-    rows.extend((f"  {name}", f"{size} bytes") for name, size in info["members"].items())
+    members = _dict(info.get("members"))
+    rows.append(("members", str(len(members))))
+    rows.extend((f"  {name}", f"{_fmt(size)} bytes") for name, size in members.items())
+    rows = [(escape_controls(str(k)), escape_controls(v)) for k, v in rows]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

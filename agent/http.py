@@ -1,12 +1,19 @@
 """The agent's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz`` and a status page.
 
 Stdlib server in a daemon thread; binds the configured address (loopback by default).
+Bounded: each connection has a socket timeout (a slow or idle client is dropped), at most
+``max_connections`` are served at once (more are closed on accept), and a client that goes
+away mid-answer is not an error worth a traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import html
 import json
+import logging
+import socket
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,7 +21,15 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.metrics import GATE_OUTCOMES, VERDICTS
+
+log = logging.getLogger(__name__)
+
+CONNECTION_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 32
+# A client that leaves or stalls: not the server's fault, logged at debug level only.
+_CLIENT_GONE = (ConnectionError, TimeoutError, socket.timeout)
 
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>boxwatch agent</title>
@@ -150,10 +165,14 @@ class AgentHTTPServer:
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
         status: Callable[[], dict[str, Any]],
+        timeout_s: float = CONNECTION_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         host, _, port = address.rpartition(":")
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = timeout_s  # StreamRequestHandler sets it on the connection's socket
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -187,8 +206,15 @@ class AgentHTTPServer:
             def log_message(self, *_args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
-        self.server.daemon_threads = True
+        try:
+            self.server = _BoundedServer((host.strip("[]"), int(port)), Handler, max_connections)
+        except OSError as exc:
+            reason = (
+                "address already in use"
+                if exc.errno == errno.EADDRINUSE
+                else (exc.strerror or str(exc))
+            )
+            raise ConfigError(f"metrics.address {address}: cannot listen ({reason})") from None
         self._thread = threading.Thread(
             target=self.server.serve_forever, name="boxwatch-http", daemon=True
         )
@@ -196,7 +222,7 @@ class AgentHTTPServer:
     @property
     def address(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"{host}:{port}"
+        return f"{host!s}:{port}"
 
     def start(self) -> AgentHTTPServer:
         self._thread.start()
@@ -205,3 +231,42 @@ class AgentHTTPServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A threading server with a cap on concurrent connections and quiet client errors."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: Any, max_connections: int) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.debug("metrics server: %s refused, connection cap reached", client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _CLIENT_GONE):
+            log.debug("metrics server: client %s gone (%s)", client_address, exc)
+        else:
+            log.warning(
+                "metrics server: request from %s failed: %s: %s",
+                client_address,
+                type(exc).__name__,
+                exc,
+            )

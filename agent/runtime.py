@@ -15,10 +15,11 @@ rejected, whatever the box tests said.
 
 from __future__ import annotations
 
+import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.gate import RuleGate
 from boxwatch.agent.keys import load_trusted_keys
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
-from boxwatch.agent.taps import open_tap
+from boxwatch.agent.taps import ONNX_SUFFIXES, open_tap
 
 MODEL_SPEC = "model/spec.json"
 BOXES_PREFIX = "monitors/boxes"
@@ -126,6 +127,17 @@ def load_runtime(
     :class:`ConfigError` (missing model file, unreadable model).
     """
     artifact = load_artifact(artifact_path, load_trusted_keys(list(public_keys)))
+    try:
+        return _runtime(artifact, model_path, threads)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
+        # Signed, but not what this agent reads (a builder bug or a foreign signer's file).
+        raise ArtifactError(
+            f"{artifact_path}: artifact content is malformed ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]})"
+        ) from None
+
+
+def _runtime(artifact: Artifact, model_path: str | Path | None, threads: int) -> MonitorRuntime:
     members = artifact.members
     contents = artifact.contents
     spec: Mapping[str, Any] = artifact.json(MODEL_SPEC) if MODEL_SPEC in members else {}
@@ -136,7 +148,7 @@ def load_runtime(
             raise ConfigError(
                 "the artifact monitors a model: give its file (model / BOXWATCH_MODEL)"
             )
-        check_model_digest(artifact, model_path)
+        model_path = check_model_digest(artifact, model_path)
         preprocessing = Preprocessing.from_dict(spec["preprocessing"])
         tap = open_tap(
             model_path, spec["layers"], pooling=spec.get("pooling", "flatten"), threads=threads
@@ -171,20 +183,150 @@ def load_runtime(
     )
 
 
-def check_model_digest(artifact: Artifact, model_path: str | Path) -> None:
-    """The model file (and its recorded external weight files) must match the artifact."""
-    recorded = artifact.manifest.get("model") or {}
-    names = [f["name"] for f in recorded.get("files", [])]
-    model_path = Path(model_path)
-    if not model_path.is_file():
-        raise ConfigError(f"{model_path}: no such model file")
-    paths = [model_path] + [model_path.parent / n for n in names if n != model_path.name]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise ArtifactError(f"model weight files named in the artifact are missing: {missing}")
-    actual = digest_files(paths)
+def check_model_digest(artifact: Artifact, model_path: str | Path) -> Path:
+    """The model file and every file recorded with it must match the artifact's digest.
+
+    A symlink is resolved (the builder records the real file's name). The recorded files
+    are hashed first; only then, for ONNX, is the graph read to confirm that the files it
+    references are exactly the recorded ones (an artifact from an older builder may have
+    signed the graph without its external weights). Returns the real model path, the one
+    to open.
+    """
+    recorded = artifact.manifest.get("model")
+    if not isinstance(recorded, dict):
+        raise ArtifactError("the artifact records no model digest")
+    real = _real_model_file(Path(model_path))
+    folder = real.parent
+    entries = recorded.get("files")
+    if not isinstance(entries, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("name"), str) for f in entries
+    ):
+        raise ArtifactError("the artifact's model record has no valid file list")
+    names = [f["name"] for f in entries]
+    files: list[tuple[str, Path]] = [(real.name, real)]
+    for name in names:
+        if name == real.name:
+            continue
+        location = _inside(folder, name, f"model file {name!r} named in the artifact")
+        if not location.is_file():
+            raise ArtifactError(f"model weight file named in the artifact is missing: {location}")
+        files.append((name, location))
+    actual = digest_files(files)
     if actual["digest"] != recorded.get("digest"):
         raise ArtifactError(
             f"{model_path}: model digest {actual['digest'][:23]}… does not match the artifact's "
             f"{str(recorded.get('digest'))[:23]}…"
         )
+    if real.suffix in ONNX_SUFFIXES:
+        referenced = {name for name, _ in model_files(real)} - {real.name}
+        unrecorded = sorted(referenced - set(names))
+        if unrecorded:
+            raise ArtifactError(
+                f"{real}: the model loads files the artifact's digest does not cover: "
+                f"{unrecorded} (rebuild the artifact)"
+            )
+    return real
+
+
+def model_files(
+    model_path: str | Path, *, declared: Sequence[str | Path] | None = None
+) -> list[tuple[str, Path]]:
+    """Every file the model loads, as ``(recorded name, real path)``: what its digest covers.
+
+    The model file is resolved (symlinks followed) and recorded by its real name; a directory
+    is refused. For ONNX the graph is read without its weights and every external-data
+    reference is listed by its location, relative to the model's folder: a missing file, or
+    one outside that folder (``..``, absolute, or a symlink leading out) is refused. A torch
+    ``.pt2`` holds its weights: it is hashed whole. ``declared`` (the build config's
+    ``model.external_data``), when given, must name exactly the referenced files.
+    """
+    real = _real_model_file(Path(model_path), error=ConfigError)
+    files: list[tuple[str, Path]] = [(real.name, real)]
+    if real.suffix in ONNX_SUFFIXES:
+        for location in sorted(_onnx_external_locations(real)):
+            files.append((location, _inside(real.parent, location, location, ConfigError)))
+    if declared is not None:
+        listed = {Path(p).resolve() for p in declared}
+        referenced = {path for _, path in files[1:]}
+        problems = []
+        if listed - referenced:
+            extra = sorted(str(p) for p in listed - referenced)
+            problems.append(f"lists files the model does not reference: {extra}")
+        if referenced - listed:
+            missing = sorted(name for name, path in files[1:] if path not in listed)
+            problems.append(f"omits files the model references: {missing}")
+        if problems:
+            raise ConfigError(f"model.external_data {'; '.join(problems)}")
+    return files
+
+
+def _real_model_file(path: Path, error: type[Exception] = ConfigError) -> Path:
+    try:
+        real = path.resolve(strict=True)
+        mode = real.stat().st_mode
+    except FileNotFoundError:
+        raise error(f"{path}: no such model file") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+        raise error(f"{path}: cannot read the model ({exc})") from None
+    if stat.S_ISDIR(mode):
+        raise error(f"{path}: is a directory; give the model file")
+    if not stat.S_ISREG(mode):
+        raise error(f"{path}: the model is not a regular file")
+    return real
+
+
+def _inside(folder: Path, location: str, what: str, error: type[Exception] = ArtifactError) -> Path:
+    """``folder / location`` resolved; refused when it leads outside ``folder``."""
+    rel = PurePosixPath(location)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\\" in location:
+        raise error(f"{what}: {location!r} is outside the model's folder")
+    path = (folder / rel).resolve()
+    if not path.is_relative_to(folder):
+        raise error(f"{what}: {location!r} leads outside the model's folder (to {path})")
+    if error is ConfigError and not path.is_file():
+        raise error(f"model: external data {location!r} of the model: no such file ({path})")
+    return path
+
+
+def _onnx_external_locations(model_path: Path) -> set[str]:
+    """The ``location`` of every external-data tensor of an ONNX graph (weights not loaded)."""
+    try:
+        import onnx
+    except ImportError:
+        raise ConfigError(
+            "reading an ONNX model needs the 'onnx' package: pip install onnx"
+        ) from None
+    try:
+        proto = onnx.load_model(str(model_path), load_external_data=False)
+    except Exception as exc:  # onnx raises several unrelated types for bad files
+        raise ConfigError(f"{model_path}: not a readable ONNX model ({exc})") from None
+    locations = set()
+    for tensor in _all_tensors(proto.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            entries = {e.key: e.value for e in tensor.external_data}
+            if "location" not in entries:
+                raise ConfigError(f"{model_path}: tensor {tensor.name!r} has no data location")
+            locations.add(entries["location"])
+    return locations
+
+
+def _all_tensors(graph: Any) -> Iterator[Any]:
+    """Initializers, sparse initializers and attribute tensors of a graph and its subgraphs."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("sparse_tensor"):
+                yield attr.sparse_tensor.values
+                yield attr.sparse_tensor.indices
+            yield from (s.values for s in attr.sparse_tensors)
+            yield from (s.indices for s in attr.sparse_tensors)
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _all_tensors(sub)

@@ -663,10 +663,11 @@ class Agent:
             return
         try:
             new = self._reload_runtime()
-        except BoxwatchError as exc:
+        except Exception as exc:  # any failure of a candidate: count it, keep serving the old
             self.metrics.artifact_reloads.labels("failure").inc()
             self.status.reload_failures += 1
-            log.error("artifact reload failed, keeping %s: %s", self.runtime.artifact_id, exc)
+            reason = str(exc) if isinstance(exc, BoxwatchError) else _one_line(exc)
+            log.error("artifact reload failed, keeping %s: %s", self.runtime.artifact_id, reason)
             return
         if (
             new.artifact.created_at < self.runtime.artifact.created_at
@@ -685,6 +686,12 @@ class Agent:
         self.metrics.artifact_reloads.labels("success").inc()
         self.status.reloads += 1
         log.info("artifact reloaded: now %s", new.artifact_id)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An unexpected exception as one short line (its type and the start of its message)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 def build_agent(cfg: AgentConfig, metrics: AgentMetrics | None = None) -> Agent:

@@ -74,3 +74,53 @@ def write_stored_zip(entries: list[tuple[str, bytes]]) -> bytes:
         "<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(central), cd_offset, 0
     )
     return bytes(out)
+
+
+_EOCD = struct.Struct("<IHHHHIIH")
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_ZIP64_LOCATOR_SIG = b"PK\x06\x07"
+
+
+def check_zip_index(data: bytes, *, max_entries: int, max_name: int = 512) -> str | None:
+    """Why ``data``'s ZIP index is refused, or ``None``: read before ``zipfile`` parses it.
+
+    ``zipfile`` reads and parses the whole central directory before anyone can count its
+    entries, so a small file can declare millions of them. Here the end-of-central-directory
+    record must be the last 22 bytes (no comment, no ZIP64), the directory it points to must
+    end right before it, fit ``max_entries`` records of names up to ``max_name`` bytes, and
+    hold exactly the entries it declares -- all checked by walking at most that many records.
+    """
+    if len(data) < _EOCD.size:
+        return "too short for a ZIP end-of-central-directory record"
+    sig, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, comment = _EOCD.unpack_from(
+        data, len(data) - _EOCD.size
+    )
+    if sig != 0x06054B50 or comment != 0:
+        return "no end-of-central-directory record at the end"
+    if disk or cd_disk or n_disk != n_total:
+        return "multi-disk ZIP"
+    if n_total > max_entries:
+        return f"central directory declares {n_total} entries (cap {max_entries})"
+    cap = max_entries * (_CENTRAL.size + max_name)
+    if cd_size > cap:
+        return f"central directory declares {cd_size} bytes (cap {cap})"
+    end = len(data) - _EOCD.size
+    if cd_offset + cd_size != end:
+        return "central directory does not end at the end-of-central-directory record"
+    if cd_size >= 20 and data[end - 20 : end - 16] == _ZIP64_LOCATOR_SIG:
+        return "ZIP64 container"
+    pos, count = cd_offset, 0
+    while pos < end:
+        if count >= n_total or end - pos < _CENTRAL.size:
+            return "central directory holds more than it declares"
+        fields = _CENTRAL.unpack_from(data, pos)
+        if fields[0] != 0x02014B50:
+            return "corrupt central directory record"
+        name_len, extra_len, comment_len = fields[10], fields[11], fields[12]
+        if name_len > max_name:
+            return f"central directory name of {name_len} bytes (cap {max_name})"
+        pos += _CENTRAL.size + name_len + extra_len + comment_len
+        count += 1
+    if pos != end or count != n_total:
+        return "central directory holds other than it declares"
+    return None

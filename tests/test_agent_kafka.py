@@ -293,3 +293,33 @@ def test_agent_cli_refuses_bad_artifact_or_model(example, tmp_path):
         assert result.exit_code in (1, 2), result.output
         assert needle in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_idle_paced_consumer_still_gets_every_record(example, broker, kafka):
+    """After a quiet spell kafka-python's consumer fetches only at idle slots
+    (bench/idle_cpu.py measures the CPU this saves); records produced then all arrive, none
+    lost or doubled."""
+    from boxwatch.agent.kafka import make_consumer
+
+    create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2})
+    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": "kafka-python"})
+    consumer = make_consumer(cfg, [TOPICS["inputs"]])
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer._pacer.idle() and time.monotonic() < deadline:
+            consumer.poll(32, 0.02)
+        for _ in range(20):  # quiet: the partitions are assigned and the pacing is on
+            assert consumer.poll(32, 0.02) == []
+        assert consumer._pacer.idle()
+        producer = kafka.producer()
+        for i in range(50):
+            producer.send(TOPICS["inputs"], f"r{i}".encode())
+        producer.flush()
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 50 and time.monotonic() < deadline:
+            got += [r.value for r in consumer.poll(32, 0.02)]
+        assert sorted(got) == sorted(f"r{i}".encode() for i in range(50))
+        assert not consumer._pacer.idle()
+    finally:
+        consumer.close(5)

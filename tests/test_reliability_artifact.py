@@ -5,6 +5,7 @@ keep the old artifact on failure, refuse rollbacks, and accept rotated keys by k
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -282,3 +283,226 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_
     log = agent.log_text()
     assert "artifact reload failed, keeping" in log and "artifact reload refused" in log
     assert json.dumps(m)  # metrics were readable to the end
+
+
+def hostile_candidates(example, out) -> dict[str, object]:
+    """name -> bytes (or a callable making the path) of a candidate that must fail to load."""
+    from test_security_surface import DEEP, index_bomb
+
+    art = load_artifact(example.artifact, None)
+    key = load_private_key(example.private_key)
+    deep = b"[" * DEEP + b"]" * DEEP
+    spec = json.loads(art.members["model/spec.json"])
+    del spec["preprocessing"]
+    no_pre = resign(example.artifact, example.private_key, out / "no_pre.bwa", created_at=T0 + 300)
+    broken = load_artifact(no_pre, None)
+    members = {**broken.members, "model/spec.json": canonical_json(spec)}
+    from boxwatch.agent.artifact import build_artifact_bytes
+
+    m = broken.manifest
+    return {
+        "deep_signature": _container(art.manifest_bytes, deep, dict(art.members)),
+        "deep_signed_manifest": _container(deep, _signature_bytes(key, deep), {}),
+        "index_bomb": index_bomb(200_000),
+        "signed_spec_without_preprocessing": build_artifact_bytes(
+            members,
+            private_key=key,
+            created_at=T0 + 300,
+            model=m["model"],
+            config=m["config"],
+            contents=m["contents"],
+        ),
+        "fifo": os.mkfifo,
+        "directory": os.mkdir,
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_sighup_hostile_candidates_keep_the_agent_serving(example, make_broker, tmp_path):
+    """Every hostile candidate on SIGHUP: counted as a failure, one log line, old artifact
+    kept, /metrics still served and the stream still monitored; then a good one swaps in."""
+    broker = make_broker("noida").start()
+    create_topics(
+        broker.bootstrap_servers,
+        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
+    )
+    live = tmp_path / "live.bwa"
+    shutil.copyfile(example.artifact, live)
+    a = artifact_id(example.artifact, example.public_key)
+    newer = resign(example.artifact, example.private_key, tmp_path / "b.bwa", created_at=T0 + 500)
+    cases = hostile_candidates(example, tmp_path)
+
+    class Live:
+        artifact, public_key, model = live, example.public_key, example.model
+
+    cfg = write_agent_config(
+        tmp_path / "agent.yaml",
+        Live,
+        broker.bootstrap_servers,
+        topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+    )
+    agent = AgentProcess(cfg, tmp_path / "agent.log")
+    collector = OutputCollector(
+        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    )
+    rows = stream_rows(example, 100, seed=7)
+    sent = 0
+
+    def stream(n: int) -> None:
+        nonlocal sent
+        recs = [
+            (f"x{sent + i}".encode(), *tensor_record(f"x{sent + i}", rows[i % 100]))
+            for i in range(n)
+        ]
+        p = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], recs)
+        p.start()
+        p.join(60)
+        assert p.error is None
+        sent += n
+        assert collector.wait_for(lambda col: col.count >= sent, timeout=60)
+
+    def place(candidate) -> None:
+        tmp = live.with_name("candidate")
+        if tmp.is_dir():
+            tmp.rmdir()
+        elif tmp.exists() or tmp.is_symlink():
+            tmp.unlink()
+        if callable(candidate):
+            candidate(tmp)
+        else:
+            tmp.write_bytes(candidate)
+        if live.is_dir():
+            live.rmdir()
+        elif tmp.is_dir():
+            live.unlink()
+        os.replace(tmp, live)
+
+    def wait_reload(result: str, count: float) -> dict:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = agent.scrape()
+            if m.get(f'{RELOADS}{{result="{result}"}}') == count:
+                return m
+            if not agent.alive:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"no {result} reload counted ({count}):\n{agent.log_tail()}")
+
+    failed_on: list[str] = []
+    try:
+        collector.start()
+        agent.start().wait_ready()
+        stream(20)
+        for i, (name, candidate) in enumerate(cases.items(), start=1):
+            place(candidate)
+            agent.signal(signal.SIGHUP)
+            try:
+                m = wait_reload("failure", i)
+            except AssertionError:
+                failed_on.append(name)
+                raise
+            assert agent.alive and agent.readyz() == 200, (name, agent.log_tail())
+            assert m.get(f'boxwatch_agent_artifact_info{{artifact_id="{a}"', 1) == 1 or m
+            stream(20)
+        place(newer.read_bytes())
+        agent.signal(signal.SIGHUP)
+        wait_reload("success", 1)
+        stream(20)
+        assert agent.stop() == 0, agent.log_tail()
+    finally:
+        agent.kill()
+        collector.stop()
+        if live.is_dir():
+            live.rmdir()
+    by_id = {v["id"]: v["artifact_id"] for v in collector.values[TOPICS["verdicts"]]}
+    assert {by_id[f"x{i}"] for i in range(sent - 20)} == {a}
+    log_lines = [ln for ln in agent.log_text().splitlines() if "artifact reload failed" in ln]
+    assert len(log_lines) == len(cases), agent.log_tail(60)
+    assert "Traceback" not in agent.log_text(), agent.log_tail(60)
+
+
+@pytest.mark.integration
+def test_metrics_address_in_use_is_one_line_exit_2(example, make_broker):
+    import socket
+
+    from boxwatch.commands.console import EXIT_USAGE
+
+    broker = make_broker("noida").start()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        proc = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "boxwatch",
+                "agent",
+                "--artifact",
+                str(example.artifact),
+                "--public-key",
+                str(example.public_key),
+                "--model",
+                str(example.model),
+                "--bootstrap-servers",
+                broker.bootstrap_servers,
+                "--create-topics",
+                "--metrics-address",
+                f"127.0.0.1:{taken.getsockname()[1]}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        taken.close()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == EXIT_USAGE, proc.stderr[-2000:]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert errors[0] == lines[-1] and "already in use" in errors[0], proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_hostile_artifacts_stop_the_agent_at_start(example, tmp_path):
+    """Each hostile candidate given at start: exit 1, one line on stderr, no traceback, no
+    hang (a FIFO is refused unopened)."""
+    procs = {}
+    for name, candidate in hostile_candidates(example, tmp_path).items():
+        path = tmp_path / f"start-{name}.bwa"
+        if callable(candidate):
+            candidate(path)
+        else:
+            path.write_bytes(candidate)
+        args = [
+            PYTHON,
+            "-m",
+            "boxwatch",
+            "agent",
+            "--artifact",
+            str(path),
+            "--public-key",
+            str(example.public_key),
+            "--model",
+            str(example.model),
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ]
+        procs[name] = subprocess.Popen(
+            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    for name, proc in procs.items():
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"{name}: the agent hangs at start")
+        lines = err.strip().splitlines()
+        assert proc.returncode == 1, (name, proc.returncode, err[-2000:])
+        assert "Traceback" not in err and len(lines) == 1, (name, err[-2000:])
+        assert lines[0].startswith("error: refusing to start:"), (name, err)

@@ -13,6 +13,7 @@ raised as :class:`KafkaUnavailable`.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -20,9 +21,56 @@ from boxwatch.agent.errors import BoxwatchError
 
 LIBRARIES = ("kafka-python", "confluent-kafka")
 FLUSH_SLICE_S = 0.2  # a flush waits in slices this long, so a stop request ends it
+# Idle pacing (kafka-python): after IDLE_AFTER_S without a record (once partitions are
+# assigned), the consumer fetches only at slots IDLE_FETCH_INTERVAL_S apart, polling for
+# IDLE_FETCH_WINDOW_S, until a record comes (the first record after a quiet spell waits up
+# to two slots more). A broker that answers an empty fetch at once instead of holding it for
+# fetch.wait.max.ms (noida-db) made kafka-python fetch ~190 times a second: about half a core
+# with no input. kafka-python fetches only inside poll and keeps a late answer for the next
+# poll, so the short window loses nothing. (librdkafka fetches in its own thread; pausing it
+# between slots lost the fetches, see bench/idle_cpu.py.)
+IDLE_AFTER_S = 1.0
+IDLE_FETCH_INTERVAL_S = 0.5
+IDLE_FETCH_WINDOW_S = 0.005
 
 Partition = tuple[str, int]
 PartitionsCallback = Callable[[list[Partition]], None]
+
+
+class IdlePacer:
+    """When the stream has been quiet for :data:`IDLE_AFTER_S`, fetch only at slots
+    ``interval_s`` apart; any record ends the quiet spell at once.
+
+    The first record after a quiet spell waits at most one interval more; a steady stream
+    never pays anything.
+    """
+
+    def __init__(self, interval_s: float = IDLE_FETCH_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._last_record = time.monotonic()
+        self._next_slot = 0.0
+
+    def idle(self, assigned: bool = True) -> bool:
+        """Quiet for :data:`IDLE_AFTER_S`; never before partitions are assigned (a group
+        join needs the client's normal polling)."""
+        if not assigned:
+            self._last_record = time.monotonic()
+            return False
+        return time.monotonic() - self._last_record >= IDLE_AFTER_S
+
+    def wait_slot(self, timeout_s: float) -> bool:
+        """Sleep until the next fetch slot, at most ``timeout_s``; whether the slot came."""
+        wait = self._next_slot - time.monotonic()
+        if wait > 0:
+            time.sleep(min(wait, timeout_s))
+            if time.monotonic() < self._next_slot:
+                return False
+        self._next_slot = time.monotonic() + self.interval_s
+        return True
+
+    def saw(self, n_records: int) -> None:
+        if n_records:
+            self._last_record = time.monotonic()
 
 
 class KafkaUnavailable(BoxwatchError):

@@ -39,7 +39,9 @@ from kafka.structs import OffsetAndMetadata
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
+    IDLE_FETCH_WINDOW_S,
     DeliveryFailure,
+    IdlePacer,
     KafkaUnavailable,
     Outgoing,
     Partition,
@@ -262,14 +264,23 @@ class KafkaPythonConsumer:
         self.raw = _create(KafkaConsumer, consumer_options(cfg))
         self.paused = False
         self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._pacer = IdlePacer()
         self.raw.subscribe(topics, listener=_Listener(self))
 
     def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+        """kafka-python fetches only inside ``poll``: a quiet stream is paced by polling
+        briefly at the :class:`IdlePacer`'s slots and sleeping in between."""
+        if self._pacer.idle(assigned=bool(self.raw.assignment())):
+            if not self._pacer.wait_slot(timeout_s):
+                return []
+            timeout_s = min(timeout_s, IDLE_FETCH_WINDOW_S)
         try:
             polled = self.raw.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except RETRYABLE as exc:
             raise KafkaUnavailable(f"poll failed: {exc}") from exc
-        return [r for recs in polled.values() for r in recs]
+        records = [r for recs in polled.values() for r in recs]
+        self._pacer.saw(len(records))
+        return records
 
     def pause(self) -> None:
         self.paused = True

@@ -108,13 +108,13 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         _require_files(cfg)
         worker = build_agent(cfg)
         worker.check_topics()
+        http = serve(worker)  # a metrics address in use is a ConfigError: one line, exit 2
     except (ArtifactError, KeyFileError) as exc:
         click.echo(f"error: refusing to start: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    http = serve(worker)
     log.info(
         "agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
         worker.runtime.artifact_id,

@@ -25,7 +25,7 @@ def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
     """Check an artifact's container, signature, schema and member digests.
 
     Exit 0 when valid, 1 when invalid (the reason is printed), 2 on usage or I/O errors
-    (missing artifact or key file).
+    (missing artifact or key file, an artifact path that is not a regular file).
     """
     from boxwatch.agent.artifact import load_artifact
     from boxwatch.agent.keys import load_trusted_keys
@@ -34,8 +34,10 @@ def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
         keys = load_trusted_keys(list(public_keys))
     except KeyFileError as exc:
         fail(exc, EXIT_USAGE)
-    if not artifact.is_file():
+    if not artifact.exists():
         fail(ArtifactError(f"{artifact}: no such file"), EXIT_USAGE)
+    if not artifact.is_file():  # stat only: a FIFO or device is never opened
+        fail(ArtifactError(f"{artifact}: not a regular file"), EXIT_USAGE)
     try:
         art = load_artifact(artifact, keys)
     except ArtifactError as exc:
@@ -58,6 +60,8 @@ def inspect(artifact: Path, public_keys: tuple[Path, ...], as_json: bool) -> Non
     """Show what an artifact holds: classes, layers, monitors, BN, rules, model digest.
 
     Digests and structure are always checked; the signature only when --public-key is given.
+    Without it the manifest is untrusted: its strings are printed with control characters
+    escaped.
     """
     from boxwatch.agent.artifact import load_artifact
     from boxwatch.agent.describe import describe, render_description

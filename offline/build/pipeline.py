@@ -29,7 +29,14 @@ from boxwatch.agent.artifact import (
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
-from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES, ModelResult
+from boxwatch.agent.runtime import (
+    BOXES_PREFIX,
+    DIAGRAM_PREFIX,
+    MODEL_SPEC,
+    RULES,
+    ModelResult,
+    model_files,
+)
 from boxwatch.agent.taps import open_tap
 from boxwatch.offline.build import bn_stage, emitted
 from boxwatch.offline.build.config import BuildConfig
@@ -46,7 +53,7 @@ class ModelInputs:
     """The model half of a validated config."""
 
     path: Path
-    files: list[Path]
+    files: list[tuple[str, Path]]  # (recorded name, real path): what the model digest covers
     format: str
     preprocessing: Preprocessing
     pooling: str
@@ -114,11 +121,8 @@ def check_out_path(out: Path | None) -> list[str]:
 def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
     m = cfg.section("model")
     before = len(problems)
-    path = cfg.resolve(m["path"])
-    files = [path, *(cfg.resolve(p) for p in m.get("external_data", []))]
-    for f in files:
-        if not f.is_file():
-            problems.append(f"model: {f}: no such file")
+    files = _collect(problems, lambda: _model_files(cfg))
+    path = files[0][1] if files else cfg.resolve(m["path"])
     classes = list(cfg.raw.get("classes") or [])
     layers = list(cfg.raw.get("layers") or [])
     if not classes:
@@ -160,6 +164,20 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
     return ModelInputs(path=path, files=files, format=m.get("format", "onnx"),
                        preprocessing=preprocessing, pooling=pooling, layers=layers,
                        classes=classes, tap=tap, data=data)
+
+
+def _model_files(cfg: BuildConfig) -> list[tuple[str, Path]]:
+    """Every file the model loads, by recorded name: the model digest covers them all.
+
+    ``model.external_data`` is optional; when given it must name exactly the files the
+    ONNX graph references (see :func:`boxwatch.agent.runtime.model_files`).
+    """
+    m = cfg.section("model")
+    declared = m.get("external_data")
+    return model_files(
+        cfg.resolve(m["path"]),
+        declared=None if declared is None else [cfg.resolve(p) for p in declared],
+    )
 
 
 def extract(model: ModelInputs, x: np.ndarray, bar: Any = None
