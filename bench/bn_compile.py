@@ -13,10 +13,13 @@ beside them, the contraction cost of opt_einsum's greedy order against the plann
 Last, ``predict`` throughput on alarm (batch 100k).
 
 Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESULTS.md.
+``.venv/bin/python bench/bn_compile.py exact``: only the cost of exact decisions on the
+reference rows, with and without the post-pass in one run; its own section.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import statistics
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +39,10 @@ from _results import machine_line, run_summary, write_section
 from bn_reference import REFERENCE_CLASSIFIERS
 from bn_synthetic import chain_tan, naive_bayes
 
+from boxwatch.offline.bn import compile as bn_compile
 from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
-from boxwatch.offline.bn.compile import TIE_TOLERANCE, compile_classifier
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.exact import ErrorBound, Refinement
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import format_bytes
 from boxwatch.offline.bn.plan import (
@@ -60,6 +66,10 @@ HIDDEN = {
 HIDDEN_MEMORY = 4 << 30
 HIDDEN_SECONDS = 120.0
 HIDDEN_CHECKS = 200  # uniform, and as many sampled from the network
+# The independent float references below decide P >= T - TIE_TOLERANCE (they cannot tell an
+# exact tie from a rounding error); the compiler decides exactly.
+TIE_TOLERANCE = 1e-9
+EXACT_REPEATS = 7
 
 
 def median_seconds(network, spec, method: str) -> tuple[float, object]:
@@ -70,6 +80,81 @@ def median_seconds(network, spec, method: str) -> tuple[float, object]:
         result = compile_classifier(network, spec, method=method)
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
+
+
+@contextlib.contextmanager
+def float_only() -> Iterator[None]:
+    """The compiler as before the exact post-pass: float decisions ``P(pos, x) > T P(x)``,
+    no error bound, no exact recomputation (the cost baseline of the ``exact`` rows)."""
+
+    def plain(num, den, decision, bound, threshold, exact, positive, locate):
+        np.greater(num - threshold * den, 0.0, out=decision)
+        return Refinement()
+
+    names = ("refine", "joint_error_bound", "separator_error_bound")
+    saved = [getattr(bn_compile, n) for n in names]
+    saved_apply = bn_compile._AdditivePatch.apply
+    bn_compile.refine = plain
+    bn_compile.joint_error_bound = lambda *a, **k: ErrorBound(0, 0)
+    bn_compile.separator_error_bound = lambda *a, **k: ErrorBound(0, 0)
+    bn_compile._AdditivePatch.apply = lambda self, near, level_k: (0, 0, 0)
+    try:
+        yield
+    finally:
+        for n, f in zip(names, saved, strict=True):
+            setattr(bn_compile, n, f)
+        bn_compile._AdditivePatch.apply = saved_apply
+
+
+def exact_rows() -> list[str]:
+    """Compile seconds of every reference row with and without the exact post-pass, runs
+    interleaved (median of :data:`EXACT_REPEATS` each), and what the post-pass did."""
+    rows = []
+    for name, classifier in REFERENCE_CLASSIFIERS.items():
+        network, spec = classifier.load(SHARED)
+        for method in ("joint", "decompose"):
+            with_s, without_s = [], []
+            for _ in range(EXACT_REPEATS):
+                start = time.perf_counter()
+                result = compile_classifier(network, spec, method=method)
+                with_s.append(time.perf_counter() - start)
+                with float_only():
+                    start = time.perf_counter()
+                    plain = compile_classifier(network, spec, method=method)
+                    without_s.append(time.perf_counter() - start)
+            a, b = statistics.median(with_s), statistics.median(without_s)
+            same = "yes" if plain.diagram == result.diagram else "no"
+            rows.append(
+                f"| {name} | {result.method} | {result.inputs:,} | {result.exact_inputs:,} | "
+                f"{result.ties:,} | {'yes' if result.certified else 'NO'} | {b:.4f} | "
+                f"{a:.4f} | {100 * (a - b) / b:+.0f}% | {same} |"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def exact_section() -> None:
+    """Run :func:`exact_rows` and write its section of bench/RESULTS.md."""
+    began = time.perf_counter()
+    rows = exact_rows()
+    text = "\n".join(
+        [
+            machine_line(run_summary(began)),
+            "",
+            "Cost of exact decisions: every reference row compiled with the exact post-pass "
+            "(error bound, exact recomputation inside it) and without it (float decisions "
+            "only: the compiler before issue 27), runs interleaved in one process, median of "
+            f"{EXACT_REPEATS} each, parsing excluded. 'same diagram': whether the float-only "
+            "diagram happens to equal the exact one.",
+            "",
+            "| network | route | inputs | exact path inputs | exact ties | certified | "
+            "float only s | exact s | added | same diagram |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    write_section("## bn_compile exact decisions (bench/bn_compile.py exact)", text)
+    print(text)
 
 
 def network_rows() -> list[str]:
@@ -302,6 +387,9 @@ def predict_rate() -> str:
 
 def main() -> None:
     """Run every case (or one large case when given ``KIND N``) and write RESULTS.md."""
+    if sys.argv[1:] == ["exact"]:
+        exact_section()
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "hidden":
         print(json.dumps(hidden_case(sys.argv[2])))
         return

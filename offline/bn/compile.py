@@ -28,10 +28,16 @@ Before any route starts, its peak memory and time are estimated from shapes alon
 (:mod:`boxwatch.offline.bn.plan`); ``auto`` takes the fastest route that fits the limits,
 and when none fits the compilation is refused with one line naming every estimate and limit.
 
-Every input whose posterior lies within :data:`TIE_TOLERANCE` of the threshold is a *tie*:
-ties are counted and decided positive (``>=``), i.e. the decision is
-``P(C = positive | x) >= threshold - TIE_TOLERANCE`` on every route, so both regimes agree
-on exact ties computed with different rounding.
+Decisions are exact against the file's numbers (:mod:`boxwatch.offline.bn.exact`): the
+classifier is ``P(C = positive | x) >= T`` with every CPT number the rational its decimal
+string denotes and ``T`` the decimal the user wrote. The joint and separator routes bound
+the float error of each input's margin ``P(pos, x) - T P(x)`` from the operations they
+performed; inputs within the bound are recomputed in exact arithmetic (a post-pass,
+:func:`~boxwatch.offline.bn.exact.refine`). *Ties* are inputs whose posterior is exactly
+``T`` (decided positive); ``exact_inputs`` counts the inputs that needed the exact path.
+The additive route works on float log-odds and cannot recompute single inputs: it counts
+the inputs within its error bound as ``uncertified`` and reports ``certified = False`` when
+there are any (docs/exactness.md).
 """
 
 from __future__ import annotations
@@ -47,6 +53,14 @@ import numpy as np
 from boxwatch.agent.diagram import DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
+from boxwatch.offline.bn.exact import (
+    ExactJoint,
+    Refinement,
+    U,
+    exact_threshold,
+    gamma,
+    refine,
+)
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes
 from boxwatch.offline.bn.plan import (
@@ -58,16 +72,18 @@ from boxwatch.offline.bn.plan import (
     SeparatorPlan,
     additive_estimate,
     distinct_table_bytes,
+    joint_error_bound,
     plan_joint,
     plan_separator,
     refusal,
     relevant_factors,
+    separator_error_bound,
     within,
 )
 
-TIE_TOLERANCE = 1e-9
 METHODS = ("auto", "joint", "decompose")
 AUTO_QUICK_SECONDS = 1.0
+ADDITIVE_EXACT_LIMIT = 1 << 22
 Progress = Callable[[int, int], None]
 
 
@@ -89,7 +105,17 @@ class CompileResult:
     positives, inputs : int
         Inputs decided positive; all inputs (product of the cardinalities).
     ties : int
-        Inputs whose posterior is within ``tie_tolerance`` of the threshold (decided ``>=``).
+        Inputs whose posterior is exactly the threshold, in exact arithmetic on the file's
+        numbers (decided positive); 0 on the additive route, which cannot tell.
+    exact_inputs : int
+        Inputs whose float margin was within the route's error bound, decided in exact
+        rational arithmetic (the ties among them).
+    certified : bool
+        Every decision is the exact one (False only on the additive route, when
+        ``uncertified`` inputs exist).
+    uncertified : int
+        Additive route: inputs within its float error bound of the threshold, decided in
+        floating point.
     impossible : int
         Inputs of probability 0 (posterior undefined; decided negative).
     seconds : float
@@ -112,7 +138,9 @@ class CompileResult:
     ties: int
     impossible: int
     seconds: float
-    tie_tolerance: float = TIE_TOLERANCE
+    exact_inputs: int = 0
+    certified: bool = True
+    uncertified: int = 0
     posterior: np.ndarray | None = None
     estimate: Estimate | None = None
 
@@ -160,7 +188,9 @@ class CompileResult:
             "positives": self.positives,
             "inputs": self.inputs,
             "ties": self.ties,
-            "tie_tolerance": self.tie_tolerance,
+            "exact_inputs": self.exact_inputs,
+            "certified": self.certified,
+            "uncertified": self.uncertified,
             "impossible": self.impossible,
             "constant": d.root < d.n_terminals,
             "seconds": self.seconds,
@@ -271,6 +301,9 @@ def compile_classifier(
         ties=built.ties,
         impossible=built.impossible,
         seconds=seconds,
+        exact_inputs=built.exact_inputs,
+        certified=built.uncertified == 0,
+        uncertified=built.uncertified,
         posterior=built.posterior,
         estimate=estimate,
     )
@@ -286,6 +319,8 @@ class _Built:
     ties: int
     impossible: int
     posterior: np.ndarray | None = None
+    exact_inputs: int = 0
+    uncertified: int = 0
 
 
 def terminals_for(
@@ -364,16 +399,11 @@ def _diagram_kw(network: Network, spec: ResolvedSpec) -> dict[str, Any]:
     }
 
 
-def _decide(
-    num: np.ndarray, den: np.ndarray, threshold: float
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Posterior, decisions (``>= T - tol``), ties and impossible inputs of a block."""
+def _posterior(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, int]:
+    """Float posterior (NaN where ``P(x)`` is 0) and the count of such inputs."""
     with np.errstate(invalid="ignore", divide="ignore"):
         post = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    decision = post >= threshold - TIE_TOLERANCE
-    ties = int(np.count_nonzero(np.abs(post - threshold) <= TIE_TOLERANCE))
-    impossible = int(np.count_nonzero(~(den > 0)))
-    return post, decision, ties, impossible
+    return post, int(np.count_nonzero(~(den > 0)))
 
 
 def _positive_index(network: Network, spec: ResolvedSpec) -> int:
@@ -385,17 +415,41 @@ def _positive_index(network: Network, spec: ResolvedSpec) -> int:
 def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contraction) -> _Built:
     """Fast path: the joint table over class and features, thresholded, unique rows upward."""
     cls, order = spec.class_variable, spec.order
-    joint = contraction.run(relevant_factors(network, [cls, *order]))
+    factors = relevant_factors(network, [cls, *order])
+    joint = contraction.run(factors)
     pos = _positive_index(network, spec)
-    post, decision, ties, impossible = _decide(joint[pos], joint.sum(axis=0), spec.threshold)
+    num, den = np.ascontiguousarray(joint[pos]), joint.sum(axis=0)
     del joint
+    post, impossible = _posterior(num, den)
+    decision = np.empty(num.shape, dtype=bool)
+    cards = [network.card(f) for f in order]
+    exact = refine(
+        num,
+        den,
+        decision,
+        joint_error_bound(network, spec, factors, contraction),
+        spec.threshold,
+        ExactJoint(network, cls, order),
+        pos,
+        lambda idx: np.stack(np.unravel_index(idx, cards), axis=1),
+    )
+    del num, den
     terminals, pos_sink = terminals_for(network, cls, spec.positive)
     sinks = np.where(decision, pos_sink, 1 - pos_sink).astype(np.int64)
     del decision
-    store = _NodeStore(len(terminals), [network.card(f) for f in order])
+    store = _NodeStore(len(terminals), cards)
     root = int(store.bottom_up(sinks[None, ...], 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
-    return _Built(diagram, "joint", store.count, tuple(store.per_level), ties, impossible, post)
+    return _Built(
+        diagram,
+        "joint",
+        store.count,
+        tuple(store.per_level),
+        exact.ties,
+        impossible + exact.impossible_delta,
+        post,
+        exact_inputs=exact.exact_inputs,
+    )
 
 
 def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
@@ -430,6 +484,9 @@ def _compile_separator(
     up = plan.up.run(cut.up_factors(network)).reshape(n_pre, zc, -1)
     lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
     pos = _positive_index(network, spec)
+    bound = separator_error_bound(network, plan)
+    exact = ExactJoint(network, cls, spec.order)
+    refined = Refinement()
     # context index of every prefix (mixed radix over ctx, in prefix-grid order)
     grid = np.indices(cards[:k]).reshape(k, -1)
     ctx_idx = np.zeros(n_pre, dtype=np.int64)
@@ -439,7 +496,7 @@ def _compile_separator(
     terminals, pos_sink = terminals_for(network, cls, spec.positive)
     key_of_prefix = np.empty(n_pre, dtype=np.int64)
     patterns: dict[bytes, int] = {}
-    ties = impossible = done = 0
+    impossible = done = 0
     block = max(1, SEPARATOR_BLOCK_CELLS // max(1, n_suf))
     fixed = plan.estimate.bytes - distinct_table_bytes(cut, min(n_pre, SEPARATOR_DISTINCT_GUESS))
     for c in range(n_ctx):
@@ -451,9 +508,20 @@ def _compile_separator(
             u = up[part]
             num = u[:, pos, :] @ l_pos
             den = u.reshape(part.size, -1) @ l_all
-            _, decision, t, imp = _decide(num, den, spec.threshold)
-            ties += t
-            impossible += imp
+            decision = np.empty(num.shape, dtype=bool)
+            impossible += int(np.count_nonzero(~(den > 0)))
+            refined.add(
+                refine(
+                    num,
+                    den,
+                    decision,
+                    bound,
+                    spec.threshold,
+                    exact,
+                    pos,
+                    _separator_locate(part, cards, k, n_suf),
+                )
+            )
             packed = np.ascontiguousarray(np.packbits(decision, axis=1))
             keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -483,7 +551,29 @@ def _compile_separator(
     root = int(store.bottom_up(prefix_table, 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     quasi = diagram.quasi_nodes_per_level()
-    return _Built(diagram, "decompose/separator", sum(quasi), quasi, ties, impossible)
+    return _Built(
+        diagram,
+        "decompose/separator",
+        sum(quasi),
+        quasi,
+        refined.ties,
+        impossible + refined.impossible_delta,
+        exact_inputs=refined.exact_inputs,
+    )
+
+
+def _separator_locate(
+    part: np.ndarray, cards: Sequence[int], k: int, n_suf: int
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Feature index rows of flat positions in a ``(len(part), n_suf)`` block."""
+
+    def locate(idx: np.ndarray) -> np.ndarray:
+        rows, cols = np.divmod(idx, n_suf)
+        pre = np.unravel_index(part[rows], cards[:k])
+        suf = np.unravel_index(cols, cards[k:])
+        return np.stack([*pre, *suf], axis=1)
+
+    return locate
 
 
 # ---------------------------------------------------------------------------- additive route
@@ -549,8 +639,9 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     cards = [network.card(f) for f in order]
     terminals, pos_sink = terminals_for(network, cls, spec.positive)
     const, terms, ctx, k = _additive_layout(network, spec)
-    tau = _logit(spec.threshold - TIE_TOLERANCE) - const
-    tau_hi = _logit(spec.threshold + TIE_TOLERANCE) - const
+    tau = _logit(spec.threshold) - const
+    window = _additive_window(network, spec, terms, const)
+    tau_lo, tau_hi = tau - window, tau + window
     n_pre = math.prod(cards[:k])
 
     def level_weights(lvl: int, values: dict[int, np.ndarray]) -> np.ndarray:
@@ -620,23 +711,119 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     cidx = np.broadcast_to(ctx_index(k, values), (n_pre,))
     theta_u = tau - prefix_sum
     level_k = np.empty(n_pre, dtype=np.int64)
-    ties = 0
+    near: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     for c in range(len(uniq[k])):
         sel = np.nonzero(cidx == c)[0]
         j = np.searchsorted(uniq[k][c], theta_u[sel], side="left")
         level_k[sel] = ids_below[c][j]
         full = sorted_all[k][c]
-        hi = tau_hi - prefix_sum[sel]
-        ties += int(
-            (
-                np.searchsorted(full, hi, side="right")
-                - np.searchsorted(full, theta_u[sel], side="left")
-            ).sum()
-        )
+        a = np.searchsorted(full, tau_lo - prefix_sum[sel], side="left")
+        b = np.searchsorted(full, tau_hi - prefix_sum[sel], side="right")
+        some = b > a
+        if some.any():
+            near.append((c, sel[some], a[some], b[some]))
+    patch = _AdditivePatch(network, spec, cards, k, sums[k], theta_u, store, pos_sink)
+    ties, exact_inputs, uncertified = patch.apply(near, level_k)
     root = int(store.bottom_up(level_k.reshape(1, *cards[:k]), 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     quasi = diagram.quasi_nodes_per_level()
-    return _Built(diagram, "decompose/additive", sum(quasi), quasi, ties, 0)
+    return _Built(
+        diagram,
+        "decompose/additive",
+        sum(quasi),
+        quasi,
+        ties,
+        0,
+        exact_inputs=exact_inputs,
+        uncertified=uncertified,
+    )
+
+
+@dataclass
+class _AdditivePatch:
+    """Exact decisions for the additive route's inputs within its error window.
+
+    The route cannot recompute single inputs inside its interval nodes; instead each prefix
+    with completions in the window gets its own sub-classifier at level ``k``: float
+    decisions for the completions outside the window, exact ones inside. Above
+    :data:`ADDITIVE_EXACT_LIMIT` cells this is not done and the inputs are reported
+    uncertified.
+    """
+
+    network: Network
+    spec: ResolvedSpec
+    cards: list[int]
+    k: int
+    sums_k: np.ndarray
+    theta_u: np.ndarray
+    store: _NodeStore
+    pos_sink: int
+
+    def apply(
+        self, near: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], level_k: np.ndarray
+    ) -> tuple[int, int, int]:
+        """Patch ``level_k`` in place; return (exact ties, inputs decided exactly,
+        uncertified inputs)."""
+        count = sum(int((b - a).sum()) for _, _, a, b in near)
+        prefixes = sum(p.size for _, p, _, _ in near)
+        if not count:
+            return 0, 0, 0
+        if max(count, prefixes * self.sums_k.shape[1]) > ADDITIVE_EXACT_LIMIT:
+            return 0, 0, count
+        ctx_of: list[np.ndarray] = []
+        pres: list[np.ndarray] = []
+        rows_of: list[np.ndarray] = []
+        comps: list[np.ndarray] = []
+        for c, pre, a, b in near:
+            order = np.argsort(self.sums_k[c], kind="stable")
+            lengths = b - a
+            first = np.repeat(a - (np.cumsum(lengths) - lengths), lengths)
+            comps.append(order[first + np.arange(int(lengths.sum()))])
+            rows_of.append(np.repeat(np.arange(pre.size) + sum(p.size for p in pres), lengths))
+            pres.append(pre)
+            ctx_of.append(np.full(pre.size, c))
+        prefix, ctx = np.concatenate(pres), np.concatenate(ctx_of)
+        row, comp = np.concatenate(rows_of), np.concatenate(comps)
+        X = np.stack(
+            [
+                *np.unravel_index(prefix[row], self.cards[: self.k]),
+                *np.unravel_index(comp, self.cards[self.k :]),
+            ],
+            axis=1,
+        )
+        exact = ExactJoint(self.network, self.spec.class_variable, self.spec.order)
+        got = exact.decide(
+            X, exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
+        )
+        tables = self.sums_k[ctx] >= self.theta_u[prefix][:, None]
+        tables[row, comp] = got.positive
+        sinks = np.where(tables, self.pos_sink, 1 - self.pos_sink).astype(np.int64)
+        level_k[prefix] = self.store.bottom_up(sinks.reshape(-1, *self.cards[self.k :]), self.k)
+        return int(np.count_nonzero(got.tie)), count, 0
+
+
+def _additive_window(network: Network, spec: ResolvedSpec, terms: _Terms, const: float) -> float:
+    """Twice a bound on the float error of a log-odds sum against ``logit(T)``.
+
+    Assumes ``np.log`` is faithful (within one ulp, as glibc's is); docs/exactness.md.
+    Each weight ``log p - log q`` is off by at most ``2 (2u |log| + 1.01u) + u |w|``; summing
+    ``m`` of them and comparing with ``logit(T)`` adds ``gamma(2m + 4)`` of the absolute sum.
+    """
+    cls = spec.class_variable
+    logs = [
+        float(np.abs(np.log(t[t > 0])).max())
+        for t in (network.cpts[v] for v in [cls, *spec.order])
+        if (t > 0).any()
+    ]
+    big_log = max(logs, default=0.0)
+    m = 1 + sum(len(t) for t in terms)
+    wmax = [float(np.abs(w).max()) for level in terms for _, w in level]
+    total = abs(const) + sum(wmax)
+    t = spec.threshold
+    tau = abs(_logit(t))
+    per_term = 4 * U * big_log + 2.02 * U + U * max(wmax, default=0.0)
+    e_tau = 4 * U / (1 - t) + 4 * U / t + 2 * U * tau
+    return 2.0 * (m * per_term + gamma(2 * m + 4) * (total + tau) + e_tau)
 
 
 def _logit(p: float) -> float:

@@ -4,6 +4,15 @@ Own small parsers rather than pgmpy's readers: they are fast (parse time is repo
 from compile time) and every error names the file, the line and the problem. A parsed
 network is a :class:`Network`: variables in file order, state names, parents and CPTs as
 numpy arrays of shape ``(*parent_cards, card)`` (``P(var | parents)`` on the last axis).
+
+Numbers as written: beside each float table a reader keeps the CPT's numbers as the decimal
+strings of the file (:attr:`Network.texts`, one object array per CPT, references to the
+tokens the tokenizer made anyway); :meth:`Network.exact_cpt` turns them into the exact
+rationals they denote, lazily, when the compiler has to decide an input exactly
+(:mod:`boxwatch.offline.bn.exact`). The numbers are used as written and never renormalised:
+:data:`CPT_SUM_TOLERANCE` is a validation check on the rows' sums, nothing more. A reader of
+another format keeps its value tokens the same way: :func:`text_table` (or a float subclass
+:class:`Number` from its tokenizer) and ``texts=`` to :class:`Network`.
 """
 
 from __future__ import annotations
@@ -13,7 +22,8 @@ import gzip
 import re
 import xml.parsers.expat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +32,37 @@ import numpy as np
 from boxwatch.agent.errors import ConfigError
 
 CPT_SUM_TOLERANCE = 1e-3
+
+
+class Number(float):
+    """A float that remembers the decimal string it was read from (``text``)."""
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> Number:
+        value = super().__new__(cls, text)
+        value.text = text
+        return value
+
+
+def text_table(values: Sequence[Any], shape: Sequence[int]) -> np.ndarray:
+    """The decimal strings of ``values`` (file order) as an object array of ``shape``.
+
+    A :class:`Number` gives its ``text``; any other value its shortest round-trip decimal
+    (``repr``), the string :func:`write_bif` would write.
+    """
+    out = np.empty(len(values), dtype=object)
+    out[:] = [v.text if isinstance(v, Number) else repr(float(v)) for v in values]
+    return out.reshape(tuple(shape))
+
+
+def exact_value(text: str) -> Fraction:
+    """The rational a number's decimal string denotes (``"0.98"`` is 49/50, not the float)."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return Fraction(float(text))
 
 
 @dataclass(frozen=True)
@@ -40,6 +81,11 @@ class Network:
         ``cpts[v][p1, ..., pk, j] = P(v = j | parents = (p1, ..., pk))``.
     source : str
         Where the network came from (a path, or ``"<pgmpy>"``).
+    texts : dict of str to object ndarray, optional
+        The CPT numbers as written in the file (decimal strings, same shapes as ``cpts``).
+        Absent (a network built in memory, or from pgmpy) or missing for a variable: each
+        float's shortest round-trip decimal (``repr``), the text :func:`write_bif` writes,
+        so a network and its BIF dump define the same exact classifier.
     """
 
     name: str
@@ -48,6 +94,27 @@ class Network:
     parents: Mapping[str, tuple[str, ...]]
     cpts: Mapping[str, np.ndarray]
     source: str = "<memory>"
+    texts: Mapping[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    _exact: dict[str, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def exact_cpt(self, var: str) -> np.ndarray:
+        """``P(var | parents)`` as written: an object array of :class:`~fractions.Fraction`.
+
+        Built on first use and kept; the numbers are not renormalised.
+        """
+        table = self._exact.get(var)
+        if table is None:
+            text = self.texts.get(var) if self.texts is not None else None
+            if text is None:
+                text = text_table(self.cpts[var].reshape(-1).tolist(), self.cpts[var].shape)
+            flat = [exact_value(t) for t in text.reshape(-1).tolist()]
+            table = np.empty(len(flat), dtype=object)
+            table[:] = flat
+            table = table.reshape(self.cpts[var].shape)
+            self._exact[var] = table
+        return table
 
     def card(self, var: str) -> int:
         """Number of states of ``var``."""
@@ -262,11 +329,11 @@ class _Tokens:
             raise self.error(f"expected {what}, found {tok!r}")
         return tok[1:-1] if tok.startswith('"') else tok
 
-    def number(self) -> float:
-        """Consume a floating-point number."""
+    def number(self) -> Number:
+        """Consume a floating-point number (a float that keeps its text)."""
         tok = self.next("a number")
         try:
-            return float(tok)
+            return Number(tok)
         except ValueError:
             self.i -= 1
             raise self.error(f"expected a number, found {tok!r}") from None
@@ -328,6 +395,7 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
             raise t.error(f"expected 'network', 'variable' or 'probability', found {kw!r}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
+    texts: dict[str, np.ndarray] = {}
     for var, par, line, entries in blocks:
         where_line = f"{where}:{line}"
         if var not in states:
@@ -339,8 +407,9 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
             raise ConfigError(f"{where_line}: {var!r} has undeclared parent(s) {missing}")
         parents[var] = par
         cpts[var] = _bif_table(var, par, states, entries, f"{where}:{line}")
+        texts[var] = _bif_texts(var, par, states, entries, f"{where}:{line}")
         lines.setdefault(var, line)
-    return _finish(name, tuple(order), states, parents, cpts, where, lines)
+    return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
 def _bif_variable(t: _Tokens, var: str) -> tuple[str, ...]:
@@ -406,7 +475,7 @@ def _bif_entries(t: _Tokens) -> list[tuple[int, list[str] | None, list[float]]]:
         else:
             t.i -= 1
             raise t.error(f"expected 'table', 'default' or '(', found {tok!r}")
-        values = [t.number()]
+        values: list[float] = [t.number()]
         while t.peek() == ",":
             t.next()
             values.append(t.number())
@@ -465,6 +534,27 @@ def _bif_table(
     return table
 
 
+def _bif_texts(
+    var: str,
+    par: Sequence[str],
+    states: Mapping[str, tuple[str, ...]],
+    entries: list[tuple[int, list[str] | None, list[float]]],
+    where_line: str,
+) -> np.ndarray:
+    """The decimal strings of ``var``'s CPT, placed as :func:`_bif_table` places the floats.
+
+    :func:`_bif_table` itself places each value's position in the block; the strings follow.
+    """
+    flat = [v for _, _, values in entries for v in values]
+    positions: list[tuple[int, list[str] | None, list[float]]] = []
+    start = 0
+    for line, key, values in entries:
+        positions.append((line, key, [float(i) for i in range(start, start + len(values))]))
+        start += len(values)
+    where_pos = _bif_table(var, tuple(par), states, positions, where_line)
+    return text_table(flat, (len(flat),))[where_pos.astype(np.int64)]
+
+
 # ---------------------------------------------------------------------------- Hugin .net
 def parse_net(text: str, *, where: str = "<net>") -> Network:
     """Parse a Hugin ``.net`` network (discrete nodes, ``potential`` blocks with ``data``)."""
@@ -507,6 +597,7 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
             raise t.error(f"expected 'net', 'node' or 'potential', found {kw!r}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
+    texts: dict[str, np.ndarray] = {}
     for var, par, line, data_line, values in pots:
         if var not in states:
             raise ConfigError(f"{where}:{line}: potential for undeclared node {var!r}")
@@ -523,7 +614,8 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
             )
         parents[var] = par
         cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
-    return _finish(name, tuple(order), states, parents, cpts, where, lines)
+        texts[var] = text_table(values, shape)
+    return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
 def _net_node(t: _Tokens, var: str, line: int) -> tuple[str, ...]:
@@ -559,7 +651,8 @@ def _net_node(t: _Tokens, var: str, line: int) -> tuple[str, ...]:
 
 def _net_potential(t: _Tokens, var: str) -> tuple[int, list[float]]:
     t.expect("{")
-    data_line, values = t.line(), None
+    data_line = t.line()
+    values: list[float] | None = None
     while t.peek() != "}":
         key = t.name("an attribute name")
         t.expect("=")
@@ -663,6 +756,7 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
         lines[var] = el.line
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
+    texts: dict[str, np.ndarray] = {}
     for el in net.find_all("DEFINITION") + net.find_all("PROBABILITY"):
         fv = el.find_text("FOR")
         if len(fv) != 1 or fv[0][0] not in states:
@@ -679,7 +773,7 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
             raise ConfigError(f"{where}:{el.line}: definition of {var!r} needs one <TABLE>")
         body, tline = tables[0]
         try:
-            values = [float(x) for x in body.split()]
+            values = [Number(x) for x in body.split()]
         except ValueError as exc:
             raise ConfigError(f"{where}:{tline}: <TABLE> of {var!r}: {exc}") from None
         shape = (*(len(states[p]) for p in par), len(states[var]))
@@ -689,8 +783,9 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
                 f"expected {int(np.prod(shape))}"
             )
         parents[var] = par
-        cpts[var] = np.asarray(values).reshape(shape)
-    return _finish(name, tuple(order), states, parents, cpts, where, lines)
+        cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
+        texts[var] = text_table(values, shape)
+    return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -702,8 +797,13 @@ def _finish(
     cpts: Mapping[str, np.ndarray],
     where: str,
     lines: Mapping[str, int],
+    texts: Mapping[str, np.ndarray] | None = None,
 ) -> Network:
-    """Check completeness, CPT sums and acyclicity; every problem names a line."""
+    """Check completeness, CPT sums and acyclicity; every problem names a line.
+
+    ``texts`` (the numbers as written) are kept as they are: the sum check is a validation,
+    the numbers are never renormalised.
+    """
 
     def at(var: str) -> str:
         return f"{where}:{lines[var]}" if var in lines else where
@@ -738,6 +838,7 @@ def _finish(
         parents={v: tuple(parents[v]) for v in order},
         cpts={v: np.asarray(cpts[v], dtype=np.float64) for v in order},
         source=where,
+        texts=dict(texts) if texts is not None else None,
     )
 
 
