@@ -72,7 +72,10 @@ class DecisionDiagram:
     class_variable, positive : str
         The class variable and its positive state (``positive in terminals``).
     threshold : float
-        Decide ``positive`` iff ``P(class_variable = positive | x) >= threshold``.
+        Decide ``positive`` iff ``P(class_variable = positive | x) >= threshold``. The
+        compiler decides this exactly: the threshold as its shortest decimal (``repr``,
+        what ``diagram.json`` holds), the CPT numbers as the network file writes them
+        (docs/exactness.md).
     """
 
     features: tuple[str, ...]

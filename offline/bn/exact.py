@@ -113,7 +113,7 @@ def absolute_error(
     for scope, table in factors:
         nonzero = table[table > 0]
         if nonzero.size:
-            log_min += math.log2(float(nonzero.min()))
+            log_min += min(0.0, math.log2(float(nonzero.min())))
             log_max = max(log_max, math.log2(float(nonzero.max())))
         if nonzero.size < table.size:
             flushed = flushed or _flushed_zero(network, scope[-1], table)
