@@ -377,3 +377,16 @@ def test_readers_keep_the_numbers_as_written(tmp_path):
 def test_threshold_is_the_decimal_written():
     assert exact_threshold(0.98) == Fraction(49, 50)
     assert exact_threshold(0.1) == Fraction(1, 10)
+
+
+def test_the_additive_route_says_so_when_it_cannot_certify(monkeypatch):
+    from boxwatch.offline.bn import compile as bn_compile
+
+    net = _near_tie_network("0.98", hidden=False)
+    network = parse_bif(to_bif(net))
+    spec = ClassifierSpec("C", "pos", 0.98, features=["F", "G"])
+    monkeypatch.setattr(bn_compile, "ADDITIVE_EXACT_LIMIT", 0)
+    result = compile_classifier(network, spec, method="decompose")
+    assert result.method == "decompose/additive"
+    assert (result.certified, result.uncertified, result.exact_inputs) == (False, 2, 0)
+    assert result.summary()["certified"] is False

@@ -245,3 +245,27 @@ def test_help_documents_the_limits():
     res = CliRunner().invoke(cli, ["compile-bn", "--help"])
     assert "--max-memory" in res.output and "--max-seconds" in res.output
     assert "exits 2" in res.output
+
+
+def test_a_route_that_cannot_certify_says_so(tmp_path, monkeypatch):
+    from boxwatch.offline.bn import compile as bn_compile
+
+    # naive Bayes (the additive route) with every posterior exactly 0.98, and no room to
+    # patch its sub-classifiers
+    path = tmp_path / "nb.bif"
+    path.write_text(
+        TIE_NET.replace("probability ( H | C ) { (neg) 0.3, 0.7; (pos) 0.3, 0.7; }", "")
+        .replace("variable H { type discrete [ 2 ] { h0, h1 }; }", "")
+        .replace("probability ( F | H ) { (h0) 0.9, 0.1; (h1) 0.2, 0.8; }", "")
+        + "probability ( F | C ) { (neg) 0.9, 0.1; (pos) 0.9, 0.1; }\n"
+    )
+    monkeypatch.setattr(bn_compile, "ADDITIVE_EXACT_LIMIT", 0)
+    args = [str(path), "--class", "C", "--positive", "pos", "--threshold", "0.98"]
+    args += ["--features", "F,G", "--method", "decompose"]
+    info = json.loads(run(*args, "--json").stdout)
+    assert (info["method"], info["certified"], info["uncertified"]) == (
+        "decompose/additive",
+        False,
+        4,
+    )
+    assert "exact        NO: 4 inputs" in run(*args).stdout
