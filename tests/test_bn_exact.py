@@ -390,3 +390,17 @@ def test_the_additive_route_says_so_when_it_cannot_certify(monkeypatch):
     assert result.method == "decompose/additive"
     assert (result.certified, result.uncertified, result.exact_inputs) == (False, 2, 0)
     assert result.summary()["certified"] is False
+
+
+@pytest.mark.parametrize("hidden", [True, False])
+def test_past_the_exact_limit_every_route_says_it_is_not_certified(monkeypatch, hidden):
+    from boxwatch.offline.bn import exact
+
+    monkeypatch.setattr(exact, "EXACT_LIMIT", 1)
+    network = parse_bif(to_bif(_near_tie_network("0.98", hidden)))
+    spec = ClassifierSpec("C", "pos", 0.98, features=["F", "G"])
+    for method in ("joint", "decompose"):
+        result = compile_classifier(network, spec, method=method)
+        assert (result.certified, result.uncertified, result.exact_inputs) == (False, 2, 0)
+        # the two inputs at T: decided positive, as a tie would be
+        assert result.diagram.predict_positive(np.array([[0, 0], [1, 0]])).all()

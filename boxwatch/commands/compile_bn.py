@@ -98,7 +98,7 @@ def _exactness(result: CompileResult) -> str:
         return "yes: the diagram equals the classifier of the file's numbers with P >= T"
     return (
         f"NO: {result.uncertified:,} inputs within the {result.method} route's float error "
-        "bound were decided in floating point (too many to recompute exactly)"
+        "bound were too many to recompute exactly; decided positive (P within rounding of T)"
     )
 
 

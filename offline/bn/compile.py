@@ -35,9 +35,12 @@ the float error of each input's margin ``P(pos, x) - T P(x)`` from the operation
 performed; inputs within the bound are recomputed in exact arithmetic (a post-pass,
 :func:`~boxwatch.offline.bn.exact.refine`). *Ties* are inputs whose posterior is exactly
 ``T`` (decided positive); ``exact_inputs`` counts the inputs that needed the exact path.
-The additive route works on float log-odds and cannot recompute single inputs: it counts
-the inputs within its error bound as ``uncertified`` and reports ``certified = False`` when
-there are any (docs/exactness.md).
+The additive route works on float log-odds: it locates the inputs within its error bound,
+decides them exactly and gives their prefixes their own sub-classifiers. Past
+:data:`~boxwatch.offline.bn.exact.EXACT_LIMIT` such inputs (or
+:data:`ADDITIVE_EXACT_LIMIT` cells of patched sub-classifiers) a route stops: the rest are
+decided positive (within rounding of ``T``, where ``P(x)`` is not 0), counted as
+``uncertified``, and the result says ``certified = False`` (docs/exactness.md).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from boxwatch.agent.diagram import DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.exact import (
+    ExactBudget,
     ExactJoint,
     Refinement,
     U,
@@ -111,11 +115,11 @@ class CompileResult:
         Inputs whose float margin was within the route's error bound, decided in exact
         rational arithmetic (the ties among them).
     certified : bool
-        Every decision is the exact one (False only on the additive route, when
-        ``uncertified`` inputs exist).
+        Every decision is the exact one (False when ``uncertified`` inputs exist).
     uncertified : int
-        Additive route: inputs within its float error bound of the threshold, decided in
-        floating point.
+        Inputs within the float error bound of the threshold that were not recomputed
+        (past :data:`~boxwatch.offline.bn.exact.EXACT_LIMIT`): decided positive where the
+        float ``P(x)`` is not 0.
     impossible : int
         Inputs of probability 0 (posterior undefined; decided negative).
     seconds : float
@@ -432,6 +436,7 @@ def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contractio
         ExactJoint(network, cls, order),
         pos,
         lambda idx: np.stack(np.unravel_index(idx, cards), axis=1),
+        ExactBudget(),
     )
     del num, den
     terminals, pos_sink = terminals_for(network, cls, spec.positive)
@@ -449,6 +454,7 @@ def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contractio
         impossible + exact.impossible_delta,
         post,
         exact_inputs=exact.exact_inputs,
+        uncertified=exact.uncertified,
     )
 
 
@@ -486,7 +492,7 @@ def _compile_separator(
     pos = _positive_index(network, spec)
     bound = separator_error_bound(network, plan)
     exact = ExactJoint(network, cls, spec.order)
-    refined = Refinement()
+    refined, budget = Refinement(), ExactBudget()
     # context index of every prefix (mixed radix over ctx, in prefix-grid order)
     grid = np.indices(cards[:k]).reshape(k, -1)
     ctx_idx = np.zeros(n_pre, dtype=np.int64)
@@ -520,6 +526,7 @@ def _compile_separator(
                     exact,
                     pos,
                     _separator_locate(part, cards, k, n_suf),
+                    budget,
                 )
             )
             packed = np.ascontiguousarray(np.packbits(decision, axis=1))
@@ -559,6 +566,7 @@ def _compile_separator(
         refined.ties,
         impossible + refined.impossible_delta,
         exact_inputs=refined.exact_inputs,
+        uncertified=refined.uncertified,
     )
 
 
@@ -709,7 +717,7 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     for lvl in range(k):
         prefix_sum = prefix_sum + level_weights(lvl, values)
     cidx = np.broadcast_to(ctx_index(k, values), (n_pre,))
-    theta_u = tau - prefix_sum
+    theta_u = tau_lo - prefix_sum  # inputs within the window: positive unless patched
     level_k = np.empty(n_pre, dtype=np.int64)
     near: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     for c in range(len(uniq[k])):
@@ -768,7 +776,7 @@ class _AdditivePatch:
         prefixes = sum(p.size for _, p, _, _ in near)
         if not count:
             return 0, 0, 0
-        if max(count, prefixes * self.sums_k.shape[1]) > ADDITIVE_EXACT_LIMIT:
+        if count > ExactBudget().left or prefixes * self.sums_k.shape[1] > ADDITIVE_EXACT_LIMIT:
             return 0, 0, count
         ctx_of: list[np.ndarray] = []
         pres: list[np.ndarray] = []

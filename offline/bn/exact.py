@@ -34,6 +34,8 @@ TINY = 2.0**-1074
 NO_UNDERFLOW_LOG2 = -1000.0
 """Products of CPT entries at least ``2**NO_UNDERFLOW_LOG2`` never leave the normal range."""
 CHUNK = 1 << 22
+EXACT_LIMIT = 1 << 20
+"""Inputs one compilation decides exactly at most; past it the rest are reported uncertified."""
 EXACT_CELLS = 1 << 18
 _ZERO_TEXT = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d+)?")
 
@@ -350,18 +352,32 @@ def _product(
 # ---------------------------------------------------------------------------- the post-pass
 @dataclass
 class Refinement:
-    """What the exact post-pass did: inputs decided exactly, exact ties among them, and the
-    correction to the float count of impossible inputs (underflowed ``P(x)`` that is not 0)."""
+    """What the exact post-pass did: inputs decided exactly, exact ties among them, the
+    correction to the float count of impossible inputs (underflowed ``P(x)`` that is not 0),
+    and the inputs left undecided once the budget ran out (decided in floats)."""
 
     exact_inputs: int = 0
     ties: int = 0
     impossible_delta: int = 0
+    uncertified: int = 0
 
     def add(self, other: Refinement) -> None:
         """Accumulate another block's figures."""
         self.exact_inputs += other.exact_inputs
         self.ties += other.ties
         self.impossible_delta += other.impossible_delta
+        self.uncertified += other.uncertified
+
+
+@dataclass
+class ExactBudget:
+    """Inputs one compilation may still decide exactly (:data:`EXACT_LIMIT` to start)."""
+
+    left: int = 0
+
+    def __post_init__(self) -> None:
+        if self.left <= 0:
+            self.left = EXACT_LIMIT
 
 
 def refine(
@@ -373,12 +389,15 @@ def refine(
     exact: ExactJoint,
     positive: int,
     locate: Callable[[np.ndarray], np.ndarray],
+    budget: ExactBudget,
 ) -> Refinement:
     """Make ``decision`` (same shape as ``num``) exact, in place.
 
     Float decisions are taken from the margin's sign where it exceeds the bound; the inputs
     inside it are located (``locate(flat indices) -> feature index rows``) and decided by
-    ``exact``.
+    ``exact``. When they are more than ``budget`` has left, none of them is: they are
+    decided positive where the float ``P(x)`` is not 0 (within rounding of ``T``, as a tie
+    would be) and counted as uncertified, and the budget is spent.
     """
     if not decision.flags.c_contiguous:
         raise ValueError("refine() needs a C-contiguous decision array (it writes in place)")
@@ -386,14 +405,24 @@ def refine(
     flat_num, flat_den = num.reshape(-1), den.reshape(-1)
     flat_dec = decision.reshape(-1)
     undecided: list[np.ndarray] = []
+    count = 0
     for s in range(0, flat_num.size, CHUNK):
         n, d = flat_num[s : s + CHUNK], flat_den[s : s + CHUNK]
         flat_dec[s : s + CHUNK] = n - t * d > 0
         near = np.nonzero(bound.undecided(n, d, t))[0]
-        if near.size:
+        count += near.size
+        if count > budget.left:
+            flat_dec[s + near] = d[near] > 0
+        elif near.size:
             undecided.append(near + s)
+    if count > budget.left:
+        for idx in undecided:
+            flat_dec[idx] = flat_den[idx] > 0
+        budget.left = 0
+        return Refinement(uncertified=count)
     if not undecided:
         return Refinement()
+    budget.left -= count
     idx = np.concatenate(undecided)
     got = exact.decide(locate(idx), exact_threshold(threshold), positive)
     flat_dec[idx] = got.positive
