@@ -87,7 +87,7 @@ def float_only() -> Iterator[None]:
     """The compiler as before the exact post-pass: float decisions ``P(pos, x) > T P(x)``,
     no error bound, no exact recomputation (the cost baseline of the ``exact`` rows)."""
 
-    def plain(num, den, decision, bound, threshold, exact, positive, locate):
+    def plain(num, den, decision, bound, threshold, exact, positive, locate, budget):
         np.greater(num - threshold * den, 0.0, out=decision)
         return Refinement()
 

@@ -11,8 +11,8 @@ tokens the tokenizer made anyway); :meth:`Network.exact_cpt` turns them into the
 rationals they denote, lazily, when the compiler has to decide an input exactly
 (:mod:`boxwatch.offline.bn.exact`). The numbers are used as written and never renormalised:
 :data:`CPT_SUM_TOLERANCE` is a validation check on the rows' sums, nothing more. A reader of
-another format keeps its value tokens the same way: :func:`text_table` (or a float subclass
-:class:`Number` from its tokenizer) and ``texts=`` to :class:`Network`.
+another format keeps its value tokens the same way: the strings in file order,
+:func:`text_table` to shape them, ``texts=`` to :class:`Network`.
 """
 
 from __future__ import annotations
@@ -34,26 +34,11 @@ from boxwatch.agent.errors import ConfigError
 CPT_SUM_TOLERANCE = 1e-3
 
 
-class Number(float):
-    """A float that remembers the decimal string it was read from (``text``)."""
-
-    __slots__ = ("text",)
-    text: str
-
-    def __new__(cls, text: str) -> Number:
-        value = super().__new__(cls, text)
-        value.text = text
-        return value
-
-
-def text_table(values: Sequence[Any], shape: Sequence[int]) -> np.ndarray:
-    """The decimal strings of ``values`` (file order) as an object array of ``shape``.
-
-    A :class:`Number` gives its ``text``; any other value its shortest round-trip decimal
-    (``repr``), the string :func:`write_bif` would write.
-    """
-    out = np.empty(len(values), dtype=object)
-    out[:] = [v.text if isinstance(v, Number) else repr(float(v)) for v in values]
+def text_table(texts: Sequence[str], shape: Sequence[int]) -> np.ndarray:
+    """A CPT's numbers as written (decimal strings, file order) as an object array of
+    ``shape``: what a reader passes as ``texts=`` to :class:`Network`."""
+    out = np.empty(len(texts), dtype=object)
+    out[:] = list(texts)
     return out.reshape(tuple(shape))
 
 
@@ -108,7 +93,8 @@ class Network:
         if table is None:
             text = self.texts.get(var) if self.texts is not None else None
             if text is None:
-                text = text_table(self.cpts[var].reshape(-1).tolist(), self.cpts[var].shape)
+                floats = self.cpts[var].reshape(-1).tolist()
+                text = text_table([repr(x) for x in floats], self.cpts[var].shape)
             flat = [exact_value(t) for t in text.reshape(-1).tolist()]
             table = np.empty(len(flat), dtype=object)
             table[:] = flat
@@ -293,6 +279,8 @@ class _Tokens:
         self.lines = [bisect.bisect(newlines, p) + 1 for p in self.pos]
         self.i = 0
         self.eof_line = len(newlines) + 1
+        self.numbers: list[str] = []
+        """Every number consumed, as written (the CPTs' exact values)."""
 
     def line(self) -> int:
         """Line of the next token (the last line at end of file)."""
@@ -329,11 +317,13 @@ class _Tokens:
             raise self.error(f"expected {what}, found {tok!r}")
         return tok[1:-1] if tok.startswith('"') else tok
 
-    def number(self) -> Number:
-        """Consume a floating-point number (a float that keeps its text)."""
+    def number(self) -> float:
+        """Consume a floating-point number; its text goes to :attr:`numbers`."""
         tok = self.next("a number")
         try:
-            return Number(tok)
+            value = float(tok)
+            self.numbers.append(tok)
+            return value
         except ValueError:
             self.i -= 1
             raise self.error(f"expected a number, found {tok!r}") from None
@@ -364,6 +354,7 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
     blocks: list[
         tuple[str, tuple[str, ...], int, list[tuple[int, list[str] | None, list[float]]]]
     ] = []
+    block_texts: list[list[str]] = []
     while t.peek() is not None:
         kw = t.next()
         if kw == "network":
@@ -389,14 +380,16 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
                     if t.peek() == ",":
                         t.next()
             t.expect(")")
+            first = len(t.numbers)
             blocks.append((var, tuple(par), line, _bif_entries(t)))
+            block_texts.append(t.numbers[first:])
         else:
             t.i -= 1
             raise t.error(f"expected 'network', 'variable' or 'probability', found {kw!r}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
     texts: dict[str, np.ndarray] = {}
-    for var, par, line, entries in blocks:
+    for (var, par, line, entries), numbers in zip(blocks, block_texts, strict=True):
         where_line = f"{where}:{line}"
         if var not in states:
             raise ConfigError(f"{where_line}: probability for undeclared variable {var!r}")
@@ -407,7 +400,7 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
             raise ConfigError(f"{where_line}: {var!r} has undeclared parent(s) {missing}")
         parents[var] = par
         cpts[var] = _bif_table(var, par, states, entries, f"{where}:{line}")
-        texts[var] = _bif_texts(var, par, states, entries, f"{where}:{line}")
+        texts[var] = _bif_texts(var, par, states, entries, numbers, f"{where}:{line}")
         lines.setdefault(var, line)
     return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
@@ -539,20 +532,18 @@ def _bif_texts(
     par: Sequence[str],
     states: Mapping[str, tuple[str, ...]],
     entries: list[tuple[int, list[str] | None, list[float]]],
+    numbers: list[str],
     where_line: str,
 ) -> np.ndarray:
-    """The decimal strings of ``var``'s CPT, placed as :func:`_bif_table` places the floats.
-
-    :func:`_bif_table` itself places each value's position in the block; the strings follow.
-    """
-    flat = [v for _, _, values in entries for v in values]
+    """The decimal strings of ``var``'s CPT (``numbers``: the block's, in file order),
+    placed as :func:`_bif_table` places the floats: it places each value's position."""
     positions: list[tuple[int, list[str] | None, list[float]]] = []
     start = 0
     for line, key, values in entries:
         positions.append((line, key, [float(i) for i in range(start, start + len(values))]))
         start += len(values)
     where_pos = _bif_table(var, tuple(par), states, positions, where_line)
-    return text_table(flat, (len(flat),))[where_pos.astype(np.int64)]
+    return text_table(numbers, (len(numbers),))[where_pos.astype(np.int64)]
 
 
 # ---------------------------------------------------------------------------- Hugin .net
@@ -564,6 +555,7 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
     states: dict[str, tuple[str, ...]] = {}
     lines: dict[str, int] = {}
     pots: list[tuple[str, tuple[str, ...], int, int, list[float]]] = []
+    pot_texts: list[list[str]] = []
     while t.peek() is not None:
         kw = t.next()
         if kw == "net":
@@ -590,15 +582,17 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
                 while t.peek() != ")":
                     par.append(t.name("a parent name"))
             t.expect(")")
+            first = len(t.numbers)
             data_line, values = _net_potential(t, var)
             pots.append((var, tuple(par), line, data_line, values))
+            pot_texts.append(t.numbers[first:])
         else:
             t.i -= 1
             raise t.error(f"expected 'net', 'node' or 'potential', found {kw!r}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
     texts: dict[str, np.ndarray] = {}
-    for var, par, line, data_line, values in pots:
+    for (var, par, line, data_line, values), numbers in zip(pots, pot_texts, strict=True):
         if var not in states:
             raise ConfigError(f"{where}:{line}: potential for undeclared node {var!r}")
         if var in cpts:
@@ -614,7 +608,7 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
             )
         parents[var] = par
         cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
-        texts[var] = text_table(values, shape)
+        texts[var] = text_table(numbers, shape)
     return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
@@ -773,7 +767,8 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
             raise ConfigError(f"{where}:{el.line}: definition of {var!r} needs one <TABLE>")
         body, tline = tables[0]
         try:
-            values = [Number(x) for x in body.split()]
+            numbers = body.split()
+            values = [float(x) for x in numbers]
         except ValueError as exc:
             raise ConfigError(f"{where}:{tline}: <TABLE> of {var!r}: {exc}") from None
         shape = (*(len(states[p]) for p in par), len(states[var]))
@@ -784,7 +779,7 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
             )
         parents[var] = par
         cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
-        texts[var] = text_table(values, shape)
+        texts[var] = text_table(numbers, shape)
     return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
