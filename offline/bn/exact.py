@@ -82,21 +82,45 @@ class ErrorBound:
     abs_num: float = 0.0
     abs_den: float = 0.0
 
-    def window(self, num: np.ndarray, den: np.ndarray, t: float) -> np.ndarray:
-        """Twice the bound on ``|(num - t den) - exact margin|`` (docs/exactness.md)."""
+    def coefficients(self, t: float) -> tuple[float, float, float]:
+        """``(a, b, c)``: the window is ``a num + b den + c``, twice the bound on
+        ``|(num - t den) - exact margin|`` (docs/exactness.md)."""
         e_num = gamma(self.k_num) / (1.0 - gamma(self.k_num)) + U
         e_den = gamma(self.k_den) / (1.0 - gamma(self.k_den)) + 4 * U
         extra = 2.0 * (self.abs_num + self.abs_den + TINY)
-        return 2.0 * (e_num * num + (t * e_den) * den + extra)
+        return 2.0 * e_num, 2.0 * t * e_den, 2.0 * extra
 
-    def undecided(self, num: np.ndarray, den: np.ndarray, t: float) -> np.ndarray:
+    def window(self, num: np.ndarray, den: np.ndarray, t: float) -> np.ndarray:
+        """Twice the bound on ``|(num - t den) - exact margin|`` (docs/exactness.md)."""
+        a, b, c = self.coefficients(t)
+        return a * num + b * den + c
+
+    def undecided(
+        self, num: np.ndarray, den: np.ndarray, t: float, margin: np.ndarray | None = None
+    ) -> np.ndarray:
         """Where the float margin's sign may differ from the exact one.
 
-        A float ``P(x)`` of 0 is exact (every term holds an exact 0) unless underflow is
-        possible (``abs_den > 0``).
+        Decided as ``|margin| < beta den + c``, a window at least :meth:`window` (exact
+        ``P(pos, x) <= P(x)`` bounds the ``num`` term by the ``den`` one; the strict ``<``
+        with ``beta`` enlarged by ``2u`` covers ``<=``). Without underflow (``abs_* = 0``)
+        ``c = 0``: a float ``P(x)`` of 0 is an exact 0 (decided, negative), and a nonzero
+        one is at least ``2**NO_UNDERFLOW_LOG2``, so ``2**-60 den`` covers the rounding of
+        ``t den`` below the normal range. ``margin`` (``num - t den``, if already computed)
+        is overwritten.
         """
-        near = np.abs(num - t * den) <= self.window(num, den, t)
-        return near if self.abs_den > 0 else near & (den > 0)
+        beta, c = self._beta(t)
+        m = num - t * den if margin is None else margin
+        np.abs(m, out=m)
+        return m < beta * den + c if c else m < beta * den
+
+    def _beta(self, t: float) -> tuple[float, float]:
+        a, b, c = self.coefficients(t)
+        g_num, g_den = gamma(self.k_num), gamma(self.k_den)
+        grow = (1.0 + g_num) / (1.0 - g_den) * (1.0 + 4 * U)
+        beta = (a * grow + b) * (1.0 + 4 * U)
+        if self.abs_num == 0 and self.abs_den == 0:
+            return beta + 2.0**-60, 0.0
+        return beta, c + 2.0 * a * (self.abs_num + 2.0 * self.abs_den)
 
 
 def absolute_error(
@@ -408,13 +432,16 @@ def refine(
     count = 0
     for s in range(0, flat_num.size, CHUNK):
         n, d = flat_num[s : s + CHUNK], flat_den[s : s + CHUNK]
-        flat_dec[s : s + CHUNK] = n - t * d > 0
-        near = np.nonzero(bound.undecided(n, d, t))[0]
-        count += near.size
+        margin = n - t * d
+        np.greater(margin, 0.0, out=flat_dec[s : s + CHUNK])
+        mask = bound.undecided(n, d, t, margin)
+        count += int(np.count_nonzero(mask))
         if count > budget.left:
-            flat_dec[s + near] = d[near] > 0
-        elif near.size:
-            undecided.append(near + s)
+            flat_dec[s : s + CHUNK] |= mask & (d > 0)
+        elif count:
+            near = np.nonzero(mask)[0]
+            if near.size:
+                undecided.append(near + s)
     if count > budget.left:
         for idx in undecided:
             flat_dec[idx] = flat_den[idx] > 0
