@@ -83,7 +83,9 @@ class DecisionDiagram:
         The positive state (``positive in terminals``); ``None`` for an argmax diagram.
     threshold : float or None
         Decide ``positive`` iff ``P(class_variable = positive | x) >= threshold``; ``None``
-        for an argmax diagram.
+        for an argmax diagram. The compiler decides this exactly: the threshold as its
+        shortest decimal (``repr``, what ``diagram.json`` holds), the CPT numbers as the
+        network file writes them (docs/exactness.md).
     decision : {"threshold", "argmax"}
         ``argmax``: the most probable class state (ties to the lowest state index);
         ``terminals`` are then all class states in the network's order.

@@ -18,10 +18,13 @@ nodes, inputs per state, ties, both routes' seconds, and every input against pgm
 joint; ``bench/bn_compile.py argmax`` runs only these (seconds) and writes their own section.
 
 Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESULTS.md.
+``.venv/bin/python bench/bn_compile.py exact``: only the cost of exact decisions on the
+reference rows, with and without the post-pass in one run; its own section.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import statistics
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +44,10 @@ from _results import machine_line, run_summary, write_section
 from bn_reference import REFERENCE_CLASSIFIERS
 from bn_synthetic import chain_tan, naive_bayes
 
+from boxwatch.offline.bn import compile as bn_compile
 from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
-from boxwatch.offline.bn.compile import TIE_TOLERANCE, CompileResult, compile_classifier
+from boxwatch.offline.bn.compile import CompileResult, compile_classifier
+from boxwatch.offline.bn.exact import ErrorBound, Refinement
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import format_bytes
 from boxwatch.offline.bn.plan import (
@@ -65,6 +71,10 @@ HIDDEN = {
 HIDDEN_MEMORY = 4 << 30
 HIDDEN_SECONDS = 120.0
 HIDDEN_CHECKS = 200  # uniform, and as many sampled from the network
+# The independent float references below decide P >= T - TIE_TOLERANCE (they cannot tell an
+# exact tie from a rounding error); the compiler decides exactly.
+TIE_TOLERANCE = 1e-9
+EXACT_REPEATS = 9
 # name -> (reference classifier whose network and order are used, class of the argmax)
 ARGMAX = {"child": ("child", "Disease"), "alarm": ("alarm", "INTUBATION")}
 ARGMAX_HEADING = "## bn_compile argmax (bench/bn_compile.py argmax)"
@@ -80,6 +90,99 @@ def median_seconds(network, spec, method: str) -> tuple[float, CompileResult]:
         times.append(time.perf_counter() - start)
     assert result is not None
     return statistics.median(times), result
+
+
+@contextlib.contextmanager
+def float_only() -> Iterator[None]:
+    """The compiler as before the exact post-pass: the old float decision (posterior,
+    ``P >= T - 1e-9``, ties counted within 1e-9), no error bound, no exact recomputation
+    (the cost baseline of the ``exact`` rows)."""
+
+    def plain(num, den, decision, bound, threshold, exact, positive, locate, budget):
+        # what _decide did: posterior, P >= T - 1e-9, ties counted within 1e-9
+        with np.errstate(invalid="ignore", divide="ignore"):
+            post = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        np.greater_equal(post, threshold - TIE_TOLERANCE, out=decision)
+        int(np.count_nonzero(np.abs(post - threshold) <= TIE_TOLERANCE))
+        return Refinement()
+
+    names = ("refine", "joint_error_bound", "separator_error_bound")
+    saved = [getattr(bn_compile, n) for n in names]
+    saved_apply = bn_compile._AdditivePatch.apply
+    bn_compile.refine = plain
+    bn_compile.joint_error_bound = lambda *a, **k: ErrorBound(0, 0)
+    bn_compile.separator_error_bound = lambda *a, **k: ErrorBound(0, 0)
+    bn_compile._AdditivePatch.apply = lambda self, near, level_k: (0, 0, 0)
+    try:
+        yield
+    finally:
+        for n, f in zip(names, saved, strict=True):
+            setattr(bn_compile, n, f)
+        bn_compile._AdditivePatch.apply = saved_apply
+
+
+def exact_rows() -> list[str]:
+    """Compile seconds of every reference row with and without the exact post-pass, runs
+    interleaved (median of :data:`EXACT_REPEATS` each), and what the post-pass did."""
+    rows = []
+    totals = [0.0, 0.0, 0.0, 0.0]
+    for name, classifier in REFERENCE_CLASSIFIERS.items():
+        network, spec = classifier.load(SHARED)
+        for method in ("joint", "decompose"):
+            with_s, without_s = [], []
+            for _ in range(EXACT_REPEATS):
+                start = time.perf_counter()
+                result = compile_classifier(network, spec, method=method)
+                with_s.append(time.perf_counter() - start)
+                with float_only():
+                    start = time.perf_counter()
+                    plain = compile_classifier(network, spec, method=method)
+                    without_s.append(time.perf_counter() - start)
+            a, b = statistics.median(with_s), statistics.median(without_s)
+            a_min, b_min = min(with_s), min(without_s)
+            for i, x in enumerate((b, a, b_min, a_min)):
+                totals[i] += x
+            same = "yes" if plain.diagram == result.diagram else "no"
+            rows.append(
+                f"| {name} | {result.method} | {result.inputs:,} | {result.exact_inputs:,} | "
+                f"{result.ties:,} | {'yes' if result.certified else 'NO'} | {b:.4f} / "
+                f"{b_min:.4f} | {a:.4f} / {a_min:.4f} | {100 * (a - b) / b:+.0f}% / "
+                f"{100 * (a_min - b_min) / b_min:+.0f}% | {same} |"
+            )
+            print(rows[-1], flush=True)
+    b, a, b_min, a_min = totals
+    rows.append(
+        f"| **all rows** | | | | | | {b:.4f} / {b_min:.4f} | {a:.4f} / {a_min:.4f} | "
+        f"{100 * (a - b) / b:+.0f}% / {100 * (a_min - b_min) / b_min:+.0f}% | |"
+    )
+    return rows
+
+
+def exact_section() -> None:
+    """Run :func:`exact_rows` and write its section of bench/RESULTS.md."""
+    began = time.perf_counter()
+    rows = exact_rows()
+    text = "\n".join(
+        [
+            machine_line(run_summary(began)),
+            "",
+            "Cost of exact decisions: every reference row compiled with the exact post-pass "
+            "(error bound, exact recomputation inside it) and without it (float decisions "
+            "only: the compiler before issue 27), runs interleaved in one process, median of "
+            f"{EXACT_REPEATS} each (and the fastest), parsing excluded. 'same diagram': whether "
+            "the old float decision (P >= T - 1e-9) gives the exact diagram. The machine was "
+            "shared (load average in the line above): single rows of a few ms move by tens "
+            "of per cent between runs.",
+            "",
+            "| network | route | inputs | exact path inputs | exact ties | certified | "
+            "float only s (median / min) | exact s (median / min) | added (median / min) | "
+            "same diagram |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    write_section("## bn_compile exact decisions (bench/bn_compile.py exact)", text)
+    print(text)
 
 
 def network_rows() -> list[str]:
@@ -389,10 +492,13 @@ def argmax_section(began: float) -> str:
 
 def main() -> None:
     """Run every case (or one large case when given ``KIND N``) and write RESULTS.md."""
-    if len(sys.argv) == 2 and sys.argv[1] == "argmax":
+    if sys.argv[1:] == ["argmax"]:
         text = argmax_section(time.perf_counter())
         write_section(ARGMAX_HEADING, text)
         print(text)
+        return
+    if sys.argv[1:] == ["exact"]:
+        exact_section()
         return
     if len(sys.argv) == 3 and sys.argv[1] == "hidden":
         print(json.dumps(hidden_case(sys.argv[2])))

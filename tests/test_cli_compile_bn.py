@@ -23,6 +23,9 @@ JSON_KEYS = {
     "positives",
     "inputs",
     "ties",
+    "exact_inputs",
+    "certified",
+    "uncertified",
     "seconds",
     "parse_seconds",
 }
@@ -91,6 +94,35 @@ def test_text_output_goes_to_stdout_and_a_note_to_stderr(bif_file):
     assert res.exit_code == EXIT_OK
     assert "quasi-reduced" in res.stdout and "positives" in res.stdout
     assert "compiled" in res.stderr and "compiled" not in res.stdout
+
+
+TIE_NET = """network t {
+}
+variable C { type discrete [ 2 ] { neg, pos }; }
+variable H { type discrete [ 2 ] { h0, h1 }; }
+variable F { type discrete [ 2 ] { f0, f1 }; }
+variable G { type discrete [ 2 ] { g0, g1 }; }
+probability ( C ) { table 0.02, 0.98; }
+probability ( H | C ) { (neg) 0.3, 0.7; (pos) 0.3, 0.7; }
+probability ( F | H ) { (h0) 0.9, 0.1; (h1) 0.2, 0.8; }
+probability ( G | C ) { (neg) 0.35, 0.65; (pos) 0.35, 0.65; }
+"""
+
+
+@pytest.mark.parametrize("method", ["joint", "decompose"])
+def test_exact_ties_and_the_exact_path_are_reported(tmp_path, method):
+    # F and G carry no evidence (equal rows): every posterior is exactly the prior 0.98
+    path = tmp_path / "tie.bif"
+    path.write_text(TIE_NET)
+    args = [str(path), "--class", "C", "--positive", "pos", "--threshold", "0.98"]
+    res = run(*args, "--features", "F,G", "--method", method, "--json")
+    assert res.exit_code == EXIT_OK, res.output
+    info = json.loads(res.stdout)
+    assert (info["ties"], info["positives"], info["inputs"]) == (4, 4, 4)
+    assert info["exact_inputs"] == 4 and info["certified"] is True
+    text = run(*args, "--features", "F,G", "--method", method).stdout
+    assert "posterior exactly T" in text and "exact rational arithmetic" in text
+    assert "the diagram equals the classifier of the file's numbers" in text
 
 
 def test_bad_spec_exits_2_with_every_problem(bif_file):
@@ -254,3 +286,25 @@ def test_decision_options_are_checked_as_usage_errors(bif_file, args, message):
     res = run(str(bif_file), "--class", "v3", *args)
     assert res.exit_code == EXIT_USAGE
     assert message in res.output
+def test_a_route_that_cannot_certify_says_so(tmp_path, monkeypatch):
+    from boxwatch.offline.bn import compile as bn_compile
+
+    # naive Bayes (the additive route) with every posterior exactly 0.98, and no room to
+    # patch its sub-classifiers
+    path = tmp_path / "nb.bif"
+    path.write_text(
+        TIE_NET.replace("probability ( H | C ) { (neg) 0.3, 0.7; (pos) 0.3, 0.7; }", "")
+        .replace("variable H { type discrete [ 2 ] { h0, h1 }; }", "")
+        .replace("probability ( F | H ) { (h0) 0.9, 0.1; (h1) 0.2, 0.8; }", "")
+        + "probability ( F | C ) { (neg) 0.9, 0.1; (pos) 0.9, 0.1; }\n"
+    )
+    monkeypatch.setattr(bn_compile, "ADDITIVE_EXACT_LIMIT", 0)
+    args = [str(path), "--class", "C", "--positive", "pos", "--threshold", "0.98"]
+    args += ["--features", "F,G", "--method", "decompose"]
+    info = json.loads(run(*args, "--json").stdout)
+    assert (info["method"], info["certified"], info["uncertified"]) == (
+        "decompose/additive",
+        False,
+        4,
+    )
+    assert "exact        NO: 4 inputs" in run(*args).stdout

@@ -12,7 +12,8 @@
 
 Modules: :mod:`.io` (BIF, XMLBIF, Hugin readers), :mod:`.classifier` (what is decided),
 :mod:`.elimination`, :mod:`.separator`, :mod:`.plan` and :mod:`.limits` (sizing a compilation
-before running it), :mod:`.compile` (the routes), :mod:`.rules` (the rule language),
+before running it), :mod:`.compile` (the routes), :mod:`.exact` (float error bounds and exact
+rational decisions near the threshold), :mod:`.rules` (the rule language),
 :mod:`.cnf` (diagram to CNF) and :mod:`.verify` (rules and monotonicity).
 """
 

@@ -28,18 +28,27 @@ Before any route starts, its peak memory and time are estimated from shapes alon
 (:mod:`boxwatch.offline.bn.plan`); ``auto`` takes the fastest route that fits the limits,
 and when none fits the compilation is refused with one line naming every estimate and limit.
 
-Every input whose posterior lies within :data:`TIE_TOLERANCE` of the threshold is a *tie*:
-ties are counted and decided positive (``>=``), i.e. the decision is
-``P(C = positive | x) >= threshold - TIE_TOLERANCE`` on every route, so both regimes agree
-on exact ties computed with different rounding.
+Decisions are exact against the file's numbers (:mod:`boxwatch.offline.bn.exact`): the
+classifier is ``P(C = positive | x) >= T`` with every CPT number the rational its decimal
+string denotes and ``T`` the decimal the user wrote. The joint and separator routes bound
+the float error of each input's margin ``P(pos, x) - T P(x)`` from the operations they
+performed; inputs within the bound are recomputed in exact arithmetic (a post-pass,
+:func:`~boxwatch.offline.bn.exact.refine`). *Ties* are inputs whose posterior is exactly
+``T`` (decided positive); ``exact_inputs`` counts the inputs that needed the exact path.
+The additive route works on float log-odds: it locates the inputs within its error bound,
+decides them exactly and gives their prefixes their own sub-classifiers. Past
+:data:`~boxwatch.offline.bn.exact.EXACT_LIMIT` such inputs (or
+:data:`ADDITIVE_EXACT_LIMIT` cells of patched sub-classifiers) a route stops: the rest are
+decided positive (within rounding of ``T``, where ``P(x)`` is not 0), counted as
+``uncertified``, and the result says ``certified = False`` (docs/exactness.md).
 
 Argmax (multi-class) classifiers decide the most probable class state; the sinks are the
 class states in the network's order. The joint and separator routes compute ``P(c, x)`` for
-every state ``c``, so the argmax is exact there; the additive route (log-odds of two
-states) does not apply and ``decompose`` takes the separator route. A state whose posterior
-lies within :data:`TIE_TOLERANCE` of the largest one *ties* with it; the decision is the
-lowest tied state index (the first in the network's order). Ties are counted per input and
-per pair of states. Inputs of probability 0 are decided state 0 (every posterior is
+every state ``c``; the additive route (log-odds of two states) does not apply and
+``decompose`` takes the separator route. Argmax decisions are not yet on the exact path: a
+state whose float posterior lies within :data:`ARGMAX_TIE_TOLERANCE` of the largest one
+*ties* with it, the decision is the lowest tied state index, and ties are counted per input
+and per pair of states. Inputs of probability 0 are decided state 0 (every posterior is
 undefined) and counted as impossible.
 """
 
@@ -56,6 +65,15 @@ import numpy as np
 from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
+from boxwatch.offline.bn.exact import (
+    ExactBudget,
+    ExactJoint,
+    Refinement,
+    U,
+    exact_threshold,
+    gamma,
+    refine,
+)
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes
 from boxwatch.offline.bn.plan import (
@@ -67,16 +85,20 @@ from boxwatch.offline.bn.plan import (
     SeparatorPlan,
     additive_estimate,
     distinct_table_bytes,
+    joint_error_bound,
     plan_joint,
     plan_separator,
     refusal,
     relevant_factors,
+    separator_error_bound,
     within,
 )
 
-TIE_TOLERANCE = 1e-9
 METHODS = ("auto", "joint", "decompose")
 AUTO_QUICK_SECONDS = 1.0
+ADDITIVE_EXACT_LIMIT = 1 << 22
+# Argmax decisions compare float posteriors: states this close to the largest one tie.
+ARGMAX_TIE_TOLERANCE = 1e-9
 Progress = Callable[[int, int], None]
 
 
@@ -100,9 +122,20 @@ class CompileResult:
     inputs : int
         All inputs (product of the cardinalities).
     ties : int
-        Threshold: inputs whose posterior is within ``tie_tolerance`` of the threshold
-        (decided ``>=``). Argmax: inputs where two or more states are within
-        ``tie_tolerance`` of the largest posterior (decided the lowest state index).
+        Threshold: inputs whose posterior is exactly the threshold, in exact arithmetic on
+        the file's numbers (decided positive); 0 on the additive route, which cannot tell.
+        Argmax: inputs where two or more states are within ``tie_tolerance`` of the largest
+        float posterior (decided the lowest state index).
+    exact_inputs : int
+        Threshold only: inputs whose float margin was within the route's error bound,
+        decided in exact rational arithmetic (the ties among them).
+    certified : bool
+        Every decision is the exact one (False when ``uncertified`` inputs exist; always
+        False for argmax, whose decisions use float posteriors and ``tie_tolerance``).
+    uncertified : int
+        Inputs within the float error bound of the threshold that were not recomputed
+        (past :data:`~boxwatch.offline.bn.exact.EXACT_LIMIT`): decided positive where the
+        float ``P(x)`` is not 0.
     impossible : int
         Inputs of probability 0 (posterior undefined; decided negative, or state 0 for
         argmax).
@@ -133,11 +166,14 @@ class CompileResult:
     ties: int
     impossible: int
     seconds: float
-    tie_tolerance: float = TIE_TOLERANCE
+    exact_inputs: int = 0
+    certified: bool = True
+    uncertified: int = 0
     posterior: np.ndarray | None = None
     estimate: Estimate | None = None
     decided: dict[str, int] | None = None
     tie_pairs: dict[tuple[str, str], int] | None = None
+    tie_tolerance: float | None = None
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -192,6 +228,9 @@ class CompileResult:
             ],
             "decided": dict(self.decided or {}),
             "tie_tolerance": self.tie_tolerance,
+            "exact_inputs": self.exact_inputs,
+            "certified": self.certified,
+            "uncertified": self.uncertified,
             "impossible": self.impossible,
             "constant": d.root < d.n_terminals,
             "seconds": self.seconds,
@@ -302,10 +341,14 @@ def compile_classifier(
         ties=built.ties,
         impossible=built.impossible,
         seconds=seconds,
+        exact_inputs=built.exact_inputs,
+        certified=built.uncertified == 0 and not diagram.is_argmax,
+        uncertified=built.uncertified,
         posterior=built.posterior,
         estimate=estimate,
         decided=counts,
         tie_pairs=_tie_pairs(diagram.terminals, built.tie_pairs),
+        tie_tolerance=ARGMAX_TIE_TOLERANCE if diagram.is_argmax else None,
     )
 
 
@@ -320,6 +363,8 @@ class _Built:
     impossible: int
     posterior: np.ndarray | None = None
     tie_pairs: np.ndarray | None = None
+    exact_inputs: int = 0
+    uncertified: int = 0
 
 
 def _tie_pairs(
@@ -420,16 +465,11 @@ def _diagram_kw(network: Network, spec: ResolvedSpec) -> dict[str, Any]:
     }
 
 
-def _decide(
-    num: np.ndarray, den: np.ndarray, threshold: float
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Posterior, decisions (``>= T - tol``), ties and impossible inputs of a block."""
+def _posterior(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, int]:
+    """Float posterior (NaN where ``P(x)`` is 0) and the count of such inputs."""
     with np.errstate(invalid="ignore", divide="ignore"):
         post = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    decision = post >= threshold - TIE_TOLERANCE
-    ties = int(np.count_nonzero(np.abs(post - threshold) <= TIE_TOLERANCE))
-    impossible = int(np.count_nonzero(~(den > 0)))
-    return post, decision, ties, impossible
+    return post, int(np.count_nonzero(~(den > 0)))
 
 
 def _code_dtype(n_states: int) -> type:
@@ -443,7 +483,7 @@ def _decide_argmax(
     """Posteriors, argmax decisions, pair ties, tied and impossible inputs of a block.
 
     ``joint`` holds ``P(c, x)`` with the class state on axis 0. A state ties with the best
-    one when its posterior is within :data:`TIE_TOLERANCE` of the largest; the decision is
+    one when its posterior is within :data:`ARGMAX_TIE_TOLERANCE` of the largest; the decision is
     the lowest tied state index. Inputs of probability 0 have no tied state and get 0.
     Returns ``(post, codes, pairs, ties, impossible)``: ``codes`` (:func:`_code_dtype`) has
     ``joint``'s shape without axis 0; ``pairs[a, b]`` (``a < b``) counts inputs where ``a``
@@ -454,7 +494,7 @@ def _decide_argmax(
     with np.errstate(invalid="ignore", divide="ignore"):
         post = np.where(ok, joint / np.where(ok, den, 1.0), np.nan)
     best = np.where(ok, post, 0.0).max(axis=0)
-    near = (post >= best - TIE_TOLERANCE) & ok
+    near = (post >= best - ARGMAX_TIE_TOLERANCE) & ok
     zc = joint.shape[0]
     codes = np.argmax(near, axis=0).astype(_code_dtype(zc))
     pairs = np.zeros((zc, zc), dtype=np.int64)
@@ -478,9 +518,11 @@ def _positive_index(network: Network, spec: ResolvedSpec) -> int:
 def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contraction) -> _Built:
     """Fast path: the joint table over class and features, thresholded, unique rows upward."""
     cls, order = spec.class_variable, spec.order
-    joint = contraction.run(relevant_factors(network, [cls, *order]))
-    store = _NodeStore(network.card(cls) if spec.is_argmax else 2, [network.card(f) for f in order])
+    factors = relevant_factors(network, [cls, *order])
+    joint = contraction.run(factors)
+    cards = [network.card(f) for f in order]
     if spec.is_argmax:
+        store = _NodeStore(network.card(cls), cards)
         post, codes, pairs, ties, impossible = _decide_argmax(joint)
         del joint
         root = int(store.bottom_up(codes.astype(np.int64)[None, ...], 0)[0])
@@ -488,17 +530,41 @@ def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contractio
         return _Built(
             diagram, "joint", store.count, tuple(store.per_level), ties, impossible, post, pairs
         )
-    pos = _positive_index(network, spec)
     assert spec.threshold is not None
-    post, decision, ties, impossible = _decide(joint[pos], joint.sum(axis=0), spec.threshold)
+    pos = _positive_index(network, spec)
+    num, den = np.ascontiguousarray(joint[pos]), joint.sum(axis=0)
     del joint
+    post, impossible = _posterior(num, den)
+    decision = np.empty(num.shape, dtype=bool)
+    exact = refine(
+        num,
+        den,
+        decision,
+        joint_error_bound(network, spec, factors, contraction),
+        spec.threshold,
+        ExactJoint(network, cls, order),
+        pos,
+        lambda idx: np.stack(np.unravel_index(idx, cards), axis=1),
+        ExactBudget(),
+    )
+    del num, den
     terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
     sinks = np.where(decision, pos_sink, 1 - pos_sink).astype(np.int64)
     del decision
-    assert len(terminals) == store.nt
+    store = _NodeStore(len(terminals), cards)
     root = int(store.bottom_up(sinks[None, ...], 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
-    return _Built(diagram, "joint", store.count, tuple(store.per_level), ties, impossible, post)
+    return _Built(
+        diagram,
+        "joint",
+        store.count,
+        tuple(store.per_level),
+        exact.ties,
+        impossible + exact.impossible_delta,
+        post,
+        exact_inputs=exact.exact_inputs,
+        uncertified=exact.uncertified,
+    )
 
 
 def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
@@ -535,8 +601,13 @@ def _compile_separator(
     lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
     argmax = spec.is_argmax
     pos = 0 if argmax else _positive_index(network, spec)
-    threshold = math.nan if spec.threshold is None else spec.threshold
     pairs = np.zeros((zc, zc), dtype=np.int64)
+    ties = 0
+    if not argmax:
+        assert spec.threshold is not None
+        bound = separator_error_bound(network, plan)
+        exact = ExactJoint(network, cls, spec.order)
+    refined, budget = Refinement(), ExactBudget()
     # context index of every prefix (mixed radix over ctx, in prefix-grid order)
     grid = np.indices(cards[:k]).reshape(k, -1)
     ctx_idx = np.zeros(n_pre, dtype=np.int64)
@@ -549,7 +620,7 @@ def _compile_separator(
         terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
     key_of_prefix = np.empty(n_pre, dtype=np.int64)
     patterns: dict[bytes, int] = {}
-    ties = impossible = done = 0
+    impossible = done = 0
     block = max(1, SEPARATOR_BLOCK_CELLS // (max(1, n_suf) * (zc if argmax else 1)))
     fixed = plan.estimate.bytes - distinct_table_bytes(cut, min(n_pre, SEPARATOR_DISTINCT_GUESS))
     for c in range(n_ctx):
@@ -564,14 +635,28 @@ def _compile_separator(
                 _, codes, p, t, imp = _decide_argmax(probs)
                 del probs
                 pairs += p
+                ties += t
+                impossible += imp
                 packed = np.ascontiguousarray(codes)
             else:
                 num = u[:, pos, :] @ l_states[pos]
                 den = u.reshape(part.size, -1) @ l_all
-                _, decision, t, imp = _decide(num, den, threshold)
+                decision = np.empty(num.shape, dtype=bool)
+                impossible += int(np.count_nonzero(~(den > 0)))
+                refined.add(
+                    refine(
+                        num,
+                        den,
+                        decision,
+                        bound,
+                        spec.threshold,
+                        exact,
+                        pos,
+                        _separator_locate(part, cards, k, n_suf),
+                        budget,
+                    )
+                )
                 packed = np.ascontiguousarray(np.packbits(decision, axis=1))
-            ties += t
-            impossible += imp
             keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             local = np.empty(first.size, dtype=np.int64)
@@ -609,10 +694,26 @@ def _compile_separator(
         "decompose/separator",
         sum(quasi),
         quasi,
-        ties,
-        impossible,
+        ties + refined.ties,
+        impossible + refined.impossible_delta,
         tie_pairs=pairs if argmax else None,
+        exact_inputs=refined.exact_inputs,
+        uncertified=refined.uncertified,
     )
+
+
+def _separator_locate(
+    part: np.ndarray, cards: Sequence[int], k: int, n_suf: int
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Feature index rows of flat positions in a ``(len(part), n_suf)`` block."""
+
+    def locate(idx: np.ndarray) -> np.ndarray:
+        rows, cols = np.divmod(idx, n_suf)
+        pre = np.unravel_index(part[rows], cards[:k])
+        suf = np.unravel_index(cols, cards[k:])
+        return np.stack([*pre, *suf], axis=1)
+
+    return locate
 
 
 # ---------------------------------------------------------------------------- additive route
@@ -678,10 +779,10 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     cards = [network.card(f) for f in order]
     terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
     assert spec.threshold is not None  # the additive route decides thresholds only
-    threshold = spec.threshold
     const, terms, ctx, k = _additive_layout(network, spec)
-    tau = _logit(threshold - TIE_TOLERANCE) - const
-    tau_hi = _logit(threshold + TIE_TOLERANCE) - const
+    tau = _logit(spec.threshold) - const
+    window = _additive_window(network, spec, terms, const)
+    tau_lo, tau_hi = tau - window, tau + window
     n_pre = math.prod(cards[:k])
 
     def level_weights(lvl: int, values: dict[int, np.ndarray]) -> np.ndarray:
@@ -749,25 +850,121 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     for lvl in range(k):
         prefix_sum = prefix_sum + level_weights(lvl, values)
     cidx = np.broadcast_to(ctx_index(k, values), (n_pre,))
-    theta_u = tau - prefix_sum
+    theta_u = tau_lo - prefix_sum  # inputs within the window: positive unless patched
     level_k = np.empty(n_pre, dtype=np.int64)
-    ties = 0
+    near: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     for c in range(len(uniq[k])):
         sel = np.nonzero(cidx == c)[0]
         j = np.searchsorted(uniq[k][c], theta_u[sel], side="left")
         level_k[sel] = ids_below[c][j]
         full = sorted_all[k][c]
-        hi = tau_hi - prefix_sum[sel]
-        ties += int(
-            (
-                np.searchsorted(full, hi, side="right")
-                - np.searchsorted(full, theta_u[sel], side="left")
-            ).sum()
-        )
+        a = np.searchsorted(full, tau_lo - prefix_sum[sel], side="left")
+        b = np.searchsorted(full, tau_hi - prefix_sum[sel], side="right")
+        some = b > a
+        if some.any():
+            near.append((c, sel[some], a[some], b[some]))
+    patch = _AdditivePatch(network, spec, cards, k, sums[k], theta_u, store, pos_sink)
+    ties, exact_inputs, uncertified = patch.apply(near, level_k)
     root = int(store.bottom_up(level_k.reshape(1, *cards[:k]), 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     quasi = diagram.quasi_nodes_per_level()
-    return _Built(diagram, "decompose/additive", sum(quasi), quasi, ties, 0)
+    return _Built(
+        diagram,
+        "decompose/additive",
+        sum(quasi),
+        quasi,
+        ties,
+        0,
+        exact_inputs=exact_inputs,
+        uncertified=uncertified,
+    )
+
+
+@dataclass
+class _AdditivePatch:
+    """Exact decisions for the additive route's inputs within its error window.
+
+    The route cannot recompute single inputs inside its interval nodes; instead each prefix
+    with completions in the window gets its own sub-classifier at level ``k``: float
+    decisions for the completions outside the window, exact ones inside. Above
+    :data:`ADDITIVE_EXACT_LIMIT` cells this is not done and the inputs are reported
+    uncertified.
+    """
+
+    network: Network
+    spec: ResolvedSpec
+    cards: list[int]
+    k: int
+    sums_k: np.ndarray
+    theta_u: np.ndarray
+    store: _NodeStore
+    pos_sink: int
+
+    def apply(
+        self, near: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], level_k: np.ndarray
+    ) -> tuple[int, int, int]:
+        """Patch ``level_k`` in place; return (exact ties, inputs decided exactly,
+        uncertified inputs)."""
+        count = sum(int((b - a).sum()) for _, _, a, b in near)
+        prefixes = sum(p.size for _, p, _, _ in near)
+        if not count:
+            return 0, 0, 0
+        if count > ExactBudget().left or prefixes * self.sums_k.shape[1] > ADDITIVE_EXACT_LIMIT:
+            return 0, 0, count
+        ctx_of: list[np.ndarray] = []
+        pres: list[np.ndarray] = []
+        rows_of: list[np.ndarray] = []
+        comps: list[np.ndarray] = []
+        for c, pre, a, b in near:
+            order = np.argsort(self.sums_k[c], kind="stable")
+            lengths = b - a
+            first = np.repeat(a - (np.cumsum(lengths) - lengths), lengths)
+            comps.append(order[first + np.arange(int(lengths.sum()))])
+            rows_of.append(np.repeat(np.arange(pre.size) + sum(p.size for p in pres), lengths))
+            pres.append(pre)
+            ctx_of.append(np.full(pre.size, c))
+        prefix, ctx = np.concatenate(pres), np.concatenate(ctx_of)
+        row, comp = np.concatenate(rows_of), np.concatenate(comps)
+        X = np.stack(
+            [
+                *np.unravel_index(prefix[row], self.cards[: self.k]),
+                *np.unravel_index(comp, self.cards[self.k :]),
+            ],
+            axis=1,
+        )
+        exact = ExactJoint(self.network, self.spec.class_variable, self.spec.order)
+        got = exact.decide(
+            X, exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
+        )
+        tables = self.sums_k[ctx] >= self.theta_u[prefix][:, None]
+        tables[row, comp] = got.positive
+        sinks = np.where(tables, self.pos_sink, 1 - self.pos_sink).astype(np.int64)
+        level_k[prefix] = self.store.bottom_up(sinks.reshape(-1, *self.cards[self.k :]), self.k)
+        return int(np.count_nonzero(got.tie)), count, 0
+
+
+def _additive_window(network: Network, spec: ResolvedSpec, terms: _Terms, const: float) -> float:
+    """Twice a bound on the float error of a log-odds sum against ``logit(T)``.
+
+    Assumes ``np.log`` is faithful (within one ulp, as glibc's is); docs/exactness.md.
+    Each weight ``log p - log q`` is off by at most ``2 (2u |log| + 1.01u) + u |w|``; summing
+    ``m`` of them and comparing with ``logit(T)`` adds ``gamma(2m + 4)`` of the absolute sum.
+    """
+    cls = spec.class_variable
+    logs = [
+        float(np.abs(np.log(t[t > 0])).max())
+        for t in (network.cpts[v] for v in [cls, *spec.order])
+        if (t > 0).any()
+    ]
+    big_log = max(logs, default=0.0)
+    m = 1 + sum(len(t) for t in terms)
+    wmax = [float(np.abs(w).max()) for level in terms for _, w in level]
+    total = abs(const) + sum(wmax)
+    t = spec.threshold
+    tau = abs(_logit(t))
+    per_term = 4 * U * big_log + 2.02 * U + U * max(wmax, default=0.0)
+    e_tau = 4 * U / (1 - t) + 4 * U / t + 2 * U * tau
+    return 2.0 * (m * per_term + gamma(2 * m + 4) * (total + tau) + e_tau)
 
 
 def _logit(p: float) -> float:

@@ -4,6 +4,15 @@ Own small parsers rather than pgmpy's readers: they are fast (parse time is repo
 from compile time) and every error names the file, the line and the problem. A parsed
 network is a :class:`Network`: variables in file order, state names, parents and CPTs as
 numpy arrays of shape ``(*parent_cards, card)`` (``P(var | parents)`` on the last axis).
+
+Numbers as written: beside each float table a reader keeps the CPT's numbers as the decimal
+strings of the file (:attr:`Network.texts`, one object array per CPT, references to the
+tokens the tokenizer made anyway); :meth:`Network.exact_cpt` turns them into the exact
+rationals they denote, lazily, when the compiler has to decide an input exactly
+(:mod:`boxwatch.offline.bn.exact`). The numbers are used as written and never renormalised:
+:data:`CPT_SUM_TOLERANCE` is a validation check on the rows' sums, nothing more. A reader of
+another format keeps its value tokens the same way: the strings in file order,
+:func:`text_table` to shape them, ``texts=`` to :class:`Network`.
 """
 
 from __future__ import annotations
@@ -13,7 +22,8 @@ import gzip
 import re
 import xml.parsers.expat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +32,22 @@ import numpy as np
 from boxwatch.agent.errors import ConfigError
 
 CPT_SUM_TOLERANCE = 1e-3
+
+
+def text_table(texts: Sequence[str], shape: Sequence[int]) -> np.ndarray:
+    """A CPT's numbers as written (decimal strings, file order) as an object array of
+    ``shape``: what a reader passes as ``texts=`` to :class:`Network`."""
+    out = np.empty(len(texts), dtype=object)
+    out[:] = list(texts)
+    return out.reshape(tuple(shape))
+
+
+def exact_value(text: str) -> Fraction:
+    """The rational a number's decimal string denotes (``"0.98"`` is 49/50, not the float)."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return Fraction(float(text))
 
 
 @dataclass(frozen=True)
@@ -40,6 +66,11 @@ class Network:
         ``cpts[v][p1, ..., pk, j] = P(v = j | parents = (p1, ..., pk))``.
     source : str
         Where the network came from (a path, or ``"<pgmpy>"``).
+    texts : dict of str to object ndarray, optional
+        The CPT numbers as written in the file (decimal strings, same shapes as ``cpts``).
+        Absent (a network built in memory, or from pgmpy) or missing for a variable: each
+        float's shortest round-trip decimal (``repr``), the text :func:`write_bif` writes,
+        so a network and its BIF dump define the same exact classifier.
     """
 
     name: str
@@ -48,6 +79,28 @@ class Network:
     parents: Mapping[str, tuple[str, ...]]
     cpts: Mapping[str, np.ndarray]
     source: str = "<memory>"
+    texts: Mapping[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    _exact: dict[str, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def exact_cpt(self, var: str) -> np.ndarray:
+        """``P(var | parents)`` as written: an object array of :class:`~fractions.Fraction`.
+
+        Built on first use and kept; the numbers are not renormalised.
+        """
+        table = self._exact.get(var)
+        if table is None:
+            text = self.texts.get(var) if self.texts is not None else None
+            if text is None:
+                floats = self.cpts[var].reshape(-1).tolist()
+                text = text_table([repr(x) for x in floats], self.cpts[var].shape)
+            flat = [exact_value(t) for t in text.reshape(-1).tolist()]
+            table = np.empty(len(flat), dtype=object)
+            table[:] = flat
+            table = table.reshape(self.cpts[var].shape)
+            self._exact[var] = table
+        return table
 
     def card(self, var: str) -> int:
         """Number of states of ``var``."""
@@ -226,6 +279,8 @@ class _Tokens:
         self.lines = [bisect.bisect(newlines, p) + 1 for p in self.pos]
         self.i = 0
         self.eof_line = len(newlines) + 1
+        self.numbers: list[str] = []
+        """Every number consumed, as written (the CPTs' exact values)."""
 
     def line(self) -> int:
         """Line of the next token (the last line at end of file)."""
@@ -263,10 +318,12 @@ class _Tokens:
         return tok[1:-1] if tok.startswith('"') else tok
 
     def number(self) -> float:
-        """Consume a floating-point number."""
+        """Consume a floating-point number; its text goes to :attr:`numbers`."""
         tok = self.next("a number")
         try:
-            return float(tok)
+            value = float(tok)
+            self.numbers.append(tok)
+            return value
         except ValueError:
             self.i -= 1
             raise self.error(f"expected a number, found {tok!r}") from None
@@ -297,6 +354,7 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
     blocks: list[
         tuple[str, tuple[str, ...], int, list[tuple[int, list[str] | None, list[float]]]]
     ] = []
+    block_texts: list[list[str]] = []
     while t.peek() is not None:
         kw = t.next()
         if kw == "network":
@@ -322,13 +380,16 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
                     if t.peek() == ",":
                         t.next()
             t.expect(")")
+            first = len(t.numbers)
             blocks.append((var, tuple(par), line, _bif_entries(t)))
+            block_texts.append(t.numbers[first:])
         else:
             t.i -= 1
             raise t.error(f"expected 'network', 'variable' or 'probability', found {kw!r}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
-    for var, par, line, entries in blocks:
+    texts: dict[str, np.ndarray] = {}
+    for (var, par, line, entries), numbers in zip(blocks, block_texts, strict=True):
         where_line = f"{where}:{line}"
         if var not in states:
             raise ConfigError(f"{where_line}: probability for undeclared variable {var!r}")
@@ -339,8 +400,9 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
             raise ConfigError(f"{where_line}: {var!r} has undeclared parent(s) {missing}")
         parents[var] = par
         cpts[var] = _bif_table(var, par, states, entries, f"{where}:{line}")
+        texts[var] = _bif_texts(var, par, states, entries, numbers, f"{where}:{line}")
         lines.setdefault(var, line)
-    return _finish(name, tuple(order), states, parents, cpts, where, lines)
+    return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
 def _bif_variable(t: _Tokens, var: str) -> tuple[str, ...]:
@@ -406,7 +468,7 @@ def _bif_entries(t: _Tokens) -> list[tuple[int, list[str] | None, list[float]]]:
         else:
             t.i -= 1
             raise t.error(f"expected 'table', 'default' or '(', found {tok!r}")
-        values = [t.number()]
+        values: list[float] = [t.number()]
         while t.peek() == ",":
             t.next()
             values.append(t.number())
@@ -465,6 +527,25 @@ def _bif_table(
     return table
 
 
+def _bif_texts(
+    var: str,
+    par: Sequence[str],
+    states: Mapping[str, tuple[str, ...]],
+    entries: list[tuple[int, list[str] | None, list[float]]],
+    numbers: list[str],
+    where_line: str,
+) -> np.ndarray:
+    """The decimal strings of ``var``'s CPT (``numbers``: the block's, in file order),
+    placed as :func:`_bif_table` places the floats: it places each value's position."""
+    positions: list[tuple[int, list[str] | None, list[float]]] = []
+    start = 0
+    for line, key, values in entries:
+        positions.append((line, key, [float(i) for i in range(start, start + len(values))]))
+        start += len(values)
+    where_pos = _bif_table(var, tuple(par), states, positions, where_line)
+    return text_table(numbers, (len(numbers),))[where_pos.astype(np.int64)]
+
+
 # ---------------------------------------------------------------------------- Hugin .net
 def parse_net(text: str, *, where: str = "<net>") -> Network:
     """Parse a Hugin ``.net`` network (discrete nodes, ``potential`` blocks with ``data``)."""
@@ -474,6 +555,7 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
     states: dict[str, tuple[str, ...]] = {}
     lines: dict[str, int] = {}
     pots: list[tuple[str, tuple[str, ...], int, int, list[float]]] = []
+    pot_texts: list[list[str]] = []
     while t.peek() is not None:
         kw = t.next()
         if kw == "net":
@@ -500,14 +582,17 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
                 while t.peek() != ")":
                     par.append(t.name("a parent name"))
             t.expect(")")
+            first = len(t.numbers)
             data_line, values = _net_potential(t, var)
             pots.append((var, tuple(par), line, data_line, values))
+            pot_texts.append(t.numbers[first:])
         else:
             t.i -= 1
             raise t.error(f"expected 'net', 'node' or 'potential', found {kw!r}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
-    for var, par, line, data_line, values in pots:
+    texts: dict[str, np.ndarray] = {}
+    for (var, par, line, data_line, values), numbers in zip(pots, pot_texts, strict=True):
         if var not in states:
             raise ConfigError(f"{where}:{line}: potential for undeclared node {var!r}")
         if var in cpts:
@@ -523,7 +608,8 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
             )
         parents[var] = par
         cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
-    return _finish(name, tuple(order), states, parents, cpts, where, lines)
+        texts[var] = text_table(numbers, shape)
+    return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
 def _net_node(t: _Tokens, var: str, line: int) -> tuple[str, ...]:
@@ -559,7 +645,8 @@ def _net_node(t: _Tokens, var: str, line: int) -> tuple[str, ...]:
 
 def _net_potential(t: _Tokens, var: str) -> tuple[int, list[float]]:
     t.expect("{")
-    data_line, values = t.line(), None
+    data_line = t.line()
+    values: list[float] | None = None
     while t.peek() != "}":
         key = t.name("an attribute name")
         t.expect("=")
@@ -663,6 +750,7 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
         lines[var] = el.line
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
+    texts: dict[str, np.ndarray] = {}
     for el in net.find_all("DEFINITION") + net.find_all("PROBABILITY"):
         fv = el.find_text("FOR")
         if len(fv) != 1 or fv[0][0] not in states:
@@ -679,7 +767,8 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
             raise ConfigError(f"{where}:{el.line}: definition of {var!r} needs one <TABLE>")
         body, tline = tables[0]
         try:
-            values = [float(x) for x in body.split()]
+            numbers = body.split()
+            values = [float(x) for x in numbers]
         except ValueError as exc:
             raise ConfigError(f"{where}:{tline}: <TABLE> of {var!r}: {exc}") from None
         shape = (*(len(states[p]) for p in par), len(states[var]))
@@ -689,8 +778,9 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
                 f"expected {int(np.prod(shape))}"
             )
         parents[var] = par
-        cpts[var] = np.asarray(values).reshape(shape)
-    return _finish(name, tuple(order), states, parents, cpts, where, lines)
+        cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
+        texts[var] = text_table(numbers, shape)
+    return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -702,8 +792,13 @@ def _finish(
     cpts: Mapping[str, np.ndarray],
     where: str,
     lines: Mapping[str, int],
+    texts: Mapping[str, np.ndarray] | None = None,
 ) -> Network:
-    """Check completeness, CPT sums and acyclicity; every problem names a line."""
+    """Check completeness, CPT sums and acyclicity; every problem names a line.
+
+    ``texts`` (the numbers as written) are kept as they are: the sum check is a validation,
+    the numbers are never renormalised.
+    """
 
     def at(var: str) -> str:
         return f"{where}:{lines[var]}" if var in lines else where
@@ -738,6 +833,7 @@ def _finish(
         parents={v: tuple(parents[v]) for v in order},
         cpts={v: np.asarray(cpts[v], dtype=np.float64) for v in order},
         source=where,
+        texts=dict(texts) if texts is not None else None,
     )
 
 

@@ -19,6 +19,7 @@ import opt_einsum
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ResolvedSpec
 from boxwatch.offline.bn.elimination import HEURISTICS, elimination_path
+from boxwatch.offline.bn.exact import ErrorBound, absolute_error, contraction_roundings
 from boxwatch.offline.bn.io import Network
 from boxwatch.offline.bn.limits import format_bytes, format_seconds
 from boxwatch.offline.bn.separator import prefix_side
@@ -58,6 +59,8 @@ class Contraction:
     flops: float
     largest_cells: float
     seconds: float
+    roundings: int
+    """Roundings any one term meets along the path (:func:`~.exact.contraction_roundings`)."""
 
     def run(self, factors: Sequence[Factor]) -> np.ndarray:
         """Contract ``factors`` (the ones this plan was made for) along the planned path."""
@@ -98,6 +101,7 @@ def plan_contraction(
                 float(info.opt_cost),
                 float(info.largest_intermediate),
                 _seconds(info),
+                contraction_roundings(info),
             )
         )
     fits = [c for c in candidates if max_cells is None or c.largest_cells <= max_cells]
@@ -182,6 +186,20 @@ def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> Jo
     return JointPlan(c, Estimate("joint", nbytes, seconds, detail))
 
 
+def joint_error_bound(
+    network: Network, spec: ResolvedSpec, factors: Sequence[Factor], contraction: Contraction
+) -> ErrorBound:
+    """Error bound of the joint route's ``P(pos, x)`` and ``P(x) = sum_c P(c, x)``.
+
+    Each term meets one conversion per CPT, the contraction's roundings, and for ``P(x)``
+    the ``card(C) - 1`` additions over the class (docs/exactness.md).
+    """
+    cc = network.card(spec.class_variable)
+    k = len(factors) + contraction.roundings
+    a = absolute_error(network, factors, contraction.flops, {spec.class_variable, *spec.order})
+    return ErrorBound(k, k + cc - 1, a, cc * a * 1.01)
+
+
 # ---------------------------------------------------------------------------- separator route
 @dataclass(frozen=True)
 class Cut:
@@ -263,6 +281,23 @@ class SeparatorPlan:
     up: Contraction
     lo: Contraction
     estimate: Estimate
+
+
+def separator_error_bound(network: Network, plan: SeparatorPlan) -> ErrorBound:
+    """Error bound of the separator route's ``P(pos, u, v)`` and ``P(u, v)``.
+
+    One conversion per CPT, both contractions' roundings, and the final product summed over
+    the shared states (without the class for ``P(pos, .)``, with it for ``P(.)``).
+    """
+    cut = plan.cut
+    zc = network.card(cut.z[0])
+    shared = cut.shared_states // zc
+    k = len(cut.upper) + len(cut.lower) + plan.up.roundings + plan.lo.roundings
+    factors = [*cut.upper, *cut.lower]
+    flops = plan.up.flops + plan.lo.flops + 2.0 * cut.shared_states
+    kept = {*cut.prefix, *cut.suffix, cut.z[0]}
+    a = absolute_error(network, factors, flops, kept)
+    return ErrorBound(k + shared, k + cut.shared_states, a, zc * a * 1.01)
 
 
 def _separator_floor(cut: Cut) -> tuple[float, float]:

@@ -156,6 +156,7 @@ def run(bn: BNInputs) -> BNOutcome:
         "states": {f: list(s) for f, s in zip(d.features, d.states, strict=True)},
         "nodes": figures["nodes"], "nodes_quasi": figures["nodes_quasi"],
         "positives": figures["positives"], "inputs": figures["inputs"], "ties": figures["ties"],
+        "exact_inputs": figures["exact_inputs"], "certified": figures["certified"],
         "seconds": round(figures["seconds"], 4), "rules": rules_summary, "fmo": fmo,
     }
     contents = {"class": d.class_variable, "positive": d.positive, "threshold": d.threshold,

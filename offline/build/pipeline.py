@@ -136,8 +136,9 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
         problems.append("model.preprocessing.shape: the input shape (without batch) is required")
     if len(problems) > before:
         return None
-    preprocessing = _collect(problems, lambda: Preprocessing.from_dict(
-        {**pre_raw, "input_name": m.get("input_name")}))
+    preprocessing = _collect(
+        problems, lambda: Preprocessing.from_dict({**pre_raw, "input_name": m.get("input_name")})
+    )
     pooling = m.get("pooling", "flatten")
     tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
@@ -148,22 +149,39 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
             continue
         x, y = loaded
         if preprocessing is not None and x[0].size != preprocessing.size:
-            problems.append(f"data.{name}: each input has {x[0].size} values, the model's "
-                            f"preprocessing.shape {list(preprocessing.shape)} needs {preprocessing.size}")
+            problems.append(
+                f"data.{name}: each input has {x[0].size} values, the model's "
+                f"preprocessing.shape {list(preprocessing.shape)} needs {preprocessing.size}"
+            )
         if y is not None and len(y) and (y.min() < 0 or y.max() >= len(classes)):
             bad = sorted({int(v) for v in y if v < 0 or v >= len(classes)})[:5]
             problems.append(f"data.{name}: labels {bad} are outside the {len(classes)} classes")
         data[name] = (x, y)
-    if tap is not None and preprocessing is not None and "train" in data and len(problems) == before:
+    if (
+        tap is not None
+        and preprocessing is not None
+        and "train" in data
+        and len(problems) == before
+    ):
         probe = _collect(problems, lambda: tap.run(preprocessing.apply(data["train"][0][:2]))[0])
         if probe is not None and probe.shape[1] != len(classes):
-            problems.append(f"classes: the model outputs {probe.shape[1]} logits but "
-                            f"{len(classes)} classes are configured")
+            problems.append(
+                f"classes: the model outputs {probe.shape[1]} logits but "
+                f"{len(classes)} classes are configured"
+            )
     if len(problems) > before:
         return None
-    return ModelInputs(path=path, files=files, format=m.get("format", "onnx"),
-                       preprocessing=preprocessing, pooling=pooling, layers=layers,
-                       classes=classes, tap=tap, data=data)
+    return ModelInputs(
+        path=path,
+        files=files,
+        format=m.get("format", "onnx"),
+        preprocessing=preprocessing,
+        pooling=pooling,
+        layers=layers,
+        classes=classes,
+        tap=tap,
+        data=data,
+    )
 
 
 def _model_files(cfg: BuildConfig) -> list[tuple[str, Path]]:
@@ -186,7 +204,7 @@ def extract(model: ModelInputs, x: np.ndarray, bar: Any = None
     logits: list[np.ndarray] = []
     acts: dict[str, list[np.ndarray]] = {layer: [] for layer in model.layers}
     for start in range(0, len(x), EXTRACT_BATCH):
-        out, a = model.tap.run(model.preprocessing.apply(x[start:start + EXTRACT_BATCH]))
+        out, a = model.tap.run(model.preprocessing.apply(x[start : start + EXTRACT_BATCH]))
         logits.append(out)
         for layer in model.layers:
             acts[layer].append(a[layer])
@@ -222,16 +240,24 @@ def build(
             monitor = fit_monitors(mi, cfg.section("monitor"), extract=extract, progress=progress)
         timings["monitors"] = time.perf_counter() - t0
         members[MODEL_SPEC] = {
-            "format": mi.format, "preprocessing": mi.preprocessing.to_dict(),
-            "pooling": mi.pooling, "layers": mi.layers, "classes": mi.classes,
+            "format": mi.format,
+            "preprocessing": mi.preprocessing.to_dict(),
+            "pooling": mi.pooling,
+            "layers": mi.layers,
+            "classes": mi.classes,
             "model_version": meta.get("model_version", "unknown"),
             "input_range": input_range(mi).to_dict(),
         }
         members.update(monitor.members(BOXES_PREFIX))
         contents.update(_monitor_contents(mi, monitor))
-        summary["model"] = {"path": str(mi.path), "format": mi.format, "digest": digest["digest"],
-                            "classes": mi.classes, "layers": mi.layers,
-                            "accuracy": monitor.accuracy}
+        summary["model"] = {
+            "path": str(mi.path),
+            "format": mi.format,
+            "digest": digest["digest"],
+            "classes": mi.classes,
+            "layers": mi.layers,
+            "accuracy": monitor.accuracy,
+        }
         summary["monitor"] = monitor.summary
     if prepared.bn is not None:
         t0 = time.perf_counter()
@@ -260,15 +286,22 @@ def build(
                                     contents=contents)
     built = load_artifact(artifact, None)  # the contract's own reading of what was written
     failures = policy_failures(cfg.section("policy"), summary)
-    summary["metadata"] = {"name": meta.get("name", cfg.path.stem),
-                           "model_version": meta.get("model_version", "unknown"),
-                           "builder_version": __version__,
-                           "created_at": built.manifest["created_at"]}
-    summary["artifact"] = {"artifact_id": built.artifact_id,
-                           "key_id": key_id(private_key.public_key()),
-                           "sha256": hashlib.sha256(artifact).hexdigest(), "bytes": len(artifact)}
-    summary["policy"] = {"fail_on": list(cfg.section("policy").get("fail_on", [])),
-                         "failed": failures}
+    summary["metadata"] = {
+        "name": meta.get("name", cfg.path.stem),
+        "model_version": meta.get("model_version", "unknown"),
+        "builder_version": __version__,
+        "created_at": built.manifest["created_at"],
+    }
+    summary["artifact"] = {
+        "artifact_id": built.artifact_id,
+        "key_id": key_id(private_key.public_key()),
+        "sha256": hashlib.sha256(artifact).hexdigest(),
+        "bytes": len(artifact),
+    }
+    summary["policy"] = {
+        "fail_on": list(cfg.section("policy").get("fail_on", [])),
+        "failed": failures,
+    }
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return BuildOutcome(artifact, summary, failures)
 
@@ -388,7 +421,7 @@ def policy_failures(policy: dict[str, Any], summary: dict[str, Any]) -> list[str
         if bad:
             failed.append(f"fmo_violated: {', '.join(bad)}")
     if "bn_ties" in fail_on and bn.get("ties"):
-        failed.append(f"bn_ties: {bn['ties']} inputs have a posterior within tolerance of T")
+        failed.append(f"bn_ties: {bn['ties']} inputs have a posterior exactly T")
     ev = ((summary.get("monitor") or {}).get("evaluation") or {}).get("combined") or {}
     for key, name in (("min_recall", "recall"), ("min_precision", "precision")):
         if key in policy and (ev.get(name) is None or ev[name] < policy[key]):

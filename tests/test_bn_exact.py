@@ -1,0 +1,409 @@
+"""Exact decisions against the numbers as written: ties, near-ties, deterministic rows, underflow,
+and the float error bound against rational brute force.
+
+The reference here is independent of the compiler and of the readers' exact values: every
+network is given as decimal strings, written out as BIF for the compiler, and enumerated in
+``fractions.Fraction`` straight from the same strings.
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.exact import ExactJoint, exact_threshold
+from boxwatch.offline.bn.io import load_network, parse_bif, parse_net, parse_xmlbif, write_bif
+from boxwatch.offline.bn.plan import (
+    joint_error_bound,
+    plan_joint,
+    plan_separator,
+    relevant_factors,
+    separator_error_bound,
+)
+
+# A network: {name: (states, parents, rows)}; rows[i] lists the decimal strings of parent
+# configuration i (row-major over the parents, first parent slowest).
+Spec = dict[str, tuple[list[str], list[str], list[list[str]]]]
+
+
+def to_bif(net: Spec) -> str:
+    out = ["network test {", "}"]
+    for v, (states, _, _) in net.items():
+        out += [f"variable {v} {{", f"  type discrete [ {len(states)} ] {{ {', '.join(states)} }};"]
+        out.append("}")
+    for v, (_, parents, rows) in net.items():
+        if not parents:
+            out += [f"probability ( {v} ) {{", f"  table {', '.join(rows[0])};", "}"]
+            continue
+        out.append(f"probability ( {v} | {', '.join(parents)} ) {{")
+        keys = itertools.product(*[net[p][0] for p in parents])
+        for key, row in zip(keys, rows, strict=True):
+            out.append(f"  ({', '.join(key)}) {', '.join(row)};")
+        out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def brute_force(net: Spec, cls: str, features: list[str]) -> dict[tuple[int, ...], list[Fraction]]:
+    """P(C = c, x) for every input x (state indices in ``features`` order), in Fractions."""
+    names = list(net)
+    cards = [len(net[v][0]) for v in names]
+    out: dict[tuple[int, ...], list[Fraction]] = {}
+    for config in itertools.product(*[range(c) for c in cards]):
+        at = dict(zip(names, config, strict=True))
+        p = Fraction(1)
+        for v in names:
+            _, parents, rows = net[v]
+            row = 0
+            for u in parents:
+                row = row * len(net[u][0]) + at[u]
+            p *= Fraction(rows[row][at[v]])
+        x = tuple(at[f] for f in features)
+        out.setdefault(x, [Fraction(0)] * len(net[cls][0]))[at[cls]] += p
+    return out
+
+
+def expected_decisions(joint, pos: int, threshold: str) -> dict[tuple[int, ...], bool]:
+    t = Fraction(threshold)
+    return {x: sum(p) > 0 and p[pos] >= t * sum(p) for x, p in joint.items()}
+
+
+def check_every_route(net: Spec, cls: str, positive: str, threshold: str, features: list[str]):
+    """Compile with every route; each diagram must decide every input as the rationals do."""
+    network = parse_bif(to_bif(net))
+    pos = net[cls][0].index(positive)
+    joint = brute_force(net, cls, features)
+    want = expected_decisions(joint, pos, threshold)
+    t = Fraction(threshold)
+    ties = sum(1 for p in joint.values() if sum(p) > 0 and p[pos] == t * sum(p))
+    results = []
+    for method in ("joint", "decompose"):
+        spec = ClassifierSpec(cls, positive, float(threshold), features=features, order=features)
+        result = compile_classifier(network, spec, method=method)
+        X = np.array(sorted(want), dtype=np.int64)
+        got = result.diagram.predict_positive(X)
+        wrong = [tuple(x) for x, g in zip(X.tolist(), got, strict=True) if g != want[tuple(x)]]
+        assert wrong == [], (result.method, wrong)
+        assert result.ties == ties, result.method
+        assert result.certified
+        assert result.impossible == sum(1 for p in joint.values() if sum(p) == 0)
+        results.append(result)
+    return results
+
+
+# ---------------------------------------------------------------------------- ties and near-ties
+def _near_tie_network(prior: str, hidden: bool = True) -> Spec:
+    """C -> H -> F (H hidden) and C -> G. F carries no evidence (P(H | C) equal rows); G's
+    first state has equal likelihoods. So P(pos | f, g0) is the prior exactly. Without
+    ``hidden``: naive Bayes C -> F, C -> G (the additive route)."""
+    net: Spec = {"C": (["neg", "pos"], [], [[_decimal(1 - Fraction(prior)), prior]])}
+    if hidden:
+        net["H"] = (["h0", "h1", "h2"], ["C"], [["0.1", "0.3", "0.6"], ["0.1", "0.3", "0.6"]])
+        net["F"] = (["f0", "f1"], ["H"], [["0.7", "0.3"], ["0.05", "0.95"], ["0.33", "0.67"]])
+    else:
+        net["F"] = (["f0", "f1"], ["C"], [["0.37", "0.63"], ["0.37", "0.63"]])
+    net["G"] = (["g0", "g1", "g2"], ["C"], [["0.2", "0.6", "0.2"], ["0.2", "0.3", "0.5"]])
+    return net
+
+
+def _decimal(q: Fraction) -> str:
+    """A terminating fraction as a plain decimal string."""
+    digits = 0
+    while (q * 10**digits).denominator != 1:
+        digits += 1
+    return f"{q.numerator * 10**digits // q.denominator}e-{digits}" if digits else str(q)
+
+
+@pytest.mark.parametrize(
+    ("prior", "threshold", "positive_at_tie"),
+    [
+        ("0.98", "0.98", True),  # exactly T
+        ("0.3", "0.3", True),
+        ("0.500000000000001", "0.5", True),  # 1e-15 above
+        ("0.499999999999999", "0.5", False),  # 1e-15 below: positive under the old 1e-9 rule
+        ("0.299999999999999", "0.3", False),
+        ("0.700000000001", "0.7", True),  # 1e-12 above
+        ("0.699999999999", "0.7", False),  # 1e-12 below
+    ],
+)
+@pytest.mark.parametrize("hidden", [True, False])
+def test_ties_and_near_ties_are_decided_as_the_rationals_say(
+    prior, threshold, positive_at_tie, hidden
+):
+    net = _near_tie_network(prior, hidden)
+    results = check_every_route(net, "C", "pos", threshold, ["F", "G"])
+    routes = {"joint", "decompose/separator" if hidden else "decompose/additive"}
+    assert {r.method for r in results} == routes
+    network = parse_bif(to_bif(net))
+    spec = resolve_spec(network, ClassifierSpec("C", "pos", float(threshold), features=["F", "G"]))
+    for result in results:
+        d = result.diagram
+        at_tie = d.predict_positive(np.array([[0, 0], [1, 0]]))
+        assert at_tie.tolist() == [positive_at_tie] * 2, result.method
+        assert result.ties == (2 if prior == threshold else 0)
+        assert result.exact_inputs >= result.ties
+    assert spec.threshold == float(threshold)
+
+
+def test_a_tie_whose_float_posterior_misses_t_is_still_a_tie():
+    # 0.98 * 0.3 / (0.98 * 0.3 + 0.02 * 0.3) rounds away from 0.98 for some rows; whatever
+    # the float says, the posterior of every input is exactly 49/50.
+    net: Spec = {
+        "C": (["neg", "pos"], [], [["0.02", "0.98"]]),
+        "A": (["a0", "a1", "a2"], ["C"], [["0.1", "0.2", "0.7"], ["0.1", "0.2", "0.7"]]),
+        "B": (["b0", "b1"], ["A"], [["0.3", "0.7"], ["0.9", "0.1"], ["0.13", "0.87"]]),
+        "D": (["d0", "d1"], ["A"], [["0.11", "0.89"], ["0.57", "0.43"], ["0.29", "0.71"]]),
+    }
+    for result in check_every_route(net, "C", "pos", "0.98", ["B", "D"]):
+        assert result.ties == result.inputs == result.positives == 4
+        assert result.diagram.root == result.diagram.positive_terminal
+
+
+def test_deterministic_rows_impossible_inputs_and_ties():
+    # A = a1 forces C = pos and B = b0 (deterministic rows): (a1, b1) is impossible;
+    # P(pos | a0, b) = 1/2 exactly for both b (a tie at T = 0.5).
+    net: Spec = {
+        "A": (["a0", "a1"], [], [["0.4", "0.6"]]),
+        "C": (["neg", "pos"], ["A"], [["0.5", "0.5"], ["0", "1"]]),
+        "B": (["b0", "b1"], ["C", "A"], [["0.25", "0.75"]] * 2 + [["0.25", "0.75"], ["1", "0"]]),
+        "E": (["e0", "e1"], ["C"], [["1", "0"], ["0", "1"]]),
+    }
+    for result in check_every_route(net, "C", "pos", "0.5", ["A", "B"]):
+        assert result.impossible == 1
+        assert result.ties == 2
+    # E copies C: every possible input decides by E alone
+    check_every_route(net, "C", "pos", "0.999", ["A", "E"])
+
+
+def test_numbers_too_small_for_a_float_are_still_used_as_written():
+    # 1e-400 and 2e-400 read as 0.0: the float route sees P(f0) = 0 (impossible), the file
+    # says P(pos | f0) = 1/3. Products of 1e-200 underflow as well.
+    net: Spec = {
+        "C": (["neg", "pos"], [], [["0.5", "0.5"]]),
+        "F": (["f0", "f1"], ["C"], [["2e-400", "1"], ["1e-400", "1"]]),
+        "H": (["h0", "h1"], ["C"], [["1e-200", "1"], ["3e-200", "1"]]),
+        "G": (["g0", "g1"], ["H"], [["1e-200", "1"], ["1", "1e-200"]]),
+    }
+    for threshold in ("0.3", "0.34"):
+        for result in check_every_route(net, "C", "pos", threshold, ["F", "G"]):
+            assert result.exact_inputs > 0
+
+
+def test_numbers_are_not_renormalised():
+    # P(H | C = pos) sums to 0.9996 (inside the readers' tolerance): used as written.
+    net: Spec = {
+        "C": (["neg", "pos"], [], [["0.5", "0.5"]]),
+        "H": (["h0", "h1"], ["C"], [["0.5", "0.5"], ["0.4998", "0.4998"]]),
+        "F": (["f0", "f1"], ["H"], [["0.5", "0.5"], ["0.5", "0.5"]]),
+        "G": (["g0", "g1"], ["C"], [["0.5", "0.5"], ["0.5", "0.5"]]),
+    }
+    # P(pos | x) = 0.4998 / 0.9998 exactly (renormalising would give 1/2)
+    for result in check_every_route(net, "C", "pos", "0.4999", ["F", "G"]):
+        assert result.positives == 0
+    for result in check_every_route(net, "C", "pos", "0.49989", ["F", "G"]):
+        assert result.positives == 4
+
+
+# ---------------------------------------------------------------------------- random networks
+def random_decimal_network(seed: int, n: int = 7, digits: int = 4) -> Spec:
+    """A random DAG whose CPT rows are ``digits``-digit decimals, some rows off 1 by
+    ``10**-digits``, some deterministic."""
+    rng = np.random.default_rng(seed)
+    net: Spec = {}
+    names = [f"V{i}" for i in range(n)]
+    scale = 10**digits
+    for i, v in enumerate(names):
+        card = int(rng.integers(2, 4))
+        parents = [names[j] for j in range(max(0, i - 3), i) if rng.random() < 0.6]
+        n_rows = int(np.prod([len(net[p][0]) for p in parents])) if parents else 1
+        rows = []
+        for _ in range(n_rows):
+            kind = rng.random()
+            if kind < 0.1:
+                row = ["0"] * card
+                row[int(rng.integers(card))] = "1"
+            else:
+                ints = rng.multinomial(scale - card, np.ones(card) / card) + 1
+                if kind > 0.9 and digits >= 4:
+                    ints[0] += int(rng.integers(-1, 2))  # off 1 by 1e-4: within tolerance
+                row = [f"{int(k) / scale:.{digits}f}" for k in ints]
+            rows.append(row)
+        net[v] = ([f"s{j}" for j in range(card)], parents, rows)
+    return net
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_decimal_networks_every_route_against_rationals(seed):
+    net = random_decimal_network(seed)
+    names = list(net)
+    rng = np.random.default_rng(seed + 100)
+    cls = names[int(rng.integers(1, 4))]
+    feats = [v for v in names if v != cls]
+    feats = sorted(rng.choice(feats, size=3, replace=False).tolist())
+    pos = net[cls][0][int(rng.integers(len(net[cls][0])))]
+    # a threshold equal to one input's exact posterior, written as a decimal when possible
+    joint = brute_force(net, cls, feats)
+    posts = sorted(p[net[cls][0].index(pos)] / sum(p) for p in joint.values() if sum(p) > 0)
+    short = [q for q in posts if 0 < q < 1 and (q.denominator & (q.denominator - 1)) == 0]
+    threshold = repr(float(short[0])) if short else "0.5"
+    check_every_route(net, cls, pos, threshold, feats)
+
+
+def _float_margins_joint(network, spec):
+    plan = plan_joint(network, spec, max_memory=1 << 30)
+    factors = relevant_factors(network, [spec.class_variable, *spec.order])
+    joint = plan.contraction.run(factors)
+    pos = network.states[spec.class_variable].index(spec.positive)
+    bound = joint_error_bound(network, spec, factors, plan.contraction)
+    return joint[pos], joint.sum(axis=0), bound
+
+
+def _float_margins_separator(network, spec):
+    plan = plan_separator(network, spec, max_memory=1 << 30)
+    cut = plan.cut
+    cards = [network.card(f) for f in spec.order]
+    zc = network.card(spec.class_variable)
+    up = plan.up.run(cut.up_factors(network)).reshape(cut.n_pre, zc, -1)
+    lo = plan.lo.run(cut.lo_factors(network)).reshape(cut.n_ctx, cut.n_suf, zc, -1)
+    pos = network.states[spec.class_variable].index(spec.positive)
+    grid = np.indices(cards[: cut.k]).reshape(cut.k, -1)
+    ctx = np.zeros(cut.n_pre, dtype=np.int64)
+    for f in cut.ctx:
+        ctx = ctx * network.card(f) + grid[list(cut.prefix).index(f)]
+    num = np.stack([up[i, pos, :] @ lo[ctx[i]][:, pos, :].T for i in range(cut.n_pre)])
+    den = np.stack(
+        [up[i].reshape(-1) @ lo[ctx[i]].reshape(cut.n_suf, -1).T for i in range(cut.n_pre)]
+    )
+    return num.reshape(cards), den.reshape(cards), separator_error_bound(network, plan)
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("route", ["joint", "separator"])
+def test_the_error_bound_is_never_exceeded(seed, route):
+    """|float margin - exact margin| <= the bound, for every input, against rationals."""
+    net = random_decimal_network(seed, n=8, digits=4)
+    names = list(net)
+    cls, feats = names[2], [v for v in names if v not in (names[2],)][-4:]
+    network = parse_bif(to_bif(net))
+    joint = brute_force(net, cls, feats)
+    for positive in net[cls][0]:
+        for threshold in ("0.3", "0.5", "0.77"):
+            spec = resolve_spec(
+                network,
+                ClassifierSpec(cls, positive, float(threshold), features=feats, order=feats),
+            )
+            if route == "joint":
+                num, den, bound = _float_margins_joint(network, spec)
+            else:
+                num, den, bound = _float_margins_separator(network, spec)
+            t = float(threshold)
+            pos = net[cls][0].index(positive)
+            half = bound.window(num, den, t) / 2
+            margin = num - t * den
+            # the fast test the routes use covers the window
+            inside = (np.abs(margin) <= 2 * half) & (den > 0)
+            assert not (inside & ~bound.undecided(num, den, t)).any()
+            for x, p in joint.items():
+                exact = p[pos] - Fraction(threshold) * sum(p)
+                err = abs(Fraction(float(margin[x])) - exact)
+                assert err <= Fraction(float(half[x])), (x, float(err), float(half[x]))
+                assert (abs(Fraction(float(num[x])) - p[pos])) <= Fraction(float(half[x]))
+
+
+def test_exact_joint_matches_brute_force_up_to_one_scale():
+    net = random_decimal_network(3, n=8)
+    names = list(net)
+    cls, feats = names[3], [names[0], names[5], names[7]]
+    network = parse_bif(to_bif(net))
+    want = brute_force(net, cls, feats)
+    X = np.array(sorted(want), dtype=np.int64)
+    got = ExactJoint(network, cls, feats).joint(X)
+    ratios = {
+        Fraction(int(g), 1) / w
+        for row, x in zip(got, X.tolist(), strict=True)
+        for g, w in zip(row, want[tuple(x)], strict=True)
+        if w
+    }
+    assert len(ratios) == 1
+    assert all(
+        (int(g) == 0) == (w == 0)
+        for row, x in zip(got, X.tolist(), strict=True)
+        for g, w in zip(row, want[tuple(x)], strict=True)
+    )
+
+
+# ---------------------------------------------------------------------------- readers
+def test_readers_keep_the_numbers_as_written(tmp_path):
+    net = _near_tie_network("0.98")
+    bif = parse_bif(to_bif(net))
+    assert bif.exact_cpt("C").tolist() == [Fraction(1, 50), Fraction(49, 50)]
+    assert bif.texts is not None and bif.texts["F"].tolist()[2] == ["0.33", "0.67"]
+    hugin = parse_net(
+        'net { }\nnode C { states = ("neg" "pos"); }\nnode G { states = ("a" "b"); }\n'
+        "potential (C) { data = (0.020 0.98); }\n"
+        "potential (G | C) { data = ((0.1 0.9) (0.333333333333333333333 0.666666666666666666667)); }\n"
+    )
+    assert hugin.exact_cpt("C").tolist() == [Fraction(1, 50), Fraction(49, 50)]
+    assert hugin.exact_cpt("G")[1, 0] == Fraction("0.333333333333333333333")
+    assert hugin.exact_cpt("G")[1, 0] != Fraction(float(hugin.cpts["G"][1, 0]))
+    xml = parse_xmlbif(
+        "<BIF VERSION='0.3'><NETWORK><NAME>n</NAME>"
+        "<VARIABLE TYPE='nature'><NAME>C</NAME><OUTCOME>a</OUTCOME><OUTCOME>b</OUTCOME></VARIABLE>"
+        "<DEFINITION><FOR>C</FOR><TABLE>0.3 0.70</TABLE></DEFINITION></NETWORK></BIF>"
+    )
+    assert xml.exact_cpt("C").tolist() == [Fraction(3, 10), Fraction(7, 10)]
+    # a 'default' row and a table in child-slowest order land where the floats do
+    text = (
+        "variable A { type discrete [ 2 ] { a0, a1 }; }\n"
+        "variable B { type discrete [ 3 ] { b0, b1, b2 }; }\n"
+        "probability ( A ) { table 0.25, 0.75; }\n"
+        "probability ( B | A ) { (a1) 0.1, 0.2, 0.7; default 0.3, 0.3, 0.4; }\n"
+    )
+    net2 = parse_bif(text)
+    for v in ("A", "B"):
+        assert np.array_equal(
+            np.array([float(q) for q in net2.exact_cpt(v).reshape(-1)]), net2.cpts[v].reshape(-1)
+        )
+    # a network built from floats (and its BIF dump) takes each float's shortest decimal
+    again = parse_bif(write_bif(net2))
+    for v in ("A", "B"):
+        assert again.exact_cpt(v).tolist() == net2.exact_cpt(v).tolist()
+    path = tmp_path / "n.bif"
+    path.write_text(to_bif(net))
+    assert load_network(path).exact_cpt("H")[0, 2] == Fraction(3, 5)
+
+
+def test_threshold_is_the_decimal_written():
+    assert exact_threshold(0.98) == Fraction(49, 50)
+    assert exact_threshold(0.1) == Fraction(1, 10)
+
+
+def test_the_additive_route_says_so_when_it_cannot_certify(monkeypatch):
+    from boxwatch.offline.bn import compile as bn_compile
+
+    net = _near_tie_network("0.98", hidden=False)
+    network = parse_bif(to_bif(net))
+    spec = ClassifierSpec("C", "pos", 0.98, features=["F", "G"])
+    monkeypatch.setattr(bn_compile, "ADDITIVE_EXACT_LIMIT", 0)
+    result = compile_classifier(network, spec, method="decompose")
+    assert result.method == "decompose/additive"
+    assert (result.certified, result.uncertified, result.exact_inputs) == (False, 2, 0)
+    assert result.summary()["certified"] is False
+
+
+@pytest.mark.parametrize("hidden", [True, False])
+def test_past_the_exact_limit_every_route_says_it_is_not_certified(monkeypatch, hidden):
+    from boxwatch.offline.bn import exact
+
+    monkeypatch.setattr(exact, "EXACT_LIMIT", 1)
+    network = parse_bif(to_bif(_near_tie_network("0.98", hidden)))
+    spec = ClassifierSpec("C", "pos", 0.98, features=["F", "G"])
+    for method in ("joint", "decompose"):
+        result = compile_classifier(network, spec, method=method)
+        assert (result.certified, result.uncertified, result.exact_inputs) == (False, 2, 0)
+        # the two inputs at T: decided positive, as a tie would be
+        assert result.diagram.predict_positive(np.array([[0, 0], [1, 0]])).all()
