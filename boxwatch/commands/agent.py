@@ -17,6 +17,7 @@ import click
 from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
+from boxwatch.agent.inputs import one_line
 from boxwatch.agent.service import build_agent, serve
 
 log = logging.getLogger("boxwatch.agent")
@@ -91,10 +92,10 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         worker = build_agent(cfg)
         worker.check_topics()
     except (ArtifactError, KeyFileError) as exc:
-        click.echo(f"error: refusing to start: {exc}", err=True)
+        click.echo(one_line(f"error: refusing to start: {exc}"), err=True)
         sys.exit(1)
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(one_line(f"error: {exc}"), err=True)
         sys.exit(2)
     http = serve(worker)
     log.info(
@@ -112,7 +113,7 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     try:
         worker.run()
     except ConfigError as exc:  # a client option refused when the clients are made
-        click.echo(f"error: {exc}", err=True)
+        click.echo(one_line(f"error: {exc}"), err=True)
         sys.exit(2)
     finally:
         http.stop()

@@ -10,6 +10,7 @@ import click
 
 from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
+from boxwatch.agent.inputs import one_line, show_path
 from boxwatch.agent.keys import load_private_key
 from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, progress_bar, summary_table
 from boxwatch.offline.build.config import load_config
@@ -88,9 +89,19 @@ def build_artifact(
             write_report(outcome.summary, report_dir)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
         problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
-        click.echo(f"error: {config}: {len(problems)} problem(s):", err=True)
-        for p in problems:
-            click.echo(f"  - {p}", err=True)
+        if len(problems) == 1:
+            click.echo(one_line(f"error: {show_path(config)}: {problems[0]}"), err=True)
+        else:
+            click.echo(f"error: {show_path(config)}: {len(problems)} problem(s):", err=True)
+            for p in problems:
+                click.echo(one_line(f"  - {p}"), err=True)
+        sys.exit(EXIT_USAGE)
+    except MemoryError:
+        click.echo(
+            f"error: {show_path(config)}: out of memory while reading the inputs "
+            "(data sets too large for this machine)",
+            err=True,
+        )
         sys.exit(EXIT_USAGE)
     click.echo(summary_table(outcome.summary, out))
     if report_dir is not None:

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import show_path
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
 from boxwatch.commands.options import classifier_options, limit_options
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
@@ -137,20 +138,20 @@ def compile_bn(
     """
     limit = default_max_memory() if max_memory is None else max_memory
     try:
-        start = time.perf_counter()
-        network = load_network(network_file)
-        parse_seconds = time.perf_counter() - start
-        spec = resolve_spec(
-            network,
-            ClassifierSpec(
-                class_variable=class_variable,
-                positive=positive,
-                threshold=threshold,
-                features=_names(features),
-                order=_names(order),
-            ),
-        )
         with memory_guard(limit), _progress() as bar:
+            start = time.perf_counter()
+            network = load_network(network_file, max_memory=limit)
+            parse_seconds = time.perf_counter() - start
+            spec = resolve_spec(
+                network,
+                ClassifierSpec(
+                    class_variable=class_variable,
+                    positive=positive,
+                    threshold=threshold,
+                    features=_names(features),
+                    order=_names(order),
+                ),
+            )
             result = compile_classifier(
                 network,
                 spec,
@@ -164,7 +165,7 @@ def compile_bn(
     except MemoryError:
         fail(
             CompileLimitError(
-                f"{network_file}: out of memory (limit {format_bytes(limit)}); "
+                f"{show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
                 "give fewer features or raise --max-memory"
             ),
             EXIT_USAGE,
