@@ -38,6 +38,9 @@ TEXT_SHARE = 64
 and numbers take tens of bytes per byte of text while it is parsed."""
 CPT_SHARE = 4
 """All CPTs together may take ``max_memory / CPT_SHARE`` bytes (the compiler needs the rest)."""
+CPT_FLOOR = 16 << 20
+"""...but at least this much: small tables are never what exhausts memory (a tiny
+``--max-memory`` is then refused by the compiler's route estimates, naming them)."""
 
 
 class _Budget:
@@ -46,7 +49,7 @@ class _Budget:
     def __init__(self, max_memory: float | None):
         limit = default_max_memory() if max_memory is None else int(max_memory)
         self.limit = limit
-        self.bytes_left = limit // CPT_SHARE
+        self.bytes_left = max(CPT_FLOOR, limit // CPT_SHARE)
 
     def shape(
         self,

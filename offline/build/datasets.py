@@ -14,7 +14,7 @@ import struct
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from boxwatch.offline.bn.limits import default_max_memory
 MAX_DIMS = 32
 """Dimensions a data set's array may declare (numpy's own limit is 64)."""
 
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 def infer_format(path: Path) -> str:
@@ -79,7 +79,7 @@ def _check_array_header(what: str, shape: tuple[int, ...], dtype: np.dtype, cap:
 def _read_exactly(fh: IO[bytes], nbytes: int) -> np.ndarray:
     """``nbytes`` bytes of ``fh`` into a fresh buffer (no intermediate copies)."""
     buf = np.empty(nbytes, dtype=np.uint8)
-    view = memoryview(buf)
+    view = buf.data
     got = 0
     while got < nbytes:
         n = fh.readinto(view[got:])  # type: ignore[attr-defined]
