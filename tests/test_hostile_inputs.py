@@ -322,7 +322,7 @@ BN_CASES: list[Case] = [
     ),
     (
         "bif-unterminated-comment",
-        _bn("comment.bif", "network n {}\n" + "/*" * 60_000),
+        _bn("comment.bif", "network n {}\n" + "/* " * 40_000),
         "comment",
         False,
     ),
@@ -799,3 +799,12 @@ def test_one_yaml_dialect_for_all_three_files(tmp_path: Path) -> None:
     assert load_config(path).raw["bn"]["positive"] == "yes"
     doc = load_yaml("a: [yes, no, on, off, true, false, 2001-01-01, 0o17, 1_000]\n", where="t")
     assert doc == {"a": ["yes", "no", "on", "off", True, False, "2001-01-01", 15, "1_000"]}
+
+
+def test_unicode_digits_are_not_a_schema_version() -> None:
+    """``'²'.isdigit()`` is true but ``int('²')`` fails: the artifact reader says no cleanly."""
+    from boxwatch.agent.artifact import SCHEMA, _check_manifest
+    from boxwatch.agent.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match="not supported"):
+        _check_manifest({"schema": SCHEMA, "schema_version": "\u00b2.0"}, "x.bwa")
