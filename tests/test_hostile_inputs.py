@@ -21,7 +21,8 @@ import subprocess
 import sys
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -748,15 +749,41 @@ DATA_CASES: list[Case] = [
 ALL_CASES = BN_CASES + YAML_CASES + DATA_CASES
 
 
+@pytest.fixture(scope="module")
+def started(request, tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """The selected cases' children, started a few at a time as soon as the module begins.
+
+    A child spends most of its time importing; running them concurrently keeps the suite
+    short. Each child keeps its own backstops and its own peak-RSS measurement.
+    """
+    selected = [
+        item.callspec.params["case"]
+        for item in request.session.items
+        if item.module is request.module
+        and hasattr(item, "callspec")
+        and "case" in item.callspec.params
+    ]
+    data_dir = (
+        request.getfixturevalue("data_dir") if any(c in DATA_CASES for c in selected) else None
+    )
+    workers = min(4, max(2, os.cpu_count() or 2))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures: dict[str, Future] = {}
+        for name, build, _needle, _slow in selected:
+            tmp = tmp_path_factory.mktemp(name)
+            args, env = build(tmp, data_dir or tmp)
+            futures[name] = pool.submit(run_cli, args, tmp, env)
+        yield futures
+        for future in futures.values():
+            future.cancel()
+
+
 @pytest.mark.parametrize(
     "case",
     [pytest.param(c, id=c[0], marks=[pytest.mark.slow] if c[3] else []) for c in ALL_CASES],
 )
-def test_hostile_input_is_refused_in_one_line(case: Case, tmp_path: Path, request) -> None:
-    _, build, needle, _slow = case
-    data_dir = request.getfixturevalue("data_dir") if case in DATA_CASES else tmp_path
-    args, env = build(tmp_path, data_dir)
-    assert_clean_refusal(run_cli(args, tmp_path, env), needle)
+def test_hostile_input_is_refused_in_one_line(case: Case, started: dict[str, Future]) -> None:
+    assert_clean_refusal(started[case[0]].result(), case[2])
 
 
 def test_valid_xmlbif_with_one_number_per_line_parses(tmp_path: Path) -> None:
