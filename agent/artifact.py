@@ -400,7 +400,7 @@ def _check_manifest(manifest: Any, where: str) -> None:
         raise ArtifactError(f"{where}: manifest is not a {SCHEMA} manifest")
     version = str(manifest.get("schema_version", ""))
     major = version.split(".", 1)[0]
-    if not major.isdigit() or int(major) != SUPPORTED_MAJOR:
+    if not (major.isascii() and major.isdigit()) or int(major) != SUPPORTED_MAJOR:
         raise ArtifactError(
             f"{where}: schema version {version!r} is not supported (this boxwatch reads "
             f"{SUPPORTED_MAJOR}.x)"

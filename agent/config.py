@@ -8,14 +8,14 @@ true). Ranges are checked at start-up; every problem is reported at once.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import load_yaml, load_yaml_file, quote, show_path
 
 
 def _str(v: Any) -> str:
@@ -57,7 +57,7 @@ def _dict(v: Any) -> dict[str, Any]:
     if v in (None, ""):
         return {}
     if isinstance(v, str):
-        v = yaml.safe_load(v)
+        v = load_yaml(v, where="the value")
     if not isinstance(v, dict):
         raise ValueError("expected a mapping")
     return dict(v)
@@ -81,7 +81,7 @@ def _positive(v: Any) -> str | None:
 
 def _port_address(v: str) -> str | None:
     host, sep, port = v.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
         return "must be HOST:PORT (port 0 picks a free one)"
     return None
 
@@ -414,22 +414,11 @@ def load_agent_config(
     raw: Mapping[str, Any] = {}
     where = "defaults"
     if path is not None:
-        where = str(path)
-        try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such agent config file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read ({exc})") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-            raise ConfigError(
-                f"{path}{at}: invalid YAML ({getattr(exc, 'problem', exc)})"
-            ) from None
+        where = show_path(path)
+        raw = load_yaml_file(path, what="agent config file") or {}
         if not isinstance(raw, Mapping):
-            raise ConfigError(f"{path}: the agent config must be a YAML mapping")
-    problems = [f"{where}: unknown setting {k!r}" for k in _known_keys(raw)]
+            raise ConfigError(f"{where}: the agent config must be a YAML mapping")
+    problems = [f"{where}: unknown setting {quote(k)}" for k in _known_keys(raw)]
     values: dict[str, Any] = {}
     source: dict[str, str] = {}
     overrides = overrides or {}
@@ -446,11 +435,11 @@ def load_agent_config(
                 continue
         try:
             parsed = s.parse(value)
-        except (ValueError, TypeError) as exc:
-            problems.append(f"{s.key} from {origin}: {exc} (got {value!r})")
+        except (ValueError, TypeError, OverflowError) as exc:
+            problems.append(f"{s.key} from {origin}: {exc} (got {quote(value)})")
             continue
         if s.check is not None and parsed is not None and (msg := s.check(parsed)):
-            problems.append(f"{s.key} from {origin}: {msg} (got {value!r})")
+            problems.append(f"{s.key} from {origin}: {msg} (got {quote(value)})")
             continue
         if origin.startswith(f"{where}:") and s.key in _FILE_KEYS and path is not None:
             parsed = _against(Path(path).parent, parsed)

@@ -10,7 +10,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from boxwatch.agent.errors import KeyFileError
+from boxwatch.agent.errors import ConfigError, KeyFileError
+from boxwatch.agent.inputs import read_bounded, show_path
 
 PRIVATE_KEY_MODE = 0o600
 MAX_KEY_FILE_BYTES = 64 * 1024
@@ -74,14 +75,12 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 def _read_key_file(path: str | Path) -> bytes:
     path = Path(path)
+    if not path.exists():
+        raise KeyFileError(f"key file not found: {show_path(path)}")
     try:
-        if path.stat().st_size > MAX_KEY_FILE_BYTES:
-            raise KeyFileError(f"{path} is too large to be a key file")
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise KeyFileError(f"key file not found: {path}") from None
-    except OSError as exc:
-        raise KeyFileError(f"cannot read key file {path}: {exc.strerror or exc}") from None
+        return read_bounded(path, MAX_KEY_FILE_BYTES, what="key file")
+    except ConfigError as exc:
+        raise KeyFileError(str(exc)) from None
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:

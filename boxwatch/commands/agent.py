@@ -17,6 +17,7 @@ import click
 from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.config import AgentConfig, load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
+from boxwatch.agent.inputs import one_line
 from boxwatch.agent.service import build_agent, serve
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE
 
@@ -110,10 +111,10 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         worker.check_topics()
         http = serve(worker)  # a metrics address in use is a ConfigError: one line, exit 2
     except (ArtifactError, KeyFileError) as exc:
-        click.echo(f"error: refusing to start: {exc}", err=True)
+        click.echo(one_line(f"error: refusing to start: {exc}"), err=True)
         sys.exit(EXIT_FAILED)
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(one_line(f"error: {exc}"), err=True)
         sys.exit(EXIT_USAGE)
     log.info(
         "agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
@@ -130,7 +131,7 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     try:
         worker.run()
     except ConfigError as exc:  # a client option refused when the clients are made
-        click.echo(f"error: {exc}", err=True)
+        click.echo(one_line(f"error: {exc}"), err=True)
         sys.exit(EXIT_USAGE)
     finally:
         http.stop()

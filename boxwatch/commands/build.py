@@ -11,6 +11,7 @@ import click
 
 from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
+from boxwatch.agent.inputs import one_line, show_path
 from boxwatch.agent.keys import load_private_key
 from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, progress_bar, summary_table
 from boxwatch.offline.build.config import load_config
@@ -77,6 +78,8 @@ def build_artifact(
         problems += exc.problems
         if not any(p.startswith("--out ") for p in exc.problems):
             problems += check_out_path(out)  # the schema round stops before prepare()
+    except MemoryError:
+        problems.append("out of memory while reading the inputs (data sets too large for this machine)")
     private_key = None
     if key_path is not None:
         try:
@@ -101,6 +104,8 @@ def build_artifact(
             write_report(outcome.summary, report_dir)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
         _fail(config, exc.problems if isinstance(exc, ConfigError) else [str(exc)])
+    except MemoryError:
+        _fail(config, ["out of memory while reading the inputs (data sets too large for this machine)"])
     click.echo(summary_table(outcome.summary, out))
     if report_dir is not None:
         click.echo(f"report: {report_dir / 'report.html'}", err=True)
@@ -108,8 +113,11 @@ def build_artifact(
 
 
 def _fail(config: Path, problems: list[str]) -> NoReturn:
-    """Every problem at once, then exit 2."""
-    click.echo(f"error: {config}: {len(problems)} problem(s):", err=True)
-    for p in problems:
-        click.echo(f"  - {p}", err=True)
+    """Every problem at once (one line when there is one), then exit 2."""
+    if len(problems) == 1:
+        click.echo(one_line(f"error: {show_path(config)}: {problems[0]}"), err=True)
+    else:
+        click.echo(f"error: {show_path(config)}: {len(problems)} problem(s):", err=True)
+        for p in problems:
+            click.echo(one_line(f"  - {p}"), err=True)
     sys.exit(EXIT_USAGE)

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import show_path
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
@@ -177,11 +178,11 @@ def compile_bn(
         class_variable, decision, positive, threshold, _names(features), _names(order)
     )
     try:
-        start = time.perf_counter()
-        network = load_network(network_file)
-        parse_seconds = time.perf_counter() - start
-        spec = resolve_spec(network, wanted)
         with memory_guard(limit), _progress() as bar:
+            start = time.perf_counter()
+            network = load_network(network_file, max_memory=limit)
+            parse_seconds = time.perf_counter() - start
+            spec = resolve_spec(network, wanted)
             result = compile_classifier(
                 network,
                 spec,
@@ -195,7 +196,7 @@ def compile_bn(
     except MemoryError:
         fail(
             CompileLimitError(
-                f"{network_file}: out of memory (limit {format_bytes(limit)}); "
+                f"{show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
                 "give fewer features or raise --max-memory"
             ),
             EXIT_USAGE,

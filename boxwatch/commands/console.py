@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.inputs import one_line
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -30,8 +31,12 @@ def echo_err(message: str) -> None:
 
 
 def fail(exc: BoxwatchError, code: int) -> None:
-    """Print a one-line reason and exit with ``code`` (no traceback for expected errors)."""
-    echo_err(f"error: {exc}")
+    """Print a one-line reason and exit with ``code`` (no traceback for expected errors).
+
+    The line is made printable and capped (:func:`~boxwatch.agent.inputs.one_line`): what it
+    echoes of the user's input cannot add lines or terminal escapes.
+    """
+    echo_err(one_line(f"error: {exc}"))
     sys.exit(code)
 
 

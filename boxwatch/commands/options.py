@@ -3,6 +3,7 @@ classifier, and the limits of its compilation."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,23 @@ class SizeParam(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class SecondsParam(click.ParamType):
+    """A positive, finite number of seconds (``nan`` and ``inf`` are refused)."""
+
+    name = "SECONDS"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{str(value)[:40]!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{str(value)[:40]!r}: give a finite number of seconds > 0", param, ctx)
+        return seconds
+
+
 _LIMIT_OPTIONS = (
     click.option(
         "--max-memory",
@@ -81,7 +99,7 @@ _LIMIT_OPTIONS = (
     ),
     click.option(
         "--max-seconds",
-        type=click.FloatRange(min=0, min_open=True),
+        type=SecondsParam(),
         default=None,
         help="Refuse routes estimated to take longer than this (default: no limit).",
     ),

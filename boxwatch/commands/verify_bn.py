@@ -11,12 +11,13 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import one_line, show_path
 from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.io import load_network
-from boxwatch.offline.bn.limits import default_max_memory, memory_guard
+from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
 
@@ -159,12 +160,12 @@ def verify_bn(
     wanted = classifier_spec(
         class_variable, decision, positive, threshold, _names(features), _names(order)
     )
+    limit = default_max_memory() if max_memory is None else max_memory
     try:
         start = time.perf_counter()
-        network = load_network(network_file)
-        spec = resolve_spec(network, wanted)
-        limit = default_max_memory() if max_memory is None else max_memory
         with memory_guard(limit):
+            network = load_network(network_file, max_memory=limit)
+            spec = resolve_spec(network, wanted)
             compiled = compile_classifier(network, spec, max_memory=limit, max_seconds=max_seconds)
         diagram = compiled.diagram
         schema = ClassifierSchema.from_diagram(diagram, network.variables)
@@ -173,7 +174,13 @@ def verify_bn(
             report = verifier.verify(specs, counterexamples=k)
     except ConfigError as exc:
         for problem in exc.problems:
-            echo_err(f"error: {problem}")
+            echo_err(one_line(f"error: {problem}"))
+        sys.exit(EXIT_USAGE)
+    except MemoryError:
+        echo_err(
+            f"error: {show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
+            "give fewer features or raise --max-memory"
+        )
         sys.exit(EXIT_USAGE)
     seconds = time.perf_counter() - start
     if as_json:

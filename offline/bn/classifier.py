@@ -167,6 +167,11 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
             problems.append("the feature list is empty")
     elif cls in network.states:
         features = default_features(network, cls)
+        if not features:
+            problems.append(
+                f"{where}: the network has no feature variables besides the class {cls!r}; "
+                "a classifier needs at least one feature"
+            )
     else:
         features = ()
     order: tuple[str, ...] = ()

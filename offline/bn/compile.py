@@ -292,7 +292,11 @@ def compile_classifier(
     options: list[tuple[Estimate, Callable[[], _Built]]] = []
     if method in ("auto", "joint") or len(spec.order) < 2:
         joint = plan_joint(network, spec, max_memory=limit)
-        options.append((joint.estimate, lambda: _compile_joint(network, spec, joint.contraction)))
+        if joint.contraction is not None:
+            planned = joint.contraction
+            options.append((joint.estimate, lambda: _compile_joint(network, spec, planned)))
+        else:
+            options.append((joint.estimate, _never_runs))
     quick = (
         method == "auto"
         and bool(options)
@@ -350,6 +354,11 @@ def compile_classifier(
         tie_pairs=_tie_pairs(diagram.terminals, built.tie_pairs),
         tie_tolerance=ARGMAX_TIE_TOLERANCE if diagram.is_argmax else None,
     )
+
+
+def _never_runs() -> _Built:
+    """The build of a route sized out before planning (its estimate never fits)."""
+    raise AssertionError("a route estimated not to fit was started")
 
 
 # ---------------------------------------------------------------------------- shared pieces

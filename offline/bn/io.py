@@ -18,7 +18,7 @@ another format keeps its value tokens the same way: the strings in file order,
 from __future__ import annotations
 
 import bisect
-import gzip
+import math
 import re
 import xml.parsers.expat
 from collections.abc import Mapping, Sequence
@@ -30,8 +30,74 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import (
+    one_line,
+    quote,
+    read_bounded,
+    read_gzip_bounded,
+    show_path,
+    size_text,
+)
+from boxwatch.offline.bn.limits import default_max_memory
 
 CPT_SUM_TOLERANCE = 1e-3
+MAX_PARENTS = 63
+"""Parents a CPT may have: numpy arrays have at most 64 axes (parents + the variable's own)."""
+TEXT_SHARE = 64
+"""A network file may have ``max_memory / TEXT_SHARE`` bytes of text: its tokens, positions
+and numbers take tens of bytes per byte of text while it is parsed."""
+CPT_SHARE = 4
+"""All CPTs together may take ``max_memory / CPT_SHARE`` bytes (the compiler needs the rest)."""
+CPT_FLOOR = 16 << 20
+"""...but at least this much: small tables are never what exhausts memory (a tiny
+``--max-memory`` is then refused by the compiler's route estimates, naming them)."""
+
+
+class _Budget:
+    """What the CPTs of one network may still allocate; checked from shapes, before allocating."""
+
+    def __init__(self, max_memory: float | None):
+        limit = default_max_memory() if max_memory is None else int(max_memory)
+        self.limit = limit
+        self.bytes_left = max(CPT_FLOOR, limit // CPT_SHARE)
+
+    def shape(
+        self,
+        var: str,
+        par: Sequence[str],
+        states: Mapping[str, Sequence[str]],
+        where_line: str,
+    ) -> tuple[int, ...]:
+        """The CPT shape of ``var`` given ``par``, refused when it cannot be held.
+
+        Sizes are Python integers (no ``np.prod`` wrap-around); refuses more than
+        :data:`MAX_PARENTS` parents, a parent listed twice, and tables whose bytes exceed
+        what is left of the budget.
+        """
+        if len(par) > MAX_PARENTS:
+            raise ConfigError(
+                f"{where_line}: {quote(var)} has {len(par)} parents; at most {MAX_PARENTS} "
+                "are supported"
+            )
+        seen: set[str] = set()
+        for p in par:
+            if p in seen:
+                raise ConfigError(f"{where_line}: {quote(var)} lists parent {quote(p)} twice")
+            seen.add(p)
+        if var in seen:
+            raise ConfigError(f"{where_line}: {quote(var)} lists itself as a parent")
+        shape = (*(len(states[p]) for p in par), len(states[var]))
+        cells = math.prod(shape)
+        nbytes = 8 * cells
+        if nbytes > self.bytes_left:
+            raise ConfigError(
+                f"{where_line}: the CPT of {quote(var)} has {cells:,} cells "
+                f"({size_text(nbytes)}), more than the memory limit "
+                f"{size_text(self.limit)} leaves for the network's tables "
+                f"({size_text(self.bytes_left)}); raise --max-memory or give a smaller network"
+            )
+        self.bytes_left -= nbytes
+        return shape
 
 
 def text_table(texts: Sequence[str], shape: Sequence[int]) -> np.ndarray:
@@ -150,13 +216,21 @@ class Network:
         return model
 
 
-def load_network(source: str | Path | Any) -> Network:
+def load_network(source: str | Path | Any, *, max_memory: float | None = None) -> Network:
     """Read a network from a path (format by suffix) or take a pgmpy model.
+
+    Bounded before it allocates: the file (and a ``.gz`` file's decompressed stream) may
+    have ``max_memory / TEXT_SHARE`` bytes, and every CPT is sized from its declared shape
+    against ``max_memory`` before its table exists. Text is UTF-8 (latin-1 is accepted for
+    old Hugin files); NUL bytes are refused.
 
     Parameters
     ----------
     source : path or pgmpy ``DiscreteBayesianNetwork``
         ``.bif``, ``.bif.gz``, ``.xml``/``.xmlbif`` (optionally ``.gz``) or Hugin ``.net``.
+    max_memory : float, optional
+        Bytes the compilation may use; default
+        :func:`~boxwatch.offline.bn.limits.default_max_memory`.
 
     Raises
     ------
@@ -166,28 +240,32 @@ def load_network(source: str | Path | Any) -> Network:
     if not isinstance(source, (str, Path)):
         return from_pgmpy(source)
     path = Path(source)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
-    raw = path.read_bytes()
+    where = show_path(path)
+    limit = default_max_memory() if max_memory is None else int(max_memory)
+    cap = max(1 << 20, limit // TEXT_SHARE)
     name = path.name.lower()
     if name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise ConfigError(f"{path}: not a valid gzip file ({exc})") from None
+        raw = read_gzip_bounded(path, cap, max_compressed=cap, what="file")
         name = name[:-3]
+    else:
+        raw = read_bounded(path, cap, what="file")
+    if b"\0" in raw:
+        raise ConfigError(
+            f"{where}: holds NUL bytes: not a network text file (UTF-16? save it as UTF-8)"
+        )
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         text = raw.decode("latin-1")
+    del raw
     if name.endswith(".bif"):
-        return parse_bif(text, where=str(path))
+        return parse_bif(text, where=where, max_memory=limit)
     if name.endswith(".net"):
-        return parse_net(text, where=str(path))
+        return parse_net(text, where=where, max_memory=limit)
     if name.endswith((".xml", ".xmlbif")):
-        return parse_xmlbif(text, where=str(path))
+        return parse_xmlbif(text, where=where, max_memory=limit)
     raise ConfigError(
-        f"{path}: unknown network format; expected .bif, .bif.gz, .xml/.xmlbif or Hugin .net"
+        f"{where}: unknown network format; expected .bif, .bif.gz, .xml/.xmlbif or Hugin .net"
     )
 
 
@@ -249,12 +327,17 @@ def write_bif(network: Network) -> str:
 
 # ---------------------------------------------------------------------------- tokenising
 _TOKEN_BODY = r'"(?:[^"\\]|\\.)*"|[{}()\[\];,|=]|[^\s{}()\[\];,|="]+'
-_BIF_TOKEN_RE = re.compile(r"\s+|//[^\n]*|/\*.*?\*/|" + _TOKEN_BODY, re.DOTALL)
+_BIF_TOKEN_RE = re.compile(r"\s+|//[^\n]*|" + _TOKEN_BODY, re.DOTALL)
 _NET_TOKEN_RE = re.compile(r"\s+|%[^\n]*|" + _TOKEN_BODY, re.DOTALL)
 
 
 class _Tokens:
-    """A token stream that knows each token's line, for error messages."""
+    """A token stream that knows each token's line, for error messages.
+
+    Linear in the text: every regular expression matches without backtracking over the rest
+    of the file, and a ``/* ... */`` comment is found with one ``str.find`` (an unterminated
+    one is an error, not a rescan per ``/*``).
+    """
 
     def __init__(self, text: str, where: str, *, percent_comments: bool):
         self.where = where
@@ -266,6 +349,14 @@ class _Tokens:
         skip = ("%",) if percent_comments else ("//", "/*")
         i = 0
         while i < len(text):
+            if not percent_comments and text.startswith("/*", i):
+                end = text.find("*/", i + 2)
+                if end < 0:
+                    raise ConfigError(
+                        f"{where}:{bisect.bisect(newlines, i) + 1}: unterminated /* comment"
+                    )
+                i = end + 2
+                continue
             m = token_re.match(text, i)
             if m is None:
                 raise ConfigError(
@@ -307,14 +398,14 @@ class _Tokens:
         got = self.next(repr(tok))
         if got != tok:
             self.i -= 1
-            raise self.error(f"expected {tok!r}, found {got!r}")
+            raise self.error(f"expected {tok!r}, found {quote(got)}")
 
     def name(self, what: str) -> str:
         """Consume a name (quotes removed)."""
         tok = self.next(what)
         if tok in "{}()[];,|=":
             self.i -= 1
-            raise self.error(f"expected {what}, found {tok!r}")
+            raise self.error(f"expected {what}, found {quote(tok)}")
         return tok[1:-1] if tok.startswith('"') else tok
 
     def number(self) -> float:
@@ -326,7 +417,7 @@ class _Tokens:
             return value
         except ValueError:
             self.i -= 1
-            raise self.error(f"expected a number, found {tok!r}") from None
+            raise self.error(f"expected a number, found {quote(tok)}") from None
 
     def skip_block(self) -> None:
         """Skip a balanced ``{ ... }`` block (the opening brace is next)."""
@@ -344,8 +435,9 @@ class _Tokens:
 
 
 # ---------------------------------------------------------------------------- BIF
-def parse_bif(text: str, *, where: str = "<bif>") -> Network:
-    """Parse BIF text (the bnlearn repository's format)."""
+def parse_bif(text: str, *, where: str = "<bif>", max_memory: float | None = None) -> Network:
+    """Parse BIF text (the bnlearn repository's format); CPTs sized against ``max_memory``."""
+    budget = _Budget(max_memory)
     t = _Tokens(text, where, percent_comments=False)
     name = "network"
     order: list[str] = []
@@ -385,7 +477,7 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
             block_texts.append(t.numbers[first:])
         else:
             t.i -= 1
-            raise t.error(f"expected 'network', 'variable' or 'probability', found {kw!r}")
+            raise t.error(f"expected 'network', 'variable' or 'probability', found {quote(kw)}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
     texts: dict[str, np.ndarray] = {}
@@ -398,9 +490,10 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
         missing = [p for p in par if p not in states]
         if missing:
             raise ConfigError(f"{where_line}: {var!r} has undeclared parent(s) {missing}")
+        shape = budget.shape(var, par, states, where_line)
         parents[var] = par
-        cpts[var] = _bif_table(var, par, states, entries, f"{where}:{line}")
-        texts[var] = _bif_texts(var, par, states, entries, numbers, f"{where}:{line}")
+        cpts[var] = _bif_table(var, par, states, entries, where_line, shape)
+        texts[var] = _bif_texts(var, par, states, entries, numbers, where_line, shape)
         lines.setdefault(var, line)
     return _finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
@@ -427,9 +520,10 @@ def _bif_variable(t: _Tokens, var: str) -> tuple[str, ...]:
             if "" in names:
                 raise t.error(f"variable {var!r}: empty state name", line)
             t.expect(";")
-            if not n.isdigit() or int(n) != len(names):
+            if not re.fullmatch(r"[0-9]{1,9}", n) or int(n) != len(names):
                 raise t.error(
-                    f"variable {var!r} declares [{n}] states but lists {len(names)}", line
+                    f"variable {var!r} declares [{one_line(n[:20])}] states but lists {len(names)}",
+                    line,
                 )
             if len(set(names)) != len(names):
                 raise t.error(f"variable {var!r} lists a state twice: {names}", line)
@@ -438,7 +532,7 @@ def _bif_variable(t: _Tokens, var: str) -> tuple[str, ...]:
             t.skip_statement()
         else:
             t.i -= 1
-            raise t.error(f"variable {var!r}: expected 'type' or 'property', found {kw!r}")
+            raise t.error(f"variable {var!r}: expected 'type' or 'property', found {quote(kw)}")
     t.expect("}")
     if found is None:
         raise t.error(f"variable {var!r} has no 'type discrete [...] {{...}};' line")
@@ -467,7 +561,7 @@ def _bif_entries(t: _Tokens) -> list[tuple[int, list[str] | None, list[float]]]:
             continue
         else:
             t.i -= 1
-            raise t.error(f"expected 'table', 'default' or '(', found {tok!r}")
+            raise t.error(f"expected 'table', 'default' or '(', found {quote(tok)}")
         values: list[float] = [t.number()]
         while t.peek() == ",":
             t.next()
@@ -484,12 +578,14 @@ def _bif_table(
     states: Mapping[str, tuple[str, ...]],
     entries: list[tuple[int, list[str] | None, list[float]]],
     where_line: str,
+    shape: tuple[int, ...],
 ) -> np.ndarray:
-    """CPT of ``var`` from its entries; errors name the entry's line (else the block's)."""
+    """CPT of ``var`` (of ``shape``, already sized) from its entries; errors name the entry's
+    line (else the block's)."""
     where = where_line.rsplit(":", 1)[0]
     card = len(states[var])
-    pcards = [len(states[p]) for p in par]
-    table = np.full((*pcards, card), np.nan)
+    pcards = list(shape[:-1])
+    table = np.full(shape, np.nan)
     for line, key, values in entries:
         if key is None:
             if len(values) != table.size:
@@ -515,9 +611,7 @@ def _bif_table(
         idx = []
         for p, s in zip(par, key, strict=True):
             if s not in states[p]:
-                raise ConfigError(
-                    f"{where}:{line}: {s!r} is not a state of {p!r} {list(states[p])}"
-                )
+                raise ConfigError(f"{where}:{line}: {quote(s)} is not a state of {p!r}")
             idx.append(states[p].index(s))
         table[tuple(idx)] = values
     if np.isnan(table).any():
@@ -534,6 +628,7 @@ def _bif_texts(
     entries: list[tuple[int, list[str] | None, list[float]]],
     numbers: list[str],
     where_line: str,
+    shape: tuple[int, ...],
 ) -> np.ndarray:
     """The decimal strings of ``var``'s CPT (``numbers``: the block's, in file order),
     placed as :func:`_bif_table` places the floats: it places each value's position."""
@@ -542,13 +637,14 @@ def _bif_texts(
     for line, key, values in entries:
         positions.append((line, key, [float(i) for i in range(start, start + len(values))]))
         start += len(values)
-    where_pos = _bif_table(var, tuple(par), states, positions, where_line)
+    where_pos = _bif_table(var, tuple(par), states, positions, where_line, shape)
     return text_table(numbers, (len(numbers),))[where_pos.astype(np.int64)]
 
 
 # ---------------------------------------------------------------------------- Hugin .net
-def parse_net(text: str, *, where: str = "<net>") -> Network:
+def parse_net(text: str, *, where: str = "<net>", max_memory: float | None = None) -> Network:
     """Parse a Hugin ``.net`` network (discrete nodes, ``potential`` blocks with ``data``)."""
+    budget = _Budget(max_memory)
     t = _Tokens(text, where, percent_comments=True)
     name = "network"
     order: list[str] = []
@@ -588,7 +684,7 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
             pot_texts.append(t.numbers[first:])
         else:
             t.i -= 1
-            raise t.error(f"expected 'net', 'node' or 'potential', found {kw!r}")
+            raise t.error(f"expected 'net', 'node' or 'potential', found {quote(kw)}")
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
     texts: dict[str, np.ndarray] = {}
@@ -600,11 +696,11 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
         missing = [p for p in par if p not in states]
         if missing:
             raise ConfigError(f"{where}:{line}: {var!r} has undeclared parent(s) {missing}")
-        shape = (*(len(states[p]) for p in par), len(states[var]))
-        if len(values) != int(np.prod(shape)):
+        shape = budget.shape(var, par, states, f"{where}:{line}")
+        if len(values) != math.prod(shape):
             raise ConfigError(
                 f"{where}:{data_line}: data for {var!r} has {len(values)} numbers, "
-                f"expected {int(np.prod(shape))} for shape {shape}"
+                f"expected {math.prod(shape)} for shape {shape}"
             )
         parents[var] = par
         cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
@@ -685,6 +781,7 @@ class _Elem:
     line: int
     children: list[_Elem]
     text: str = ""
+    chunks: list[str] | None = None
 
     def find_all(self, tag: str) -> list[_Elem]:
         """Child elements with this (upper-case) tag."""
@@ -696,24 +793,39 @@ class _Elem:
 
 
 def _xml_tree(text: str, where: str) -> _Elem:
+    """The element tree of ``text``: text gathered in chunks (linear), DTDs refused (so no
+    entity expansion), no external entities."""
     parser = xml.parsers.expat.ParserCreate()
-    root = _Elem("#document", 1, [])
+    parser.SetParamEntityParsing(xml.parsers.expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    root = _Elem("#document", 1, [], chunks=[])
     stack = [root]
 
     def start(tag: str, _attrs: dict[str, str]) -> None:
-        el = _Elem(tag, parser.CurrentLineNumber, [])
+        el = _Elem(tag, parser.CurrentLineNumber, [], chunks=[])
         stack[-1].children.append(el)
         stack.append(el)
 
     def end(_tag: str) -> None:
-        stack.pop()
+        el = stack.pop()
+        el.text = "".join(el.chunks or ())
+        el.chunks = None
 
     def chars(data: str) -> None:
-        stack[-1].text += data
+        chunks = stack[-1].chunks
+        if chunks is not None:
+            chunks.append(data)
+
+    def doctype(*_args: Any) -> None:
+        raise ConfigError(
+            f"{where}:{parser.CurrentLineNumber}: XML with a DTD (<!DOCTYPE ...>) is not "
+            "accepted (entities could expand without bound)"
+        )
 
     parser.StartElementHandler = start
     parser.EndElementHandler = end
     parser.CharacterDataHandler = chars
+    parser.StartDoctypeDeclHandler = doctype
+    parser.EntityDeclHandler = doctype
     try:
         parser.Parse(text, True)
     except xml.parsers.expat.ExpatError as exc:
@@ -721,8 +833,9 @@ def _xml_tree(text: str, where: str) -> _Elem:
     return root
 
 
-def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
-    """Parse XMLBIF 0.3 text (``<VARIABLE>`` and ``<DEFINITION>`` elements)."""
+def parse_xmlbif(text: str, *, where: str = "<xmlbif>", max_memory: float | None = None) -> Network:
+    """Parse XMLBIF 0.3 text (``<VARIABLE>`` and ``<DEFINITION>`` elements); no DTDs."""
+    budget = _Budget(max_memory)
     doc = _xml_tree(text, where)
     nets = [n for b in doc.find_all("BIF") for n in b.find_all("NETWORK")]
     if len(nets) != 1:
@@ -765,17 +878,21 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>") -> Network:
         tables = el.find_text("TABLE")
         if len(tables) != 1:
             raise ConfigError(f"{where}:{el.line}: definition of {var!r} needs one <TABLE>")
+        shape = budget.shape(var, par, states, f"{where}:{el.line}")
         body, tline = tables[0]
-        try:
-            numbers = body.split()
-            values = [float(x) for x in numbers]
-        except ValueError as exc:
-            raise ConfigError(f"{where}:{tline}: <TABLE> of {var!r}: {exc}") from None
-        shape = (*(len(states[p]) for p in par), len(states[var]))
-        if len(values) != int(np.prod(shape)):
+        numbers = body.split()
+        values = []
+        for x in numbers:
+            try:
+                values.append(float(x))
+            except ValueError:
+                raise ConfigError(
+                    f"{where}:{tline}: <TABLE> of {var!r}: {quote(x)} is not a number"
+                ) from None
+        if len(values) != math.prod(shape):
             raise ConfigError(
                 f"{where}:{tline}: <TABLE> of {var!r} has {len(values)} numbers, "
-                f"expected {int(np.prod(shape))}"
+                f"expected {math.prod(shape)}"
             )
         parents[var] = par
         cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)

@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator
 
 MEMORY_SHARE = 0.5
+MAX_SIZE = 1 << 60
+"""The largest size :func:`parse_size` accepts (1 EiB; more is a typo, not a machine)."""
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
@@ -23,19 +25,29 @@ def parse_size(text: str) -> int:
     Raises
     ------
     ValueError
-        For anything else, or a size of zero.
+        For anything else, a size of zero, or one above :data:`MAX_SIZE`.
     """
-    match = _SIZE.match(str(text))
+    shown = repr(str(text)[:40])
+    match = _SIZE.fullmatch(str(text)[:100]) if str(text).isascii() else None
     if not match:
-        raise ValueError(f"{text!r} is not a size (examples: 4G, 512M, 1.5GiB, 100000)")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
-    if value <= 0:
-        raise ValueError(f"{text!r}: the size must be positive")
-    return value
+        raise ValueError(f"{shown} is not a size (examples: 4G, 512M, 1.5GiB, 100000)")
+    number = match.group(1)
+    if len(number) > 30:
+        raise ValueError(f"{shown}: the size is too large (at most 1 EiB)")
+    value = float(number) * _UNITS[match.group(2).upper()]
+    if value > MAX_SIZE:
+        raise ValueError(f"{shown}: the size is too large (at most 1 EiB)")
+    if int(value) <= 0:
+        raise ValueError(f"{shown}: the size must be positive")
+    return int(value)
 
 
 def format_bytes(n: float) -> str:
     """``n`` bytes in binary units with three significant digits (``"4.5 GiB"``)."""
+    try:
+        n = float(n)
+    except OverflowError:
+        n = float("inf")
     for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
@@ -44,6 +56,10 @@ def format_bytes(n: float) -> str:
 
 def format_seconds(s: float) -> str:
     """``s`` seconds, as seconds, hours or days (``"3.2 s"``, ``"5.1 h"``, ``"4e+03 days"``)."""
+    try:
+        s = float(s)
+    except OverflowError:
+        s = float("inf")
     if s < 3600:
         return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
     if s < 86400 * 3:
@@ -64,20 +80,34 @@ def total_memory() -> int:
 
 
 def default_max_memory() -> int:
-    """The default bound: :data:`MEMORY_SHARE` of this machine's RAM."""
-    return int(total_memory() * MEMORY_SHARE)
+    """The default bound: :data:`MEMORY_SHARE` of this machine's RAM, and no more than this
+    process may still map under its own ``RLIMIT_AS`` (a container's or CI's cap)."""
+    share = int(total_memory() * MEMORY_SHARE)
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return share
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft == resource.RLIM_INFINITY:
+        return share
+    return max(1 << 20, min(share, soft - _status_bytes("VmSize:")))
 
 
-def _data_in_use() -> int:
-    """Bytes of this process's data segment now (``VmData``), 0 when unknown."""
+def _status_bytes(field: str) -> int:
+    """A ``/proc/self/status`` size field in bytes (``VmData:``, ``VmSize:``), 0 when unknown."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
-                if line.startswith("VmData:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def _data_in_use() -> int:
+    """Bytes of this process's data segment now (``VmData``), 0 when unknown."""
+    return _status_bytes("VmData:")
 
 
 @contextlib.contextmanager
@@ -99,7 +129,7 @@ def memory_guard(max_bytes: int) -> Iterator[None]:
         cap = min(cap, old[1])
     try:
         resource.setrlimit(resource.RLIMIT_DATA, (cap, old[1]))
-    except (ValueError, OSError):
+    except (ValueError, OSError, OverflowError):
         yield
         return
     try:

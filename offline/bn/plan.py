@@ -41,6 +41,14 @@ ADDITIVE_SECONDS_PER_ITEM = 6e-6
 ADDITIVE_BYTES_PER_ITEM = 400
 
 
+def as_float(n: float) -> float:
+    """``n`` as a float; ``inf`` for integers beyond the float range (2 ** 2000 inputs)."""
+    try:
+        return float(n)
+    except OverflowError:
+        return math.inf
+
+
 class CompileLimitError(ConfigError):
     """No route fits the memory or time limit; the message names the estimates and limits."""
 
@@ -165,14 +173,25 @@ def unit_factors(network: Network, names: Sequence[str]) -> list[Factor]:
 class JointPlan:
     """The joint table ``P(C, X)``: its contraction and the route's estimate."""
 
-    contraction: Contraction
+    contraction: Contraction | None
     estimate: Estimate
 
 
 def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> JointPlan:
-    """Plan the contraction to ``P(C, X)`` and size the joint route."""
+    """Plan the contraction to ``P(C, X)`` and size the joint route.
+
+    The joint table alone is sized first, from the cardinalities: when it cannot fit
+    ``max_memory`` the contraction is not planned at all (planning one over hundreds of
+    factors takes minutes) and the plan has no contraction, only the table's estimate.
+    """
     keep = [spec.class_variable, *spec.order]
     inputs = math.prod(network.card(f) for f in spec.order)
+    table = network.card(spec.class_variable) * inputs
+    floor = 8 * table + JOINT_BYTES_PER_INPUT * inputs
+    if floor > max_memory:
+        detail = f"{as_float(inputs):.3g} inputs, the joint table alone (contraction not planned)"
+        seconds = JOINT_SECONDS_PER_INPUT * as_float(inputs)
+        return JointPlan(None, Estimate("joint", as_float(floor), seconds, detail))
     c = plan_contraction(relevant_factors(network, keep), keep, max_cells=max_memory / 16)
     table = network.card(spec.class_variable) * inputs
     nbytes = 8 * (2 * c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
@@ -329,7 +348,7 @@ def _separator_estimate(cut: Cut, up: Contraction, lo: Contraction, n: int) -> E
     )
     seconds = floor_seconds + up.seconds + lo.seconds
     detail = (
-        f"{cut.n_pre * cut.n_suf:.3g} inputs, cut after level {cut.k} of {n}, "
+        f"{as_float(cut.n_pre * cut.n_suf):.3g} inputs, cut after level {cut.k} of {n}, "
         f"{cut.shared_states:,} shared states"
     )
     return Estimate("decompose/separator", nbytes, seconds, detail)
@@ -386,7 +405,8 @@ def additive_estimate(n_pre: int, completions: int, k: int, n: int) -> Estimate:
         "decompose/additive",
         ADDITIVE_BYTES_PER_ITEM * items,
         ADDITIVE_SECONDS_PER_ITEM * items,
-        f"split after level {k} of {n}: {n_pre:,} prefixes, {completions:,} completions",
+        f"split after level {k} of {n}: {as_float(n_pre):.3g} prefixes, "
+        f"{as_float(completions):.3g} completions",
     )
 
 

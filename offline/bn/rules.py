@@ -16,29 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import load_yaml_file, show_path
 
 MONOTONICITY_KINDS = ("fmo", "increasing", "decreasing")
 _OPS = ("<=", ">=", "==", "!=", "<", ">")
 _EXPR = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(.+?)\s*$")
 _IN = re.compile(r"^\s*in\s*\[(.*)\]\s*$", re.IGNORECASE)
 _RANGE = re.compile(r"^\s*(.+?)\s*\.\.\s*(.+?)\s*$")
-
-
-class _Loader(yaml.SafeLoader):
-    """Safe YAML with YAML 1.2 booleans: only true/false, so states named yes, no, on, off
-    (common in BIF networks) stay strings."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
 
 
 @dataclass(frozen=True)
@@ -174,17 +159,8 @@ def load_spec(
     own ``states`` section extends or overrides.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    try:
-        data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
-    return parse_spec(data, schema, source=str(path), default_order=default_order)
+    data = load_yaml_file(path, what="rules file")
+    return parse_spec(data, schema, source=show_path(path), default_order=default_order)
 
 
 def parse_spec(

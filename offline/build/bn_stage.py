@@ -12,13 +12,14 @@ from typing import Any
 
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import show_path
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier, spec_terminals
 from boxwatch.offline.bn.io import Network, load_network
-from boxwatch.offline.bn.limits import parse_size
-from boxwatch.offline.build.config import BuildConfig
+from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard, parse_size
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier
+from boxwatch.offline.build.config import BuildConfig
 
 DEFAULT_COUNTEREXAMPLES = 10
 
@@ -60,7 +61,7 @@ def prepare(cfg: BuildConfig) -> BNInputs:
     b = cfg.section("bn")
     path = cfg.resolve(b["file"])
     if not path.is_file():
-        raise ConfigError(f"bn.file: {path}: no such file")
+        raise ConfigError(f"bn.file: {show_path(path)}: no such file")
     decision = b.get("decision", "threshold")
     if decision == "threshold" and not {"positive", "threshold"} <= set(b):
         raise ConfigError("bn: positive and threshold are required with decision: threshold "
@@ -68,7 +69,16 @@ def prepare(cfg: BuildConfig) -> BNInputs:
     if decision == "argmax" and {"positive", "threshold"} & set(b):
         raise ConfigError("bn: positive and threshold apply to decision: threshold only; "
                           "decision: argmax decides the most probable class state")
-    network = load_network(path)
+    try:
+        limit = parse_size(b["max_memory"]) if "max_memory" in b else default_max_memory()
+    except ValueError:
+        limit = default_max_memory()  # reported below
+    try:
+        with memory_guard(limit):  # parsing is held to the same bound as compiling
+            network = load_network(path, max_memory=limit)
+    except MemoryError:
+        raise ConfigError(f"bn.file: {show_path(path)}: out of memory while reading it "
+                          f"(limit {format_bytes(limit)}); raise bn.max_memory") from None
     spec = resolve_spec(network, ClassifierSpec(
         class_variable=b["class"], positive=b.get("positive"),
         threshold=float(b["threshold"]) if "threshold" in b else None,

@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import load_yaml_file, one_line, quote, show_path
 
 _PATH = {"type": "string", "minLength": 1}
-_NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
-          "uniqueItems": True}
+_NAMES = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1},
+    "minItems": 1,
+    "uniqueItems": True,
+}
 _DATASET = {
     "type": "object",
     "additionalProperties": False,
@@ -66,8 +70,11 @@ SCHEMA: dict[str, Any] = {
                     "type": "object",
                     "additionalProperties": False,
                     "properties": {
-                        "shape": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                                  "minItems": 1},
+                        "shape": {
+                            "type": "array",
+                            "items": {"type": "integer", "minimum": 1},
+                            "minItems": 1,
+                        },
                         "dtype": {"enum": ["float32", "float64", "float16", "uint8", "int64"]},
                         "scale": {"type": "number"},
                         "offset": {"type": "number"},
@@ -92,8 +99,13 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "tau": {"oneOf": [_TAU, {"type": "array", "items": _TAU, "minItems": 1},
-                                  {"const": "search"}]},
+                "tau": {
+                    "oneOf": [
+                        _TAU,
+                        {"type": "array", "items": _TAU, "minItems": 1},
+                        {"const": "search"},
+                    ]
+                },
                 "selection": {"enum": ["held-out-class", "f1", "coverage", "fixed"]},
                 "combine": {"enum": ["any", "majority", "all", "calibrated"]},
                 "normalize": {"enum": ["l2", "none"]},
@@ -101,8 +113,11 @@ SCHEMA: dict[str, Any] = {
                 "score": {"enum": ["fused", "distance"]},
                 "contrast_layers": {"oneOf": [_NAMES, {"const": "auto"}]},
                 "contrast_classes": {"type": "integer", "minimum": 0},
-                "target_acceptance": {"type": "number", "exclusiveMinimum": 0,
-                                      "exclusiveMaximum": 1},
+                "target_acceptance": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "exclusiveMaximum": 1,
+                },
                 "random_state": {"type": "integer"},
             },
         },
@@ -121,8 +136,9 @@ SCHEMA: dict[str, Any] = {
                 "rules": _PATH,
                 "fmo": _PATH,
                 "counterexamples": {"type": "integer", "minimum": 0, "maximum": 1000},
-                "max_memory": {"oneOf": [{"type": "integer", "minimum": 1},
-                                         {"type": "string", "minLength": 1}]},
+                "max_memory": {
+                    "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1}]
+                },
             },
         },
         "policy": {
@@ -161,24 +177,13 @@ class BuildConfig:
 def load_config(path: str | Path) -> BuildConfig:
     """Read and schema-check a build config; raise :class:`ConfigError` listing every problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: invalid YAML ({problem})") from None
+    where = show_path(path)
+    raw = load_yaml_file(path, what="config file")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the config must be a YAML mapping")
+        raise ConfigError(f"{where}: the config must be a YAML mapping")
     validator = jsonschema.Draft202012Validator(SCHEMA)
     problems = [
-        f"{path}: {_where(err)}: {_message(err)}"
+        f"{where}: {_where(err)}: {_message(err)}"
         for err in sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
     ]
     if problems:
@@ -187,12 +192,15 @@ def load_config(path: str | Path) -> BuildConfig:
 
 
 def _where(err: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in err.absolute_path) or "(top level)"
+    return one_line(".".join(str(p) for p in err.absolute_path) or "(top level)", 200)
 
 
 def _message(err: jsonschema.ValidationError) -> str:
+    """The schema's complaint, capped: jsonschema's message quotes the whole value."""
     if err.validator == "additionalProperties":
-        return err.message.replace("Additional properties are not allowed", "unknown key(s)")
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        verb = "was" if len(extra) == 1 else "were"
+        return f"unknown key(s) ({', '.join(quote(k, 40) for k in extra[:10])} {verb} unexpected)"
     if err.validator == "anyOf" and not err.absolute_path:
         return "needs a 'model' section, a 'bn' section, or both"
-    return err.message
+    return one_line(err.message, 300)

@@ -27,6 +27,7 @@ from boxwatch.agent.artifact import (
     resolve_created_at,
 )
 from boxwatch.agent.errors import BoxwatchError, ConfigError
+from boxwatch.agent.inputs import one_line, quote
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import (
@@ -100,6 +101,12 @@ def prepare(cfg: BuildConfig, out: Path | None = None) -> Prepared:
     """
     problems: list[str] = check_out_path(out)
     model = _prepare_model(cfg, problems) if "model" in cfg.raw else None
+    if model is not None:
+        before = len(problems)
+        problems.extend(check_model_input(model))
+        problems.extend(check_training_data(model))
+        if len(problems) == before:
+            problems.extend(_probe_model(model))
     bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if "bn" in cfg.raw else None
     if problems:
         raise ConfigError(problems)
@@ -115,6 +122,85 @@ def check_out_path(out: Path | None) -> list[str]:
     parent = out.parent
     if not parent.is_dir():
         return [f"--out {out}: folder {parent} does not exist (create it first)"]
+    return []
+
+
+def check_model_input(model: ModelInputs) -> list[str]:
+    """Problems of ``model.input_name`` and ``model.preprocessing.shape`` against the model's
+    own input (name, rank, fixed dims), found before the model is run (``--dry-run`` too)."""
+    tap, pre = model.tap, model.preprocessing
+    session = getattr(tap, "session", None)
+    if session is not None:  # ONNX: the input's name and declared shape
+        declared = session.get_inputs()[0]
+        name: str | None = declared.name
+        dims = list(declared.shape)
+    elif getattr(tap, "_example", None) is not None:  # torch.export: the example's rank
+        name, dims = None, [None, *tap._example.shape[1:]]
+    else:  # TorchScript declares nothing; the probe run finds misfits
+        return []
+    problems = []
+    if pre.input_name is not None and name is not None and pre.input_name != name:
+        problems.append(
+            f"model.input_name: {quote(pre.input_name)} is not an input of the model "
+            f"(its input is {quote(name)})"
+        )
+    want = [int(d) for d in pre.shape]
+    if len(dims) != len(want) + 1:
+        problems.append(
+            f"model.preprocessing.shape: {want} makes inputs of rank {len(want) + 1} (with the "
+            f"batch axis) but the model's input has rank {len(dims)} (shape {dims})"
+        )
+    elif any(isinstance(d, int) and d > 0 and d != w for d, w in zip(dims[1:], want, strict=True)):
+        problems.append(
+            f"model.preprocessing.shape: {want} does not fit the model's input shape {dims}"
+        )
+    return problems
+
+
+def check_training_data(model: ModelInputs) -> list[str]:
+    """Problems the build would otherwise meet late: values that are not finite and real in
+    any data set, and known classes without training inputs."""
+    problems = []
+    for name, (x, _y) in model.data.items():
+        if x.dtype.kind not in "biuf":
+            problems.append(f"data.{name}: inputs of dtype {x.dtype}; only real numbers")
+        elif x.dtype.kind == "f":
+            bad = np.flatnonzero(~np.isfinite(x).reshape(len(x), -1).all(axis=1))
+            if len(bad):
+                problems.append(
+                    f"data.{name}: {len(bad):,} inputs hold values that are not finite "
+                    f"(NaN or inf), the first is input {int(bad[0])}"
+                )
+    train = model.data.get("train")
+    y = None if train is None else train[1]
+    n = len(model.classes)
+    if y is not None and len(y) and y.min() >= 0 and y.max() < n:
+        counts = np.bincount(y, minlength=n)
+        missing = [model.classes[i] for i in range(n) if counts[i] == 0]
+        if missing:
+            shown = ", ".join(quote(c, 40) for c in missing[:10])
+            problems.append(
+                f"data.train: no training inputs for class(es) {shown}; every known class "
+                "needs some"
+            )
+    return problems
+
+
+def _probe_model(model: ModelInputs) -> list[str]:
+    """Run the model on two training inputs: its outputs must be one logit per class."""
+    try:
+        probe = model.tap.run(model.preprocessing.apply(model.data["train"][0][:2]))[0]
+    except BoxwatchError as exc:
+        return list(exc.problems) if isinstance(exc, ConfigError) else [str(exc)]
+    except Exception as exc:  # onnxruntime and torch raise their own types
+        return [f"model: running it on two training inputs failed ({one_line(str(exc), 300)})"]
+    if probe.ndim != 2:
+        return [f"model: its output has shape {list(probe.shape)}, not (batch, logits)"]
+    if probe.shape[1] != len(model.classes):
+        return [
+            f"classes: the model outputs {probe.shape[1]} logits but "
+            f"{len(model.classes)} classes are configured"
+        ]
     return []
 
 
@@ -157,18 +243,8 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
             bad = sorted({int(v) for v in y if v < 0 or v >= len(classes)})[:5]
             problems.append(f"data.{name}: labels {bad} are outside the {len(classes)} classes")
         data[name] = (x, y)
-    if (
-        tap is not None
-        and preprocessing is not None
-        and "train" in data
-        and len(problems) == before
-    ):
-        probe = _collect(problems, lambda: tap.run(preprocessing.apply(data["train"][0][:2]))[0])
-        if probe is not None and probe.shape[1] != len(classes):
-            problems.append(
-                f"classes: the model outputs {probe.shape[1]} logits but "
-                f"{len(classes)} classes are configured"
-            )
+    if "train" not in data and len(problems) == before:
+        problems.append("data.train: the model section needs training inputs")
     if len(problems) > before:
         return None
     return ModelInputs(
