@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from boxwatch import __version__
 from boxwatch.agent.arrays import dumps_npz, loads_npz
-from boxwatch.agent.errors import ArtifactError
+from boxwatch.agent.errors import ArtifactError, MissingArtifactError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.storedzip import write_stored_zip
 
@@ -285,7 +285,7 @@ def _read_source(source: str | Path | bytes, where: str) -> bytes:
             with open(source, "rb") as fh:
                 data = fh.read(MAX_ARTIFACT_BYTES + 1)
         except FileNotFoundError:
-            raise ArtifactError(f"{where}: no such file") from None
+            raise MissingArtifactError(f"{where}: no such file") from None
         except OSError as exc:
             raise ArtifactError(f"{where}: cannot read ({exc.strerror or exc})") from None
     if len(data) > MAX_ARTIFACT_BYTES:

@@ -10,7 +10,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from boxwatch.agent.errors import KeyFileError
+from boxwatch.agent.errors import KeyFileError, MissingKeyFileError
 
 PRIVATE_KEY_MODE = 0o600
 MAX_KEY_FILE_BYTES = 64 * 1024
@@ -79,7 +79,7 @@ def _read_key_file(path: str | Path) -> bytes:
             raise KeyFileError(f"{path} is too large to be a key file")
         return path.read_bytes()
     except FileNotFoundError:
-        raise KeyFileError(f"key file not found: {path}") from None
+        raise MissingKeyFileError(f"key file not found: {path}") from None
     except OSError as exc:
         raise KeyFileError(f"cannot read key file {path}: {exc.strerror or exc}") from None
 

@@ -26,7 +26,7 @@ import numpy as np
 from boxwatch.agent.artifact import Artifact, digest_files, load_artifact
 from boxwatch.agent.boxes import REJECT, BoxRuntime
 from boxwatch.agent.diagram import DecisionDiagram
-from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.errors import ArtifactError, ConfigError, MissingModelError
 from boxwatch.agent.gate import RuleGate
 from boxwatch.agent.keys import load_trusted_keys
 from boxwatch.agent.preprocessing import Preprocessing
@@ -166,7 +166,7 @@ def check_model_digest(artifact: Artifact, model_path: str | Path) -> None:
     names = [f["name"] for f in recorded.get("files", [])]
     model_path = Path(model_path)
     if not model_path.is_file():
-        raise ConfigError(f"{model_path}: no such model file")
+        raise MissingModelError(f"{model_path}: no such model file")
     paths = [model_path] + [model_path.parent / n for n in names if n != model_path.name]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.errors import ConfigError, MissingModelError
 
 POOLINGS = ("flatten", "avg", "max")
 THREADS_ENV = "BOXWATCH_ORT_THREADS"
@@ -145,7 +145,7 @@ class OnnxTap:
         import onnxruntime as ort
 
         if not self.path.is_file():
-            raise ConfigError(f"{self.path}: no such model file")
+            raise MissingModelError(f"{self.path}: no such model file")
         try:
             proto = onnx.load(str(self.path))
             inferred = onnx.shape_inference.infer_shapes(proto)
@@ -248,7 +248,7 @@ class TorchTap:
         self.threads = resolve_threads(threads)
         torch.set_num_threads(self.threads)
         if not self.path.is_file():
-            raise ConfigError(f"{self.path}: no such model file")
+            raise MissingModelError(f"{self.path}: no such model file")
         self._torch = torch
         self.scripted = self.path.suffix not in EXPORT_SUFFIXES
         try:

@@ -18,6 +18,7 @@ from boxwatch.agent.boxes import box_kernel
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.service import build_agent, serve
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, fail
 
 log = logging.getLogger("boxwatch.agent")
 
@@ -76,7 +77,8 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     Example:
       boxwatch agent --artifact model.bwa --public-key ci.pub --model model.onnx \\
           --bootstrap-servers kafka:9092
-    Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration or topic error.
+    Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration or topic error, or a
+    missing artifact, key or model file; 70 internal error.
     """
     with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor
         faulthandler.enable()  # a native crash (onnxruntime, librdkafka) leaves its stacks
@@ -91,11 +93,9 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         worker = build_agent(cfg)
         worker.check_topics()
     except (ArtifactError, KeyFileError) as exc:
-        click.echo(f"error: refusing to start: {exc}", err=True)
-        sys.exit(1)
+        raise VerbExit(EXIT_FAILED, (f"error: refusing to start: {exc}",)) from exc
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        fail(exc, EXIT_USAGE)
     http = serve(worker)
     log.info(
         "agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
@@ -112,8 +112,7 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     try:
         worker.run()
     except ConfigError as exc:  # a client option refused when the clients are made
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        fail(exc, EXIT_USAGE)
     finally:
         http.stop()
     log.info("agent stopped")

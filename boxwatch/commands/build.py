@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -11,7 +10,14 @@ import click
 from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.keys import load_private_key
-from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, progress_bar, summary_table
+from boxwatch.commands.console import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    VerbExit,
+    finish,
+    progress_bar,
+    summary_table,
+)
 from boxwatch.offline.build.config import load_config
 from boxwatch.offline.build.pipeline import build, prepare
 from boxwatch.offline.build.report import write_report
@@ -65,14 +71,15 @@ def build_artifact(
     \b
     Example:
       boxwatch build-artifact build.yaml --key ci.key --out model.bwa --report report/
-    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error.
+    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error;
+    70 internal error.
     """
     try:
         cfg = load_config(config)
         prepared = prepare(cfg)
         if dry_run:
             click.echo(f"{config}: valid; nothing built (--dry-run)", err=True)
-            sys.exit(EXIT_OK)
+            return
         key_path = key_path or (
             Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None
         )
@@ -88,11 +95,10 @@ def build_artifact(
             write_report(outcome.summary, report_dir)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
         problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
-        click.echo(f"error: {config}: {len(problems)} problem(s):", err=True)
-        for p in problems:
-            click.echo(f"  - {p}", err=True)
-        sys.exit(EXIT_USAGE)
+        lines = (f"error: {config}: {len(problems)} problem(s):", *(f"  - {p}" for p in problems))
+        raise VerbExit(EXIT_USAGE, lines) from exc
     click.echo(summary_table(outcome.summary, out))
     if report_dir is not None:
         click.echo(f"report: {report_dir / 'report.html'}", err=True)
-    sys.exit(EXIT_FAILED if outcome.policy_failures else EXIT_OK)
+    if outcome.policy_failures:
+        finish(EXIT_FAILED)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import click
 
 from boxwatch.agent.config import load_agent_config
+from boxwatch.commands.console import EXIT_FAILED, finish
 from boxwatch.demo import TOPICS, build_example, stream, watch
 from boxwatch.examples import example_path
 
@@ -129,5 +129,4 @@ def demo(
         )
     )
     if result["received"] < sent:
-        click.echo(f"error: only {result['received']} of {sent} outputs arrived", err=True)
-        sys.exit(1)
+        finish(EXIT_FAILED, f"error: only {result['received']} of {sent} outputs arrived")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_err, finish
 from boxwatch.commands.options import classifier_options, limit_options
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
@@ -169,9 +168,7 @@ def verify_bn(
         with BNVerifier(diagram, network=network) as verifier:
             report = verifier.verify(specs, counterexamples=k)
     except ConfigError as exc:
-        for problem in exc.problems:
-            echo_err(f"error: {problem}")
-        sys.exit(EXIT_USAGE)
+        raise VerbExit(EXIT_USAGE, tuple(f"error: {p}" for p in exc.problems)) from exc
     seconds = time.perf_counter() - start
     if as_json:
         info: dict[str, Any] = {
@@ -190,4 +187,5 @@ def verify_bn(
         f"{len(report.monotonicity)} monotonicity queries hold "
         f"({diagram.n_nodes} diagram nodes, {seconds:.2f} s)"
     )
-    sys.exit(EXIT_OK if report.all_hold else EXIT_FAILED)
+    if not report.all_hold:
+        finish(EXIT_FAILED)
