@@ -103,7 +103,7 @@ def digest_files(paths: Sequence[str | Path]) -> dict[str, Any]:
                 h.update(chunk)
                 size += len(chunk)
         files.append({"name": path.name, "sha256": h.hexdigest(), "size": size})
-    files.sort(key=lambda f: f["name"])
+    files.sort(key=lambda f: str(f["name"]))
     combined = sha256_hex(canonical_json([[f["name"], f["sha256"], f["size"]] for f in files]))
     return {"digest": f"sha256:{combined}", "files": files}
 

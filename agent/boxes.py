@@ -612,6 +612,7 @@ class BoxRuntime:
                 np.stack([per[layer] for layer in self.layers]), self.combine
             )
             return combined, per, scores
+        assert scores is not None and self.threshold is not None  # both checked above
         any_bad = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         within = np.isfinite(scores) & (scores <= self.threshold)  # NaN never accepts
         combined = np.where(within, np.where(any_bad, UNCERTAIN, ACCEPT), REJECT)

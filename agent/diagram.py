@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -132,7 +132,7 @@ class DecisionDiagram:
             return NotImplemented
         return self.same_as(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # mutable value equality: unhashable
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -609,7 +609,7 @@ class DecisionDiagram:
         return diagram
 
 
-def _str_list(value: Any) -> bool:
+def _str_list(value: Any) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 

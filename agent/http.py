@@ -124,7 +124,7 @@ class AgentHTTPServer:
     @property
     def address(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"{host}:{port}"
+        return f"{host!s}:{port}"
 
     def start(self) -> AgentHTTPServer:
         self._thread.start()

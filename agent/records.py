@@ -28,8 +28,9 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -51,7 +52,7 @@ _NOT_NUMBERS = frozenset({str, bool, type(None)})
 _SHAPE = re.compile(r"\s*[0-9]+\s*(?:,\s*[0-9]+\s*)*")
 _MAX_JSON_DEPTH = 8
 
-Headers = Sequence[tuple[str, bytes]]
+Headers = Sequence[tuple[str, bytes | None]]
 
 
 class BadRecord(Exception):
@@ -155,7 +156,7 @@ def _check_numbers(value: object, rid: str) -> None:
         if list not in kinds:
             return
         lists = level if kinds == {list} else filter(list.__instancecheck__, level)
-        level = list(itertools.chain.from_iterable(lists))
+        level = list(itertools.chain.from_iterable(cast(Iterable[list[object]], lists)))
 
 
 def _check_payload(value: bytes | None, max_bytes: int) -> bytes:
@@ -247,14 +248,18 @@ def decode_model_batch(
         if headers:  # a plain tensor has headers; JSON mostly has none
             rid = _plain_tensor_id(value, headers, nbytes) if plain_fits else None
             if rid is not None:
-                tensors.append(value)  # type: ignore[arg-type]
+                tensors.append(value)  # type: ignore[arg-type]  # a plain tensor's value is bytes
                 tensor_at.append(i)
                 tensor_ids.append(rid)
                 continue
             json_like = value is not None and _is_json(value, headers)
         else:
             json_like = value is not None and value[:1] == b"{"
-        plain = _plain_json(value, size) if json_like and len(value) <= max_bytes else None
+        plain = (
+            _plain_json(value, size)
+            if json_like and value is not None and len(value) <= max_bytes
+            else None
+        )
         if plain is not None:
             if isinstance(plain[1], list):
                 flat.append(plain[1])
@@ -320,7 +325,7 @@ def _nested_list(depth: int) -> object:
     """``list[list[...[float]]]``, ``depth`` lists deep."""
     kind: object = float
     for _ in range(depth):
-        kind = list[kind]  # type: ignore[valid-type]
+        kind = list[kind]  # type: ignore[valid-type]  # built at run time for msgspec, by depth
     return kind
 
 
@@ -355,8 +360,8 @@ def _plain_json(value: bytes, size: int) -> tuple[str, list[float] | np.ndarray]
     the content type and the size limit were checked.
     """
     try:
-        rec: _FlatInput | _RawInput = _FLAT_DECODER.decode(value)
-        row: list[float] | np.ndarray = rec.input
+        rec: _FlatInput | _RawInput = (flat := _FLAT_DECODER.decode(value))
+        row: list[float] | np.ndarray = flat.input
         if len(row) != size:
             return None
     except msgspec.ValidationError:

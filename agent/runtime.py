@@ -30,7 +30,7 @@ from boxwatch.agent.errors import ArtifactError, ConfigError, MissingModelError
 from boxwatch.agent.gate import RuleGate
 from boxwatch.agent.keys import load_trusted_keys
 from boxwatch.agent.preprocessing import Preprocessing
-from boxwatch.agent.taps import open_tap
+from boxwatch.agent.taps import Tap, open_tap
 
 MODEL_SPEC = "model/spec.json"
 BOXES_PREFIX = "monitors/boxes"
@@ -58,7 +58,7 @@ class MonitorRuntime:
     classes: list[str]
     model_version: str
     preprocessing: Preprocessing | None
-    tap: Any
+    tap: Tap | None
     boxes: BoxRuntime | None
     diagram: DecisionDiagram | None
     gate: RuleGate | None

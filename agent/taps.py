@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -50,9 +50,10 @@ class LayerInfo:
         dims = self.shape[1:]
         if pooling != "flatten" and len(self.shape) > 2:
             dims = dims[:1]
-        if any(d is None for d in dims):
+        known = [d for d in dims if d is not None]
+        if len(known) < len(dims):
             return None
-        return int(np.prod(dims)) if dims else 1
+        return int(np.prod(known)) if known else 1
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "shape": list(self.shape)}
@@ -112,6 +113,22 @@ def _check_names(wanted: Sequence[str], valid: Sequence[str], model: str) -> Non
         raise ConfigError(
             [f"{model}: unknown layer {name!r}; valid layers: {list(valid)}" for name in unknown]
         )
+
+
+class Tap(Protocol):
+    """What runs a model for boxwatch (:class:`OnnxTap`, :class:`TorchTap`): the builder
+    extracts training activations and the agent monitors with the same object."""
+
+    layers: list[str]
+    pooling: dict[str, str]
+
+    def candidates(self) -> list[LayerInfo]:
+        """Every layer the tap could expose, with its output shape."""
+        ...
+
+    def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Logits of a preprocessed batch and the chosen layers' pooled activations."""
+        ...
 
 
 class OnnxTap:
@@ -349,7 +366,7 @@ def open_tap(
     *,
     pooling: str | Mapping[str, str] = "flatten",
     threads: int | None = None,
-) -> OnnxTap | TorchTap:
+) -> Tap:
     """Open ``model`` with the tap its suffix calls for (``.onnx``; ``.pt2``; ``.pt``/``.ts``)."""
     suffix = Path(model).suffix.lower()
     if suffix in ONNX_SUFFIXES:

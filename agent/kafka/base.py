@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from boxwatch.agent.errors import BoxwatchError
 
@@ -38,7 +38,27 @@ class Record(NamedTuple):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, bytes | None]]  # librdkafka gives a null header value as None
+
+
+class Consumed(Protocol):
+    """A consumed record as the agent reads it: a :class:`Record`, or kafka-python's
+    ``ConsumerRecord`` (same fields; its header values are never None)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
 
 
 class DeliveryFailure(NamedTuple):
@@ -48,7 +68,7 @@ class DeliveryFailure(NamedTuple):
     the broker, a value the library cannot write): the same bytes will never go through.
     """
 
-    output: Any
+    output: Outgoing
     error: str
     retriable: bool
 
@@ -65,7 +85,7 @@ class Outgoing(Protocol):
 class AgentConsumer(Protocol):
     """The consumer side the agent loop needs."""
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
         """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first."""
 
     def pause(self) -> None:

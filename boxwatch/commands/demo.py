@@ -12,6 +12,7 @@ import click
 from boxwatch.agent.config import load_agent_config
 from boxwatch.commands.console import EXIT_FAILED, finish
 from boxwatch.demo import TOPICS, build_example, stream, watch
+from boxwatch.embedded_broker import KINDS, BrokerKind
 from boxwatch.examples import example_path
 
 
@@ -26,7 +27,7 @@ from boxwatch.examples import example_path
 @click.option("--bootstrap-servers", help="Use this Kafka instead of the embedded broker.")
 @click.option(
     "--broker",
-    type=click.Choice(["noida", "tansu"]),
+    type=click.Choice(KINDS),
     default="noida",
     show_default=True,
     help="Which embedded Kafka-protocol broker to start.",
@@ -46,7 +47,7 @@ from boxwatch.examples import example_path
 def demo(
     workdir: Path,
     bootstrap_servers: str | None,
-    broker: str,
+    broker: BrokerKind,
     n_known: int,
     n_unknown: int,
     n_credit: int,

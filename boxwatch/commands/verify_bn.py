@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def render_report(report: VerificationReport) -> str:
     return "\n\n".join(out) if out else "(no rules or queries)"
 
 
-def _align(rows: list[tuple[str, ...]]) -> str:
+def _align(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]) - 1)]
     return "\n".join(
         "  ".join([*(v.ljust(w) for v, w in zip(r, widths, strict=False)), r[-1]]).rstrip()

@@ -314,15 +314,15 @@ def parse_bif(text: str, *, where: str = "<bif>") -> Network:
             line = t.line()
             t.expect("(")
             var = t.name("a variable name")
-            par: list[str] = []
+            read_parents: list[str] = []
             if t.peek() == "|":
                 t.next()
                 while t.peek() != ")":
-                    par.append(t.name("a parent name"))
+                    read_parents.append(t.name("a parent name"))
                     if t.peek() == ",":
                         t.next()
             t.expect(")")
-            blocks.append((var, tuple(par), line, _bif_entries(t)))
+            blocks.append((var, tuple(read_parents), line, _bif_entries(t)))
         else:
             t.i -= 1
             raise t.error(f"expected 'network', 'variable' or 'probability', found {kw!r}")
@@ -494,14 +494,14 @@ def parse_net(text: str, *, where: str = "<net>") -> Network:
             line = t.line()
             t.expect("(")
             var = t.name("a node name")
-            par: list[str] = []
+            read_parents: list[str] = []
             if t.peek() == "|":
                 t.next()
                 while t.peek() != ")":
-                    par.append(t.name("a parent name"))
+                    read_parents.append(t.name("a parent name"))
             t.expect(")")
             data_line, values = _net_potential(t, var)
-            pots.append((var, tuple(par), line, data_line, values))
+            pots.append((var, tuple(read_parents), line, data_line, values))
         else:
             t.i -= 1
             raise t.error(f"expected 'net', 'node' or 'potential', found {kw!r}")

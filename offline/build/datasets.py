@@ -13,10 +13,11 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from boxwatch.agent.errors import ConfigError
 
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, DTypeLike] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 def infer_format(path: Path) -> str:

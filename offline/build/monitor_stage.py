@@ -60,7 +60,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
             preds[name] = logits.argmax(axis=1)
     n_classes = len(mi.classes)
     y = {name: mi.data[name][1] for name in mi.data}
-    accuracy = {name: float(np.mean(preds[name] == y[name]))
+    accuracy: dict[str, float | None] = {name: float(np.mean(preds[name] == y[name]))
                 for name in ("train", "validation") if name in y and y[name] is not None}
     tau_param = params.get("tau", list(DEFAULT_TAUS))
     taus = sorted({float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
@@ -79,7 +79,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         tau: Any = float(tau_param)
     else:
         tau = "auto"
-    validation = None
+    validation: tuple[Any, Any, Any] | None = None
     if tau == "auto" and has_val and selection == "f1":
         validation = (eval_acts, eval_true, eval_pred)
     elif tau == "auto" and has_val and selection == "held-out-class":  # no unknown inputs
@@ -199,7 +199,7 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
     for layer in mi.layers:
         x = np.asarray(acts[layer]).reshape(len(y_pred), -1)
         x = normalize_features(x, monitor.normalize)
-        per_class = []
+        per_class: list[list[float | None]] = []
         for cls in range(n_classes):
             xs = x[(y_pred == cls) & (y_true == cls)]
             seed = int(rng.randint(0, 2**31 - 1))

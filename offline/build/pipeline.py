@@ -8,6 +8,7 @@ and returns the signed artifact bytes with the summary the report is drawn from.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
-from boxwatch.agent.taps import open_tap
+from boxwatch.agent.taps import Tap, open_tap
 from boxwatch.offline.build import bn_stage
 from boxwatch.offline.build.config import BuildConfig
 from boxwatch.offline.build.datasets import load_dataset
@@ -52,7 +53,7 @@ class ModelInputs:
     pooling: str
     layers: list[str]
     classes: list[str]
-    tap: Any
+    tap: Tap
     data: dict[str, tuple[np.ndarray, np.ndarray | None]]
 
 
@@ -122,8 +123,9 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
     tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for name, spec in cfg.section("data").items():
-        loaded = _collect(problems, lambda n=name, s=spec: load_dataset(
-            s, resolve=cfg.resolve, name=n, labelled=n in ("train", "validation")))
+        loaded = _collect(problems, functools.partial(
+            load_dataset, spec, resolve=cfg.resolve, name=name,
+            labelled=name in ("train", "validation")))
         if loaded is None:
             continue
         x, y = loaded
@@ -149,7 +151,8 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
 def extract(model: ModelInputs, x: np.ndarray, bar: Any = None
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Logits and activations of ``x`` in batches (what the agent computes online)."""
-    logits, acts = [], {layer: [] for layer in model.layers}
+    logits: list[np.ndarray] = []
+    acts: dict[str, list[np.ndarray]] = {layer: [] for layer in model.layers}
     for start in range(0, len(x), EXTRACT_BATCH):
         out, a = model.tap.run(model.preprocessing.apply(x[start:start + EXTRACT_BATCH]))
         logits.append(out)

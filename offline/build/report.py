@@ -543,7 +543,7 @@ def _model_section(summary: Mapping[str, Any]) -> str:
         out.append(_omitted("model-omitted", "No model in this build (the config has none)."))
     else:
         acc = model.get("accuracy") or {}
-        rows = [("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
+        rows: list[tuple[str, ...]] = [("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
                 ("Format", _text("model-format", model.get("format"))),
                 ("Digest", f"<code>{_text('model-digest', model.get('digest'))}</code>"),
                 ("Classes", f"{_num('model-n-classes', len(model.get('classes') or []))}: "

@@ -463,7 +463,7 @@ class BoxMonitor(BaseEstimator):
         self.contrast_layers_ = contrast_layers
         self.build_seconds_ = sweep.seconds
         self.sweep_ = sweep
-        self.calibration_ = None
+        self.calibration_: Calibration | None = None
         self.runtime_ = BoxRuntime(
             layers=layers,
             n_classes=k,
