@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from boxwatch.agent import vocab
 from boxwatch.agent.errors import ArtifactError, ConfigError
 
 ACCEPT, UNCERTAIN, REJECT = 0, 1, 2
-VERDICT_NAMES: tuple[str, str, str] = ("accept", "uncertainty", "reject")
-COMBINE_RULES = ("any", "majority", "all", "calibrated")
-NORMALIZATIONS = ("none", "l2")
-SCORES = ("distance", "fused")
+VERDICT_NAMES = vocab.VERDICTS
+COMBINE_RULES = vocab.COMBINE_RULES
+NORMALIZATIONS = vocab.NORMALIZATIONS
+SCORES = vocab.SCORES
 FORMAT = "boxwatch.boxes"
 # 1: the distance score; 2 adds the fused score (``score``, ``contrast_layers``,
 # ``contrast_scales``, ``contrast_classes``). Distance-score monitors are still written as
@@ -41,7 +42,7 @@ _BROADCAST_ELEMENTS = 1 << 18
 # while (inputs x max_boxes x features) stays this small: online batches of a few hundred
 # inputs take ~4x less time than per-class passes (measured on the bundled example).
 _PADDED_ELEMENTS = 1 << 21
-KERNELS = ("native", "numpy")
+KERNELS = vocab.BOX_KERNELS
 
 
 def _load_native():

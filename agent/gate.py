@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from boxwatch.agent.errors import ArtifactError
+from boxwatch.agent.vocab import GATE_OUTCOMES
 
 CERTIFIED, BLOCKED, UNVERIFIED = 0, 1, 2
-OUTCOME_NAMES = ("certified", "blocked", "unverified")
+OUTCOME_NAMES = GATE_OUTCOMES
 
 
 @dataclass(frozen=True)

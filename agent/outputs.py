@@ -31,6 +31,7 @@ import numpy as np
 
 from boxwatch.agent.kafka.base import Consumed
 from boxwatch.agent.kafka.headers import carried_headers
+from boxwatch.agent.vocab import DEAD_LETTER_REASONS
 
 VERDICT_SCHEMA = "boxwatch.verdict/1"
 GATE_SCHEMA = "boxwatch.gate/1"
@@ -176,7 +177,11 @@ def copy_output(kind: str, topic: str, rec: Consumed, extra: dict[str, str]) -> 
 def dead_letter_output(
     topic: str, rec: Consumed, reason: str, detail: str, *, store_payload: bool
 ) -> Output:
-    """The bad record kept whole (or as a digest stub) with why it was refused."""
+    """The bad record kept whole (or as a digest stub) with why it was refused.
+
+    ``reason`` must be one of :data:`vocab.DEAD_LETTER_REASONS` (anything else is a bug)."""
+    if reason not in DEAD_LETTER_REASONS:
+        raise ValueError(f"unknown dead-letter reason {reason!r}")
     payload = rec.value if rec.value is not None else b""
     digest = hashlib.sha256(payload).hexdigest()
     headers: Headers = carried_headers(rec.headers) if store_payload else []

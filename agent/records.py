@@ -12,7 +12,7 @@ BN records, on their own topic: ``{"id": "...", "evidence": {"Var": "state", ...
 state for every feature of the compiled classifier and nothing else.
 
 Every input must hold exactly the model's input size of finite values. ``id`` is a string or
-integer, present exactly once. Reasons are the fixed set in :data:`metrics.INVALID_REASONS`.
+integer, present exactly once. Reasons are the fixed set in :data:`vocab.DEAD_LETTER_REASONS`.
 
 :func:`decode_model_input` is the reference decoder (stdlib ``json``): it decides every
 record and every reason. :func:`decode_model_batch` decodes a micro-batch with two fast
@@ -35,6 +35,8 @@ from typing import cast
 import msgspec
 import numpy as np
 
+from boxwatch.agent.vocab import DEAD_LETTER_REASONS
+
 SCHEMA_VERSION = 1
 JSON_TYPE = "application/json"
 TENSOR_TYPE = "application/x-boxwatch-tensor"
@@ -56,9 +58,12 @@ Headers = Sequence[tuple[str, bytes | None]]
 
 
 class BadRecord(Exception):
-    """A record that cannot be processed; ``reason`` is one of the fixed reason labels."""
+    """A record that cannot be processed; ``reason`` is one of
+    :data:`vocab.DEAD_LETTER_REASONS` (anything else is a bug: ``ValueError``)."""
 
     def __init__(self, reason: str, detail: str, record_id: str | None = None):
+        if reason not in DEAD_LETTER_REASONS:
+            raise ValueError(f"unknown dead-letter reason {reason!r}")
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail

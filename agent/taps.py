@@ -25,9 +25,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError, MissingModelError
 
-POOLINGS = ("flatten", "avg", "max")
+POOLINGS = vocab.POOLINGS
 THREADS_ENV = "BOXWATCH_ORT_THREADS"
 DEFAULT_THREADS = 1
 ONNX_SUFFIXES = (".onnx",)

@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.vocab import KAFKA_LIBRARIES
 
-LIBRARIES = ("kafka-python", "confluent-kafka")
+LIBRARIES = KAFKA_LIBRARIES
 FLUSH_SLICE_S = 0.2  # a flush waits in slices this long, so a stop request ends it
 
 Partition = tuple[str, int]

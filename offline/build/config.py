@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError
 
 _PATH = {"type": "string", "minLength": 1}
@@ -65,12 +66,12 @@ SCHEMA: dict[str, Any] = {
                     "properties": {
                         "shape": {"type": "array", "items": {"type": "integer", "minimum": 1},
                                   "minItems": 1},
-                        "dtype": {"enum": ["float32", "float64", "float16", "uint8", "int64"]},
+                        "dtype": {"enum": list(vocab.INPUT_DTYPES)},
                         "scale": {"type": "number"},
                         "offset": {"type": "number"},
                     },
                 },
-                "pooling": {"enum": ["flatten", "avg", "max"]},
+                "pooling": {"enum": list(vocab.POOLINGS)},
             },
         },
         "classes": _NAMES,
@@ -89,11 +90,11 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "tau": {"oneOf": [_TAU, {"type": "array", "items": _TAU, "minItems": 1},
                                   {"const": "search"}]},
-                "selection": {"enum": ["held-out-class", "f1", "coverage", "fixed"]},
-                "combine": {"enum": ["any", "majority", "all", "calibrated"]},
-                "normalize": {"enum": ["l2", "none"]},
+                "selection": {"enum": list(vocab.SELECTIONS)},
+                "combine": {"enum": list(vocab.COMBINE_RULES)},
+                "normalize": {"enum": list(vocab.NORMALIZATIONS)},
                 "score_layers": _NAMES,
-                "score": {"enum": ["fused", "distance"]},
+                "score": {"enum": list(vocab.SCORES)},
                 "contrast_layers": {"oneOf": [_NAMES, {"const": "auto"}]},
                 "contrast_classes": {"type": "integer", "minimum": 0},
                 "target_acceptance": {"type": "number", "exclusiveMinimum": 0,

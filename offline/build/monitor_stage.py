@@ -85,7 +85,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
     elif tau == "auto" and has_val and selection == "held-out-class":  # no unknown inputs
         validation = (acts["validation"], y["validation"], preds["validation"])
     monitor = BoxMonitor(
-        mi.layers, tau=tau, taus=taus, selection="f1" if selection == "f1" else "held-out-class",
+        mi.layers, tau=tau, taus=taus, selection=selection,
         combine=params.get("combine", "any"), normalize=params.get("normalize", "l2"),
         score_layers=params.get("score_layers"), score=params.get("score", "fused"),
         contrast_layers=params.get("contrast_layers", "auto"),

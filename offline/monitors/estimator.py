@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
+from boxwatch.agent import vocab
 from boxwatch.agent.boxes import (
     COMBINE_RULES,
     NORMALIZATIONS,
@@ -35,7 +36,7 @@ from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, ou
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
 DEFAULT_TAUS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01)
-SELECTIONS = ("held-out-class", "f1")
+SELECTIONS = vocab.SELECTIONS
 # A layer joins the fused score's contrast term when its held-out-class AUROC reaches this:
 # "nearer another class's boxes" only means something where the layer separates classes.
 CONTRAST_MIN_AUROC = 0.9
