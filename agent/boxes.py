@@ -19,6 +19,7 @@ import numpy as np
 
 from boxwatch.agent import vocab
 from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.members import BOXES_PREFIX
 
 ACCEPT, UNCERTAIN, REJECT = 0, 1, 2
 VERDICT_NAMES = vocab.VERDICTS
@@ -701,7 +702,7 @@ class BoxRuntime:
         scores = np.asarray(scores)
         return np.isfinite(scores) & (scores <= self.threshold)
 
-    def to_members(self, prefix: str = "monitors/boxes") -> dict[str, Any]:
+    def to_members(self, prefix: str = BOXES_PREFIX) -> dict[str, Any]:
         """Artifact members ``{prefix}.json`` (structure) and ``{prefix}.npz`` (boxes)."""
         arrays: dict[str, np.ndarray] = {}
         for i, layer in enumerate(self.layers):
@@ -735,7 +736,7 @@ class BoxRuntime:
         cls,
         json_member: Callable[[str], Any] | Mapping[str, Any],
         arrays_member: Callable[[str], Mapping[str, np.ndarray]] | Mapping[str, Any],
-        prefix: str = "monitors/boxes",
+        prefix: str = BOXES_PREFIX,
     ) -> BoxRuntime:
         """Rebuild from :meth:`to_members` output, or from an artifact's ``.json`` / ``.arrays``.
 

@@ -34,11 +34,10 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from boxwatch.agent.errors import ArtifactError, BoxwatchError
+from boxwatch.agent.members import DIAGRAM_JSON, DIAGRAM_NPZ, DIAGRAM_PREFIX
 
 SCHEMA = "boxwatch.bn-diagram"
 SCHEMA_VERSION = 1
-DIAGRAM_JSON = "diagram.json"
-DIAGRAM_NPZ = "diagram.npz"
 
 
 class RecordError(BoxwatchError, ValueError):
@@ -507,7 +506,7 @@ class DecisionDiagram:
             "n_nodes": self.n_nodes,
         }
 
-    def to_members(self, prefix: str = "bn/") -> dict[str, Any]:
+    def to_members(self, prefix: str = DIAGRAM_PREFIX) -> dict[str, Any]:
         """Artifact members: ``{prefix}diagram.json`` (meta) and ``{prefix}diagram.npz`` (arrays)."""
         return {
             f"{prefix}{DIAGRAM_JSON}": self.meta(),

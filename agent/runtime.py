@@ -29,13 +29,15 @@ from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ArtifactError, ConfigError, MissingModelError
 from boxwatch.agent.gate import RuleGate
 from boxwatch.agent.keys import load_trusted_keys
+from boxwatch.agent.members import (
+    BOXES_PREFIX,
+    DIAGRAM_ARRAYS,
+    DIAGRAM_META,
+    MODEL_SPEC,
+    RULES,
+)
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.taps import Tap, open_tap
-
-MODEL_SPEC = "model/spec.json"
-BOXES_PREFIX = "monitors/boxes"
-DIAGRAM_PREFIX = "bn/"
-RULES = "bn/rules.json"
 
 
 @dataclass(frozen=True)
@@ -138,10 +140,10 @@ def load_runtime(
         )
         boxes = BoxRuntime.from_members(artifact.json, artifact.arrays, prefix=BOXES_PREFIX)
     diagram = gate = None
-    if f"{DIAGRAM_PREFIX}diagram.json" in members:
+    if DIAGRAM_META in members:
         diagram = DecisionDiagram.from_members(
-            artifact.json(f"{DIAGRAM_PREFIX}diagram.json"),
-            artifact.arrays(f"{DIAGRAM_PREFIX}diagram.npz"),
+            artifact.json(DIAGRAM_META),
+            artifact.arrays(DIAGRAM_ARRAYS),
             where="bn",
         )
         rules = artifact.json(RULES) if RULES in members else []

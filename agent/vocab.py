@@ -14,6 +14,9 @@ VERDICTS: tuple[str, str, str] = ("accept", "uncertainty", "reject")
 GATE_OUTCOMES: tuple[str, str, str] = ("certified", "blocked", "unverified")
 """The BN rule gate's outcomes, by outcome code."""
 
+RULE_VERDICTS: tuple[str, str] = ("holds", "violated")
+"""A verified rule's verdict (``bn/rules.json``, the verification report)."""
+
 GATE_ACTIONS = ("release", "review", "none")
 """What the agent's gate policy may do with a gated record (``gate.policy``)."""
 

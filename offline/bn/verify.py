@@ -32,6 +32,7 @@ import numpy as np
 from pysat.solvers import Solver
 
 from boxwatch.agent.diagram import DecisionDiagram
+from boxwatch.agent.vocab import RULE_VERDICTS
 from boxwatch.offline.bn.cnf import (
     DEFAULT_SOLVER,
     DiagramEncoding,
@@ -41,8 +42,7 @@ from boxwatch.offline.bn.cnf import (
 )
 from boxwatch.offline.bn.rules import MonotonicityQuery, Rule, Spec
 
-HOLDS = "holds"
-VIOLATED = "violated"
+HOLDS, VIOLATED = RULE_VERDICTS
 JOINT_LIMIT = 10_000_000
 MAX_MASS_CUBES = 4096
 SAT_SECONDS = 2.0

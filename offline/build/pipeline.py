@@ -30,7 +30,7 @@ from boxwatch.agent.artifact import (
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.preprocessing import Preprocessing
-from boxwatch.agent.runtime import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
+from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
 from boxwatch.agent.taps import Tap, open_tap
 from boxwatch.offline.build import bn_stage
 from boxwatch.offline.build.config import BuildConfig

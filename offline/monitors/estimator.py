@@ -31,6 +31,7 @@ from boxwatch.agent.boxes import (
     verdict_names,
 )
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.members import BOXES_PREFIX
 from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
 from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, outcome_counts
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
@@ -742,7 +743,7 @@ class BoxMonitor(BaseEstimator):
         """Accept (``True``) where the calibrated score is at most the threshold."""
         return self.runtime_.decide(self.score_samples(activations_by_layer, y_pred))
 
-    def to_members(self, prefix: str = "monitors/boxes") -> dict[str, Any]:
+    def to_members(self, prefix: str = BOXES_PREFIX) -> dict[str, Any]:
         """Artifact members for the agent (see :meth:`BoxRuntime.to_members`)."""
         self._check_fitted()
         return self.runtime_.to_members(prefix)
