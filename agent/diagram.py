@@ -41,13 +41,84 @@ SCHEMA_VERSION = 1
 
 
 class RecordError(BoxwatchError, ValueError):
-    """A record cannot be encoded: it lacks a feature or names an unknown state."""
+    """A record cannot be encoded: it names a variable that is no feature, lacks a feature
+    or names an unknown state; ``reason`` is the dead-letter reason for it."""
 
-    def __init__(self, message: str, *, record: int, variable: str, state: Any = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        record: int,
+        variable: str,
+        state: Any = None,
+        reason: str = "unknown_state",
+    ):
         self.record = record
         self.variable = variable
         self.state = state
+        self.reason = reason
         super().__init__(message)
+
+
+def state_indices(
+    evidence: Mapping[str, Any],
+    features: Sequence[str],
+    state_index: Sequence[Mapping[str, int]],
+    *,
+    record: int = 0,
+) -> np.ndarray:
+    """One BN record ``{feature: state name}`` as state indices in ``features`` order.
+
+    The one mapping of records to states: the agent's record decoder and
+    :meth:`DecisionDiagram.encode` both use it. Every feature must be given, and nothing
+    else: a variable that is not a feature is an error, not silently dropped.
+
+    Raises
+    ------
+    RecordError
+        With ``reason`` ``unknown_variable``, ``missing_evidence`` or ``unknown_state``
+        (checked in that order), naming the variable (and state).
+    """
+    out = np.empty(len(features), dtype=np.int64)
+    try:
+        for i, (feature, index) in enumerate(zip(features, state_index, strict=True)):
+            out[i] = index[evidence[feature]]
+        if len(evidence) == len(features):
+            return out
+    except (KeyError, TypeError):
+        pass
+    known = set(features)
+    unknown = sorted(str(k) for k in evidence if k not in known)
+    if unknown:
+        raise RecordError(
+            f"{unknown[:5]} not features of the classifier",
+            record=record,
+            variable=unknown[0],
+            reason="unknown_variable",
+        )
+    missing = [f for f in features if f not in evidence]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise RecordError(
+            f"feature {missing[0]!r} is missing{more}",
+            record=record,
+            variable=missing[0],
+            reason="missing_evidence",
+        )
+    for feature, index in zip(features, state_index, strict=True):
+        state = evidence[feature]
+        try:
+            known_state = state in index
+        except TypeError:
+            known_state = False
+        if not known_state:
+            raise RecordError(
+                f"feature {feature!r} has state {state!r}, not one of {list(index)}",
+                record=record,
+                variable=feature,
+                state=state,
+            )
+    raise AssertionError("unreachable: every state is known")  # pragma: no cover
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,7 +365,8 @@ class DecisionDiagram:
     def encode(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Map records of ``{feature: state name}`` to state indices in ``features`` order.
 
-        Keys that are not features (the class, other variables) are ignored.
+        Each record is mapped by :func:`state_indices`: every feature exactly once and no
+        other key (the class or another variable in a record is an error).
 
         Parameters
         ----------
@@ -307,15 +379,30 @@ class DecisionDiagram:
         Raises
         ------
         RecordError
-            Naming the record (position in ``records``), the variable and the state, when a
-            feature is missing or its state is not one of the feature's states.
+            Naming the record (position in ``records``) and the variable (and state), when
+            a record is not a mapping, names a variable that is not a feature, lacks a
+            feature or gives a state that is not one of the feature's states.
         """
         out = np.empty((len(records), self.n_features), dtype=np.int64)
-        for col, (feature, index) in enumerate(zip(self.features, self._state_index, strict=True)):
+        for i, rec in enumerate(records):
+            if not isinstance(rec, Mapping):
+                raise RecordError(
+                    f"record {i}: expected a mapping of feature to state name, "
+                    f"got {type(rec).__name__}",
+                    record=i,
+                    variable=self.features[0] if self.features else "",
+                    reason="bad_schema",
+                )
             try:
-                out[:, col] = [index[rec[feature]] for rec in records]
-            except (KeyError, TypeError):
-                self._raise_record_error(records, col)
+                out[i] = state_indices(rec, self.features, self._state_index, record=i)
+            except RecordError as exc:
+                raise RecordError(
+                    f"record {i}: {exc}",
+                    record=i,
+                    variable=exc.variable,
+                    state=exc.state,
+                    reason=exc.reason,
+                ) from None
         return out
 
     def encode_names(self, names: Any) -> np.ndarray:
@@ -355,35 +442,6 @@ class DecisionDiagram:
                 )
             out[:, col] = codes[inverse.reshape(-1)]
         return out
-
-    def _raise_record_error(self, records: Sequence[Mapping[str, Any]], col: int) -> None:
-        feature, index = self.features[col], self._state_index[col]
-        for i, rec in enumerate(records):
-            if not isinstance(rec, Mapping):
-                raise RecordError(
-                    f"record {i}: expected a mapping of feature to state name, "
-                    f"got {type(rec).__name__}",
-                    record=i,
-                    variable=feature,
-                )
-            if feature not in rec:
-                raise RecordError(
-                    f"record {i}: feature {feature!r} is missing", record=i, variable=feature
-                )
-            state = rec[feature]
-            try:
-                known = state in index
-            except TypeError:
-                known = False
-            if not known:
-                raise RecordError(
-                    f"record {i}: feature {feature!r} has state {state!r}, "
-                    f"not one of {list(self.states[col])}",
-                    record=i,
-                    variable=feature,
-                    state=state,
-                )
-        raise AssertionError("unreachable: no bad record found")  # pragma: no cover
 
     # ------------------------------------------------------------------ counting
     def counts(self) -> dict[str, int]:

@@ -23,6 +23,7 @@ the reference, so it decides exactly as the reference does (property-tested).
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
@@ -35,6 +36,7 @@ from typing import cast
 import msgspec
 import numpy as np
 
+from boxwatch.agent.diagram import RecordError, state_indices
 from boxwatch.agent.vocab import DEAD_LETTER_REASONS
 
 SCHEMA_VERSION = 1
@@ -467,6 +469,13 @@ def _decode_npy(value: bytes, rid: str) -> np.ndarray:
     return arr.astype(np.float64)
 
 
+@functools.lru_cache(maxsize=8)
+def _state_index(states: tuple[tuple[str, ...], ...]) -> tuple[dict[str, int], ...]:
+    """State name -> index per feature (cached: the agent decodes every record against the
+    same diagram's states)."""
+    return tuple({s: j for j, s in enumerate(names)} for names in states)
+
+
 def decode_bn_input(
     value: bytes | None,
     *,
@@ -481,20 +490,11 @@ def decode_bn_input(
     evidence = obj.get("evidence")
     if not isinstance(evidence, dict):
         raise BadRecord("bad_schema", "'evidence' must be an object of variable: state", rid)
-    index = {f: i for i, f in enumerate(features)}
-    unknown = sorted(k for k in evidence if k not in index)
-    if unknown:
-        raise BadRecord("unknown_variable", f"not features of the classifier: {unknown[:5]}", rid)
-    missing = [f for f in features if f not in evidence]
-    if missing:
-        raise BadRecord("missing_evidence", f"no state given for {missing[:5]}", rid)
-    out = np.empty(len(features), dtype=np.int64)
-    for name, i in index.items():
-        state = evidence[name]
-        try:
-            out[i] = states[i].index(state)
-        except ValueError:
-            raise BadRecord(
-                "unknown_state", f"{name}={state!r} is not one of {list(states[i])}", rid
-            ) from None
-    return BNInput(rid, out)
+    try:
+        index = _state_index(states)
+    except TypeError:
+        index = _state_index.__wrapped__(states)  # lists of states are not hashable
+    try:
+        return BNInput(rid, state_indices(evidence, features, index))
+    except RecordError as exc:
+        raise BadRecord(exc.reason, str(exc), rid) from None
