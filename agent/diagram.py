@@ -26,6 +26,7 @@ form from any, possibly unreduced, node table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -444,37 +445,55 @@ class DecisionDiagram:
         return out
 
     # ------------------------------------------------------------------ counting
+    def completions(
+        self,
+        sinks: np.ndarray,
+        allowed: Sequence[np.ndarray] | None = None,
+        *,
+        dtype: Any = object,
+    ) -> np.ndarray:
+        """Model counting: per node id (sinks first), how many assignments of the levels
+        from the node's level down reach a sink marked in ``sinks``.
+
+        The one counting routine (:meth:`counts` here, the verifier's violation counts).
+        ``allowed[lvl]`` restricts level ``lvl`` to those state indices (default: all); a
+        skipped level multiplies by its number of allowed states. Linear in the diagram's
+        size. ``dtype=object`` counts in Python integers (exact past 2**63); ``np.int64``
+        is faster when the caller knows the counts fit.
+        """
+        n, nt = self.n_features, self.n_terminals
+        if allowed is None:
+            allowed = [np.arange(int(c)) for c in self.cardinalities]
+        sizes = [int(a.size) for a in allowed]
+        suffix = [1] * (n + 1)
+        for lvl in range(n - 1, -1, -1):
+            suffix[lvl] = suffix[lvl + 1] * sizes[lvl]
+        lv = self._levels_all
+        count = np.zeros(nt + self.n_nodes, dtype=dtype)
+        marks = np.asarray(sinks, dtype=bool)
+        count[:nt] = [int(m) for m in marks] if dtype is object else marks  # Python ints
+        for lvl in range(n - 1, -1, -1):
+            ks = np.nonzero(self.node_level == lvl)[0]
+            if not ks.size:
+                continue
+            ch = self.node_children[ks][:, allowed[lvl]]
+            skip = np.array([suffix[lvl + 1] // s for s in suffix], dtype=dtype)[lv[ch]]
+            count[nt + ks] = (count[ch] * skip).sum(axis=1)
+        return count
+
     def counts(self) -> dict[str, int]:
         """Exact number of full assignments reaching each sink, by terminal label.
 
-        Linear in the diagram's size; a skipped level multiplies by its cardinality.
-        Python integers, so feature spaces past 2**63 count exactly.
+        Linear in the diagram's size (:meth:`completions` per terminal); a skipped level
+        multiplies by its cardinality. Python integers, so feature spaces past 2**63
+        count exactly.
         """
-        n, nt = self.n_features, self.n_terminals
-        prefix = [1]
-        for c in self.cardinalities:
-            prefix.append(prefix[-1] * int(c))
-        lv = self._levels_all
-        cnt = np.zeros((nt + self.n_nodes, nt), dtype=object)
-        cnt[:nt] = 0
-        for t in range(nt):
-            cnt[t, t] = 1
-        if self.n_nodes:
-            for lvl in range(n - 1, -1, -1):
-                ks = np.nonzero(self.node_level == lvl)[0]
-                if not ks.size:
-                    continue
-                skip = np.array(
-                    [prefix[c] // prefix[lvl + 1] if c > lvl else 0 for c in range(n + 1)],
-                    dtype=object,
-                )
-                acc = np.zeros((ks.size, nt), dtype=object)
-                for j in range(int(self.cardinalities[lvl])):
-                    ch = self.node_children[ks, j]
-                    acc = acc + cnt[ch] * skip[lv[ch]][:, None]
-                cnt[nt + ks] = acc
-        above = prefix[int(lv[self.root])]
-        return {term: int(cnt[self.root, t]) * above for t, term in enumerate(self.terminals)}
+        above = math.prod(int(c) for c in self.cardinalities[: int(self._levels_all[self.root])])
+        out = {}
+        for t, term in enumerate(self.terminals):
+            count = self.completions(np.arange(self.n_terminals) == t)
+            out[term] = int(count[self.root]) * above
+        return out
 
     def count(self, terminal: str | int) -> int:
         """Exact number of full assignments reaching one sink (by label or sink id)."""
