@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from boxwatch import __version__
 from boxwatch.agent.arrays import dumps_npz, loads_npz
+from boxwatch.agent.atomic import write_atomic
 from boxwatch.agent.errors import ArtifactError, MissingArtifactError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.storedzip import write_stored_zip
@@ -193,17 +194,11 @@ def build_artifact_bytes(
 
 
 def write_artifact(path: str | Path, data: bytes) -> None:
-    """Write artifact bytes atomically: a temp file in the same folder, fsync, rename."""
+    """Write artifact bytes atomically (:func:`~boxwatch.agent.atomic.write_atomic`)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, data)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ArtifactError(f"cannot write artifact {path}: {exc.strerror or exc}") from None
 
 
