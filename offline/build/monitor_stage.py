@@ -139,10 +139,10 @@ def _operating_points(monitor: BoxMonitor, acts: dict[str, Any], preds: dict[str
                    key=lambda n: (n != "unknown", n))
     if not names:
         return []
-    known = monitor.score_samples(acts[calib_set], preds[calib_set])
+    known = monitor.outlier_score(acts[calib_set], preds[calib_set])
     out = []
     for name in names:
-        scores = monitor.score_samples(acts[name], preds[name])
+        scores = monitor.outlier_score(acts[name], preds[name])
         out.append({"set": name, "n": len(scores),
                     "acceptance": _finite(float(np.mean(scores <= threshold))),
                     "auroc": _finite(auroc(known, scores))})
@@ -172,8 +172,8 @@ def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, ta
                          "recall": [r.recall for r in rows]}
     out: dict[str, Any] = {"evaluation": ev, "curves": curves}
     if "unknown" in acts and "validation" in acts:
-        known = monitor.score_samples(acts["validation"], preds["validation"])
-        unknown = monitor.score_samples(acts["unknown"], preds["unknown"])
+        known = monitor.outlier_score(acts["validation"], preds["validation"])
+        unknown = monitor.outlier_score(acts["unknown"], preds["unknown"])
         det = detection(known, unknown, target_acceptance=params.get("target_acceptance", 0.95))
         finite = np.concatenate([known[np.isfinite(known)], unknown[np.isfinite(unknown)]])
         hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0

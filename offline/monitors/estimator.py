@@ -8,6 +8,7 @@ one min/max box per cluster. Applying the boxes is delegated to the agent's nump
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
 
 from boxwatch.agent import vocab
 from boxwatch.agent.boxes import (
@@ -38,6 +40,14 @@ from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, si
 
 DEFAULT_TAUS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01)
 SELECTIONS = vocab.SELECTIONS
+
+
+class MonitorValueError(ConfigError, ValueError):
+    """Bad parameters or data given to a monitor: a ``ValueError``, as scikit-learn's
+    contract has it, and a :class:`ConfigError`, so the builder lists it with the other
+    problems of a build."""
+
+
 # A layer joins the fused score's contrast term when its held-out-class AUROC reaches this:
 # "nearer another class's boxes" only means something where the layer separates classes.
 CONTRAST_MIN_AUROC = 0.9
@@ -383,7 +393,7 @@ class BoxMonitor(BaseEstimator):
         if y_true is not None and len(y_true) != n:
             problems.append(f"{where}: y_true has {len(y_true)} entries, y_pred has {n}")
         if problems:
-            raise ConfigError(problems)
+            raise MonitorValueError(problems)
 
     def fit(
         self,
@@ -412,6 +422,16 @@ class BoxMonitor(BaseEstimator):
         self
         """
         y_true, y_pred = np.asarray(y_true).astype(np.int64), np.asarray(y_pred).astype(np.int64)
+        if len(y_pred) == 0:
+            raise MonitorValueError("fit: no inputs (y_pred is empty)")
+        random_state = check_random_state(self.random_state)
+        # Resolved once: an int seeds every draw as before; None or a RandomState gives one
+        # seed, so the sweep and the tau search draw the same sequence whatever the order.
+        seed = (
+            int(self.random_state)
+            if isinstance(self.random_state, numbers.Integral)
+            else int(random_state.randint(np.iinfo(np.int32).max))
+        )
         layers = list(self.layers) if self.layers is not None else sorted(activations_by_layer)
         problems = self._check_params(layers)
         if validation is not None:
@@ -423,15 +443,15 @@ class BoxMonitor(BaseEstimator):
                     layers,
                     "validation",
                 )
-            except ConfigError as exc:
+            except MonitorValueError as exc:
                 problems += exc.problems
         self._check_data(activations_by_layer, y_true, y_pred, layers, "fit", problems)
         k = int(n_classes) if n_classes is not None else int(max(y_true.max(), y_pred.max())) + 1
-        if len(y_pred) == 0 or y_pred.min() < 0 or y_pred.max() >= k:
-            raise ConfigError(f"fit: y_pred must be non-empty with classes in [0, {k})")
+        if y_pred.min() < 0 or y_pred.max() >= k:
+            raise MonitorValueError(f"fit: y_pred must be non-empty with classes in [0, {k})")
         selection = None
         if self.tau == "auto" and validation is None:
-            chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k)
+            chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k, seed)
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
             candidate = self._candidate_taus(layers)
@@ -445,7 +465,7 @@ class BoxMonitor(BaseEstimator):
             normalize=self.normalize,
             max_clusters=self.max_clusters,
             n_init=self.n_init,
-            random_state=self.random_state,
+            random_state=seed,
         )
         if self.tau == "auto" and validation is not None and self.selection == "f1":
             chosen, selection = self._select_by_f1(sweep, validation)
@@ -511,7 +531,7 @@ class BoxMonitor(BaseEstimator):
         )
         known = yv_true >= 0
         if len(np.unique(yv_true[known])) < 2:
-            raise ConfigError(
+            raise MonitorValueError(
                 "selection='held-out-class' needs validation inputs of at least 2 "
                 f"known classes; got {np.unique(yv_true[known]).tolist()}"
             )
@@ -568,7 +588,7 @@ class BoxMonitor(BaseEstimator):
                 problems.append(f"tau[{layer!r}] has {len(v)} values; need 1 or n_classes={k}")
             out[layer] = np.broadcast_to(v, (k,)).copy() if len(v) == 1 else v
         if problems:
-            raise ConfigError(problems)
+            raise MonitorValueError(problems)
         return out
 
     def _select_by_f1(
@@ -604,8 +624,9 @@ class BoxMonitor(BaseEstimator):
         y_pred: np.ndarray,
         layers: list[str],
         k: int,
+        seed: int,
     ) -> dict[str, np.ndarray]:
-        rng = check_random_state(self.random_state)
+        rng = np.random.RandomState(seed)
         out = {}
         with single_threaded():
             for layer in layers:
@@ -637,8 +658,8 @@ class BoxMonitor(BaseEstimator):
         return taus
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "runtime_"):
-            raise ConfigError("this BoxMonitor is not fitted yet: call fit() first")
+        """scikit-learn's ``NotFittedError`` (a ``ValueError``) before :meth:`fit`."""
+        check_is_fitted(self, "runtime_")
 
     def predict(self, activations_by_layer: Activations, y_pred: np.ndarray) -> Verdicts:
         """Verdicts for inputs the network classified as ``y_pred``.
@@ -656,7 +677,11 @@ class BoxMonitor(BaseEstimator):
         return Verdicts(combined=combined, per_layer=per_layer)
 
     def score_samples(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
-        """Out-of-box score, shape (n_samples,): higher is more unusual.
+        """scikit-learn's sign: ``-outlier_score``, the lower, the more abnormal."""
+        return -self.outlier_score(activations_by_layer, y_pred)
+
+    def outlier_score(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
+        """Out-of-box score, shape (n_samples,): higher is more unusual (the agent's score).
 
         Per score layer: Euclidean distance of the (normalised) activation to the nearest
         good box of the predicted class (0 inside), divided by the layer's calibration
@@ -667,7 +692,7 @@ class BoxMonitor(BaseEstimator):
         self._check_fitted()
         y_pred = np.asarray(y_pred)
         self._check_data(
-            activations_by_layer, None, y_pred, self.runtime_.score_layers, "score_samples"
+            activations_by_layer, None, y_pred, self.runtime_.score_layers, "outlier_score"
         )
         return self.runtime_.scores(activations_by_layer, y_pred)
 
@@ -692,12 +717,12 @@ class BoxMonitor(BaseEstimator):
         """
         self._check_fitted()
         if not 0 < target_acceptance <= 1:
-            raise ConfigError(f"target_acceptance={target_acceptance} should lie in (0, 1]")
+            raise MonitorValueError(f"target_acceptance={target_acceptance} should lie in (0, 1]")
         y_pred_known = np.asarray(y_pred_known)
         rt = self.runtime_
         self._check_data(acts_known, None, y_pred_known, rt.score_layers, "calibrate (known)")
         if len(y_pred_known) == 0:
-            raise ConfigError("calibrate: no known inputs given")
+            raise MonitorValueError("calibrate: no known inputs given")
         per_layer = rt.layer_scores(acts_known, y_pred_known)
         scales = {}
         for layer, s in per_layer.items():
@@ -723,8 +748,8 @@ class BoxMonitor(BaseEstimator):
         unknown_rate, n_unknown = None, 0
         if acts_unknown is not None:
             if y_pred_unknown is None:
-                raise ConfigError("calibrate: acts_unknown needs y_pred_unknown")
-            su = self.score_samples(acts_unknown, y_pred_unknown)
+                raise MonitorValueError("calibrate: acts_unknown needs y_pred_unknown")
+            su = self.outlier_score(acts_unknown, y_pred_unknown)
             unknown_rate, n_unknown = float(np.mean(su <= threshold)), len(su)
         cal = Calibration(
             threshold=threshold,
@@ -741,7 +766,7 @@ class BoxMonitor(BaseEstimator):
 
     def decide(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
         """Accept (``True``) where the calibrated score is at most the threshold."""
-        return self.runtime_.decide(self.score_samples(activations_by_layer, y_pred))
+        return self.runtime_.decide(self.outlier_score(activations_by_layer, y_pred))
 
     def to_members(self, prefix: str = BOXES_PREFIX) -> dict[str, Any]:
         """Artifact members for the agent (see :meth:`BoxRuntime.to_members`)."""
@@ -794,6 +819,7 @@ __all__ = [
     "DEFAULT_TAUS",
     "VERDICT_NAMES",
     "BoxMonitor",
+    "MonitorValueError",
     "BoxSweep",
     "Calibration",
     "Verdicts",
