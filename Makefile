@@ -22,14 +22,17 @@ venv: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/boxwatch demo
 
+# tools/typecheck.py: mypy with pyproject's [tool.mypy] settings, over the installed layout.
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/typecheck.py
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/typecheck.py
 
 bench: $(VENV)/.installed
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

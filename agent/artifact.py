@@ -38,7 +38,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from boxwatch import __version__
 from boxwatch.agent.arrays import dumps_npz, loads_npz
-from boxwatch.agent.errors import ArtifactError
+from boxwatch.agent.atomic import write_atomic
+from boxwatch.agent.errors import ArtifactError, MissingArtifactError
 from boxwatch.agent.keys import key_id
 from boxwatch.agent.storedzip import check_zip_index, write_stored_zip
 
@@ -114,7 +115,7 @@ def digest_files(paths: Sequence[str | Path | tuple[str, str | Path]]) -> dict[s
                 h.update(chunk)
                 size += len(chunk)
         files.append({"name": str(name), "sha256": h.hexdigest(), "size": size})
-    files.sort(key=lambda f: f["name"])
+    files.sort(key=lambda f: str(f["name"]))
     combined = sha256_hex(canonical_json([[f["name"], f["sha256"], f["size"]] for f in files]))
     return {"digest": f"sha256:{combined}", "files": files}
 
@@ -204,17 +205,11 @@ def build_artifact_bytes(
 
 
 def write_artifact(path: str | Path, data: bytes) -> None:
-    """Write artifact bytes atomically: a temp file in the same folder, fsync, rename."""
+    """Write artifact bytes atomically (:func:`~boxwatch.agent.atomic.write_atomic`)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, data)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ArtifactError(f"cannot write artifact {path}: {exc.strerror or exc}") from None
 
 
@@ -308,7 +303,7 @@ def _read_source(source: str | Path | bytes, where: str) -> bytes:
                     )
                 data = fh.read(MAX_ARTIFACT_BYTES + 1)
         except FileNotFoundError:
-            raise ArtifactError(f"{where}: no such file") from None
+            raise MissingArtifactError(f"{where}: no such file") from None
         except OSError as exc:
             raise ArtifactError(f"{where}: cannot read ({exc.strerror or exc})") from None
     if len(data) > MAX_ARTIFACT_BYTES:

@@ -17,13 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from boxwatch.agent import vocab
 from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.members import BOXES_PREFIX
 
 ACCEPT, UNCERTAIN, REJECT = 0, 1, 2
-VERDICT_NAMES: tuple[str, str, str] = ("accept", "uncertainty", "reject")
-COMBINE_RULES = ("any", "majority", "all", "calibrated")
-NORMALIZATIONS = ("none", "l2")
-SCORES = ("distance", "fused")
+VERDICT_NAMES = vocab.VERDICTS
+COMBINE_RULES = vocab.COMBINE_RULES
+NORMALIZATIONS = vocab.NORMALIZATIONS
+SCORES = vocab.SCORES
 FORMAT = "boxwatch.boxes"
 # 1: the distance score; 2 adds the fused score (``score``, ``contrast_layers``,
 # ``contrast_scales``, ``contrast_classes``). Distance-score monitors are still written as
@@ -41,7 +43,7 @@ _BROADCAST_ELEMENTS = 1 << 18
 # while (inputs x max_boxes x features) stays this small: online batches of a few hundred
 # inputs take ~4x less time than per-class passes (measured on the bundled example).
 _PADDED_ELEMENTS = 1 << 21
-KERNELS = ("native", "numpy")
+KERNELS = vocab.BOX_KERNELS
 
 
 def _load_native():
@@ -612,6 +614,7 @@ class BoxRuntime:
                 np.stack([per[layer] for layer in self.layers]), self.combine
             )
             return combined, per, scores
+        assert scores is not None and self.threshold is not None  # both checked above
         any_bad = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         within = np.isfinite(scores) & (scores <= self.threshold)  # NaN never accepts
         combined = np.where(within, np.where(any_bad, UNCERTAIN, ACCEPT), REJECT)
@@ -699,7 +702,7 @@ class BoxRuntime:
         scores = np.asarray(scores)
         return np.isfinite(scores) & (scores <= self.threshold)
 
-    def to_members(self, prefix: str = "monitors/boxes") -> dict[str, Any]:
+    def to_members(self, prefix: str = BOXES_PREFIX) -> dict[str, Any]:
         """Artifact members ``{prefix}.json`` (structure) and ``{prefix}.npz`` (boxes)."""
         arrays: dict[str, np.ndarray] = {}
         for i, layer in enumerate(self.layers):
@@ -733,7 +736,7 @@ class BoxRuntime:
         cls,
         json_member: Callable[[str], Any] | Mapping[str, Any],
         arrays_member: Callable[[str], Mapping[str, np.ndarray]] | Mapping[str, Any],
-        prefix: str = "monitors/boxes",
+        prefix: str = BOXES_PREFIX,
     ) -> BoxRuntime:
         """Rebuild from :meth:`to_members` output, or from an artifact's ``.json`` / ``.arrays``.
 

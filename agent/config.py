@@ -16,6 +16,7 @@ from typing import Any
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml, load_yaml_file, quote, show_path
+from boxwatch.agent.vocab import BOX_KERNELS, GATE_ACTIONS, GATE_OUTCOMES, KAFKA_LIBRARIES
 
 
 def _str(v: Any) -> str:
@@ -87,25 +88,18 @@ def _port_address(v: str) -> str | None:
 
 
 def _library(v: str) -> str | None:
-    return (
-        None
-        if v in ("kafka-python", "confluent-kafka")
-        else "must be kafka-python or confluent-kafka"
-    )
+    return None if v in KAFKA_LIBRARIES else f"must be {' or '.join(KAFKA_LIBRARIES)}"
 
 
 def _box_kernel(v: str) -> str | None:
-    return None if v in ("auto", "native", "numpy") else "must be auto, native or numpy"
+    kernels = ("auto", *BOX_KERNELS)
+    return None if v in kernels else f"must be {', '.join(kernels[:-1])} or {kernels[-1]}"
 
 
 def _policy(v: dict) -> str | None:
-    bad = {
-        k: t
-        for k, t in v.items()
-        if k not in ("certified", "blocked", "unverified") or t not in ("release", "review", "none")
-    }
+    bad = {k: t for k, t in v.items() if k not in GATE_OUTCOMES or t not in GATE_ACTIONS}
     return (
-        f"entries {bad} must map certified/blocked/unverified to release/review/none"
+        f"entries {bad} must map {'/'.join(GATE_OUTCOMES)} to {'/'.join(GATE_ACTIONS)}"
         if bad
         else None
     )

@@ -28,14 +28,16 @@ form from any, possibly unreduced, node table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from boxwatch.agent.errors import ArtifactError, BoxwatchError
+from boxwatch.agent.members import DIAGRAM_JSON, DIAGRAM_NPZ, DIAGRAM_PREFIX
 
 SCHEMA = "boxwatch.bn-diagram"
 THRESHOLD, ARGMAX = "threshold", "argmax"
@@ -46,18 +48,87 @@ DECISION_TEXT = {
     "state index",
 }
 SCHEMA_VERSION = 1
-DIAGRAM_JSON = "diagram.json"
-DIAGRAM_NPZ = "diagram.npz"
 
 
 class RecordError(BoxwatchError, ValueError):
-    """A record cannot be encoded: it lacks a feature or names an unknown state."""
+    """A record cannot be encoded: it names a variable that is no feature, lacks a feature
+    or names an unknown state; ``reason`` is the dead-letter reason for it."""
 
-    def __init__(self, message: str, *, record: int, variable: str, state: Any = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        record: int,
+        variable: str,
+        state: Any = None,
+        reason: str = "unknown_state",
+    ):
         self.record = record
         self.variable = variable
         self.state = state
+        self.reason = reason
         super().__init__(message)
+
+
+def state_indices(
+    evidence: Mapping[str, Any],
+    features: Sequence[str],
+    state_index: Sequence[Mapping[str, int]],
+    *,
+    record: int = 0,
+) -> np.ndarray:
+    """One BN record ``{feature: state name}`` as state indices in ``features`` order.
+
+    The one mapping of records to states: the agent's record decoder and
+    :meth:`DecisionDiagram.encode` both use it. Every feature must be given, and nothing
+    else: a variable that is not a feature is an error, not silently dropped.
+
+    Raises
+    ------
+    RecordError
+        With ``reason`` ``unknown_variable``, ``missing_evidence`` or ``unknown_state``
+        (checked in that order), naming the variable (and state).
+    """
+    out = np.empty(len(features), dtype=np.int64)
+    try:
+        for i, (feature, index) in enumerate(zip(features, state_index, strict=True)):
+            out[i] = index[evidence[feature]]
+        if len(evidence) == len(features):
+            return out
+    except (KeyError, TypeError):
+        pass
+    known = set(features)
+    unknown = sorted(str(k) for k in evidence if k not in known)
+    if unknown:
+        raise RecordError(
+            f"{unknown[:5]} not features of the classifier",
+            record=record,
+            variable=unknown[0],
+            reason="unknown_variable",
+        )
+    missing = [f for f in features if f not in evidence]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise RecordError(
+            f"feature {missing[0]!r} is missing{more}",
+            record=record,
+            variable=missing[0],
+            reason="missing_evidence",
+        )
+    for feature, index in zip(features, state_index, strict=True):
+        state = evidence[feature]
+        try:
+            known_state = state in index
+        except TypeError:
+            known_state = False
+        if not known_state:
+            raise RecordError(
+                f"feature {feature!r} has state {state!r}, not one of {list(index)}",
+                record=record,
+                variable=feature,
+                state=state,
+            )
+    raise AssertionError("unreachable: every state is known")  # pragma: no cover
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,7 +229,7 @@ class DecisionDiagram:
             return NotImplemented
         return self.same_as(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # mutable value equality: unhashable
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -331,7 +402,8 @@ class DecisionDiagram:
     def encode(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Map records of ``{feature: state name}`` to state indices in ``features`` order.
 
-        Keys that are not features (the class, other variables) are ignored.
+        Each record is mapped by :func:`state_indices`: every feature exactly once and no
+        other key (the class or another variable in a record is an error).
 
         Parameters
         ----------
@@ -344,15 +416,30 @@ class DecisionDiagram:
         Raises
         ------
         RecordError
-            Naming the record (position in ``records``), the variable and the state, when a
-            feature is missing or its state is not one of the feature's states.
+            Naming the record (position in ``records``) and the variable (and state), when
+            a record is not a mapping, names a variable that is not a feature, lacks a
+            feature or gives a state that is not one of the feature's states.
         """
         out = np.empty((len(records), self.n_features), dtype=np.int64)
-        for col, (feature, index) in enumerate(zip(self.features, self._state_index, strict=True)):
+        for i, rec in enumerate(records):
+            if not isinstance(rec, Mapping):
+                raise RecordError(
+                    f"record {i}: expected a mapping of feature to state name, "
+                    f"got {type(rec).__name__}",
+                    record=i,
+                    variable=self.features[0] if self.features else "",
+                    reason="bad_schema",
+                )
             try:
-                out[:, col] = [index[rec[feature]] for rec in records]
-            except (KeyError, TypeError):
-                self._raise_record_error(records, col)
+                out[i] = state_indices(rec, self.features, self._state_index, record=i)
+            except RecordError as exc:
+                raise RecordError(
+                    f"record {i}: {exc}",
+                    record=i,
+                    variable=exc.variable,
+                    state=exc.state,
+                    reason=exc.reason,
+                ) from None
         return out
 
     def encode_names(self, names: Any) -> np.ndarray:
@@ -393,67 +480,56 @@ class DecisionDiagram:
             out[:, col] = codes[inverse.reshape(-1)]
         return out
 
-    def _raise_record_error(self, records: Sequence[Mapping[str, Any]], col: int) -> None:
-        feature, index = self.features[col], self._state_index[col]
-        for i, rec in enumerate(records):
-            if not isinstance(rec, Mapping):
-                raise RecordError(
-                    f"record {i}: expected a mapping of feature to state name, "
-                    f"got {type(rec).__name__}",
-                    record=i,
-                    variable=feature,
-                )
-            if feature not in rec:
-                raise RecordError(
-                    f"record {i}: feature {feature!r} is missing", record=i, variable=feature
-                )
-            state = rec[feature]
-            try:
-                known = state in index
-            except TypeError:
-                known = False
-            if not known:
-                raise RecordError(
-                    f"record {i}: feature {feature!r} has state {state!r}, "
-                    f"not one of {list(self.states[col])}",
-                    record=i,
-                    variable=feature,
-                    state=state,
-                )
-        raise AssertionError("unreachable: no bad record found")  # pragma: no cover
-
     # ------------------------------------------------------------------ counting
+    def completions(
+        self,
+        sinks: np.ndarray,
+        allowed: Sequence[np.ndarray] | None = None,
+        *,
+        dtype: Any = object,
+    ) -> np.ndarray:
+        """Model counting: per node id (sinks first), how many assignments of the levels
+        from the node's level down reach a sink marked in ``sinks``.
+
+        The one counting routine (:meth:`counts` here, the verifier's violation counts).
+        ``allowed[lvl]`` restricts level ``lvl`` to those state indices (default: all); a
+        skipped level multiplies by its number of allowed states. Linear in the diagram's
+        size. ``dtype=object`` counts in Python integers (exact past 2**63); ``np.int64``
+        is faster when the caller knows the counts fit.
+        """
+        n, nt = self.n_features, self.n_terminals
+        if allowed is None:
+            allowed = [np.arange(int(c)) for c in self.cardinalities]
+        sizes = [int(a.size) for a in allowed]
+        suffix = [1] * (n + 1)
+        for lvl in range(n - 1, -1, -1):
+            suffix[lvl] = suffix[lvl + 1] * sizes[lvl]
+        lv = self._levels_all
+        count = np.zeros(nt + self.n_nodes, dtype=dtype)
+        marks = np.asarray(sinks, dtype=bool)
+        count[:nt] = [int(m) for m in marks] if dtype is object else marks  # Python ints
+        for lvl in range(n - 1, -1, -1):
+            ks = np.nonzero(self.node_level == lvl)[0]
+            if not ks.size:
+                continue
+            ch = self.node_children[ks][:, allowed[lvl]]
+            skip = np.array([suffix[lvl + 1] // s for s in suffix], dtype=dtype)[lv[ch]]
+            count[nt + ks] = (count[ch] * skip).sum(axis=1)
+        return count
+
     def counts(self) -> dict[str, int]:
         """Exact number of full assignments reaching each sink, by terminal label.
 
-        Linear in the diagram's size; a skipped level multiplies by its cardinality.
-        Python integers, so feature spaces past 2**63 count exactly.
+        Linear in the diagram's size (:meth:`completions` per terminal); a skipped level
+        multiplies by its cardinality. Python integers, so feature spaces past 2**63
+        count exactly.
         """
-        n, nt = self.n_features, self.n_terminals
-        prefix = [1]
-        for c in self.cardinalities:
-            prefix.append(prefix[-1] * int(c))
-        lv = self._levels_all
-        cnt = np.zeros((nt + self.n_nodes, nt), dtype=object)
-        cnt[:nt] = 0
-        for t in range(nt):
-            cnt[t, t] = 1
-        if self.n_nodes:
-            for lvl in range(n - 1, -1, -1):
-                ks = np.nonzero(self.node_level == lvl)[0]
-                if not ks.size:
-                    continue
-                skip = np.array(
-                    [prefix[c] // prefix[lvl + 1] if c > lvl else 0 for c in range(n + 1)],
-                    dtype=object,
-                )
-                acc = np.zeros((ks.size, nt), dtype=object)
-                for j in range(int(self.cardinalities[lvl])):
-                    ch = self.node_children[ks, j]
-                    acc = acc + cnt[ch] * skip[lv[ch]][:, None]
-                cnt[nt + ks] = acc
-        above = prefix[int(lv[self.root])]
-        return {term: int(cnt[self.root, t]) * above for t, term in enumerate(self.terminals)}
+        above = math.prod(int(c) for c in self.cardinalities[: int(self._levels_all[self.root])])
+        out = {}
+        for t, term in enumerate(self.terminals):
+            count = self.completions(np.arange(self.n_terminals) == t)
+            out[term] = int(count[self.root]) * above
+        return out
 
     def count(self, terminal: str | int) -> int:
         """Exact number of full assignments reaching one sink (by label or sink id)."""
@@ -547,7 +623,7 @@ class DecisionDiagram:
             "n_nodes": self.n_nodes,
         }
 
-    def to_members(self, prefix: str = "bn/") -> dict[str, Any]:
+    def to_members(self, prefix: str = DIAGRAM_PREFIX) -> dict[str, Any]:
         """Artifact members: ``{prefix}diagram.json`` (meta) and ``{prefix}diagram.npz`` (arrays)."""
         return {
             f"{prefix}{DIAGRAM_JSON}": self.meta(),
@@ -659,7 +735,7 @@ class DecisionDiagram:
         return diagram
 
 
-def _str_list(value: Any) -> bool:
+def _str_list(value: Any) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 

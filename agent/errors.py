@@ -19,3 +19,23 @@ class ConfigError(BoxwatchError):
     def __init__(self, problems: list[str] | str):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("; ".join(self.problems))
+
+
+class MissingFileError(BoxwatchError):
+    """An input file the user named does not exist.
+
+    Mixed into the error of the file's kind (artifact, key, model) so that the handlers of
+    that kind still catch it; every CLI verb exits with the usage code for it, whatever code
+    it gives other errors of that kind (``boxwatch.cli`` decides)."""
+
+
+class MissingArtifactError(ArtifactError, MissingFileError):
+    """The artifact file does not exist."""
+
+
+class MissingKeyFileError(KeyFileError, MissingFileError):
+    """A key file does not exist."""
+
+
+class MissingModelError(ConfigError, MissingFileError):
+    """The model file does not exist."""

@@ -18,19 +18,72 @@ states], "verdict": "holds" | "violated"}``. Features absent from a premise are
 unconstrained; a conclusion may also be a single class state. The class states are the
 diagram's terminals: the two outputs of a threshold classifier, or every state of the class
 for an argmax (multi-class) one, whose rules may allow any set of them.
+:func:`encode_rules` (the builder) and :func:`decode_rules` (the agent) are the format's
+one codec; the format only grows by optional keys, which older readers ignore.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from boxwatch.agent.errors import ArtifactError
+from boxwatch.agent.members import RULES
+from boxwatch.agent.vocab import GATE_OUTCOMES, RULE_VERDICTS
 
 CERTIFIED, BLOCKED, UNVERIFIED = 0, 1, 2
-OUTCOME_NAMES = ("certified", "blocked", "unverified")
+OUTCOME_NAMES = GATE_OUTCOMES
+
+
+@dataclass(frozen=True)
+class RuleEntry:
+    """One entry of ``bn/rules.json``: a rule by feature and class-state names."""
+
+    rule_id: str
+    premise: Mapping[str, Sequence[int]]
+    conclusion: Sequence[str]
+    verdict: str
+
+
+def encode_rules(rules: Iterable[RuleEntry]) -> list[dict[str, Any]]:
+    """The ``bn/rules.json`` member's JSON for ``rules`` (what the builder writes)."""
+    out = []
+    for r in rules:
+        if r.verdict not in RULE_VERDICTS:
+            raise ValueError(f"rule {r.rule_id!r}: verdict {r.verdict!r} not in {RULE_VERDICTS}")
+        out.append(
+            {
+                "id": r.rule_id,
+                "premise": {k: list(v) for k, v in r.premise.items()},
+                "conclusion": list(r.conclusion),
+                "verdict": r.verdict,
+            }
+        )
+    return out
+
+
+def decode_rules(spec: Any) -> list[RuleEntry]:
+    """Parse the ``bn/rules.json`` member; :class:`ArtifactError` names the bad rule.
+
+    Unknown keys are ignored (the format grows by optional keys only)."""
+    if not isinstance(spec, list):
+        raise ArtifactError(f"{RULES}: expected a list of rules")
+    out = []
+    for pos, r in enumerate(spec):
+        try:
+            conclusion = r["conclusion"]
+            if isinstance(conclusion, str):
+                conclusion = [conclusion]
+            if r["verdict"] not in RULE_VERDICTS:
+                raise ValueError(f"verdict {r['verdict']!r}")
+            premise = {str(f): list(allowed) for f, allowed in r["premise"].items()}
+            out.append(RuleEntry(str(r["id"]), premise, list(conclusion), r["verdict"]))
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise ArtifactError(f"{RULES}: rule #{pos} is invalid ({exc!r})") from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -67,29 +120,21 @@ class RuleGate:
         terminals: Sequence[str],
     ) -> RuleGate:
         """Build from the ``bn/rules.json`` member, checking every name and index."""
-        if not isinstance(spec, list):
-            raise ArtifactError("bn/rules.json: expected a list of rules")
         index = {f: i for i, f in enumerate(features)}
         rules = []
-        for pos, r in enumerate(spec):
+        for pos, r in enumerate(decode_rules(spec)):
             try:
-                rid = str(r["id"])
-                allowed_classes = r["conclusion"]
-                if isinstance(allowed_classes, str):
-                    allowed_classes = [allowed_classes]
                 conclusion = np.zeros(len(terminals), dtype=bool)
-                conclusion[[list(terminals).index(c) for c in allowed_classes]] = True
-                if r["verdict"] not in ("holds", "violated"):
-                    raise ValueError(f"verdict {r['verdict']!r}")
+                conclusion[[list(terminals).index(c) for c in r.conclusion]] = True
                 masks = {}
-                for feat, allowed in r["premise"].items():
+                for feat, allowed in r.premise.items():
                     fi = index[feat]
                     mask = np.zeros(len(states[fi]), dtype=bool)
                     mask[np.asarray(allowed, dtype=np.int64)] = True
                     masks[fi] = mask
             except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
-                raise ArtifactError(f"bn/rules.json: rule #{pos} is invalid ({exc!r})") from None
-            rules.append(GateRule(rid, masks, conclusion, r["verdict"] == "holds"))
+                raise ArtifactError(f"{RULES}: rule #{pos} is invalid ({exc!r})") from None
+            rules.append(GateRule(r.rule_id, masks, conclusion, r.verdict == RULE_VERDICTS[0]))
         return cls(rules)
 
     def in_premise(self, rule: GateRule, x: np.ndarray) -> np.ndarray:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from boxwatch.agent.errors import ConfigError, KeyFileError
+from boxwatch.agent.atomic import write_atomic
+from boxwatch.agent.errors import ConfigError, KeyFileError, MissingKeyFileError
 from boxwatch.agent.inputs import read_bounded, show_path
 
 PRIVATE_KEY_MODE = 0o600
@@ -60,15 +60,7 @@ def _write_private(path: Path, data: bytes) -> None:
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        try:
-            os.fchmod(fd, mode)
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_atomic(path, data, mode=mode)
     except OSError as exc:
         raise KeyFileError(f"cannot write key file {path}: {exc.strerror or exc}") from None
 
@@ -76,7 +68,7 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
 def _read_key_file(path: str | Path) -> bytes:
     path = Path(path)
     if not path.exists():
-        raise KeyFileError(f"key file not found: {show_path(path)}")
+        raise MissingKeyFileError(f"key file not found: {show_path(path)}")
     try:
         return read_bounded(path, MAX_KEY_FILE_BYTES, what="key file")
     except ConfigError as exc:

@@ -13,27 +13,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from boxwatch import __version__
 from boxwatch.agent.boxes import box_kernel
+from boxwatch.agent.vocab import DEAD_LETTER_REASONS, GATE_OUTCOMES, VERDICTS
 
-VERDICTS = ("accept", "uncertainty", "reject")
-GATE_OUTCOMES = ("certified", "blocked", "unverified")
 INPUT_KINDS = ("model", "bn")
 OUTPUT_KINDS = ("verdict", "gate", "dead_letter", "capture", "release", "review")
-INVALID_REASONS = (
-    "not_json",
-    "bad_schema",
-    "missing_id",
-    "duplicate_id",
-    "bad_content_type",
-    "bad_dtype",
-    "bad_shape",
-    "not_finite",
-    "too_large",
-    "unknown_variable",
-    "unknown_state",
-    "missing_evidence",
-    "model_error",
-    "bad_header",
-)
+INVALID_REASONS = DEAD_LETTER_REASONS
 RELOAD_RESULTS = ("success", "failure", "refused_rollback")
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)

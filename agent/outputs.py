@@ -29,7 +29,9 @@ from typing import Any, NamedTuple
 import msgspec
 import numpy as np
 
+from boxwatch.agent.kafka.base import Consumed
 from boxwatch.agent.kafka.headers import carried_headers
+from boxwatch.agent.vocab import DEAD_LETTER_REASONS
 
 VERDICT_SCHEMA = "boxwatch.verdict/1"
 GATE_SCHEMA = "boxwatch.gate/1"
@@ -53,7 +55,7 @@ class Output(NamedTuple):
     reason: str | None = None
 
 
-def source_of(rec: Any) -> dict[str, Any]:
+def source_of(rec: Consumed) -> dict[str, Any]:
     return {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset}
 
 
@@ -61,7 +63,7 @@ def _dumps(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-def verdict_output(topic: str, rec: Any, record_id: str, body: dict[str, Any]) -> Output:
+def verdict_output(topic: str, rec: Consumed, record_id: str, body: dict[str, Any]) -> Output:
     return Output(
         "verdict",
         topic,
@@ -97,7 +99,7 @@ def json_numbers(values: Sequence[float]) -> list[bytes]:
 
 def verdict_outputs(
     topic: str,
-    recs: Sequence[Any],
+    recs: Sequence[Consumed],
     ids: Sequence[str],
     *,
     predicted: Sequence[str],
@@ -156,7 +158,7 @@ def verdict_outputs(
     return out
 
 
-def gate_output(topic: str, rec: Any, record_id: str, body: dict[str, Any]) -> Output:
+def gate_output(topic: str, rec: Consumed, record_id: str, body: dict[str, Any]) -> Output:
     return Output(
         "gate",
         topic,
@@ -166,16 +168,20 @@ def gate_output(topic: str, rec: Any, record_id: str, body: dict[str, Any]) -> O
     )
 
 
-def copy_output(kind: str, topic: str, rec: Any, extra: dict[str, str]) -> Output:
+def copy_output(kind: str, topic: str, rec: Consumed, extra: dict[str, str]) -> Output:
     """The original record, with extra ``boxwatch-*`` headers (capture, release, review)."""
     headers = carried_headers(rec.headers) + [(k, v.encode("utf-8")) for k, v in extra.items()]
     return Output(kind, topic, rec.key, rec.value, headers)
 
 
 def dead_letter_output(
-    topic: str, rec: Any, reason: str, detail: str, *, store_payload: bool
+    topic: str, rec: Consumed, reason: str, detail: str, *, store_payload: bool
 ) -> Output:
-    """The bad record kept whole (or as a digest stub) with why it was refused."""
+    """The bad record kept whole (or as a digest stub) with why it was refused.
+
+    ``reason`` must be one of :data:`vocab.DEAD_LETTER_REASONS` (anything else is a bug)."""
+    if reason not in DEAD_LETTER_REASONS:
+        raise ValueError(f"unknown dead-letter reason {reason!r}")
     payload = rec.value if rec.value is not None else b""
     digest = hashlib.sha256(payload).hexdigest()
     headers: Headers = carried_headers(rec.headers) if store_payload else []

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.vocab import INPUT_DTYPES
 
-DTYPES = ("float32", "float64", "float16", "uint8", "int64")
+DTYPES = INPUT_DTYPES
 
 
 @dataclass(frozen=True)

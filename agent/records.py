@@ -12,7 +12,7 @@ BN records, on their own topic: ``{"id": "...", "evidence": {"Var": "state", ...
 state for every feature of the compiled classifier and nothing else.
 
 Every input must hold exactly the model's input size of finite values. ``id`` is a string or
-integer, present exactly once. Reasons are the fixed set in :data:`metrics.INVALID_REASONS`.
+integer, present exactly once. Reasons are the fixed set in :data:`vocab.DEAD_LETTER_REASONS`.
 
 :func:`decode_model_input` is the reference decoder (stdlib ``json``): it decides every
 record and every reason. :func:`decode_model_batch` decodes a micro-batch with two fast
@@ -23,16 +23,21 @@ the reference, so it decides exactly as the reference does (property-tested).
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 import numpy as np
+
+from boxwatch.agent.diagram import RecordError, state_indices
+from boxwatch.agent.vocab import DEAD_LETTER_REASONS
 
 SCHEMA_VERSION = 1
 JSON_TYPE = "application/json"
@@ -51,13 +56,16 @@ _NOT_NUMBERS = frozenset({str, bool, type(None)})
 _SHAPE = re.compile(r"\s*[0-9]+\s*(?:,\s*[0-9]+\s*)*")
 _MAX_JSON_DEPTH = 8
 
-Headers = Sequence[tuple[str, bytes]]
+Headers = Sequence[tuple[str, bytes | None]]
 
 
 class BadRecord(Exception):
-    """A record that cannot be processed; ``reason`` is one of the fixed reason labels."""
+    """A record that cannot be processed; ``reason`` is one of
+    :data:`vocab.DEAD_LETTER_REASONS` (anything else is a bug: ``ValueError``)."""
 
     def __init__(self, reason: str, detail: str, record_id: str | None = None):
+        if reason not in DEAD_LETTER_REASONS:
+            raise ValueError(f"unknown dead-letter reason {reason!r}")
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
@@ -155,7 +163,7 @@ def _check_numbers(value: object, rid: str) -> None:
         if list not in kinds:
             return
         lists = level if kinds == {list} else filter(list.__instancecheck__, level)
-        level = list(itertools.chain.from_iterable(lists))
+        level = list(itertools.chain.from_iterable(cast(Iterable[list[object]], lists)))
 
 
 def _check_payload(value: bytes | None, max_bytes: int) -> bytes:
@@ -247,14 +255,18 @@ def decode_model_batch(
         if headers:  # a plain tensor has headers; JSON mostly has none
             rid = _plain_tensor_id(value, headers, nbytes) if plain_fits else None
             if rid is not None:
-                tensors.append(value)  # type: ignore[arg-type]
+                tensors.append(value)  # type: ignore[arg-type]  # a plain tensor's value is bytes
                 tensor_at.append(i)
                 tensor_ids.append(rid)
                 continue
             json_like = value is not None and _is_json(value, headers)
         else:
             json_like = value is not None and value[:1] == b"{"
-        plain = _plain_json(value, size) if json_like and len(value) <= max_bytes else None
+        plain = (
+            _plain_json(value, size)
+            if json_like and value is not None and len(value) <= max_bytes
+            else None
+        )
         if plain is not None:
             if isinstance(plain[1], list):
                 flat.append(plain[1])
@@ -320,7 +332,7 @@ def _nested_list(depth: int) -> object:
     """``list[list[...[float]]]``, ``depth`` lists deep."""
     kind: object = float
     for _ in range(depth):
-        kind = list[kind]  # type: ignore[valid-type]
+        kind = list[kind]  # type: ignore[valid-type]  # built at run time for msgspec, by depth
     return kind
 
 
@@ -355,8 +367,8 @@ def _plain_json(value: bytes, size: int) -> tuple[str, list[float] | np.ndarray]
     the content type and the size limit were checked.
     """
     try:
-        rec: _FlatInput | _RawInput = _FLAT_DECODER.decode(value)
-        row: list[float] | np.ndarray = rec.input
+        rec: _FlatInput | _RawInput = (flat := _FLAT_DECODER.decode(value))
+        row: list[float] | np.ndarray = flat.input
         if len(row) != size:
             return None
     except msgspec.ValidationError:
@@ -464,6 +476,13 @@ def _decode_npy(value: bytes, rid: str) -> np.ndarray:
     return arr.astype(np.float64)
 
 
+@functools.lru_cache(maxsize=8)
+def _state_index(states: tuple[tuple[str, ...], ...]) -> tuple[dict[str, int], ...]:
+    """State name -> index per feature (cached: the agent decodes every record against the
+    same diagram's states)."""
+    return tuple({s: j for j, s in enumerate(names)} for names in states)
+
+
 def decode_bn_input(
     value: bytes | None,
     *,
@@ -478,20 +497,11 @@ def decode_bn_input(
     evidence = obj.get("evidence")
     if not isinstance(evidence, dict):
         raise BadRecord("bad_schema", "'evidence' must be an object of variable: state", rid)
-    index = {f: i for i, f in enumerate(features)}
-    unknown = sorted(k for k in evidence if k not in index)
-    if unknown:
-        raise BadRecord("unknown_variable", f"not features of the classifier: {unknown[:5]}", rid)
-    missing = [f for f in features if f not in evidence]
-    if missing:
-        raise BadRecord("missing_evidence", f"no state given for {missing[:5]}", rid)
-    out = np.empty(len(features), dtype=np.int64)
-    for name, i in index.items():
-        state = evidence[name]
-        try:
-            out[i] = states[i].index(state)
-        except ValueError:
-            raise BadRecord(
-                "unknown_state", f"{name}={state!r} is not one of {list(states[i])}", rid
-            ) from None
-    return BNInput(rid, out)
+    try:
+        index = _state_index(states)
+    except TypeError:
+        index = _state_index.__wrapped__(states)  # lists of states are not hashable
+    try:
+        return BNInput(rid, state_indices(evidence, features, index))
+    except RecordError as exc:
+        raise BadRecord(exc.reason, str(exc), rid) from None

@@ -27,16 +27,18 @@ import numpy as np
 from boxwatch.agent.artifact import Artifact, digest_files, load_artifact
 from boxwatch.agent.boxes import REJECT, BoxRuntime
 from boxwatch.agent.diagram import DecisionDiagram
-from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.errors import ArtifactError, ConfigError, MissingModelError
 from boxwatch.agent.gate import RuleGate
 from boxwatch.agent.keys import load_trusted_keys
+from boxwatch.agent.members import (
+    BOXES_PREFIX,
+    DIAGRAM_ARRAYS,
+    DIAGRAM_META,
+    MODEL_SPEC,
+    RULES,
+)
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
-from boxwatch.agent.taps import ONNX_SUFFIXES, open_tap
-
-MODEL_SPEC = "model/spec.json"
-BOXES_PREFIX = "monitors/boxes"
-DIAGRAM_PREFIX = "bn/"
-RULES = "bn/rules.json"
+from boxwatch.agent.taps import ONNX_SUFFIXES, Tap, open_tap
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class MonitorRuntime:
     classes: list[str]
     model_version: str
     preprocessing: Preprocessing | None
-    tap: Any
+    tap: Tap | None
     boxes: BoxRuntime | None
     diagram: DecisionDiagram | None
     gate: RuleGate | None
@@ -160,10 +162,10 @@ def _runtime(artifact: Artifact, model_path: str | Path | None, threads: int) ->
             except ConfigError as exc:
                 raise ArtifactError(f"{MODEL_SPEC}: {exc}") from None
     diagram = gate = None
-    if f"{DIAGRAM_PREFIX}diagram.json" in members:
+    if DIAGRAM_META in members:
         diagram = DecisionDiagram.from_members(
-            artifact.json(f"{DIAGRAM_PREFIX}diagram.json"),
-            artifact.arrays(f"{DIAGRAM_PREFIX}diagram.npz"),
+            artifact.json(DIAGRAM_META),
+            artifact.arrays(DIAGRAM_ARRAYS),
             where="bn",
         )
         rules = artifact.json(RULES) if RULES in members else []
@@ -195,6 +197,8 @@ def check_model_digest(artifact: Artifact, model_path: str | Path) -> Path:
     recorded = artifact.manifest.get("model")
     if not isinstance(recorded, dict):
         raise ArtifactError("the artifact records no model digest")
+    if not Path(model_path).exists():
+        raise MissingModelError(f"{model_path}: no such model file")
     real = _real_model_file(Path(model_path))
     folder = real.parent
     entries = recorded.get("files")

@@ -30,6 +30,7 @@ from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.gate import OUTCOME_NAMES
 from boxwatch.agent.http import AgentHTTPServer
 from boxwatch.agent.kafka import (
+    Consumed,
     DeliveryFailure,
     KafkaUnavailable,
     Partition,
@@ -193,8 +194,8 @@ class Agent:
         if not self.input_topics():
             need = "topics.inputs" if self.runtime.tap is not None else "topics.bn_inputs"
             raise ConfigError(f"{need} is not set: the agent would have nothing to consume")
-        wait_for_broker(self.cfg, stopped=self.stop_event.is_set)
-        ensure_topics(self.cfg, [*self.input_topics(), *self.output_topics()])
+        wait_for_broker(self.cfg.values, stopped=self.stop_event.is_set)
+        ensure_topics(self.cfg.values, [*self.input_topics(), *self.output_topics()])
 
     def stop(self) -> None:
         """Ask the loop to finish its batch, deliver, commit and close (idempotent).
@@ -224,9 +225,9 @@ class Agent:
     def run(self) -> None:
         """Blocking loop until :meth:`stop`; closes the clients in ``finally``."""
         self._consumer = make_consumer(
-            self.cfg, self.input_topics(), on_revoke=self.forget_partitions
+            self.cfg.values, self.input_topics(), on_revoke=self.forget_partitions
         )
-        self._producer = make_producer(self.cfg)
+        self._producer = make_producer(self.cfg.values)
         wait_s = self.cfg["batch.max_wait_ms"] / 1000
         max_records = self.cfg["batch.max_records"]
         try:
@@ -263,7 +264,7 @@ class Agent:
             self._producer = self._consumer = None
 
     # -- one batch --------------------------------------------------------------------
-    def _handle_batch(self, records: list[Any]) -> None:
+    def _handle_batch(self, records: list[Consumed]) -> None:
         t0 = time.perf_counter()
         tally = BatchTally()
         outputs = self.process(records, tally)
@@ -282,7 +283,7 @@ class Agent:
         self.status.batches += 1
         self.status.last_batch_at = now
 
-    def process(self, records: list[Any], tally: BatchTally | None = None) -> list[Output]:
+    def process(self, records: list[Consumed], tally: BatchTally | None = None) -> list[Output]:
         """Turn consumed records into outputs (pure: no Kafka calls; tests use it directly).
 
         Verdict and gate counts go into ``tally``, for the caller to apply once the outputs
@@ -291,8 +292,8 @@ class Agent:
         tally = BatchTally() if tally is None else tally
         model_topic, bn_topic = self.cfg["topics.inputs"], self.cfg["topics.bn_inputs"]
         outputs: list[Output] = []
-        model_recs: list[Any] = []
-        bn_recs: list[Any] = []
+        model_recs: list[Consumed] = []
+        bn_recs: list[Consumed] = []
         n_model = 0
         for rec in records:
             n_model += rec.topic == model_topic
@@ -314,7 +315,7 @@ class Agent:
         self.status.count_batch(len(records))
         return outputs
 
-    def _dead_letter(self, rec: Any, reason: str, detail: str) -> Output:
+    def _dead_letter(self, rec: Consumed, reason: str, detail: str) -> Output:
         log.info(
             "dead letter %s/%s@%s: %s (%s)", rec.topic, rec.partition, rec.offset, reason, detail
         )
@@ -326,7 +327,7 @@ class Agent:
             store_payload=self.cfg["dead_letter.store_payload"],
         )
 
-    def _process_model(self, recs: list[Any], tally: BatchTally) -> list[Output]:
+    def _process_model(self, recs: list[Consumed], tally: BatchTally) -> list[Output]:
         rt = self.runtime
         out: list[Output] = []
         if rt.tap is None or rt.preprocessing is None:
@@ -355,7 +356,10 @@ class Agent:
         layer_names = {layer: verdict_names(v) for layer, v in res.layer_verdicts.items()}
         classes = rt.classes
         predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted.tolist()]
-        accepted = rt.boxes.decide(res.scores) if rt.boxes.threshold is not None else None
+        boxes = rt.boxes
+        accepted = (
+            boxes.decide(res.scores) if boxes is not None and boxes.threshold is not None else None
+        )
         timings = {
             "inference_ms": round(res.inference_seconds * 1e3, 3),
             "monitor_ms": round(res.monitor_seconds * 1e3, 3),
@@ -429,7 +433,7 @@ class Agent:
             m.out_of_range.inc(tally.out_of_range)
             self.status.out_of_range += tally.out_of_range
 
-    def _process_bn(self, recs: list[Any], tally: BatchTally) -> list[Output]:
+    def _process_bn(self, recs: list[Consumed], tally: BatchTally) -> list[Output]:
         rt = self.runtime
         if rt.diagram is None or rt.gate is None:
             return [
@@ -595,7 +599,7 @@ class Agent:
             "consumption %s", "paused: outputs cannot be delivered" if paused else "resumed"
         )
 
-    def _commit(self, records: list[Any]) -> None:
+    def _commit(self, records: list[Consumed]) -> None:
         offsets: dict[Partition, int] = {}
         for r in records:
             tp = (r.topic, r.partition)

@@ -22,13 +22,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from boxwatch.agent.errors import ConfigError
+from boxwatch.agent import vocab
+from boxwatch.agent.errors import ConfigError, MissingModelError
 
-POOLINGS = ("flatten", "avg", "max")
+POOLINGS = vocab.POOLINGS
 THREADS_ENV = "BOXWATCH_ORT_THREADS"
 DEFAULT_THREADS = 1
 ONNX_SUFFIXES = (".onnx",)
@@ -53,9 +54,10 @@ class LayerInfo:
         dims = self.shape[1:]
         if pooling != "flatten" and len(self.shape) > 2:
             dims = dims[:1]
-        if any(d is None for d in dims):
+        known = [d for d in dims if d is not None]
+        if len(known) < len(dims):
             return None
-        return int(np.prod(dims)) if dims else 1
+        return int(np.prod(known)) if known else 1
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "shape": list(self.shape)}
@@ -117,6 +119,22 @@ def _check_names(wanted: Sequence[str], valid: Sequence[str], model: str) -> Non
         )
 
 
+class Tap(Protocol):
+    """What runs a model for boxwatch (:class:`OnnxTap`, :class:`TorchTap`): the builder
+    extracts training activations and the agent monitors with the same object."""
+
+    layers: list[str]
+    pooling: dict[str, str]
+
+    def candidates(self) -> list[LayerInfo]:
+        """Every layer the tap could expose, with its output shape."""
+        ...
+
+    def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Logits of a preprocessed batch and the chosen layers' pooled activations."""
+        ...
+
+
 class OnnxTap:
     """ONNX model whose session returns logits plus the chosen layers' activations.
 
@@ -148,7 +166,7 @@ class OnnxTap:
         import onnxruntime as ort
 
         if not self.path.is_file():
-            raise ConfigError(f"{self.path}: no such model file")
+            raise MissingModelError(f"{self.path}: no such model file")
         try:
             proto = onnx.load(str(self.path))
             inferred = onnx.shape_inference.infer_shapes(proto)
@@ -251,7 +269,7 @@ class TorchTap:
         self.threads = resolve_threads(threads)
         torch.set_num_threads(self.threads)
         if not self.path.is_file():
-            raise ConfigError(f"{self.path}: no such model file")
+            raise MissingModelError(f"{self.path}: no such model file")
         self._torch = torch
         self.scripted = self.path.suffix not in EXPORT_SUFFIXES
         self._kinds: dict[str, str] = {}
@@ -382,7 +400,7 @@ def open_tap(
     *,
     pooling: str | Mapping[str, str] = "flatten",
     threads: int | None = None,
-) -> OnnxTap | TorchTap:
+) -> Tap:
     """Open ``model`` with the tap its suffix calls for (``.onnx``; ``.pt2``; ``.pt``/``.ts``)."""
     suffix = Path(model).suffix.lower()
     if suffix in ONNX_SUFFIXES:

@@ -153,7 +153,7 @@ def verify_model(
         spec = Spec(parse_spec(data, schema, source=str(rules)).rules, [], {})
     with BNVerifier(diagram, network=net) as verifier:
         report = verifier.verify(spec, counterexamples=counterexamples)
-    X = diagram.encode(test.to_dict("records"))
+    X = diagram.encode(test[list(diagram.features)].to_dict("records"))  # records: features only
     predicted = np.asarray(diagram.terminals)[diagram.predict(X)]
     accuracy = float((predicted == test[CLASS].to_numpy()).mean())
     return diagram, report, accuracy

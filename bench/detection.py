@@ -196,7 +196,7 @@ def other_seeds(
                 (
                     label,
                     evaluate(
-                        lambda s, m=mon, a=acts, p=pred: m.score_samples(a[s], p[s]),
+                        lambda s, m=mon, a=acts, p=pred: m.outlier_score(a[s], p[s]),
                         ("near", "far"),
                     ),
                 )
@@ -340,9 +340,9 @@ def main() -> None:
         )
         fit_s = time.perf_counter() - start
         cal = mon.calibrate(acts["holdout"], pred["holdout"], target_acceptance=TARGET)
-        result = evaluate(lambda s, mon=mon: mon.score_samples(acts[s], pred[s]))
+        result = evaluate(lambda s, mon=mon: mon.outlier_score(acts[s], pred[s]))
         rate = best_of(
-            lambda mon=mon: mon.score_samples(acts["known"], pred["known"]), len(pred["known"])
+            lambda mon=mon: mon.outlier_score(acts["known"], pred["known"]), len(pred["known"])
         )[0]
         taus = ", ".join(f"{k} {sorted(set(mon.tau_[k].tolist()))}" for k in layers)
         what = (

@@ -361,8 +361,8 @@ def main() -> None:
                 calibration_share=0,
             ).fit(a_tr, y_tr, p_tr)
         cal = mon.calibrate(a_ho, p_ho, target_acceptance=0.95)
-        rate, sk = best_of(lambda mon=mon: mon.score_samples(a_te, p_te), len(p_te))
-        su = mon.score_samples({k: v[fa_test] for k, v in a_fa.items()}, p_fa[fa_test])
+        rate, sk = best_of(lambda mon=mon: mon.outlier_score(a_te, p_te), len(p_te))
+        su = mon.outlier_score({k: v[fa_test] for k, v in a_fa.items()}, p_fa[fa_test])
         d = detection(sk, su)
         label = f"{name} [{'+'.join(layers)}]"
         det_rows.append(

@@ -1,11 +1,16 @@
 """The ``boxwatch`` command line: one entry point, verbs like git's.
 
-Exit codes (decided here, documented in ``boxwatch --help``):
+Exit codes (decided here, by :func:`outcome`, the one place a verb's end becomes an exit
+code; documented in ``boxwatch --help`` and the README):
 
 * 0 -- success (artifact valid, all rules hold, build done);
 * 1 -- the check ran and failed (invalid artifact, rule violated, build policy failed);
-* 2 -- usage, configuration or input error (bad option, missing file, bad config);
-* 3 -- a feature's optional dependencies are not installed.
+* 2 -- usage, configuration or input error (bad option, bad config, and a missing artifact,
+  key or model file in every verb);
+* 3 -- a feature's optional dependencies are not installed;
+* 70 -- internal error: an unexpected exception, printed on one line with "internal error,
+  please report" (never 1, which a release pipeline reads as "a rule is violated");
+* 130 -- interrupted (Ctrl-C).
 
 Human text goes to stderr, data (tables, JSON) to stdout. Offline verbs are imported only
 when invoked, so the agent's light install never imports the builder.
@@ -14,25 +19,61 @@ when invoked, so the agent's light install never imports the builder.
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 import click
 
 from boxwatch import __version__
-from boxwatch.agent.errors import BoxwatchError, ConfigError
+from boxwatch.agent.errors import BoxwatchError, ConfigError, MissingFileError
 from boxwatch.commands.artifact import inspect, verify_artifact
 from boxwatch.commands.console import (
+    EXIT_CODES,
     EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     EXIT_MISSING_EXTRA,
     EXIT_OK,
     EXIT_USAGE,
+    VerbExit,
     echo_err,
-    fail,
 )
 from boxwatch.commands.keys import keygen
 
-__all__ = ["EXIT_FAILED", "EXIT_MISSING_EXTRA", "EXIT_OK", "EXIT_USAGE", "cli", "main"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_MISSING_EXTRA",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "cli",
+    "main",
+    "outcome",
+]
+
+INTERNAL_ERROR = "internal error, please report"
+
+
+def outcome(exc: BaseException) -> tuple[int, tuple[str, ...]]:
+    """The exit code and the stderr lines for a verb that ended by raising ``exc``.
+
+    A :class:`VerbExit` keeps its code, except that a missing input file (its cause) is a
+    usage error in every verb; a boxwatch error no verb handled is a usage error; Ctrl-C is
+    130; anything else is a bug: one line and :data:`EXIT_INTERNAL`.
+    """
+    if isinstance(exc, VerbExit) and exc.code in EXIT_CODES:
+        if isinstance(exc.__cause__, MissingFileError):
+            return EXIT_USAGE, exc.lines
+        return exc.code, exc.lines
+    if isinstance(exc, KeyboardInterrupt | click.Abort):
+        return EXIT_INTERRUPTED, ("interrupted",)
+    if isinstance(exc, ConfigError):
+        return EXIT_USAGE, tuple(f"error: {p}" for p in exc.problems)
+    if isinstance(exc, BoxwatchError):
+        return EXIT_USAGE, (f"error: {exc}",)
+    reason = " ".join(str(exc).split()) or "(no message)"
+    return EXIT_INTERNAL, (f"error: {type(exc).__name__}: {reason} -- {INTERNAL_ERROR}",)
+
 
 # name -> (module, attribute, short help, extra that provides it). Imported on first use.
 LAZY_COMMANDS: dict[str, tuple[str, str, str, str | None]] = {
@@ -84,9 +125,26 @@ class LazyGroup(click.Group):
             except ModuleNotFoundError as exc:
                 hint = f"; install it with: pip install 'boxwatch[{extra}]'" if extra else ""
                 missing = exc.name or str(exc)
-                echo_err(f"error: '{cmd_name}' needs the module {missing!r}, not installed{hint}")
-                sys.exit(EXIT_MISSING_EXTRA)
+                raise VerbExit(
+                    EXIT_MISSING_EXTRA,
+                    (f"error: '{cmd_name}' needs the module {missing!r}, not installed{hint}",),
+                ) from None
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the verb; however it ends, :func:`outcome` decides the exit code."""
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.Exit:
+            raise  # --help, --version: click's own clean exit
+        except click.ClickException as exc:
+            exc.show()  # a bad option or argument of the verb
+            ctx.exit(EXIT_USAGE)
+        except (Exception, KeyboardInterrupt) as exc:
+            code, lines = outcome(exc)
+            for line in lines:
+                echo_err(line)
+            ctx.exit(code)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
@@ -106,7 +164,9 @@ class LazyGroup(click.Group):
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=(
         "Exit codes: 0 success; 1 the check ran and failed (invalid artifact, violated rule, "
-        "failed policy); 2 usage, config or input error; 3 optional dependency missing.\n\n"
+        "failed policy); 2 usage, config or input error (a missing artifact, key or model file "
+        "included); 3 optional dependency missing; 70 internal error (please report); "
+        "130 interrupted.\n\n"
         "Typical flow: 'boxwatch keygen', 'boxwatch build-artifact' in the release pipeline, "
         "'boxwatch verify-artifact' before deploying, 'boxwatch agent' beside the model."
     ),
@@ -127,13 +187,8 @@ cli.add_command(inspect)
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point."""
-    try:
-        return cli.main(args=argv, prog_name="boxwatch")
-    except ConfigError as exc:
-        fail(exc, EXIT_USAGE)
-    except BoxwatchError as exc:
-        fail(exc, EXIT_USAGE)
+    """Console-script entry point: click exits with the code :func:`outcome` chose."""
+    return cli.main(args=argv, prog_name="boxwatch")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ import click
 import numpy as np
 import yaml
 
+from boxwatch.agent.gate import decode_rules
 from boxwatch.agent.keys import generate_keypair
+from boxwatch.agent.members import DIAGRAM_META, RULES
 from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.examples import example_path
 
@@ -79,13 +81,13 @@ def credit_records(artifact: Any, n: int, seed: int = 1) -> list[bytes]:
     ``artifact`` is the loaded artifact; its diagram gives the features and states, its
     ``bn/rules.json`` the premises (so the gate has rules to certify or block with).
     """
-    d = artifact.json("bn/diagram.json")
+    d = artifact.json(DIAGRAM_META)
     features, states = d["features"], d["states"]
-    rules = artifact.json("bn/rules.json")
+    rules = decode_rules(artifact.json(RULES))
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        premise = rules[int(rng.integers(len(rules)))]["premise"] if i % 2 and rules else {}
+        premise = rules[int(rng.integers(len(rules)))].premise if i % 2 and rules else {}
         evidence = {}
         for f, names in zip(features, states, strict=True):
             allowed = premise.get(f, range(len(names)))

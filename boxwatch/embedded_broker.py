@@ -173,7 +173,8 @@ class EmbeddedBroker:
     @property
     def pid(self) -> int | None:
         """Process id of the broker binary while it runs, else None."""
-        return self._proc.pid if self.running else None
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     @property
     def returncode(self) -> int | None:
@@ -229,15 +230,13 @@ class EmbeddedBroker:
         A broker outage that keeps Tansu's memory; :meth:`resume` ends it.
         """
         with self._lock:
-            self._require_running()
-            os.kill(self._proc.pid, signal.SIGSTOP)
+            os.kill(self._require_running().pid, signal.SIGSTOP)
             self._paused = True
 
     def resume(self) -> None:
         """Let a broker frozen by :meth:`pause` run again (SIGCONT)."""
         with self._lock:
-            self._require_running()
-            os.kill(self._proc.pid, signal.SIGCONT)
+            os.kill(self._require_running().pid, signal.SIGCONT)
             self._paused = False
 
     def set_auto_create_topics(self, enabled: bool, timeout: float = 10.0) -> None:
@@ -361,22 +360,24 @@ class EmbeddedBroker:
         ]
 
     def _prepare_dirs(self) -> None:
-        if self._workdir is None and (self.data_dir is None or self.log_path is None):
-            self._workdir = Path(tempfile.mkdtemp(prefix=f"boxwatch-{self.kind}-"))
-        if self.data_dir is None:
-            self.data_dir = self._workdir / "data"
-        if self.log_path is None:
-            self.log_path = self._workdir / "broker.log"
+        if self.data_dir is None or self.log_path is None:
+            if self._workdir is None:
+                self._workdir = Path(tempfile.mkdtemp(prefix=f"boxwatch-{self.kind}-"))
+            self.data_dir = self.data_dir or self._workdir / "data"
+            self.log_path = self.log_path or self._workdir / "broker.log"
         if self.kind == "noida":
             self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
 
     def _launch(self, binary: Path, deadline: float) -> None:
-        if not _port_is_bindable(self.host, self.port):
+        port, log_path = self.port, self.log_path
+        if port is None or log_path is None:  # _start chose both
+            raise BrokerError("no port or log file chosen before the launch")
+        if not _port_is_bindable(self.host, port):
             raise _PortTaken(self._port_taken_message())
-        self._log = open(self.log_path, "ab")
+        self._log = open(log_path, "ab")
         logger.info("starting %s broker on %s", self.kind, self.bootstrap_servers)
-        self._proc = subprocess.Popen(
+        self._proc = proc = subprocess.Popen(
             self._command(binary),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
@@ -386,25 +387,25 @@ class EmbeddedBroker:
             preexec_fn=_die_with_parent_hook(),
         )
         self._paused = False
-        self._finalizer = weakref.finalize(self, _kill_group, self._proc)
-        self._wait_ready(deadline)
+        self._finalizer = weakref.finalize(self, _kill_group, proc)
+        self._wait_ready(proc, port, deadline)
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, proc: subprocess.Popen, port: int, deadline: float) -> None:
         """Bounded wait: TCP accept, then a Kafka ApiVersions + Metadata round trip."""
         last_error = "the port never opened"
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            if proc.poll() is not None:
                 if "in use" in self.log_tail(5).lower():
                     raise _PortTaken(self._port_taken_message())
-                raise self._failure(f"exited with status {self._proc.returncode}")
-            if port_is_open(self.host, self.port):
+                raise self._failure(f"exited with status {proc.returncode}")
+            if port_is_open(self.host, port):
                 remaining = deadline - time.monotonic()
                 try:
                     _kafka_round_trip(self.bootstrap_servers, max(0.5, min(remaining, 5.0)))
                 except Exception as exc:  # any client failure means "not ready yet"
                     last_error = f"no Kafka answer yet ({exc!r})"
                 else:
-                    if self._proc.poll() is None:
+                    if proc.poll() is None:
                         return
             time.sleep(_POLL_S)
         raise self._failure(f"was not ready in time: {last_error}")
@@ -438,9 +439,11 @@ class EmbeddedBroker:
             self._log.close()
             self._log = None
 
-    def _require_running(self) -> None:
-        if not self.running:
+    def _require_running(self) -> subprocess.Popen:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
             raise BrokerError(f"the {self.kind} broker is not running")
+        return proc
 
 
 class _PortTaken(BrokerError):
@@ -450,7 +453,7 @@ class _PortTaken(BrokerError):
 def _check_kind(kind: str) -> BrokerKind:
     if kind not in KINDS:
         raise BrokerError(f"unknown broker kind {kind!r}; expected one of {', '.join(KINDS)}")
-    return kind  # type: ignore[return-value]
+    return kind
 
 
 def _port_is_bindable(host: str, port: int) -> bool:

@@ -64,7 +64,7 @@ def write_datasets(out_dir: str | Path, seed: int = SEED) -> dict[str, Path]:
     paths = {}
     for name, arrays in make_sets(seed).items():
         paths[name] = out / f"{name}.npz"
-        np.savez(paths[name], **arrays)
+        np.savez(paths[name], **arrays)  # type: ignore[arg-type]  # numpy types **kwds as allow_pickle
     return paths
 
 

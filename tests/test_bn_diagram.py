@@ -173,7 +173,7 @@ def test_predict_rejects_bad_indices():
 def test_encode_maps_names_and_names_the_bad_record():
     table = random_table(2, [2, 3, 2])
     d = make(table, *full_tree(table, 2))
-    records = [{"f0": "s1", "f1": "s2", "f2": "s0", "C": "x"}, {"f0": "s0", "f1": "s0", "f2": "s1"}]
+    records = [{"f0": "s1", "f1": "s2", "f2": "s0"}, {"f0": "s0", "f1": "s0", "f2": "s1"}]
     X = d.encode(records)
     assert X.tolist() == [[1, 2, 0], [0, 0, 1]]
     assert np.array_equal(d.predict_labels(X), np.array(["no", "yes"])[table[tuple(X.T)]])
@@ -184,6 +184,10 @@ def test_encode_maps_names_and_names_the_bad_record():
         d.encode([{"f0": "s0", "f1": "s0"}])
     with pytest.raises(RecordError, match="record 0: feature 'f0' has state"):
         d.encode([{"f0": ["s0"], "f1": "s0", "f2": "s0"}])
+    # A key that is not a feature is an error, as the agent dead-letters it (issue 28).
+    with pytest.raises(RecordError, match=r"record 0: \['C'\] not features") as info:
+        d.encode([{**records[0], "C": "x"}])
+    assert info.value.reason == "unknown_variable"
 
 
 def test_members_round_trip_through_a_signed_artifact():

@@ -246,14 +246,14 @@ def test_fused_monitor_calibrates_and_the_agent_scores_alike():
     assert mon.runtime_.score == "fused" and mon.contrast_layers_ == ["a"]
     cal = mon.calibrate(vacts, vpred, target_acceptance=0.9)
     assert set(mon.runtime_.contrast_scales) == {"a"} and "contrast:a" in cal.scales
-    sk = mon.score_samples(vacts, vpred)
+    sk = mon.outlier_score(vacts, vpred)
     assert np.mean(sk <= cal.threshold) >= 0.9
     rt = BoxRuntime.from_members(mon.to_members(), mon.to_members())
     np.testing.assert_array_equal(rt.scores(vacts, vpred), sk)
     # An input moved halfway towards another class scores higher than where it started.
     mid = {k: (v[:20] + v[20:40]) / 2 for k, v in vacts.items()}
     moved = vy[:20] != vy[20:40]
-    assert np.all(mon.score_samples(mid, vpred[:20])[moved] > sk[:20][moved])
+    assert np.all(mon.outlier_score(mid, vpred[:20])[moved] > sk[:20][moved])
     distance = BoxMonitor(tau=0.1, max_clusters=8, score="distance").fit(acts, y, pred)
     assert distance.contrast_layers_ == [] and distance.runtime_.score == "distance"
     with pytest.raises(ConfigError) as err:

@@ -218,10 +218,11 @@ def test_cli_layers():
     res = runner.invoke(layers_cmd, [str(DIGITS_MODEL), "--json"])
     data = json.loads(res.stdout)
     assert [row["features"] for row in data["layers"] if row["name"] == "logits"] == [8]
-    res = runner.invoke(layers_cmd, ["/nonexistent/model.onnx"])
-    assert res.exit_code == 2 and "no such model" in res.stderr
-    # Registered as a lazy verb of the main command.
+    # Registered as a lazy verb of the main command, which decides the exit codes.
     from boxwatch.cli import cli
+
+    res = runner.invoke(cli, ["layers", "/nonexistent/model.onnx"])
+    assert res.exit_code == 2 and "no such model" in res.stderr
 
     res = runner.invoke(cli, ["layers", str(DIGITS_MODEL), "--pooling", "avg"])
     assert res.exit_code == 0 and "logits" in res.stdout

@@ -15,11 +15,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.vocab import KAFKA_LIBRARIES
 
-LIBRARIES = ("kafka-python", "confluent-kafka")
+LIBRARIES = KAFKA_LIBRARIES
 FLUSH_SLICE_S = 0.2  # a flush waits in slices this long, so a stop request ends it
 # Idle pacing (kafka-python): after IDLE_AFTER_S without a record (once partitions are
 # assigned), the consumer fetches only at slots IDLE_FETCH_INTERVAL_S apart, polling for
@@ -86,7 +87,27 @@ class Record(NamedTuple):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, bytes | None]]  # librdkafka gives a null header value as None
+
+
+class Consumed(Protocol):
+    """A consumed record as the agent reads it: a :class:`Record`, or kafka-python's
+    ``ConsumerRecord`` (same fields; its header values are never None)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
 
 
 class DeliveryFailure(NamedTuple):
@@ -96,7 +117,7 @@ class DeliveryFailure(NamedTuple):
     the broker, a value the library cannot write): the same bytes will never go through.
     """
 
-    output: Any
+    output: Outgoing
     error: str
     retriable: bool
 
@@ -113,7 +134,7 @@ class Outgoing(Protocol):
 class AgentConsumer(Protocol):
     """The consumer side the agent loop needs."""
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
         """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first."""
 
     def pause(self) -> None:

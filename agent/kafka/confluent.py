@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
+    Consumed,
     DeliveryFailure,
     KafkaUnavailable,
     Outgoing,
@@ -216,7 +217,7 @@ class ConfluentConsumer:
         self._positions: dict[Partition, int] = {}
         self._closing = threading.Event()
         self._prober: threading.Thread | None = None
-        self._last_lag: tuple[bool, object] = (True, {})
+        self._last_lag: tuple[bool, dict[Partition, int] | str] = (True, {})
         self.raw.subscribe(
             topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
         )
@@ -243,12 +244,12 @@ class ConfluentConsumer:
         if self._on_revoke:
             self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
         try:
             msgs = self.raw.consume(max_records, timeout_s)
         except KafkaException as exc:
             raise KafkaUnavailable(f"poll failed: {exc}") from exc
-        out = []
+        out: list[Consumed] = []
         for m in msgs:
             err = m.error()
             if err is None:
@@ -276,8 +277,9 @@ class ConfluentConsumer:
             return
         first: dict[Partition, int] = {}
         for m in msgs:
-            if m.error() is None:
-                first.setdefault((m.topic(), m.partition()), m.offset())
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            if m.error() is None and topic is not None and partition is not None:
+                first.setdefault((topic, partition), -1 if offset is None else offset)
         for (t, p), o in first.items():
             self.raw.seek(TopicPartition(t, p, o))
             self._positions[(t, p)] = o
@@ -318,9 +320,9 @@ class ConfluentConsumer:
         ok, value = self._last_lag
         if self._down:
             raise KafkaUnavailable("all brokers are down")
-        if not ok:
+        if not ok or isinstance(value, str):
             raise KafkaUnavailable(str(value))
-        return dict(value)  # type: ignore[arg-type]
+        return dict(value)
 
     def _probe(self) -> None:
         try:
@@ -335,7 +337,7 @@ class ConfluentConsumer:
         finally:
             handle.close()
 
-    def _query(self, handle: Consumer) -> tuple[bool, object]:
+    def _query(self, handle: Consumer) -> tuple[bool, dict[Partition, int] | str]:
         """High watermark minus position for every assigned partition."""
         positions = dict(self._positions)
         out: dict[Partition, int] = {}
@@ -401,14 +403,15 @@ class ConfluentProducer:
         timeout, or when ``stop`` is set (the flush waits in slices), all of them are
         reported (redelivery is at-least-once anyway).
         """
-        self._failed = failed = {}
+        failed: dict[tuple[str, bytes | None, bytes | None], KafkaError] = {}
+        self._failed = failed
         refused: list[DeliveryFailure] = []
         produce = self.raw.produce
         sent = 0
         for out in outputs:
             try:
                 if out.headers:
-                    produce(out.topic, out.value, out.key, headers=out.headers)
+                    produce(out.topic, out.value, out.key, headers=out.headers)  # type: ignore[arg-type]  # the stub's list is invariant
                 else:
                     produce(out.topic, out.value, out.key)
             except BufferError:

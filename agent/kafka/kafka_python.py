@@ -40,6 +40,7 @@ from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
     IDLE_FETCH_WINDOW_S,
+    Consumed,
     DeliveryFailure,
     IdlePacer,
     KafkaUnavailable,
@@ -133,11 +134,13 @@ def install_lenient_header_names() -> None:
         except UnicodeDecodeError:  # strict moves the position only on success
             return _read_record_lenient(self)
 
-    read_msg.boxwatch_lenient = True  # type: ignore[attr-defined]
+    read_msg.boxwatch_lenient = True  # type: ignore[attr-defined]  # marks the patch as applied
     cls._read_msg = read_msg
 
 
-def client_options(cfg: Mapping[str, Any], client: type) -> dict[str, Any]:
+def client_options(
+    cfg: Mapping[str, Any], client: type[KafkaConsumer | KafkaProducer | KafkaAdminClient]
+) -> dict[str, Any]:
     """The ``kafka.client`` options meant for ``client`` (a kafka-python client class).
 
     An option no kafka-python client knows is passed on, so the client refuses it loudly.
@@ -267,7 +270,7 @@ class KafkaPythonConsumer:
         self._pacer = IdlePacer()
         self.raw.subscribe(topics, listener=_Listener(self))
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
         """kafka-python fetches only inside ``poll``: a quiet stream is paced by polling
         briefly at the :class:`IdlePacer`'s slots and sleeping in between."""
         if self._pacer.idle(assigned=bool(self.raw.assignment())):
@@ -396,10 +399,10 @@ class KafkaPythonProducer:
             if not fut.is_done:
                 failed.append(DeliveryFailure(out, "not acknowledged in time", True))
             elif fut.failed():
-                exc = fut.exception
+                error = fut.exception
                 failed.append(
                     DeliveryFailure(
-                        out, f"{type(exc).__name__}: {exc}", not isinstance(exc, REFUSED)
+                        out, f"{type(error).__name__}: {error}", not isinstance(error, REFUSED)
                     )
                 )
         return failed

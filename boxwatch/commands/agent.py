@@ -19,7 +19,7 @@ from boxwatch.agent.config import AgentConfig, load_agent_config
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.inputs import one_line
 from boxwatch.agent.service import build_agent, serve
-from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, fail
 
 log = logging.getLogger("boxwatch.agent")
 
@@ -91,8 +91,8 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     Example:
       boxwatch agent --artifact model.bwa --public-key ci.pub --model model.onnx \\
           --bootstrap-servers kafka:9092
-    Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration, missing file or
-    topic error.
+    Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration or topic error, or a
+    missing artifact, key or model file; 70 internal error.
     """
     with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor
         faulthandler.enable()  # a native crash (onnxruntime, librdkafka) leaves its stacks
@@ -111,11 +111,9 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
         worker.check_topics()
         http = serve(worker)  # a metrics address in use is a ConfigError: one line, exit 2
     except (ArtifactError, KeyFileError) as exc:
-        click.echo(one_line(f"error: refusing to start: {exc}"), err=True)
-        sys.exit(EXIT_FAILED)
+        raise VerbExit(EXIT_FAILED, (one_line(f"error: refusing to start: {exc}"),)) from exc
     except ConfigError as exc:
-        click.echo(one_line(f"error: {exc}"), err=True)
-        sys.exit(EXIT_USAGE)
+        fail(exc, EXIT_USAGE)
     log.info(
         "agent ready: artifact %s, box tests %s, metrics on http://%s/metrics",
         worker.runtime.artifact_id,
@@ -131,8 +129,7 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     try:
         worker.run()
     except ConfigError as exc:  # a client option refused when the clients are made
-        click.echo(one_line(f"error: {exc}"), err=True)
-        sys.exit(EXIT_USAGE)
+        fail(exc, EXIT_USAGE)
     finally:
         http.stop()
     log.info("agent stopped")

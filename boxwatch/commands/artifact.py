@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from boxwatch.agent.errors import ArtifactError, KeyFileError
+from boxwatch.agent.errors import ArtifactError, KeyFileError, MissingArtifactError
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, echo_err, fail
 
 
@@ -25,7 +25,8 @@ def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
     """Check an artifact's container, signature, schema and member digests.
 
     Exit 0 when valid, 1 when invalid (the reason is printed), 2 on usage or I/O errors
-    (missing artifact or key file, an artifact path that is not a regular file).
+    (missing artifact or key file, an artifact path that is not a regular file), 70 on an
+    internal error.
     """
     from boxwatch.agent.artifact import load_artifact
     from boxwatch.agent.keys import load_trusted_keys
@@ -35,7 +36,7 @@ def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
     except KeyFileError as exc:
         fail(exc, EXIT_USAGE)
     if not artifact.exists():
-        fail(ArtifactError(f"{artifact}: no such file"), EXIT_USAGE)
+        fail(MissingArtifactError(f"{artifact}: no such file"), EXIT_USAGE)
     if not artifact.is_file():  # stat only: a FIFO or device is never opened
         fail(ArtifactError(f"{artifact}: not a regular file"), EXIT_USAGE)
     try:

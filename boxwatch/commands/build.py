@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -13,7 +12,14 @@ from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.errors import ArtifactError, ConfigError, KeyFileError
 from boxwatch.agent.inputs import one_line, show_path
 from boxwatch.agent.keys import load_private_key
-from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, progress_bar, summary_table
+from boxwatch.commands.console import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    VerbExit,
+    finish,
+    progress_bar,
+    summary_table,
+)
 from boxwatch.offline.build.config import load_config
 from boxwatch.offline.build.pipeline import build, check_out_path, prepare
 from boxwatch.offline.build.report import write_report
@@ -67,7 +73,8 @@ def build_artifact(
     \b
     Example:
       boxwatch build-artifact build.yaml --key ci.key --out model.bwa --report report/
-    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error.
+    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error;
+    70 internal error.
     """
     key_path = key_path or (Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None)
     problems: list[str] = []
@@ -79,7 +86,9 @@ def build_artifact(
         if not any(p.startswith("--out ") for p in exc.problems):
             problems += check_out_path(out)  # the schema round stops before prepare()
     except MemoryError:
-        problems.append("out of memory while reading the inputs (data sets too large for this machine)")
+        problems.append(
+            "out of memory while reading the inputs (data sets too large for this machine)"
+        )
     private_key = None
     if key_path is not None:
         try:
@@ -94,7 +103,7 @@ def build_artifact(
         _fail(config, problems)
     if dry_run:
         click.echo(f"{config}: valid; nothing built (--dry-run)", err=True)
-        sys.exit(EXIT_OK)
+        return
     assert prepared is not None and private_key is not None and out is not None
     try:
         outcome = build(prepared, private_key, created_at=created_at, progress=progress_bar)
@@ -103,21 +112,27 @@ def build_artifact(
         if report_dir is not None:
             write_report(outcome.summary, report_dir)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
-        _fail(config, exc.problems if isinstance(exc, ConfigError) else [str(exc)])
-    except MemoryError:
-        _fail(config, ["out of memory while reading the inputs (data sets too large for this machine)"])
+        _fail(config, exc.problems if isinstance(exc, ConfigError) else [str(exc)], exc)
+    except MemoryError as exc:
+        _fail(
+            config,
+            ["out of memory while reading the inputs (data sets too large for this machine)"],
+            exc,
+        )
     click.echo(summary_table(outcome.summary, out))
     if report_dir is not None:
         click.echo(f"report: {report_dir / 'report.html'}", err=True)
-    sys.exit(EXIT_FAILED if outcome.policy_failures else EXIT_OK)
+    if outcome.policy_failures:
+        finish(EXIT_FAILED)
 
 
-def _fail(config: Path, problems: list[str]) -> NoReturn:
+def _fail(config: Path, problems: list[str], cause: BaseException | None = None) -> NoReturn:
     """Every problem at once (one line when there is one), then exit 2."""
     if len(problems) == 1:
-        click.echo(one_line(f"error: {show_path(config)}: {problems[0]}"), err=True)
+        lines: tuple[str, ...] = (one_line(f"error: {show_path(config)}: {problems[0]}"),)
     else:
-        click.echo(f"error: {show_path(config)}: {len(problems)} problem(s):", err=True)
-        for p in problems:
-            click.echo(one_line(f"  - {p}"), err=True)
-    sys.exit(EXIT_USAGE)
+        lines = (
+            f"error: {show_path(config)}: {len(problems)} problem(s):",
+            *(one_line(f"  - {p}") for p in problems),
+        )
+    raise VerbExit(EXIT_USAGE, lines) from cause

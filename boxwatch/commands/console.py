@@ -5,14 +5,20 @@ Exit codes (documented in ``boxwatch --help`` and the README):
 * 0 -- success (artifact valid, all rules hold, build done);
 * 1 -- the check ran and failed (invalid artifact, rule violated, build policy failed);
 * 2 -- usage, configuration or input error (bad option, missing file, bad config);
-* 3 -- a feature's optional dependencies are not installed.
+* 3 -- a feature's optional dependencies are not installed;
+* 70 -- internal error (an unexpected exception: a bug to report; EX_SOFTWARE of sysexits.h);
+* 130 -- interrupted (Ctrl-C).
+
+Verbs never exit themselves: they return (success) or raise :class:`VerbExit` (through
+:func:`fail` or :func:`finish`) or an error; :func:`boxwatch.cli.run_verb` turns that into
+the exit code, the one place that does.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -23,6 +29,19 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_MISSING_EXTRA = 3
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+EXIT_CODES = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MISSING_EXTRA, EXIT_INTERNAL, EXIT_INTERRUPTED)
+
+
+class VerbExit(Exception):
+    """How a verb ends, other than by returning: the outcome's exit code and the lines to
+    print on stderr first. Raised by verbs, turned into the exit by :mod:`boxwatch.cli`."""
+
+    def __init__(self, code: int, lines: tuple[str, ...] = ()) -> None:
+        super().__init__(code, *lines)
+        self.code = code
+        self.lines = lines
 
 
 def echo_err(message: str) -> None:
@@ -30,14 +49,19 @@ def echo_err(message: str) -> None:
     click.echo(message, err=True)
 
 
-def fail(exc: BoxwatchError, code: int) -> None:
-    """Print a one-line reason and exit with ``code`` (no traceback for expected errors).
+def fail(exc: BoxwatchError, code: int) -> NoReturn:
+    """End the verb with ``code`` and a one-line reason (no traceback for expected errors).
 
-    The line is made printable and capped (:func:`~boxwatch.agent.inputs.one_line`): what it
-    echoes of the user's input cannot add lines or terminal escapes.
-    """
-    echo_err(one_line(f"error: {exc}"))
-    sys.exit(code)
+    ``exc`` stays the cause, so the CLI can apply its rules (a missing input file is a usage
+    error in every verb). The line is made printable and capped
+    (:func:`~boxwatch.agent.inputs.one_line`): what it echoes of the user's input cannot add
+    lines or terminal escapes."""
+    raise VerbExit(code, (one_line(f"error: {exc}"),)) from exc
+
+
+def finish(code: int, *lines: str) -> NoReturn:
+    """End the verb with ``code`` after its output (e.g. 1 when a rule is violated)."""
+    raise VerbExit(code, lines)
 
 
 def progress_bar(label: str, total: int) -> Any:

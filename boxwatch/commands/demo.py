@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -11,7 +10,9 @@ from pathlib import Path
 import click
 
 from boxwatch.agent.config import load_agent_config
+from boxwatch.commands.console import EXIT_FAILED, finish
 from boxwatch.demo import TOPICS, build_example, stream, watch
+from boxwatch.embedded_broker import KINDS, BrokerKind
 from boxwatch.examples import example_path
 
 
@@ -26,7 +27,7 @@ from boxwatch.examples import example_path
 @click.option("--bootstrap-servers", help="Use this Kafka instead of the embedded broker.")
 @click.option(
     "--broker",
-    type=click.Choice(["noida", "tansu"]),
+    type=click.Choice(KINDS),
     default="noida",
     show_default=True,
     help="Which embedded Kafka-protocol broker to start.",
@@ -52,7 +53,7 @@ from boxwatch.examples import example_path
 def demo(
     workdir: Path,
     bootstrap_servers: str | None,
-    broker: str,
+    broker: BrokerKind,
     n_known: int,
     n_unknown: int,
     n_credit: int,
@@ -144,5 +145,4 @@ def demo(
         )
     )
     if result["received"] < sent:
-        click.echo(f"error: only {result['received']} of {sent} outputs arrived", err=True)
-        sys.exit(1)
+        finish(EXIT_FAILED, f"error: only {result['received']} of {sent} outputs arrived")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import POOLINGS, list_layers
-from boxwatch.commands.console import EXIT_USAGE
+from boxwatch.commands.console import EXIT_USAGE, fail
 
 
 @click.command("layers")
@@ -41,8 +40,7 @@ def layers(model: Path, pooling: str, as_json: bool) -> None:
     try:
         infos = list_layers(model)
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        fail(exc, EXIT_USAGE)
     if as_json:
         rows = [{**info.as_dict(), "features": info.n_features(pooling)} for info in infos]
         click.echo(json.dumps({"model": str(model), "pooling": pooling, "layers": rows}, indent=2))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ import click
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import one_line, show_path
-from boxwatch.commands.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, echo_err
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_err, finish
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
@@ -64,7 +64,7 @@ def render_report(report: VerificationReport) -> str:
     return "\n\n".join(out) if out else "(no rules or queries)"
 
 
-def _align(rows: list[tuple[str, ...]]) -> str:
+def _align(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]) - 1)]
     return "\n".join(
         "  ".join([*(v.ljust(w) for v, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
@@ -173,15 +173,15 @@ def verify_bn(
         with BNVerifier(diagram, network=network) as verifier:
             report = verifier.verify(specs, counterexamples=k)
     except ConfigError as exc:
-        for problem in exc.problems:
-            echo_err(one_line(f"error: {problem}"))
-        sys.exit(EXIT_USAGE)
-    except MemoryError:
-        echo_err(
-            f"error: {show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
-            "give fewer features or raise --max-memory"
-        )
-        sys.exit(EXIT_USAGE)
+        raise VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems)) from exc
+    except MemoryError as exc:
+        raise VerbExit(
+            EXIT_USAGE,
+            (
+                f"error: {show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
+                "give fewer features or raise --max-memory",
+            ),
+        ) from exc
     seconds = time.perf_counter() - start
     if as_json:
         info: dict[str, Any] = {
@@ -204,4 +204,5 @@ def verify_bn(
         f"{network_file}: {n_rules} of {len(report.rules)} rules hold{mono} "
         f"({diagram.n_nodes} diagram nodes, {seconds:.2f} s)"
     )
-    sys.exit(EXIT_OK if report.all_hold else EXIT_FAILED)
+    if not report.all_hold:
+        finish(EXIT_FAILED)

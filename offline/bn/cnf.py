@@ -162,7 +162,7 @@ def encode_diagram(
         for m in dict.fromkeys(row):
             values = [j for j, c in enumerate(row) if c == m]
             e = pool.id(("e", copy, n, m))
-            xs = [feature_vars[lvl][j] for j in values]
+            xs = tuple(feature_vars[lvl][j] for j in values)
             clauses.append([-e, node_vars[n]])
             clauses.append([-e, *xs])
             clauses.extend([-node_vars[n], -x, e] for x in xs)

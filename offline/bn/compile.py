@@ -823,9 +823,8 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     for lvl in range(n - 1, k - 1, -1):
         cv = ctx_values(lvl)
         n_c = next(iter(cv.values())).shape[0] if cv else 1
-        x = np.arange(cards[lvl])
         vals = {p: a[:, None] for p, a in cv.items()}
-        vals[lvl] = x[None, :]
+        vals[lvl] = np.arange(cards[lvl])[None, :]
         w = np.broadcast_to(level_weights(lvl, vals), (n_c, cards[lvl]))
         nxt = np.broadcast_to(ctx_index(lvl + 1, vals), (n_c, cards[lvl]))
         below = sums[lvl + 1]

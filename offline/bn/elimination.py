@@ -64,7 +64,9 @@ def elimination_path(
         if heuristic == "min-weight":
             return (weight, 0, rank[v])
         fill = sum(
-            1 for a, b in itertools.combinations(sorted(nbr[v], key=rank.get), 2) if b not in nbr[a]
+            1
+            for a, b in itertools.combinations(sorted(nbr[v], key=rank.__getitem__), 2)
+            if b not in nbr[a]
         )
         return (fill, weight, rank[v])
 
@@ -100,13 +102,14 @@ def elimination_path(
             return list(group)
         uses = Counter(u for scope in ops for u in scope)
 
-        def left(pair: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+        def left(pair: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
             a, b = ops[pair[0]], ops[pair[1]]
             union = set(a).union(b)
             cells = math.prod(cards[u] for u in union if u in keep or uses[u] > (u in a) + (u in b))
             return cells, pair
 
-        return list(min(itertools.combinations(sorted(group), 2), key=left))
+        best = min(itertools.combinations(sorted(group), 2), key=left)
+        return list(best)
 
     scores = {v: score(v) for v in hidden}
     while hidden:

@@ -464,16 +464,16 @@ def parse_bif(text: str, *, where: str = "<bif>", max_memory: float | None = Non
             line = t.line()
             t.expect("(")
             var = t.name("a variable name")
-            par: list[str] = []
+            read_parents: list[str] = []
             if t.peek() == "|":
                 t.next()
                 while t.peek() != ")":
-                    par.append(t.name("a parent name"))
+                    read_parents.append(t.name("a parent name"))
                     if t.peek() == ",":
                         t.next()
             t.expect(")")
             first = len(t.numbers)
-            blocks.append((var, tuple(par), line, _bif_entries(t)))
+            blocks.append((var, tuple(read_parents), line, _bif_entries(t)))
             block_texts.append(t.numbers[first:])
         else:
             t.i -= 1
@@ -672,15 +672,15 @@ def parse_net(text: str, *, where: str = "<net>", max_memory: float | None = Non
             line = t.line()
             t.expect("(")
             var = t.name("a node name")
-            par: list[str] = []
+            read_parents: list[str] = []
             if t.peek() == "|":
                 t.next()
                 while t.peek() != ")":
-                    par.append(t.name("a parent name"))
+                    read_parents.append(t.name("a parent name"))
             t.expect(")")
             first = len(t.numbers)
             data_line, values = _net_potential(t, var)
-            pots.append((var, tuple(par), line, data_line, values))
+            pots.append((var, tuple(read_parents), line, data_line, values))
             pot_texts.append(t.numbers[first:])
         else:
             t.i -= 1

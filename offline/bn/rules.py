@@ -335,7 +335,7 @@ def _parse_queries(raw: Any, ctx: _Context, source: str) -> list[MonotonicityQue
                 continue
             terminals = list(ctx.schema.class_states)
             class_order = tuple(terminals.index(s) for s in ctx.order[cls])
-        if ok and given is not None and kind in MONOTONICITY_KINDS:
+        if ok and feature is not None and given is not None and kind in MONOTONICITY_KINDS:
             network = list(ctx.schema.features[feature])
             order = tuple(network.index(s) for s in ctx.states(feature))
             queries.append(MonotonicityQuery(name, feature, order, given, kind, class_order))
@@ -411,8 +411,8 @@ def _parse_condition(
             f"(states in order: {states})"
         )
         return None
-    if isinstance(cond, int | str) and _value(cond, states) is not None:
-        return {_value(cond, states)}  # type: ignore[arg-type]
+    if isinstance(cond, int | str) and (index := _value(cond, states)) is not None:
+        return {index}
     if isinstance(cond, list):
         return _parse_values(cond, states, term, problems)
     if isinstance(cond, dict):
@@ -445,11 +445,11 @@ def _parse_condition(
         m = _RANGE.match(text)
         if m:
             lo, hi = _value(m.group(1), states), _value(m.group(2), states)
-            bad = [s for s, v in ((m.group(1), lo), (m.group(2), hi)) if v is None]
-            if bad:
-                problems.append(f"{term}: {_unknown(bad[0], states)}")
+            if lo is None or hi is None:
+                bad = m.group(1) if lo is None else m.group(2)
+                problems.append(f"{term}: {_unknown(bad, states)}")
                 return None
-            return set(range(lo, hi + 1))  # type: ignore[arg-type]
+            return set(range(lo, hi + 1))
     problems.append(
         f"{term}: unknown state or index, or not a condition (states in order: "
         f"{states}; conditions: a state, an index, '<= 2', 'in [a, b]', '1..2')"

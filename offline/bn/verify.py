@@ -39,6 +39,7 @@ import numpy as np
 from pysat.solvers import Solver
 
 from boxwatch.agent.diagram import DecisionDiagram
+from boxwatch.agent.vocab import RULE_VERDICTS
 from boxwatch.offline.bn.cnf import (
     DEFAULT_SOLVER,
     DiagramEncoding,
@@ -48,8 +49,7 @@ from boxwatch.offline.bn.cnf import (
 )
 from boxwatch.offline.bn.rules import MonotonicityQuery, Rule, Spec
 
-HOLDS = "holds"
-VIOLATED = "violated"
+HOLDS, VIOLATED = RULE_VERDICTS
 JOINT_LIMIT = 10_000_000
 MAX_MASS_CUBES = 4096
 SAT_SECONDS = 2.0
@@ -757,13 +757,9 @@ class BNVerifier:
         """
         n, nt = self._n, self._nt
         sizes = [int(a.size) for a in allowed]
-        suffix = [1] * (n + 1)
-        for lvl in range(n - 1, -1, -1):
-            suffix[lvl] = suffix[lvl + 1] * sizes[lvl]
         dtype = np.int64 if self._exact_int else object
+        count = self.diagram.completions(violating, allowed, dtype=dtype)
         total = self._children.shape[0]
-        count = np.zeros(total, dtype=dtype)
-        count[:nt] = violating.astype(np.int64)
         allv = np.zeros(total, dtype=bool)
         allv[:nt] = violating
         dist = np.full(total, _INF, dtype=np.int64)
@@ -773,8 +769,6 @@ class BNVerifier:
             if not ks.size:
                 continue
             ch = self._children[ks][:, allowed[lvl]]
-            skip = np.array([suffix[lvl + 1] // s for s in suffix], dtype=dtype)[self._lv[ch]]
-            count[ks] = (count[ch] * skip).sum(axis=1)
             allv[ks] = allv[ch].all(axis=1)
             step = 0 if sizes[lvl] == 1 else 1
             reach = np.where(count[ch] > 0, dist[ch] + step, _INF)

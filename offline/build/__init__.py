@@ -16,4 +16,12 @@ from boxwatch.offline.build.config import BuildConfig, load_config
 from boxwatch.offline.build.pipeline import BuildOutcome, Prepared, build, prepare
 from boxwatch.offline.build.report import write_report
 
-__all__ = ["BuildConfig", "BuildOutcome", "Prepared", "build", "load_config", "prepare", "write_report"]
+__all__ = [
+    "BuildConfig",
+    "BuildOutcome",
+    "Prepared",
+    "build",
+    "load_config",
+    "prepare",
+    "write_report",
+]

@@ -12,6 +12,7 @@ from typing import Any
 
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.gate import RuleEntry, encode_rules
 from boxwatch.agent.inputs import show_path
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier, spec_terminals
@@ -134,10 +135,8 @@ def run(bn: BNInputs) -> BNOutcome:
     with BNVerifier(d, network=bn.network) as verifier:
         report = verifier.verify(bn.rules, counterexamples=bn.counterexamples)
     schema = ClassifierSchema.from_diagram(d, bn.network.variables)
-    gate_rules = []
-    for rule, res in zip(bn.rules.rules, report.rules, strict=True):
-        gate_rules.append({"id": rule.name, "premise": {k: list(v) for k, v in rule.premise.items()},
-                           "conclusion": list(rule.conclusion), "verdict": res.verdict})
+    gate_rules = encode_rules(RuleEntry(rule.name, rule.premise, rule.conclusion, res.verdict)
+                              for rule, res in zip(bn.rules.rules, report.rules, strict=True))
     verification = _reproducible(report.to_dict())
     figures = result.summary()
     rules_summary = []

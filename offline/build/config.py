@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 
+from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml_file, one_line, quote, show_path
 
@@ -70,17 +71,14 @@ SCHEMA: dict[str, Any] = {
                     "type": "object",
                     "additionalProperties": False,
                     "properties": {
-                        "shape": {
-                            "type": "array",
-                            "items": {"type": "integer", "minimum": 1},
-                            "minItems": 1,
-                        },
-                        "dtype": {"enum": ["float32", "float64", "float16", "uint8", "int64"]},
+                        "shape": {"type": "array", "items": {"type": "integer", "minimum": 1},
+                                  "minItems": 1},
+                        "dtype": {"enum": list(vocab.INPUT_DTYPES)},
                         "scale": {"type": "number"},
                         "offset": {"type": "number"},
                     },
                 },
-                "pooling": {"enum": ["flatten", "avg", "max"]},
+                "pooling": {"enum": list(vocab.POOLINGS)},
             },
         },
         "classes": _NAMES,
@@ -99,18 +97,13 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "tau": {
-                    "oneOf": [
-                        _TAU,
-                        {"type": "array", "items": _TAU, "minItems": 1},
-                        {"const": "search"},
-                    ]
-                },
-                "selection": {"enum": ["held-out-class", "f1", "coverage", "fixed"]},
-                "combine": {"enum": ["any", "majority", "all", "calibrated"]},
-                "normalize": {"enum": ["l2", "none"]},
+                "tau": {"oneOf": [_TAU, {"type": "array", "items": _TAU, "minItems": 1},
+                                  {"const": "search"}]},
+                "selection": {"enum": list(vocab.SELECTIONS)},
+                "combine": {"enum": list(vocab.COMBINE_RULES)},
+                "normalize": {"enum": list(vocab.NORMALIZATIONS)},
                 "score_layers": _NAMES,
-                "score": {"enum": ["fused", "distance"]},
+                "score": {"enum": list(vocab.SCORES)},
                 "contrast_layers": {"oneOf": [_NAMES, {"const": "auto"}]},
                 "contrast_classes": {"type": "integer", "minimum": 0},
                 "target_acceptance": {

@@ -14,9 +14,10 @@ import struct
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import (
@@ -33,7 +34,7 @@ from boxwatch.offline.bn.limits import default_max_memory
 MAX_DIMS = 32
 """Dimensions a data set's array may declare (numpy's own limit is 64)."""
 
-_IDX_DTYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, DTypeLike] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 def infer_format(path: Path) -> str:

@@ -18,13 +18,13 @@ import numpy as np
 
 from boxwatch.agent.boxes import normalize_features
 from boxwatch.offline.monitors.coverage import coverage_at
-from boxwatch.offline.monitors.evaluation import auroc, detection, outcomes_per_class, total
 from boxwatch.offline.monitors.estimator import (
     DEFAULT_TARGET_ACCEPTANCE,
     DEFAULT_TAUS,
     BoxMonitor,
     build_sweep,
 )
+from boxwatch.offline.monitors.evaluation import detection, outcomes_per_class, total
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath
 
 UNKNOWN_LABEL = -1
@@ -90,7 +90,7 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         tau: Any = float(tau_param)
     else:
         tau = "auto"
-    validation = None
+    validation: tuple[Any, Any, Any] | None = None
     if has_val and tau == "auto" and selection == "f1":
         validation = (eval_acts, eval_true, eval_pred)
     elif has_val:  # held-out-class selection and calibration use known inputs only
@@ -176,8 +176,8 @@ def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, ta
                          "recall": [r.recall for r in rows]}
     out: dict[str, Any] = {"curves": curves}
     if "unknown" in acts and "validation" in acts:
-        known = monitor.score_samples(acts["validation"], preds["validation"])
-        unknown = monitor.score_samples(acts["unknown"], preds["unknown"])
+        known = monitor.outlier_score(acts["validation"], preds["validation"])
+        unknown = monitor.outlier_score(acts["unknown"], preds["unknown"])
         det = detection(known, unknown, target_acceptance=params.get("target_acceptance", 0.95))
         finite = np.concatenate([known[np.isfinite(known)], unknown[np.isfinite(unknown)]])
         hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0
@@ -204,7 +204,7 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
     for layer in mi.layers:
         x = np.asarray(acts[layer]).reshape(len(y_pred), -1)
         x = normalize_features(x, monitor.normalize)
-        per_class = []
+        per_class: list[list[float | None]] = []
         for cls in range(n_classes):
             xs = x[(y_pred == cls) & (y_true == cls)]
             seed = int(rng.randint(0, 2**31 - 1))

@@ -8,6 +8,7 @@ and returns the signed artifact bytes with the summary the report is drawn from.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable
@@ -29,16 +30,10 @@ from boxwatch.agent.artifact import (
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.inputs import one_line, quote
 from boxwatch.agent.keys import key_id
+from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
-from boxwatch.agent.runtime import (
-    BOXES_PREFIX,
-    DIAGRAM_PREFIX,
-    MODEL_SPEC,
-    RULES,
-    ModelResult,
-    model_files,
-)
-from boxwatch.agent.taps import open_tap
+from boxwatch.agent.runtime import ModelResult, model_files
+from boxwatch.agent.taps import Tap, open_tap
 from boxwatch.offline.build import bn_stage, emitted
 from boxwatch.offline.build.config import BuildConfig
 from boxwatch.offline.build.datasets import load_dataset
@@ -60,7 +55,7 @@ class ModelInputs:
     pooling: str
     layers: list[str]
     classes: list[str]
-    tap: Any
+    tap: Tap
     data: dict[str, tuple[np.ndarray, np.ndarray | None]]
 
 
@@ -229,8 +224,9 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
     tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for name, spec in cfg.section("data").items():
-        loaded = _collect(problems, lambda n=name, s=spec: load_dataset(
-            s, resolve=cfg.resolve, name=n, labelled=n in ("train", "validation", "test")))
+        loaded = _collect(problems, functools.partial(
+            load_dataset, spec, resolve=cfg.resolve, name=name,
+            labelled=name in ("train", "validation", "test")))
         if loaded is None:
             continue
         x, y = loaded

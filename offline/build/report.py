@@ -47,8 +47,6 @@ import html
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +56,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
+from boxwatch.agent.atomic import write_atomic
 from boxwatch.agent.errors import BoxwatchError
 
 REPORT_NAME = "report.html"
@@ -129,19 +128,10 @@ def write_report(summary: Mapping[str, Any], out_dir: str | Path) -> Path:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to a temp file beside ``path``, fsync, and rename it over ``path``."""
-    tmp: str | None = None
+    """Write ``text`` (UTF-8) atomically (:func:`~boxwatch.agent.atomic.write_atomic`)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be read
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, text.encode("utf-8"), mode=0o644)  # a report is meant to be read
     except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         raise BoxwatchError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 

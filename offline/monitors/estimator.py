@@ -8,6 +8,7 @@ one min/max box per cluster. Applying the boxes is delegated to the agent's nump
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
 
+from boxwatch.agent import vocab
 from boxwatch.agent.boxes import (
     COMBINE_RULES,
     NORMALIZATIONS,
@@ -30,6 +33,7 @@ from boxwatch.agent.boxes import (
     verdict_names,
 )
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.members import BOXES_PREFIX
 from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
 from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, outcome_counts
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
@@ -40,7 +44,15 @@ DEFAULT_TARGET_ACCEPTANCE = 0.95
 # inputs (stratified by label) to calibrate on: boxes always contain their own training
 # inputs, so calibrating on them would put the threshold at 0.
 DEFAULT_CALIBRATION_SHARE = 0.2
-SELECTIONS = ("held-out-class", "f1", "coverage")
+SELECTIONS = vocab.SELECTIONS
+
+
+class MonitorValueError(ConfigError, ValueError):
+    """Bad parameters or data given to a monitor: a ``ValueError``, as scikit-learn's
+    contract has it, and a :class:`ConfigError`, so the builder lists it with the other
+    problems of a build."""
+
+
 # A layer joins the fused score's contrast term when its held-out-class AUROC reaches this:
 # "nearer another class's boxes" only means something where the layer separates classes.
 CONTRAST_MIN_AUROC = 0.9
@@ -432,7 +444,7 @@ class BoxMonitor(BaseEstimator):
         if y_true is not None and len(y_true) != n:
             problems.append(f"{where}: y_true has {len(y_true)} entries, y_pred has {n}")
         if problems:
-            raise ConfigError(problems)
+            raise MonitorValueError(problems)
 
     def fit(
         self,
@@ -464,6 +476,16 @@ class BoxMonitor(BaseEstimator):
         self
         """
         y_true, y_pred = np.asarray(y_true).astype(np.int64), np.asarray(y_pred).astype(np.int64)
+        if len(y_pred) == 0:
+            raise MonitorValueError("fit: no inputs (y_pred is empty)")
+        random_state = check_random_state(self.random_state)
+        # Resolved once: an int seeds every draw as before; None or a RandomState gives one
+        # seed, so the sweep and the tau search draw the same sequence whatever the order.
+        seed = (
+            int(self.random_state)
+            if isinstance(self.random_state, numbers.Integral)
+            else int(random_state.randint(np.iinfo(np.int32).max))
+        )
         layers = list(self.layers) if self.layers is not None else sorted(activations_by_layer)
         problems = self._check_params(layers)
         if validation is not None:
@@ -475,15 +497,15 @@ class BoxMonitor(BaseEstimator):
                     layers,
                     "validation",
                 )
-            except ConfigError as exc:
+            except MonitorValueError as exc:
                 problems += exc.problems
         self._check_data(activations_by_layer, y_true, y_pred, layers, "fit", problems)
         k = int(n_classes) if n_classes is not None else int(max(y_true.max(), y_pred.max())) + 1
         if len(y_pred) == 0 or y_pred.min() < 0 or y_pred.max() >= k:
-            raise ConfigError(f"fit: y_pred must be non-empty with classes in [0, {k})")
+            raise MonitorValueError(f"fit: y_pred must be non-empty with classes in [0, {k})")
         held = np.zeros(0, dtype=np.int64)
         if validation is None and self.combine == "calibrated" and self.calibration_share > 0:
-            held = _held_out_rows(y_true, float(self.calibration_share), self.random_state)
+            held = _held_out_rows(y_true, float(self.calibration_share), seed)
         full = (activations_by_layer, y_true, y_pred)
         if len(held):
             keep = np.setdiff1d(np.arange(len(y_pred)), held)
@@ -494,7 +516,9 @@ class BoxMonitor(BaseEstimator):
         selection = None
         by_coverage = validation is None or self.selection == "coverage"
         if self.tau == "auto" and by_coverage:
-            chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k)
+            chosen = self._select_by_coverage(
+                activations_by_layer, y_true, y_pred, layers, k, seed
+            )
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
             candidate = self._candidate_taus(layers)
@@ -508,7 +532,7 @@ class BoxMonitor(BaseEstimator):
             normalize=self.normalize,
             max_clusters=self.max_clusters,
             n_init=self.n_init,
-            random_state=self.random_state,
+            random_state=seed,
         )
         if self.tau == "auto" and validation is not None and not by_coverage:
             if self.selection == "f1":
@@ -606,7 +630,7 @@ class BoxMonitor(BaseEstimator):
         )
         known = yv_true >= 0
         if len(np.unique(yv_true[known])) < 2:
-            raise ConfigError(
+            raise MonitorValueError(
                 "selection='held-out-class' needs validation inputs of at least 2 "
                 f"known classes; got {np.unique(yv_true[known]).tolist()}"
             )
@@ -663,7 +687,7 @@ class BoxMonitor(BaseEstimator):
                 problems.append(f"tau[{layer!r}] has {len(v)} values; need 1 or n_classes={k}")
             out[layer] = np.broadcast_to(v, (k,)).copy() if len(v) == 1 else v
         if problems:
-            raise ConfigError(problems)
+            raise MonitorValueError(problems)
         return out
 
     def _select_by_f1(
@@ -699,8 +723,9 @@ class BoxMonitor(BaseEstimator):
         y_pred: np.ndarray,
         layers: list[str],
         k: int,
+        seed: int,
     ) -> dict[str, np.ndarray]:
-        rng = check_random_state(self.random_state)
+        rng = np.random.RandomState(seed)
         out = {}
         with single_threaded():
             for layer in layers:
@@ -732,8 +757,8 @@ class BoxMonitor(BaseEstimator):
         return taus
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "runtime_"):
-            raise ConfigError("this BoxMonitor is not fitted yet: call fit() first")
+        """scikit-learn's ``NotFittedError`` (a ``ValueError``) before :meth:`fit`."""
+        check_is_fitted(self, "runtime_")
 
     def predict(self, activations_by_layer: Activations, y_pred: np.ndarray) -> Verdicts:
         """Verdicts for inputs the network classified as ``y_pred``.
@@ -751,7 +776,11 @@ class BoxMonitor(BaseEstimator):
         return Verdicts(combined=combined, per_layer=per_layer)
 
     def score_samples(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
-        """Out-of-box score, shape (n_samples,): higher is more unusual.
+        """scikit-learn's sign: ``-outlier_score``, the lower, the more abnormal."""
+        return -self.outlier_score(activations_by_layer, y_pred)
+
+    def outlier_score(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
+        """Out-of-box score, shape (n_samples,): higher is more unusual (the agent's score).
 
         Per score layer: Euclidean distance of the (normalised) activation to the nearest
         good box of the predicted class (0 inside), divided by the layer's calibration
@@ -762,7 +791,7 @@ class BoxMonitor(BaseEstimator):
         self._check_fitted()
         y_pred = np.asarray(y_pred)
         self._check_data(
-            activations_by_layer, None, y_pred, self.runtime_.score_layers, "score_samples"
+            activations_by_layer, None, y_pred, self.runtime_.score_layers, "outlier_score"
         )
         return self.runtime_.scores(activations_by_layer, y_pred)
 
@@ -799,7 +828,7 @@ class BoxMonitor(BaseEstimator):
         if target_acceptance is None:
             target_acceptance = float(self.target_acceptance)
         if not 0 < target_acceptance <= 1:
-            raise ConfigError(f"target_acceptance={target_acceptance} should lie in (0, 1]")
+            raise MonitorValueError(f"target_acceptance={target_acceptance} should lie in (0, 1]")
         y_pred_known = np.asarray(y_pred_known).astype(np.int64)
         rt = self.runtime_
         self._check_data(acts_known, y_true_known, y_pred_known, self.layers_, "calibrate (known)")
@@ -810,7 +839,7 @@ class BoxMonitor(BaseEstimator):
             rows = np.arange(len(y_pred_known))
             population = "known"
         if len(rows) == 0:
-            raise ConfigError(f"calibrate: no {population} inputs given")
+            raise MonitorValueError(f"calibrate: no {population} inputs given")
         acts_pop = {layer: np.asarray(acts_known[layer])[rows] for layer in self.layers_}
         y_pop = y_pred_known[rows]
         per_layer = rt.layer_scores(acts_pop, y_pop)
@@ -844,7 +873,7 @@ class BoxMonitor(BaseEstimator):
         unknown_rate, n_unknown = None, 0
         if acts_unknown is not None:
             if y_pred_unknown is None:
-                raise ConfigError("calibrate: acts_unknown needs y_pred_unknown")
+                raise MonitorValueError("calibrate: acts_unknown needs y_pred_unknown")
             y_pred_unknown = np.asarray(y_pred_unknown)
             self._check_data(
                 acts_unknown, None, y_pred_unknown, self.layers_, "calibrate (unknown)"
@@ -870,9 +899,9 @@ class BoxMonitor(BaseEstimator):
 
     def decide(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
         """Accept (``True``) where the calibrated score is at most the threshold."""
-        return self.runtime_.decide(self.score_samples(activations_by_layer, y_pred))
+        return self.runtime_.decide(self.outlier_score(activations_by_layer, y_pred))
 
-    def to_members(self, prefix: str = "monitors/boxes") -> dict[str, Any]:
+    def to_members(self, prefix: str = BOXES_PREFIX) -> dict[str, Any]:
         """Artifact members for the agent (see :meth:`BoxRuntime.to_members`)."""
         self._check_fitted()
         return self.runtime_.to_members(prefix)
@@ -936,6 +965,7 @@ __all__ = [
     "DEFAULT_TAUS",
     "VERDICT_NAMES",
     "BoxMonitor",
+    "MonitorValueError",
     "BoxSweep",
     "Calibration",
     "Verdicts",

@@ -1,0 +1,64 @@
+"""Every closed vocabulary of boxwatch, declared once.
+
+Metrics label values, the agent's config validation, the build config's JSON schema, the
+estimators' parameter checks and the CLI choices all import these tuples; nothing else
+spells them out (``tests/test_vocab.py`` checks it). Order matters where a code indexes a
+name: verdict ``0`` is ``VERDICTS[0]``, gate outcome ``1`` is ``GATE_OUTCOMES[1]``.
+"""
+
+from __future__ import annotations
+
+VERDICTS: tuple[str, str, str] = ("accept", "uncertainty", "reject")
+"""A box monitor's verdicts, by verdict code."""
+
+GATE_OUTCOMES: tuple[str, str, str] = ("certified", "blocked", "unverified")
+"""The BN rule gate's outcomes, by outcome code."""
+
+RULE_VERDICTS: tuple[str, str] = ("holds", "violated")
+"""A verified rule's verdict (``bn/rules.json``, the verification report)."""
+
+GATE_ACTIONS = ("release", "review", "none")
+"""What the agent's gate policy may do with a gated record (``gate.policy``)."""
+
+BOX_KERNELS = ("native", "numpy")
+"""Box-test implementations; the setting ``box_kernel`` also takes ``auto``."""
+
+KAFKA_LIBRARIES = ("kafka-python", "confluent-kafka")
+"""Kafka clients behind ``kafka.library``."""
+
+COMBINE_RULES = ("any", "majority", "all", "calibrated")
+"""How a box monitor combines its layers' verdicts."""
+
+NORMALIZATIONS = ("none", "l2")
+"""How activations are normalised before the box tests."""
+
+SCORES = ("distance", "fused")
+"""A box monitor's out-of-box score."""
+
+POOLINGS = ("flatten", "avg", "max")
+"""How a convolutional layer's maps become features."""
+
+SELECTIONS = ("held-out-class", "f1", "coverage")
+"""How the builder picks tau per layer and class (``monitor.selection``)."""
+
+INPUT_DTYPES = ("float32", "float64", "float16", "uint8", "int64")
+"""Model input dtypes the preprocessing accepts."""
+
+DEAD_LETTER_REASONS = (
+    "not_json",
+    "bad_schema",
+    "missing_id",
+    "duplicate_id",
+    "bad_content_type",
+    "bad_dtype",
+    "bad_shape",
+    "not_finite",
+    "too_large",
+    "unknown_variable",
+    "unknown_state",
+    "missing_evidence",
+    "model_error",
+    "bad_header",
+)
+"""Why a record went to the dead-letter topic (header ``boxwatch-dlq-reason``, label
+``reason`` of ``boxwatch_agent_invalid_records_total``)."""
