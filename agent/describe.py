@@ -17,7 +17,7 @@ def describe(artifact: Artifact, *, signature_checked: bool) -> dict[str, Any]:
     """Everything a reviewer asks of an artifact, as one JSON-able dict."""
     m = artifact.manifest
     model = m.get("model")
-    members = m.get("members") if isinstance(m.get("members"), dict) else {}
+    members = _dict(m.get("members"))
     return {
         "artifact_id": artifact.artifact_id,
         "schema_version": m.get("schema_version"),

@@ -340,7 +340,7 @@ def compile_classifier(
         nodes_per_level=diagram.nodes_per_level,
         nodes_quasi_per_level=built.nodes_quasi_per_level,
         edges=diagram.n_edges,
-        positives=None if diagram.is_argmax else counts[diagram.positive],
+        positives=None if diagram.positive is None else counts[diagram.positive],
         inputs=inputs,
         ties=built.ties,
         impossible=built.impossible,
@@ -612,8 +612,8 @@ def _compile_separator(
     pos = 0 if argmax else _positive_index(network, spec)
     pairs = np.zeros((zc, zc), dtype=np.int64)
     ties = 0
+    threshold = math.nan if spec.threshold is None else spec.threshold
     if not argmax:
-        assert spec.threshold is not None
         bound = separator_error_bound(network, plan)
         exact = ExactJoint(network, cls, spec.order)
     refined, budget = Refinement(), ExactBudget()
@@ -658,7 +658,7 @@ def _compile_separator(
                         den,
                         decision,
                         bound,
-                        spec.threshold,
+                        threshold,
                         exact,
                         pos,
                         _separator_locate(part, cards, k, n_suf),
@@ -684,7 +684,9 @@ def _compile_separator(
                 progress(done, n_pre)
     del up, lo
     dtype = _code_dtype(zc) if argmax else np.uint8
-    packed_rows = np.frombuffer(b"".join(patterns), dtype=dtype).reshape(len(patterns), -1)
+    packed_rows: np.ndarray = np.frombuffer(b"".join(patterns), dtype=dtype).reshape(
+        len(patterns), -1
+    )
     del patterns
     if argmax:
         table = packed_rows.astype(np.int64).reshape(-1, *cards[k:])
@@ -941,6 +943,7 @@ class _AdditivePatch:
             axis=1,
         )
         exact = ExactJoint(self.network, self.spec.class_variable, self.spec.order)
+        assert self.spec.threshold is not None  # the additive route decides thresholds only
         got = exact.decide(
             X, exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
         )
@@ -968,6 +971,7 @@ def _additive_window(network: Network, spec: ResolvedSpec, terms: _Terms, const:
     m = 1 + sum(len(t) for t in terms)
     wmax = [float(np.abs(w).max()) for level in terms for _, w in level]
     total = abs(const) + sum(wmax)
+    assert spec.threshold is not None  # the additive route decides thresholds only
     t = spec.threshold
     tau = abs(_logit(t))
     per_term = 4 * U * big_log + 2.02 * U + U * max(wmax, default=0.0)

@@ -204,7 +204,7 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
     for layer in mi.layers:
         x = np.asarray(acts[layer]).reshape(len(y_pred), -1)
         x = normalize_features(x, monitor.normalize)
-        per_class: list[list[float | None]] = []
+        per_class = []
         for cls in range(n_classes):
             xs = x[(y_pred == cls) & (y_true == cls)]
             seed = int(rng.randint(0, 2**31 - 1))

@@ -129,8 +129,8 @@ def check_model_input(model: ModelInputs) -> list[str]:
         declared = session.get_inputs()[0]
         name: str | None = declared.name
         dims = list(declared.shape)
-    elif getattr(tap, "_example", None) is not None:  # torch.export: the example's rank
-        name, dims = None, [None, *tap._example.shape[1:]]
+    elif (example := getattr(tap, "_example", None)) is not None:  # torch.export: its rank
+        name, dims = None, [None, *example.shape[1:]]
     else:  # TorchScript declares nothing; the probe run finds misfits
         return []
     problems = []
