@@ -133,7 +133,7 @@ def compile_bn(
 ) -> None:
     """Compile a BN classifier into an exact ordered decision diagram and report its size.
 
-    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml) or Hugin (.net) network. The figures
+    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml), Hugin (.net) or UAI (.uai, .uai.gz) network. The figures
     (reduced and quasi-reduced node counts, positives, ties, the route's estimate) go to
     stdout.
 
