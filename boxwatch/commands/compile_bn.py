@@ -133,14 +133,15 @@ def compile_bn(
 ) -> None:
     """Compile a BN classifier into an exact ordered decision diagram and report its size.
 
-    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml), Hugin (.net) or UAI (.uai, .uai.gz) network. The figures
-    (reduced and quasi-reduced node counts, positives, ties, the route's estimate) go to
-    stdout.
+    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml), Hugin (.net) or UAI (.uai, .uai.gz)
+    network. The figures (reduced and quasi-reduced node counts, positives, ties, the
+    route's estimate) go to stdout.
 
     Each route (joint table, or a split of the features at the cheapest cut) is sized
     before it starts; the fastest one within --max-memory (and --max-seconds) runs (a split
     that runs long shows a progress bar on stderr). When none fits, or memory runs out
-    anyway, the command exits 2 with one line naming the estimates and the limits.
+    anyway, or the route runs past --max-seconds, the command exits 2 with one line naming
+    the estimates and the limits (or how far the route got).
 
     \b
     Examples:

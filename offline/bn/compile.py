@@ -57,7 +57,7 @@ from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_ro
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.io import Network, load_network
-from boxwatch.offline.bn.limits import default_max_memory, format_bytes
+from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes
 from boxwatch.offline.bn.plan import (
     SEPARATOR_BLOCK_CELLS,
     SEPARATOR_DISTINCT_GUESS,
@@ -224,7 +224,8 @@ def compile_classifier(
     max_memory : float, optional
         Bytes any route may use; default :func:`~boxwatch.offline.bn.limits.default_max_memory`.
     max_seconds : float, optional
-        Refuse routes estimated to take longer; default no limit.
+        Refuse routes estimated to take longer, and stop a route that runs past it (wall
+        clock, planning included; checked inside every route's loops); default no limit.
     progress : callable(done, total), optional
         Called as the long loops advance (the separator route's prefixes).
 
@@ -239,6 +240,9 @@ def compile_classifier(
     CompileLimitError
         (a ``ConfigError``) when no route fits the limits, naming the estimates and limits;
         also when an allocation fails during compilation.
+    CompileTimeError
+        (a ``ConfigError``) when the compilation runs past ``max_seconds``, naming the route
+        and how far it got.
     """
     if method not in METHODS:
         raise ConfigError(f"method {method!r} is not one of {list(METHODS)}")
@@ -248,12 +252,15 @@ def compile_classifier(
         spec = resolve_spec(network, spec)
     limit = float(default_max_memory() if max_memory is None else max_memory)
     start = time.perf_counter()
+    deadline = Deadline(max_seconds, network.source, start)
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
     options: list[tuple[Estimate, Callable[[], _Built]]] = []
     if method in ("auto", "joint") or len(spec.order) < 2:
         joint = plan_joint(network, spec, max_memory=limit)
-        options.append((joint.estimate, lambda: _compile_joint(network, spec, joint.contraction)))
+        options.append(
+            (joint.estimate, lambda: _compile_joint(network, spec, joint.contraction, deadline))
+        )
     quick = (
         method == "auto"
         and bool(options)
@@ -263,7 +270,10 @@ def compile_classifier(
     if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
         if _additive_applies(network, spec):
             options.append(
-                (_additive_estimate(network, spec), lambda: _compile_additive(network, spec))
+                (
+                    _additive_estimate(network, spec),
+                    lambda: _compile_additive(network, spec, deadline),
+                )
             )
         else:
             sep = plan_separator(network, spec, max_memory=limit)
@@ -271,7 +281,7 @@ def compile_classifier(
                 (
                     sep.estimate,
                     lambda: _compile_separator(
-                        network, spec, sep, max_memory=limit, progress=progress
+                        network, spec, sep, max_memory=limit, progress=progress, deadline=deadline
                     ),
                 )
             )
@@ -279,6 +289,8 @@ def compile_classifier(
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
     estimate, build = min(fitting, key=lambda o: (o[0].seconds, o[0].bytes))
+    deadline.check("the routes were planned, none started")
+    deadline.route = estimate.route
     try:
         built = build()
     except MemoryError as exc:
@@ -361,8 +373,9 @@ def terminals_for(
 class _NodeStore:
     """Accumulates quasi-reduced nodes level by level; ids start after the sinks."""
 
-    def __init__(self, n_terminals: int, cards: Sequence[int]):
+    def __init__(self, n_terminals: int, cards: Sequence[int], deadline: Deadline | None = None):
         self.nt = n_terminals
+        self.deadline = deadline or Deadline(None, "")
         self.cards = list(cards)
         self.width = max(self.cards) if self.cards else 1
         self.levels: list[np.ndarray] = []
@@ -390,6 +403,7 @@ class _NodeStore:
         """
         ids = table
         for level in range(first_level + table.ndim - 2, first_level - 1, -1):
+            self.deadline.check(f"merging level {level} of {len(self.cards)} into nodes")
             card = self.cards[level]
             rows = ids.reshape(-1, card)
             uniq, inverse = unique_rows(rows)
@@ -475,11 +489,19 @@ def _positive_index(network: Network, spec: ResolvedSpec) -> int:
 
 
 # ---------------------------------------------------------------------------- joint route
-def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contraction) -> _Built:
+def _compile_joint(
+    network: Network,
+    spec: ResolvedSpec,
+    contraction: Contraction,
+    deadline: Deadline | None = None,
+) -> _Built:
     """Fast path: the joint table over class and features, thresholded, unique rows upward."""
     cls, order = spec.class_variable, spec.order
     joint = contraction.run(relevant_factors(network, [cls, *order]))
-    store = _NodeStore(network.card(cls) if spec.is_argmax else 2, [network.card(f) for f in order])
+    store = _NodeStore(
+        network.card(cls) if spec.is_argmax else 2, [network.card(f) for f in order], deadline
+    )
+    store.deadline.check("the joint table was contracted")
     if spec.is_argmax:
         post, codes, pairs, ties, impossible = _decide_argmax(joint)
         del joint
@@ -519,6 +541,7 @@ def _compile_separator(
     *,
     max_memory: float,
     progress: Progress | None = None,
+    deadline: Deadline | None = None,
 ) -> _Built:
     """Decomposition for any network: prefix and suffix messages over the planned cut.
 
@@ -531,7 +554,9 @@ def _compile_separator(
     cards = [network.card(f) for f in spec.order]
     k, prefix, n_pre, n_suf, n_ctx = cut.k, list(cut.prefix), cut.n_pre, cut.n_suf, cut.n_ctx
     zc = network.card(cls)
+    deadline = deadline or Deadline(None, "")
     up = plan.up.run(cut.up_factors(network)).reshape(n_pre, zc, -1)
+    deadline.check("the prefix message was contracted")
     lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
     argmax = spec.is_argmax
     pos = 0 if argmax else _positive_index(network, spec)
@@ -557,6 +582,7 @@ def _compile_separator(
         l_states = [np.ascontiguousarray(lo[c][:, z, :]).T for z in range(zc)]
         l_all = lo[c].reshape(n_suf, -1).T
         for s in range(0, members.size, block):
+            deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
             part = members[s : s + block]
             u = up[part]
             if argmax:
@@ -598,7 +624,7 @@ def _compile_separator(
         bits = np.unpackbits(packed_rows, axis=1, count=n_suf).astype(bool)
         table = np.where(bits, pos_sink, 1 - pos_sink).astype(np.int64).reshape(-1, *cards[k:])
         del bits
-    store = _NodeStore(len(terminals), cards)
+    store = _NodeStore(len(terminals), cards, deadline)
     level_k_ids = store.bottom_up(table, k)
     prefix_table = level_k_ids[key_of_prefix].reshape(1, *cards[:k])
     root = int(store.bottom_up(prefix_table, 0)[0])
@@ -671,8 +697,11 @@ def _additive_estimate(network: Network, spec: ResolvedSpec) -> Estimate:
     return additive_estimate(math.prod(cards[:k]), math.prod(cards[k:]) * worst_ctx, k, len(cards))
 
 
-def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
+def _compile_additive(
+    network: Network, spec: ResolvedSpec, deadline: Deadline | None = None
+) -> _Built:
     """Equivalence intervals over log-odds sums with per-level feature contexts."""
+    deadline = deadline or Deadline(None, "")
     cls, order = spec.class_variable, list(spec.order)
     n = len(order)
     cards = [network.card(f) for f in order]
@@ -711,6 +740,7 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     # completion sums: sums[l] has shape (n_ctx_l, prod cards[l:]), suffix in grid order
     sums: dict[int, np.ndarray] = {n: np.zeros((1, 1))}
     for lvl in range(n - 1, k - 1, -1):
+        deadline.check(f"completion sums of level {lvl} of {n}")
         cv = ctx_values(lvl)
         n_c = next(iter(cv.values())).shape[0] if cv else 1
         x = np.arange(cards[lvl])
@@ -723,13 +753,14 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     sorted_all = {lvl: np.sort(s, axis=1) for lvl, s in sums.items()}
     uniq = {lvl: [np.unique(row) for row in s] for lvl, s in sorted_all.items()}
     # lower half: nodes (level, ctx, j); id arrays per level, deepest first
-    store = _NodeStore(len(terminals), cards)
+    store = _NodeStore(len(terminals), cards, deadline)
     # level n: ctx 0, j = 0 -> 0 >= theta -> positive; j = 1 -> negative
     ids_below = [np.array([pos_sink, 1 - pos_sink], dtype=np.int64)]
     for lvl in range(n - 1, k - 1, -1):
         cv = ctx_values(lvl)
         ids_here = []
         for c, u in enumerate(uniq[lvl]):
+            deadline.check(f"intervals of level {lvl} of {n}")
             theta = _representatives(u)
             vals = {p: a[c] for p, a in cv.items()}
             vals[lvl] = np.arange(cards[lvl])
