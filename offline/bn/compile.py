@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import opt_einsum
 
 from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
@@ -64,10 +65,12 @@ from boxwatch.offline.bn.plan import (
     CompileLimitError,
     Contraction,
     Estimate,
+    JointreePlan,
     SeparatorPlan,
     additive_estimate,
     distinct_table_bytes,
     plan_joint,
+    plan_jointree,
     plan_separator,
     refusal,
     relevant_factors,
@@ -75,7 +78,7 @@ from boxwatch.offline.bn.plan import (
 )
 
 TIE_TOLERANCE = 1e-9
-METHODS = ("auto", "joint", "decompose")
+METHODS = ("auto", "joint", "decompose", "jointree")
 AUTO_QUICK_SECONDS = 1.0
 Progress = Callable[[int, int], None]
 
@@ -267,6 +270,16 @@ def compile_classifier(
         and within(options[0][0], limit, max_seconds)
         and (options[0][0].seconds <= AUTO_QUICK_SECONDS)
     )
+    if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
+        tree = plan_jointree(network, spec, max_memory=limit)
+        options.append(
+            (
+                tree.estimate,
+                lambda: _compile_jointree(
+                    network, spec, tree, max_memory=limit, progress=progress, deadline=deadline
+                ),
+            )
+        )
     if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
         if _additive_applies(network, spec):
             options.append(
@@ -817,3 +830,239 @@ def _representatives(u: np.ndarray) -> np.ndarray:
     theta[-1] = np.inf
     theta[1:-1] = (u[:-1] + u[1:]) / 2.0
     return theta
+
+
+# ---------------------------------------------------------------------------- jointree route
+KEY_DROP_BITS = 12
+
+
+def _message_keys(messages: np.ndarray) -> np.ndarray:
+    """Rows normalised to sum 1, as byte keys with the low :data:`KEY_DROP_BITS` mantissa
+    bits dropped: proportional messages (the same sub-classifier) get the same key even
+    when they were summed in different orders; all-zero rows stay zero."""
+    sums = messages.sum(axis=1, keepdims=True)
+    normal = np.where(sums > 0, messages / np.where(sums > 0, sums, 1.0), 0.0)
+    bits = normal.view(np.uint64) & np.uint64(~((1 << KEY_DROP_BITS) - 1) & ((1 << 64) - 1))
+    bits = np.ascontiguousarray(bits)
+    return bits.view(np.dtype((np.void, 8 * bits.shape[1]))).reshape(-1)
+
+
+@dataclass
+class JointreeStats:
+    """What the jointree route did: per step the messages, and the inputs decided early."""
+
+    largest_block: int = 0
+    messages: list[int] | None = None
+    early_inputs: int = 0
+    early_messages: int = 0
+
+
+def _early(
+    messages: np.ndarray,
+    n_states: int,
+    spec: ResolvedSpec,
+    pos: int,
+    positive_cpts: bool,
+) -> np.ndarray:
+    """Sink decided for every completion of each message, or -1 (not decided yet).
+
+    ``messages`` has shape ``(D, n_states * H)`` with the class on the slow axis and no
+    remaining CPT mentioning it, so ``P(c | x) = sum_h a_h P(c | u, h)`` with weights
+    ``a_h >= 0``: it lies between the smallest and the largest ``P(c | u, h)`` over the
+    separator states ``h`` of positive probability. A message is decided when that range
+    clears the threshold (argmax: one state beats every other by more than the tie
+    tolerance for every ``h``). Zero messages are impossible inputs (sink 0 for argmax,
+    negative for a threshold). Other messages are only decided when every relevant CPT is
+    positive: otherwise a completion could have probability 0, which is decided (and
+    counted) as impossible.
+    """
+    d = messages.shape[0]
+    m = messages.reshape(d, n_states, -1)
+    total = m.sum(axis=1)
+    ok = total > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        post = m / np.where(ok, total, 1.0)[:, None, :]
+    out = np.full(d, -1, dtype=np.int64)
+    zero = ~ok.any(axis=1)
+    out[zero] = 0
+    if not positive_cpts:
+        return out
+    if spec.is_argmax:
+        for c in range(n_states):
+            others = np.delete(post, c, axis=1).max(axis=1) if n_states > 1 else 0.0 * post[:, 0]
+            margin = np.where(ok, post[:, c] - others, np.inf).min(axis=1)
+            out[(margin > TIE_TOLERANCE) & (out < 0)] = c
+        return out
+    assert spec.threshold is not None
+    p = post[:, pos]
+    lo = np.where(ok, p, np.inf).min(axis=1)
+    hi = np.where(ok, p, -np.inf).max(axis=1)
+    out[(hi < spec.threshold - TIE_TOLERANCE) & ~zero] = 0
+    out[(lo > spec.threshold + TIE_TOLERANCE) & ~zero] = 1
+    return out
+
+
+def _compile_jointree(
+    network: Network,
+    spec: ResolvedSpec,
+    plan: JointreePlan,
+    *,
+    max_memory: float,
+    progress: Progress | None = None,
+    deadline: Deadline | None = None,
+    stats: JointreeStats | None = None,
+) -> _Built:
+    """Messages along a chain of cuts: one block of features enumerated at a time.
+
+    Each step contracts the distinct messages entering it with the CPTs it absorbs, the
+    hidden variables between the two cuts summed out, and the block's features enumerated;
+    the resulting messages are merged when proportional (identical sub-classifiers), and a
+    message whose decision no completion can change (:func:`_early`) is decided on the
+    spot. The diagram is then built bottom-up, block by block, from the message indices.
+    ``decided`` early (``0`` negative / ``1`` positive in the threshold case) map to sinks.
+    """
+    deadline = deadline or Deadline(None, "")
+    stats = stats if stats is not None else JointreeStats()
+    stats.messages = []
+    stats.largest_block = plan.largest_block
+    cls, order = spec.class_variable, list(spec.order)
+    n = len(order)
+    cards = [network.card(f) for f in order]
+    zc = network.card(cls)
+    argmax = spec.is_argmax
+    pos = 0 if argmax else _positive_index(network, spec)
+    if argmax:
+        terminals, pos_sink = spec_terminals(network, spec), 0
+
+        def sink(decided: np.ndarray) -> np.ndarray:
+            return decided
+    else:
+        terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
+
+        def sink(decided: np.ndarray) -> np.ndarray:
+            return np.where(decided == 1, pos_sink, 1 - pos_sink)
+
+    z0 = plan.steps[0].z_in
+    messages = np.ones((1, math.prod(network.card(v) for v in z0)))
+    weights = np.ones(1, dtype=np.int64)
+    live = np.arange(1)
+    child: list[np.ndarray] = []  # per step: (live messages, block inputs) -> next message
+    lives: list[np.ndarray] = []
+    decided: list[np.ndarray] = []
+    ties = impossible = 0
+    pairs = np.zeros((zc, zc), dtype=np.int64)
+    held = 0.0
+    for s, step in enumerate(plan.steps):
+        deadline.check(f"step {s + 1} of {len(plan.steps)}, levels {step.start}..{n}")
+        block = order[step.start : step.stop]
+        w = math.prod(cards[step.start : step.stop])
+        zin_shape = tuple(network.card(v) for v in step.z_in)
+        src = messages[live]
+        keys_parts: list[np.ndarray] = []
+        msgs_parts: list[np.ndarray] = []
+        inverse_parts: list[np.ndarray] = []
+        for b in range(0, src.shape[0], step.batch):
+            deadline.check(f"step {s + 1} of {len(plan.steps)}: {b:,} of {src.shape[0]:,} messages")
+            part = src[b : b + step.batch].reshape(-1, *zin_shape)
+            factors = step.step_factors(network, part, block)
+            out = opt_einsum.contract(
+                step.contraction.expr, *[t for _, t in factors], optimize=step.contraction.path
+            )
+            out = out.reshape(part.shape[0] * w, -1)
+            keys = _message_keys(out)
+            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            keys_parts.append(keys[first])
+            msgs_parts.append(out[first])
+            inverse_parts.append(inverse.reshape(-1) + sum(k.size for k in keys_parts[:-1]))
+            del out, keys
+        all_keys = np.concatenate(keys_parts)
+        _, first, inverse = np.unique(all_keys, return_index=True, return_inverse=True)
+        messages = np.concatenate(msgs_parts)[first]
+        del all_keys, keys_parts, msgs_parts
+        idx = inverse.reshape(-1)[np.concatenate(inverse_parts)].reshape(src.shape[0], w)
+        del inverse_parts, src
+        held += 8.0 * idx.size + 8.0 * messages.size
+        if held > max_memory:
+            raise CompileLimitError(
+                f"{network.source}: {messages.shape[0]:,} distinct messages after level "
+                f"{step.stop} of {n} need more than the limit {format_bytes(max_memory)} "
+                f"(estimate {plan.estimate.text()}); give fewer features or another order"
+            )
+        weights = np.bincount(
+            idx.reshape(-1), weights=np.repeat(weights[live], w), minlength=messages.shape[0]
+        ).astype(np.int64)
+        child.append(idx)
+        lives.append(live)
+        stats.messages.append(int(messages.shape[0]))
+        remaining = math.prod(cards[step.stop :])
+        if step.stop == n:
+            if argmax:
+                _, codes, _, _, _ = _decide_argmax(messages.T)
+                dec = codes.astype(np.int64)
+                ties, impossible, pairs = _weighted_argmax_ties(messages, weights, zc)
+            else:
+                assert spec.threshold is not None
+                post, decision, _, _ = _decide(
+                    messages[:, pos], messages.sum(axis=1), spec.threshold
+                )
+                dec = decision.astype(np.int64)
+                ties = int(weights[np.abs(post - spec.threshold) <= TIE_TOLERANCE].sum())
+                impossible = int(weights[~(messages.sum(axis=1) > 0)].sum())
+            decided.append(dec)
+            live = np.zeros(0, dtype=np.int64)
+        elif step.early:
+            dec = _early(messages, zc, spec, pos, plan.positive_cpts)
+            done = dec >= 0
+            stats.early_messages += int(done.sum())
+            stats.early_inputs += int(weights[done].sum()) * remaining
+            impossible += int(weights[~(messages.sum(axis=1) > 0)].sum()) * remaining
+            decided.append(dec)
+            live = np.nonzero(~done)[0]
+        else:
+            decided.append(np.full(messages.shape[0], -1, dtype=np.int64))
+            live = np.arange(messages.shape[0])
+        if progress is not None:
+            progress(s + 1, len(plan.steps))
+    # bottom-up: node ids of the messages at each cut, deepest cut first
+    store = _NodeStore(len(terminals), cards, deadline)
+    ids = sink(decided[-1])
+    for s in range(len(plan.steps) - 1, -1, -1):
+        step = plan.steps[s]
+        table = ids[child[s]].reshape(-1, *cards[step.start : step.stop])
+        live_ids = store.bottom_up(table, step.start) if table.shape[0] else table[:, 0]
+        if s == 0:
+            root = int(live_ids[0])
+            break
+        prev = decided[s - 1]
+        ids = np.where(prev >= 0, sink(np.maximum(prev, 0)), -1)
+        ids[lives[s]] = live_ids
+    diagram = store.diagram(root, **_diagram_kw(network, spec))
+    quasi = diagram.quasi_nodes_per_level()
+    return _Built(
+        diagram,
+        "jointree",
+        sum(quasi),
+        quasi,
+        ties,
+        impossible,
+        tie_pairs=pairs if argmax else None,
+    )
+
+
+def _weighted_argmax_ties(
+    messages: np.ndarray, weights: np.ndarray, zc: int
+) -> tuple[int, int, np.ndarray]:
+    """Tied and impossible inputs and pair ties of final messages ``(D, states)``, each
+    message counting as the ``weights`` inputs that reach it."""
+    den = messages.sum(axis=1)
+    ok = den > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        post = np.where(ok[:, None], messages / np.where(ok, den, 1.0)[:, None], np.nan)
+    best = np.where(ok[:, None], post, 0.0).max(axis=1)
+    near = (post >= best[:, None] - TIE_TOLERANCE) & ok[:, None]
+    multi = near.sum(axis=1) >= 2
+    pairs = np.zeros((zc, zc), dtype=np.int64)
+    for a in range(zc):
+        for b in range(a + 1, zc):
+            pairs[a, b] = int(weights[near[:, a] & near[:, b]].sum())
+    return int(weights[multi].sum()), int(weights[~ok].sum()), pairs
