@@ -961,6 +961,7 @@ def _compile_jointree(
         keys_parts: list[np.ndarray] = []
         msgs_parts: list[np.ndarray] = []
         inverse_parts: list[np.ndarray] = []
+        step_bytes = 0.0
         for b in range(0, src.shape[0], step.batch):
             deadline.check(f"step {s + 1} of {len(plan.steps)}: {b:,} of {src.shape[0]:,} messages")
             part = src[b : b + step.batch].reshape(-1, *zin_shape)
@@ -975,6 +976,15 @@ def _compile_jointree(
             msgs_parts.append(out[first])
             inverse_parts.append(inverse.reshape(-1) + sum(k.size for k in keys_parts[:-1]))
             del out, keys
+            step_bytes += 16.0 * msgs_parts[-1].size + 8.0 * inverse_parts[-1].size
+            if held + step_bytes > max_memory:
+                raise CompileLimitError(
+                    f"{network.source}: the messages of levels {step.start}..{step.stop} of {n} "
+                    f"({sum(m.shape[0] for m in msgs_parts):,} distinct after {b + part.shape[0]:,}"
+                    f" of {src.shape[0]:,} entering) need more than the limit "
+                    f"{format_bytes(max_memory)} (estimate {plan.estimate.text()}); give fewer "
+                    "features or another order"
+                )
         all_keys = np.concatenate(keys_parts)
         _, first, inverse = np.unique(all_keys, return_index=True, return_inverse=True)
         messages = np.concatenate(msgs_parts)[first]

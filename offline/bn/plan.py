@@ -378,7 +378,6 @@ def refusal(
 
 
 # ---------------------------------------------------------------------------- jointree route
-JOINTREE_DISTINCT_GUESS = 1 << 16
 JOINTREE_MAX_BLOCK = 12
 JOINTREE_CHUNK_CELLS = 1 << 22
 JOINTREE_SECONDS_PER_MESSAGE = 4e-7
@@ -472,8 +471,10 @@ def plan_jointree(
     the chain of messages.
 
     The blocks minimise a cost proxy by dynamic programming over the cut positions: the
-    messages entering a block (at most the prefixes, guessed :data:`JOINTREE_DISTINCT_GUESS`
-    distinct ones) times the block's inputs times the states of both separators. A block
+    messages entering a block times the block's inputs times the states of both
+    separators. The messages are sized by their upper bound, the prefixes (merging and
+    early decisions only lower it; how far cannot be known from shapes), so the estimate
+    is an upper bound and ``auto`` takes this route only where that bound is best. A block
     is cut where the separator is small; a cut with a large separator is skipped by making
     the block around it longer (``max_block`` features at most: 1 gives one step per
     feature). The distinct messages are counted while it runs.
@@ -491,7 +492,7 @@ def plan_jointree(
     ]
 
     def distinct(k: int) -> float:
-        return float(min(math.prod(cards[:k]), JOINTREE_DISTINCT_GUESS))
+        return float(math.prod(cards[:k]))
 
     def union_states(i: int, j: int) -> int:
         return math.prod(network.card(v) for v in set(z[i]) | set(z[j]))
