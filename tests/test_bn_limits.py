@@ -140,6 +140,7 @@ def _hidden(seed: int):
         ("joint", "the joint table was contracted"),
         ("separator", "the prefix message was contracted"),
         ("additive", "completion sums of level"),
+        ("jointree", "step 1 of"),
     ],
 )
 def test_every_route_stops_at_its_wall_clock_limit(route, reached):
@@ -156,5 +157,8 @@ def test_every_route_stops_at_its_wall_clock_limit(route, reached):
         elif route == "separator":
             sep = bn_plan.plan_separator(net, spec, max_memory=limit)
             bn_compile._compile_separator(net, spec, sep, max_memory=limit, deadline=_expired())
-        else:
+        elif route == "additive":
             bn_compile._compile_additive(net, spec, _expired())
+        else:
+            tree = bn_plan.plan_jointree(net, spec, max_memory=limit)
+            bn_compile._compile_jointree(net, spec, tree, max_memory=limit, deadline=_expired())

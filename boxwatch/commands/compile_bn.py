@@ -113,8 +113,9 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
     default="auto",
     show_default=True,
     help="joint: the joint table (fast while it fits); decompose: split the "
-    "features (for huge feature spaces); auto: the route estimated fastest "
-    "among those within the limits.",
+    "features (for huge feature spaces); jointree: messages along a chain of cuts, "
+    "one block of features at a time, partial inputs decided early; auto: the route "
+    "estimated fastest among those within the limits.",
 )
 @limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")

@@ -877,7 +877,7 @@ def _early(
     counted) as impossible.
     """
     d = messages.shape[0]
-    m = messages.reshape(d, n_states, -1)
+    m = messages.reshape(d, n_states, messages.shape[1] // n_states)
     total = m.sum(axis=1)
     ok = total > 0
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -958,9 +958,11 @@ def _compile_jointree(
         w = math.prod(cards[step.start : step.stop])
         zin_shape = tuple(network.card(v) for v in step.z_in)
         src = messages[live]
-        keys_parts: list[np.ndarray] = []
-        msgs_parts: list[np.ndarray] = []
-        inverse_parts: list[np.ndarray] = []
+        z_out = math.prod(network.card(v) for v in step.z_out)
+        empty_key = np.zeros(0, dtype=np.dtype((np.void, 8 * z_out)))
+        keys_parts: list[np.ndarray] = [empty_key]  # every message may be decided already
+        msgs_parts: list[np.ndarray] = [np.zeros((0, z_out))]
+        inverse_parts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         step_bytes = 0.0
         for b in range(0, src.shape[0], step.batch):
             deadline.check(f"step {s + 1} of {len(plan.steps)}: {b:,} of {src.shape[0]:,} messages")
@@ -1039,7 +1041,7 @@ def _compile_jointree(
     for s in range(len(plan.steps) - 1, -1, -1):
         step = plan.steps[s]
         table = ids[child[s]].reshape(-1, *cards[step.start : step.stop])
-        live_ids = store.bottom_up(table, step.start) if table.shape[0] else table[:, 0]
+        live_ids = store.bottom_up(table, step.start) if table.shape[0] else np.zeros(0, np.int64)
         if s == 0:
             root = int(live_ids[0])
             break

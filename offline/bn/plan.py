@@ -451,10 +451,17 @@ def _chain_uppers(
 
 
 def _shared(
-    network: Network, cls: str, factors: Sequence[Factor], upper: set[int], suffix: set[str]
+    network: Network,
+    cls: str,
+    factors: Sequence[Factor],
+    upper: set[int],
+    prefix: Sequence[str],
+    suffix: Sequence[str],
 ) -> tuple[str, ...]:
-    """Class first, then the non-suffix variables both sides of a cut mention."""
-    up = {v for i in upper for v in factors[i][0]}
+    """Class first, then the variables both sides of a cut mention (the prefix features
+    count as the upper side's: they are observed there), suffix features never."""
+    up = {v for i in upper for v in factors[i][0]} | set(prefix)
+    suffix = set(suffix)
     lo = {v for i, (s, _) in enumerate(factors) if i not in upper for v in s}
     shared = [v for v in network.variables if v in up and v in lo and v != cls and v not in suffix]
     return (cls, *shared)
@@ -484,7 +491,7 @@ def plan_jointree(
     cards = [network.card(f) for f in order]
     factors = relevant_factors(network, [cls, *order])
     uppers = _chain_uppers(network, spec, factors)
-    z = [_shared(network, cls, factors, uppers[k], set(order[k:])) for k in range(n + 1)]
+    z = [_shared(network, cls, factors, uppers[k], order[:k], order[k:]) for k in range(n + 1)]
     states = [math.prod(network.card(v) for v in zk) for zk in z]
     early = [
         k > 0 and all(cls not in s for i, (s, _) in enumerate(factors) if i not in uppers[k])
