@@ -384,6 +384,7 @@ def argmax_rows() -> list[str]:
 def argmax_section(began: float) -> str:
     """The argmax section of RESULTS.md (threshold rows of the same networks beside)."""
     rows = argmax_rows()
+    rows = problem_rows()
     return "\n".join(
         [
             machine_line(run_summary(began)),
@@ -538,6 +539,7 @@ def problem_rows() -> list[str]:
 
 def problems_section(began: float) -> str:
     """The problems.json section of RESULTS.md."""
+    rows = problem_rows()
     return "\n".join(
         [
             machine_line(run_summary(began)),
@@ -550,7 +552,7 @@ def problems_section(began: float) -> str:
             "| problem | route | result | - | seconds | peak RSS GB | estimate s / bytes | "
             "largest block (features) | decided early | pgmpy disagreements |",
             "|---|---|---|---|---|---|---|---|---|---|",
-            *problem_rows(),
+            *rows,
         ]
     )
 
