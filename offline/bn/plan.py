@@ -461,9 +461,9 @@ def _shared(
     """Class first, then the variables both sides of a cut mention (the prefix features
     count as the upper side's: they are observed there), suffix features never."""
     up = {v for i in upper for v in factors[i][0]} | set(prefix)
-    suffix = set(suffix)
+    far = set(suffix)
     lo = {v for i, (s, _) in enumerate(factors) if i not in upper for v in s}
-    shared = [v for v in network.variables if v in up and v in lo and v != cls and v not in suffix]
+    shared = [v for v in network.variables if v in up and v in lo and v != cls and v not in far]
     return (cls, *shared)
 
 
