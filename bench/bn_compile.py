@@ -17,6 +17,13 @@ INTUBATION over the reference order) beside the threshold classifiers of the sam
 nodes, inputs per state, ties, both routes' seconds, and every input against pgmpy's exact
 joint; ``bench/bn_compile.py argmax`` runs only these (seconds) and writes their own section.
 
+The UAI problems of ``shared/data/bn/problems.json`` (``bench/bn_compile.py problems``,
+its own section): each case and route (auto, and jointree forced) in a fresh process under
+4 GiB / 120 s (``--max-memory`` and ``--max-seconds``, the wall-clock limit holding while it
+runs): seconds and peak RSS against the route's estimate, the largest feature block the
+jointree route enumerated at once, the share of inputs it decided early, and for compiled
+cases :data:`PROBLEM_CHECKS` random inputs against pgmpy's VariableElimination.
+
 Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESULTS.md.
 ``.venv/bin/python bench/bn_compile.py exact``: only the cost of exact decisions on the
 reference rows, with and without the post-pass in one run; its own section.
@@ -34,6 +41,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -44,6 +52,7 @@ from _results import machine_line, run_summary, write_section
 from bn_reference import REFERENCE_CLASSIFIERS
 from bn_synthetic import chain_tan, naive_bayes
 
+from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn import compile as bn_compile
 from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
 from boxwatch.offline.bn.compile import CompileResult, compile_classifier
@@ -78,6 +87,10 @@ EXACT_REPEATS = 9
 # name -> (reference classifier whose network and order are used, class of the argmax)
 ARGMAX = {"child": ("child", "Disease"), "alarm": ("alarm", "INTUBATION")}
 ARGMAX_HEADING = "## bn_compile argmax (bench/bn_compile.py argmax)"
+PROBLEMS_HEADING = "## bn_compile problems.json (bench/bn_compile.py problems)"
+PROBLEM_ROUTES = ("auto", "jointree")
+PROBLEM_CHECKS = 1000
+PROBLEM_WALL = 150  # seconds before a case's process is stopped from outside
 
 
 def median_seconds(network, spec, method: str) -> tuple[float, CompileResult]:
@@ -474,6 +487,7 @@ def argmax_rows() -> list[str]:
 def argmax_section(began: float) -> str:
     """The argmax section of RESULTS.md (threshold rows of the same networks beside)."""
     rows = argmax_rows()
+    rows = problem_rows()
     return "\n".join(
         [
             machine_line(run_summary(began)),
@@ -490,8 +504,172 @@ def argmax_section(began: float) -> str:
     )
 
 
+def problem_case(name: str, method: str) -> dict:
+    """Compile one problems.json case by one route under 4 GiB / 120 s; figures, checks."""
+    from boxwatch.offline.bn.compile import JointreeStats, _compile_jointree
+    from boxwatch.offline.bn.limits import Deadline, memory_guard
+    from boxwatch.offline.bn.plan import plan_jointree
+
+    problem = next(
+        p for p in json.loads((SHARED / "problems.json").read_text()) if p["name"] == name
+    )
+    network = load_network(SHARED / problem["network"])
+    spec = resolve_spec(
+        network,
+        ClassifierSpec(
+            problem["class"],
+            problem["positive"],
+            problem["threshold"],
+            features=problem["features"],
+        ),
+    )
+    start = time.perf_counter()
+    stats = JointreeStats()
+    out: dict = {"inputs": int(np.prod([network.card(f) for f in spec.order]))}
+    try:
+        with memory_guard(HIDDEN_MEMORY):
+            if method == "jointree":  # forced past its estimate, to see how far it gets
+                plan = plan_jointree(network, spec, max_memory=HIDDEN_MEMORY)
+                out["estimate"] = plan.estimate.text()
+                out["estimate_s"], out["estimate_b"] = plan.estimate.seconds, plan.estimate.bytes
+                deadline = Deadline(HIDDEN_SECONDS, network.source, start)
+                built = _compile_jointree(
+                    network, spec, plan, max_memory=HIDDEN_MEMORY, deadline=deadline, stats=stats
+                )
+                d = built.diagram
+                counts = d.counts()
+                result = SimpleNamespace(
+                    seconds=time.perf_counter() - start,
+                    method=built.method,
+                    nodes=d.n_nodes,
+                    positives=counts[d.positive],
+                    estimate=plan.estimate,
+                    diagram=d,
+                )
+            else:
+                result = compile_classifier(
+                    network, spec, max_memory=HIDDEN_MEMORY, max_seconds=HIDDEN_SECONDS
+                )
+    except (CompileLimitError, ConfigError, MemoryError) as exc:
+        out.update(refused=str(exc).replace("|", "/"), seconds=time.perf_counter() - start)
+        out.update(peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2)
+        out.update(largest_block=stats.largest_block, early=stats.early_inputs)
+        out.update(messages=max(stats.messages or [0]))
+        return out
+    out.update(
+        seconds=result.seconds,
+        peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        method=result.method,
+        nodes=result.nodes,
+        positives=result.positives,
+        estimate=result.estimate.text(),
+        estimate_s=result.estimate.seconds,
+        estimate_b=result.estimate.bytes,
+        largest_block=stats.largest_block,
+        early=stats.early_inputs,
+        messages=max(stats.messages or [0]),
+    )
+    d = result.diagram
+    from pgmpy.inference import VariableElimination
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ve = VariableElimination(network.to_pgmpy())
+        X = np.random.default_rng(0).integers(
+            0, d.cardinalities, size=(PROBLEM_CHECKS, d.n_features)
+        )
+        bad = 0
+        for x, got in zip(X, d.predict_positive(X), strict=True):
+            ev = {f: d.states[i][x[i]] for i, f in enumerate(d.features)}
+            try:
+                p = ve.query([d.class_variable], evidence=ev, show_progress=False).get_value(
+                    **{d.class_variable: d.positive}
+                )
+            except (ValueError, ZeroDivisionError):
+                p = float("nan")
+            bad += int(bool(got) != (p >= d.threshold - TIE_TOLERANCE))
+    out["pgmpy_bad"] = bad
+    return out
+
+
+def problem_rows() -> list[str]:
+    """One row per problems.json case and route, each in a fresh process."""
+    rows = []
+    for problem in json.loads((SHARED / "problems.json").read_text()):
+        for method in PROBLEM_ROUTES:
+            try:
+                text = subprocess.run(
+                    [sys.executable, __file__, "problem", problem["name"], method],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    timeout=PROBLEM_WALL,
+                ).stdout
+                r = json.loads(text.strip().splitlines()[-1])
+            except subprocess.TimeoutExpired:
+                r = {
+                    "refused": f"stopped from outside after {PROBLEM_WALL} s",
+                    "seconds": PROBLEM_WALL,
+                    "peak_gb": float("nan"),
+                }
+            except subprocess.CalledProcessError as exc:
+                r = {
+                    "refused": (exc.stderr or "").strip().splitlines()[-1][:200],
+                    "seconds": float("nan"),
+                    "peak_gb": float("nan"),
+                }
+            est = (
+                f"{r['estimate_s']:.3g} s / {format_bytes(r['estimate_b'])}"
+                if "estimate_s" in r
+                else "-"
+            )
+            block = r.get("largest_block") or "-"
+            early = f"{r['early'] / r['inputs']:.1%}" if r.get("largest_block") else "-"
+            if "refused" in r:
+                rows.append(
+                    f"| {problem['name']} | {method} | not compiled: {r['refused'][:300]} | - | "
+                    f"{r['seconds']:.1f} | {r['peak_gb']:.2f} | {est} | {block} | {early} | - |"
+                )
+            else:
+                rows.append(
+                    f"| {problem['name']} | {method} -> {r['method']} | {r['nodes']:,} nodes, "
+                    f"{r['positives']:,} of {r['inputs']:,} positive | - | {r['seconds']:.2f} | "
+                    f"{r['peak_gb']:.2f} | {est} | {block} | {early} | {r['pgmpy_bad']} |"
+                )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def problems_section(began: float) -> str:
+    """The problems.json section of RESULTS.md."""
+    rows = problem_rows()
+    return "\n".join(
+        [
+            machine_line(run_summary(began)),
+            "",
+            "Each case and route in a fresh process, --max-memory 4 GiB, --max-seconds 120 "
+            f"(checked while running); pgmpy: disagreements on {PROBLEM_CHECKS} random inputs "
+            "with VariableElimination. Early: share of the inputs the jointree route decided "
+            "at a cut before the last level.",
+            "",
+            "| problem | route | result | - | seconds | peak RSS GB | estimate s / bytes | "
+            "largest block (features) | decided early | pgmpy disagreements |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
 def main() -> None:
     """Run every case (or one large case when given ``KIND N``) and write RESULTS.md."""
+    if len(sys.argv) == 2 and sys.argv[1] == "problems":
+        text = problems_section(time.perf_counter())
+        write_section(PROBLEMS_HEADING, text)
+        print(text)
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "problem":
+        print(json.dumps(problem_case(sys.argv[2], sys.argv[3])))
+        return
     if sys.argv[1:] == ["argmax"]:
         text = argmax_section(time.perf_counter())
         write_section(ARGMAX_HEADING, text)

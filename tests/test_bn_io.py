@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import warnings
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from boxwatch.offline.bn.io import (
     load_network,
     parse_bif,
     parse_net,
+    parse_uai,
+    read_uai,
     write_bif,
 )
 
@@ -215,3 +218,140 @@ def test_shared_networks_parse_like_pgmpy(name):
         else:
             model = BIFReader(string=gzip.decompress(path.read_bytes()).decode()).get_model()
     assert_same(ours, from_pgmpy(model))
+
+
+# ---------------------------------------------------------------------------- UAI
+def uai_text(net: Network) -> str:
+    """UAI text of a network whose variables are ``var_<i>`` with states ``"0"``, ``"1"``..."""
+    index = {v: i for i, v in enumerate(net.variables)}
+    lines = ["BAYES", str(len(net.variables))]
+    lines.append(" ".join(str(net.card(v)) for v in net.variables))
+    lines.append(str(len(net.variables)))
+    for v in net.variables:
+        scope = [*net.parents[v], v]
+        lines.append(" ".join(str(x) for x in [len(scope), *(index[u] for u in scope)]))
+    lines.append("")
+    for v in net.variables:
+        table = net.cpts[v]
+        lines.append(str(table.size))
+        for row in table.reshape(-1, table.shape[-1]):
+            lines.append(" " + " ".join(repr(float(x)) for x in row))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def renamed(net: Network) -> Network:
+    """``net`` with variables ``var_<i>`` and states ``"0"``, ``"1"``... (UAI's names)."""
+    name = {v: f"var_{i}" for i, v in enumerate(net.variables)}
+    return Network(
+        net.name,
+        tuple(name[v] for v in net.variables),
+        {name[v]: tuple(str(j) for j in range(net.card(v))) for v in net.variables},
+        {name[v]: tuple(name[p] for p in net.parents[v]) for v in net.variables},
+        {name[v]: net.cpts[v] for v in net.variables},
+    )
+
+
+UAI = """\
+BAYES
+3
+2 3 2
+3
+1 0
+2 0 1
+3 0 1 2
+
+2
+ 0.3 0.7
+6
+ 0.1 0.2 0.7
+ 0.5 0.25 0.25
+12
+ 0.9 0.1  0.5 0.5  0.5 0.5
+ 0.5 0.5  0.5 0.5  0.2 0.8
+"""
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_uai_reads_the_same_network_as_bif(tmp_path, seed):
+    net = renamed(random_dag(9, seed=seed))
+    plain = tmp_path / "net.uai"
+    plain.write_text(uai_text(net))
+    packed = tmp_path / "net.uai.gz"
+    packed.write_bytes(gzip.compress(uai_text(net).encode()))
+    bif = parse_bif(write_bif(net))
+    for path in (plain, packed):
+        ours = load_network(path)
+        assert ours.variables == net.variables
+        assert_same(ours, bif)
+        for v in net.variables:
+            assert np.array_equal(ours.cpts[v], bif.cpts[v])
+
+
+def test_uai_layout_parents_then_child_fastest():
+    net = parse_uai(UAI)
+    assert net.variables == ("var_0", "var_1", "var_2")
+    assert net.states["var_1"] == ("0", "1", "2")
+    assert net.parents["var_2"] == ("var_0", "var_1")
+    assert net.cpts["var_1"][1].tolist() == [0.5, 0.25, 0.25]
+    assert net.cpts["var_2"][1, 2].tolist() == [0.2, 0.8]
+    assert net.cpts["var_2"][0, 0].tolist() == [0.9, 0.1]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("BAYES", "MARKOV", r":1: expected 'BAYES'"),
+        ("2 3 2", "2 x 2", r":3: expected the number of states of variable 1"),
+        ("3\n1 0", "2\n1 0", r":4: 2 functions for 3 variables"),
+        ("2 0 1\n", "2 0 0\n", r":6: function 1 names a variable twice"),
+        ("2 0 1\n", "2 1 0\n", r":6: functions 0 and 1 are both CPTs of var_0"),
+        ("3 0 1 2", "3 0 1 9", r":7: expected a variable index"),
+        ("6\n 0.1", "5\n 0.1", r":11: table of function 1 \(var_1\) declares 5 entries"),
+        ("0.25 0.25\n12", "0.25 0.35\n12", r":11: probabilities of 'var_1' sum to 1\.1, not 1"),
+        ("0.5 0.25", "0.5 zz", r":13: table of function 1 \(var_1\): 'zz' is not a number"),
+        (" 0.3 0.7", " 0.3 -0.7", r":9: probabilities of 'var_0' must be finite and >= 0"),
+        ("0.2 0.8\n", "0.2 0.8 1\n", r":16: unexpected '1' after the last table"),
+        (
+            "0.2 0.8\n",
+            "0.2\n",
+            r":14: table of function 2 \(var_2\) has 11 of its 12 entries before the end",
+        ),
+        ("2\n 0.3", "99999999999999999999\n 0.3", r":9: expected the number of entries"),
+    ],
+)
+def test_uai_errors_name_file_line_and_problem(old, new, message):
+    assert old in UAI
+    with pytest.raises(ConfigError, match=r"<uai>" + message):
+        parse_uai(UAI.replace(old, new, 1))
+
+
+def test_uai_cycle_empty_and_bounded_reading(tmp_path):
+    cyclic = UAI.replace("1 0\n2 0 1", "2 1 0\n2 0 1", 1).replace(
+        "2\n 0.3 0.7", "6\n 0.3 0.7 0.3 0.7 0.3 0.7"
+    )
+    with pytest.raises(ConfigError, match="cycle"):
+        parse_uai(cyclic)
+    with pytest.raises(ConfigError, match="empty file"):
+        parse_uai("")
+    bomb = tmp_path / "bomb.uai.gz"
+    bomb.write_bytes(gzip.compress(UAI.encode() + b" " * 5000))
+    with pytest.raises(ConfigError, match=r"bomb.uai.gz: more than 4,096 bytes"):
+        read_uai(bomb, max_bytes=4096)
+    bad = tmp_path / "bad.uai.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(ConfigError, match="bad.uai.gz: not a valid gzip"):
+        load_network(bad)
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data/bn (absent in a plain clone)")
+def test_every_shared_problem_network_loads():
+    problems = json.loads((SHARED / "problems.json").read_text())
+    assert problems
+    for problem in problems:
+        net = load_network(SHARED / problem["network"])
+        assert problem["class"] in net.variables
+        assert problem["positive"] in net.states[problem["class"]]
+        assert set(problem["features"]) <= set(net.variables), problem["name"]
+        assert all(net.states[v] == ("0", "1") for v in net.variables)

@@ -1,14 +1,23 @@
-"""Sizes, the default memory bound, and the guard that turns an OOM kill into MemoryError."""
+"""Sizes, the default memory bound, the guard that turns an OOM kill into MemoryError, and
+the wall-clock deadline every route checks while it runs."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
+from bn_synthetic import naive_bayes, random_dag
 
+from boxwatch.agent.errors import ConfigError
+from boxwatch.offline.bn import compile as bn_compile
+from boxwatch.offline.bn import plan as bn_plan
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.limits import (
     MEMORY_SHARE,
+    CompileTimeError,
+    Deadline,
     default_max_memory,
     format_bytes,
     format_seconds,
@@ -95,3 +104,61 @@ def test_build_config_bounds_the_compilation(tmp_path):
         bn_stage.run(bn)
     with pytest.raises(ConfigError, match="bn.max_memory: 'plenty' is not a size"):
         bn_stage.prepare(_bn_config(tmp_path, "plenty"))
+
+
+def test_deadline_without_a_limit_never_expires():
+    Deadline(None, "net.bif", start=time.perf_counter() - 1e6).check("anything")
+
+
+def _expired(seconds: float = 0.5) -> Deadline:
+    """A deadline whose limit passed long ago (no waiting, no timing in the test)."""
+    return Deadline(seconds, "net.bif", start=time.perf_counter() - 3600)
+
+
+def test_deadline_names_the_limit_route_and_how_far_it_got():
+    deadline = _expired()
+    deadline.route = "joint"
+    with pytest.raises(CompileTimeError) as info:
+        deadline.check("level 3 of 9")
+    text = str(info.value)
+    assert text.startswith("net.bif: time limit 0.5 s reached after 3.6e+03 s in the joint route")
+    assert "(level 3 of 9)" in text and "--max-seconds" in text and "\n" not in text
+    assert isinstance(info.value, ConfigError)  # exit code 2 in the CLI
+
+
+def _hidden(seed: int):
+    net = random_dag(10, seed=seed, floor=0.001)
+    spec = ClassifierSpec(
+        "v2", net.states["v2"][0], 0.4, features=[v for v in net.variables[-5:] if v != "v2"]
+    )
+    return net, resolve_spec(net, spec)
+
+
+@pytest.mark.parametrize(
+    ("route", "reached"),
+    [
+        ("joint", "the joint table was contracted"),
+        ("separator", "the prefix message was contracted"),
+        ("additive", "completion sums of level"),
+        ("jointree", "step 1 of"),
+    ],
+)
+def test_every_route_stops_at_its_wall_clock_limit(route, reached):
+    if route == "additive":
+        net = naive_bayes(6, seed=0)
+        spec = resolve_spec(net, ClassifierSpec("C", net.states["C"][0], 0.5))
+    else:
+        net, spec = _hidden(1)
+    limit = 1e12
+    with pytest.raises(CompileTimeError, match=reached):
+        if route == "joint":
+            plan = bn_plan.plan_joint(net, spec, max_memory=limit)
+            bn_compile._compile_joint(net, spec, plan.contraction, _expired())
+        elif route == "separator":
+            sep = bn_plan.plan_separator(net, spec, max_memory=limit)
+            bn_compile._compile_separator(net, spec, sep, max_memory=limit, deadline=_expired())
+        elif route == "additive":
+            bn_compile._compile_additive(net, spec, _expired())
+        else:
+            tree = bn_plan.plan_jointree(net, spec, max_memory=limit)
+            bn_compile._compile_jointree(net, spec, tree, max_memory=limit, deadline=_expired())

@@ -84,9 +84,10 @@ def test_both_methods_report_the_same_diagram(bif_file):
     ]
     a = json.loads(run(*common, "--method", "joint").stdout)
     b = json.loads(run(*common, "--method", "decompose").stdout)
+    c = json.loads(run(*common, "--method", "jointree").stdout)
     for key in ("nodes", "nodes_quasi", "positives", "ties", "nodes_per_level"):
-        assert a[key] == b[key], key
-    assert (a["method"], b["method"]) == ("joint", "decompose/separator")
+        assert a[key] == b[key] == c[key], key
+    assert (a["method"], b["method"], c["method"]) == ("joint", "decompose/separator", "jointree")
 
 
 def test_text_output_goes_to_stdout_and_a_note_to_stderr(bif_file):
@@ -251,7 +252,7 @@ def test_argmax_json_counts_every_state_and_agrees_across_routes(bif_file):
     net = random_dag(7, seed=8, floor=0.01)
     cls = next(v for v in net.variables if net.card(v) >= 3)
     infos = []
-    for method in ("joint", "decompose"):
+    for method in ("joint", "decompose", "jointree"):
         res = run(
             str(bif_file), "--class", cls, "--decision", "argmax", "--method", method, "--json"
         )

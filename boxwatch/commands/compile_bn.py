@@ -127,8 +127,9 @@ def _exactness(result: CompileResult) -> str:
     default="auto",
     show_default=True,
     help="joint: the joint table (fast while it fits); decompose: split the "
-    "features (for huge feature spaces); auto: the route estimated fastest "
-    "among those within the limits.",
+    "features (for huge feature spaces); jointree: messages along a chain of cuts, "
+    "one block of features at a time, partial inputs decided early; auto: the route "
+    "estimated fastest among those within the limits.",
 )
 @limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
@@ -147,9 +148,9 @@ def compile_bn(
 ) -> None:
     """Compile a BN classifier into an exact ordered decision diagram and report its size.
 
-    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml) or Hugin (.net) network. The figures
-    (reduced and quasi-reduced node counts, positives, ties, the route's estimate) go to
-    stdout.
+    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml), Hugin (.net) or UAI (.uai, .uai.gz)
+    network. The figures (reduced and quasi-reduced node counts, positives, ties, the
+    route's estimate) go to stdout.
 
     Decisions are exact: the diagram is P(class = positive | x) >= T with every CPT
     number the decimal written in FILE (not renormalised) and T as typed. Inputs whose
@@ -160,7 +161,8 @@ def compile_bn(
     Each route (joint table, or a split of the features at the cheapest cut) is sized
     before it starts; the fastest one within --max-memory (and --max-seconds) runs (a split
     that runs long shows a progress bar on stderr). When none fits, or memory runs out
-    anyway, the command exits 2 with one line naming the estimates and the limits.
+    anyway, or the route runs past --max-seconds, the command exits 2 with one line naming
+    the estimates and the limits (or how far the route got).
 
     \b
     Examples:

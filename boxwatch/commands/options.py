@@ -101,7 +101,9 @@ _LIMIT_OPTIONS = (
         "--max-seconds",
         type=SecondsParam(),
         default=None,
-        help="Refuse routes estimated to take longer than this (default: no limit).",
+        help="Wall-clock limit: routes estimated to take longer are not started, and "
+        "a route still running when it passes stops with exit 2 naming how far it got "
+        "(default: no limit).",
     ),
 )
 

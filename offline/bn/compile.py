@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import opt_einsum
 
 from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_rows
 from boxwatch.agent.errors import ConfigError
@@ -75,18 +76,20 @@ from boxwatch.offline.bn.exact import (
     refine,
 )
 from boxwatch.offline.bn.io import Network, load_network
-from boxwatch.offline.bn.limits import default_max_memory, format_bytes
+from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes
 from boxwatch.offline.bn.plan import (
     SEPARATOR_BLOCK_CELLS,
     SEPARATOR_DISTINCT_GUESS,
     CompileLimitError,
     Contraction,
     Estimate,
+    JointreePlan,
     SeparatorPlan,
     additive_estimate,
     distinct_table_bytes,
     joint_error_bound,
     plan_joint,
+    plan_jointree,
     plan_separator,
     refusal,
     relevant_factors,
@@ -94,11 +97,14 @@ from boxwatch.offline.bn.plan import (
     within,
 )
 
-METHODS = ("auto", "joint", "decompose")
+METHODS = ("auto", "joint", "decompose", "jointree")
 AUTO_QUICK_SECONDS = 1.0
 ADDITIVE_EXACT_LIMIT = 1 << 22
 # Argmax decisions compare float posteriors: states this close to the largest one tie.
 ARGMAX_TIE_TOLERANCE = 1e-9
+# The jointree route compares float posteriors (and their bounds) with this tolerance: it is
+# not on the exact path of threshold decisions yet, so its results say ``certified=False``.
+TIE_TOLERANCE = 1e-9
 Progress = Callable[[int, int], None]
 
 
@@ -263,7 +269,8 @@ def compile_classifier(
     max_memory : float, optional
         Bytes any route may use; default :func:`~boxwatch.offline.bn.limits.default_max_memory`.
     max_seconds : float, optional
-        Refuse routes estimated to take longer; default no limit.
+        Refuse routes estimated to take longer, and stop a route that runs past it (wall
+        clock, planning included; checked inside every route's loops); default no limit.
     progress : callable(done, total), optional
         Called as the long loops advance (the separator route's prefixes).
 
@@ -278,6 +285,9 @@ def compile_classifier(
     CompileLimitError
         (a ``ConfigError``) when no route fits the limits, naming the estimates and limits;
         also when an allocation fails during compilation.
+    CompileTimeError
+        (a ``ConfigError``) when the compilation runs past ``max_seconds``, naming the route
+        and how far it got.
     """
     if method not in METHODS:
         raise ConfigError(f"method {method!r} is not one of {list(METHODS)}")
@@ -287,6 +297,7 @@ def compile_classifier(
         spec = resolve_spec(network, spec)
     limit = float(default_max_memory() if max_memory is None else max_memory)
     start = time.perf_counter()
+    deadline = Deadline(max_seconds, network.source, start)
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
     options: list[tuple[Estimate, Callable[[], _Built]]] = []
@@ -294,7 +305,9 @@ def compile_classifier(
         joint = plan_joint(network, spec, max_memory=limit)
         if joint.contraction is not None:
             planned = joint.contraction
-            options.append((joint.estimate, lambda: _compile_joint(network, spec, planned)))
+            options.append(
+                (joint.estimate, lambda: _compile_joint(network, spec, planned, deadline))
+            )
         else:
             options.append((joint.estimate, _never_runs))
     quick = (
@@ -303,10 +316,23 @@ def compile_classifier(
         and within(options[0][0], limit, max_seconds)
         and (options[0][0].seconds <= AUTO_QUICK_SECONDS)
     )
+    if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
+        tree = plan_jointree(network, spec, max_memory=limit)
+        options.append(
+            (
+                tree.estimate,
+                lambda: _compile_jointree(
+                    network, spec, tree, max_memory=limit, progress=progress, deadline=deadline
+                ),
+            )
+        )
     if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
         if _additive_applies(network, spec):
             options.append(
-                (_additive_estimate(network, spec), lambda: _compile_additive(network, spec))
+                (
+                    _additive_estimate(network, spec),
+                    lambda: _compile_additive(network, spec, deadline),
+                )
             )
         else:
             sep = plan_separator(network, spec, max_memory=limit)
@@ -314,7 +340,7 @@ def compile_classifier(
                 (
                     sep.estimate,
                     lambda: _compile_separator(
-                        network, spec, sep, max_memory=limit, progress=progress
+                        network, spec, sep, max_memory=limit, progress=progress, deadline=deadline
                     ),
                 )
             )
@@ -322,6 +348,8 @@ def compile_classifier(
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
     estimate, build = min(fitting, key=lambda o: (o[0].seconds, o[0].bytes))
+    deadline.check("the routes were planned, none started")
+    deadline.route = estimate.route
     try:
         built = build()
     except MemoryError as exc:
@@ -346,7 +374,7 @@ def compile_classifier(
         impossible=built.impossible,
         seconds=seconds,
         exact_inputs=built.exact_inputs,
-        certified=built.uncertified == 0 and not diagram.is_argmax,
+        certified=built.uncertified == 0 and not diagram.is_argmax and built.method != "jointree",
         uncertified=built.uncertified,
         posterior=built.posterior,
         estimate=estimate,
@@ -415,8 +443,9 @@ def terminals_for(
 class _NodeStore:
     """Accumulates quasi-reduced nodes level by level; ids start after the sinks."""
 
-    def __init__(self, n_terminals: int, cards: Sequence[int]):
+    def __init__(self, n_terminals: int, cards: Sequence[int], deadline: Deadline | None = None):
         self.nt = n_terminals
+        self.deadline = deadline or Deadline(None, "")
         self.cards = list(cards)
         self.width = max(self.cards) if self.cards else 1
         self.levels: list[np.ndarray] = []
@@ -444,6 +473,7 @@ class _NodeStore:
         """
         ids = table
         for level in range(first_level + table.ndim - 2, first_level - 1, -1):
+            self.deadline.check(f"merging level {level} of {len(self.cards)} into nodes")
             card = self.cards[level]
             rows = ids.reshape(-1, card)
             uniq, inverse = unique_rows(rows)
@@ -479,6 +509,17 @@ def _posterior(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, int]:
     with np.errstate(invalid="ignore", divide="ignore"):
         post = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
     return post, int(np.count_nonzero(~(den > 0)))
+
+
+def _decide(
+    num: np.ndarray, den: np.ndarray, threshold: float
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Float posterior, decisions (``>= T - TIE_TOLERANCE``), ties and impossible inputs of a
+    block: the jointree route's decision, not on the exact path."""
+    post, impossible = _posterior(num, den)
+    decision = post >= threshold - TIE_TOLERANCE
+    ties = int(np.count_nonzero(np.abs(post - threshold) <= TIE_TOLERANCE))
+    return post, decision, ties, impossible
 
 
 def _code_dtype(n_states: int) -> type:
@@ -524,14 +565,20 @@ def _positive_index(network: Network, spec: ResolvedSpec) -> int:
 
 
 # ---------------------------------------------------------------------------- joint route
-def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contraction) -> _Built:
+def _compile_joint(
+    network: Network,
+    spec: ResolvedSpec,
+    contraction: Contraction,
+    deadline: Deadline | None = None,
+) -> _Built:
     """Fast path: the joint table over class and features, thresholded, unique rows upward."""
     cls, order = spec.class_variable, spec.order
     factors = relevant_factors(network, [cls, *order])
     joint = contraction.run(factors)
     cards = [network.card(f) for f in order]
+    deadline.check("the joint table was contracted")
     if spec.is_argmax:
-        store = _NodeStore(network.card(cls), cards)
+        store = _NodeStore(network.card(cls), cards, deadline)
         post, codes, pairs, ties, impossible = _decide_argmax(joint)
         del joint
         root = int(store.bottom_up(codes.astype(np.int64)[None, ...], 0)[0])
@@ -560,7 +607,7 @@ def _compile_joint(network: Network, spec: ResolvedSpec, contraction: Contractio
     terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
     sinks = np.where(decision, pos_sink, 1 - pos_sink).astype(np.int64)
     del decision
-    store = _NodeStore(len(terminals), cards)
+    store = _NodeStore(len(terminals), cards, deadline)
     root = int(store.bottom_up(sinks[None, ...], 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     return _Built(
@@ -594,6 +641,7 @@ def _compile_separator(
     *,
     max_memory: float,
     progress: Progress | None = None,
+    deadline: Deadline | None = None,
 ) -> _Built:
     """Decomposition for any network: prefix and suffix messages over the planned cut.
 
@@ -606,7 +654,9 @@ def _compile_separator(
     cards = [network.card(f) for f in spec.order]
     k, prefix, n_pre, n_suf, n_ctx = cut.k, list(cut.prefix), cut.n_pre, cut.n_suf, cut.n_ctx
     zc = network.card(cls)
+    deadline = deadline or Deadline(None, "")
     up = plan.up.run(cut.up_factors(network)).reshape(n_pre, zc, -1)
+    deadline.check("the prefix message was contracted")
     lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
     argmax = spec.is_argmax
     pos = 0 if argmax else _positive_index(network, spec)
@@ -637,6 +687,7 @@ def _compile_separator(
         l_states = [np.ascontiguousarray(lo[c][:, z, :]).T for z in range(zc)]
         l_all = lo[c].reshape(n_suf, -1).T
         for s in range(0, members.size, block):
+            deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
             part = members[s : s + block]
             u = up[part]
             if argmax:
@@ -694,7 +745,7 @@ def _compile_separator(
         bits = np.unpackbits(packed_rows, axis=1, count=n_suf).astype(bool)
         table = np.where(bits, pos_sink, 1 - pos_sink).astype(np.int64).reshape(-1, *cards[k:])
         del bits
-    store = _NodeStore(len(terminals), cards)
+    store = _NodeStore(len(terminals), cards, deadline)
     level_k_ids = store.bottom_up(table, k)
     prefix_table = level_k_ids[key_of_prefix].reshape(1, *cards[:k])
     root = int(store.bottom_up(prefix_table, 0)[0])
@@ -783,8 +834,11 @@ def _additive_estimate(network: Network, spec: ResolvedSpec) -> Estimate:
     return additive_estimate(math.prod(cards[:k]), math.prod(cards[k:]) * worst_ctx, k, len(cards))
 
 
-def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
+def _compile_additive(
+    network: Network, spec: ResolvedSpec, deadline: Deadline | None = None
+) -> _Built:
     """Equivalence intervals over log-odds sums with per-level feature contexts."""
+    deadline = deadline or Deadline(None, "")
     cls, order = spec.class_variable, list(spec.order)
     n = len(order)
     cards = [network.card(f) for f in order]
@@ -823,6 +877,7 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     # completion sums: sums[l] has shape (n_ctx_l, prod cards[l:]), suffix in grid order
     sums: dict[int, np.ndarray] = {n: np.zeros((1, 1))}
     for lvl in range(n - 1, k - 1, -1):
+        deadline.check(f"completion sums of level {lvl} of {n}")
         cv = ctx_values(lvl)
         n_c = next(iter(cv.values())).shape[0] if cv else 1
         vals = {p: a[:, None] for p, a in cv.items()}
@@ -834,13 +889,14 @@ def _compile_additive(network: Network, spec: ResolvedSpec) -> _Built:
     sorted_all = {lvl: np.sort(s, axis=1) for lvl, s in sums.items()}
     uniq = {lvl: [np.unique(row) for row in s] for lvl, s in sorted_all.items()}
     # lower half: nodes (level, ctx, j); id arrays per level, deepest first
-    store = _NodeStore(len(terminals), cards)
+    store = _NodeStore(len(terminals), cards, deadline)
     # level n: ctx 0, j = 0 -> 0 >= theta -> positive; j = 1 -> negative
     ids_below = [np.array([pos_sink, 1 - pos_sink], dtype=np.int64)]
     for lvl in range(n - 1, k - 1, -1):
         cv = ctx_values(lvl)
         ids_here = []
         for c, u in enumerate(uniq[lvl]):
+            deadline.check(f"intervals of level {lvl} of {n}")
             theta = _representatives(u)
             vals = {p: a[c] for p, a in cv.items()}
             vals[lvl] = np.arange(cards[lvl])
@@ -995,3 +1051,251 @@ def _representatives(u: np.ndarray) -> np.ndarray:
     theta[-1] = np.inf
     theta[1:-1] = (u[:-1] + u[1:]) / 2.0
     return theta
+
+
+# ---------------------------------------------------------------------------- jointree route
+KEY_DROP_BITS = 12
+
+
+def _message_keys(messages: np.ndarray) -> np.ndarray:
+    """Rows normalised to sum 1, as byte keys with the low :data:`KEY_DROP_BITS` mantissa
+    bits dropped: proportional messages (the same sub-classifier) get the same key even
+    when they were summed in different orders; all-zero rows stay zero."""
+    sums = messages.sum(axis=1, keepdims=True)
+    normal = np.where(sums > 0, messages / np.where(sums > 0, sums, 1.0), 0.0)
+    bits = normal.view(np.uint64) & np.uint64(~((1 << KEY_DROP_BITS) - 1) & ((1 << 64) - 1))
+    bits = np.ascontiguousarray(bits)
+    return bits.view(np.dtype((np.void, 8 * bits.shape[1]))).reshape(-1)
+
+
+@dataclass
+class JointreeStats:
+    """What the jointree route did: per step the messages, and the inputs decided early."""
+
+    largest_block: int = 0
+    messages: list[int] | None = None
+    early_inputs: int = 0
+    early_messages: int = 0
+
+
+def _early(
+    messages: np.ndarray,
+    n_states: int,
+    spec: ResolvedSpec,
+    pos: int,
+    positive_cpts: bool,
+) -> np.ndarray:
+    """Sink decided for every completion of each message, or -1 (not decided yet).
+
+    ``messages`` has shape ``(D, n_states * H)`` with the class on the slow axis and no
+    remaining CPT mentioning it, so ``P(c | x) = sum_h a_h P(c | u, h)`` with weights
+    ``a_h >= 0``: it lies between the smallest and the largest ``P(c | u, h)`` over the
+    separator states ``h`` of positive probability. A message is decided when that range
+    clears the threshold (argmax: one state beats every other by more than the tie
+    tolerance for every ``h``). Zero messages are impossible inputs (sink 0 for argmax,
+    negative for a threshold). Other messages are only decided when every relevant CPT is
+    positive: otherwise a completion could have probability 0, which is decided (and
+    counted) as impossible.
+    """
+    d = messages.shape[0]
+    m = messages.reshape(d, n_states, messages.shape[1] // n_states)
+    total = m.sum(axis=1)
+    ok = total > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        post = m / np.where(ok, total, 1.0)[:, None, :]
+    out = np.full(d, -1, dtype=np.int64)
+    zero = ~ok.any(axis=1)
+    out[zero] = 0
+    if not positive_cpts:
+        return out
+    if spec.is_argmax:
+        for c in range(n_states):
+            others = np.delete(post, c, axis=1).max(axis=1) if n_states > 1 else 0.0 * post[:, 0]
+            margin = np.where(ok, post[:, c] - others, np.inf).min(axis=1)
+            out[(margin > TIE_TOLERANCE) & (out < 0)] = c
+        return out
+    assert spec.threshold is not None
+    p = post[:, pos]
+    lo = np.where(ok, p, np.inf).min(axis=1)
+    hi = np.where(ok, p, -np.inf).max(axis=1)
+    out[(hi < spec.threshold - TIE_TOLERANCE) & ~zero] = 0
+    out[(lo > spec.threshold + TIE_TOLERANCE) & ~zero] = 1
+    return out
+
+
+def _compile_jointree(
+    network: Network,
+    spec: ResolvedSpec,
+    plan: JointreePlan,
+    *,
+    max_memory: float,
+    progress: Progress | None = None,
+    deadline: Deadline | None = None,
+    stats: JointreeStats | None = None,
+) -> _Built:
+    """Messages along a chain of cuts: one block of features enumerated at a time.
+
+    Each step contracts the distinct messages entering it with the CPTs it absorbs, the
+    hidden variables between the two cuts summed out, and the block's features enumerated;
+    the resulting messages are merged when proportional (identical sub-classifiers), and a
+    message whose decision no completion can change (:func:`_early`) is decided on the
+    spot. The diagram is then built bottom-up, block by block, from the message indices.
+    ``decided`` early (``0`` negative / ``1`` positive in the threshold case) map to sinks.
+    """
+    deadline = deadline or Deadline(None, "")
+    stats = stats if stats is not None else JointreeStats()
+    stats.messages = []
+    stats.largest_block = plan.largest_block
+    cls, order = spec.class_variable, list(spec.order)
+    n = len(order)
+    cards = [network.card(f) for f in order]
+    zc = network.card(cls)
+    argmax = spec.is_argmax
+    pos = 0 if argmax else _positive_index(network, spec)
+    if argmax:
+        terminals, pos_sink = spec_terminals(network, spec), 0
+
+        def sink(decided: np.ndarray) -> np.ndarray:
+            return decided
+    else:
+        terminals, pos_sink = terminals_for(network, cls, str(spec.positive))
+
+        def sink(decided: np.ndarray) -> np.ndarray:
+            return np.where(decided == 1, pos_sink, 1 - pos_sink)
+
+    z0 = plan.steps[0].z_in
+    messages = np.ones((1, math.prod(network.card(v) for v in z0)))
+    weights = np.ones(1, dtype=np.int64)
+    live = np.arange(1)
+    child: list[np.ndarray] = []  # per step: (live messages, block inputs) -> next message
+    lives: list[np.ndarray] = []
+    decided: list[np.ndarray] = []
+    ties = impossible = 0
+    pairs = np.zeros((zc, zc), dtype=np.int64)
+    held = 0.0
+    for s, step in enumerate(plan.steps):
+        deadline.check(f"step {s + 1} of {len(plan.steps)}, levels {step.start}..{n}")
+        block = order[step.start : step.stop]
+        w = math.prod(cards[step.start : step.stop])
+        zin_shape = tuple(network.card(v) for v in step.z_in)
+        src = messages[live]
+        z_out = math.prod(network.card(v) for v in step.z_out)
+        empty_key = np.zeros(0, dtype=np.dtype((np.void, 8 * z_out)))
+        keys_parts: list[np.ndarray] = [empty_key]  # every message may be decided already
+        msgs_parts: list[np.ndarray] = [np.zeros((0, z_out))]
+        inverse_parts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        step_bytes = 0.0
+        for b in range(0, src.shape[0], step.batch):
+            deadline.check(f"step {s + 1} of {len(plan.steps)}: {b:,} of {src.shape[0]:,} messages")
+            part = src[b : b + step.batch].reshape(-1, *zin_shape)
+            factors = step.step_factors(network, part, block)
+            out = opt_einsum.contract(
+                step.contraction.expr, *[t for _, t in factors], optimize=step.contraction.path
+            )
+            out = out.reshape(part.shape[0] * w, -1)
+            keys = _message_keys(out)
+            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            keys_parts.append(keys[first])
+            msgs_parts.append(out[first])
+            inverse_parts.append(inverse.reshape(-1) + sum(k.size for k in keys_parts[:-1]))
+            del out, keys
+            step_bytes += 16.0 * msgs_parts[-1].size + 8.0 * inverse_parts[-1].size
+            if held + step_bytes > max_memory:
+                raise CompileLimitError(
+                    f"{network.source}: the messages of levels {step.start}..{step.stop} of {n} "
+                    f"({sum(m.shape[0] for m in msgs_parts):,} distinct after {b + part.shape[0]:,}"
+                    f" of {src.shape[0]:,} entering) need more than the limit "
+                    f"{format_bytes(max_memory)} (estimate {plan.estimate.text()}); give fewer "
+                    "features or another order"
+                )
+        all_keys = np.concatenate(keys_parts)
+        _, first, inverse = np.unique(all_keys, return_index=True, return_inverse=True)
+        messages = np.concatenate(msgs_parts)[first]
+        del all_keys, keys_parts, msgs_parts
+        idx = inverse.reshape(-1)[np.concatenate(inverse_parts)].reshape(src.shape[0], w)
+        del inverse_parts, src
+        held += 8.0 * idx.size + 8.0 * messages.size
+        if held > max_memory:
+            raise CompileLimitError(
+                f"{network.source}: {messages.shape[0]:,} distinct messages after level "
+                f"{step.stop} of {n} need more than the limit {format_bytes(max_memory)} "
+                f"(estimate {plan.estimate.text()}); give fewer features or another order"
+            )
+        weights = np.bincount(
+            idx.reshape(-1), weights=np.repeat(weights[live], w), minlength=messages.shape[0]
+        ).astype(np.int64)
+        child.append(idx)
+        lives.append(live)
+        stats.messages.append(int(messages.shape[0]))
+        remaining = math.prod(cards[step.stop :])
+        if step.stop == n:
+            if argmax:
+                _, codes, _, _, _ = _decide_argmax(messages.T)
+                dec = codes.astype(np.int64)
+                ties, impossible, pairs = _weighted_argmax_ties(messages, weights, zc)
+            else:
+                assert spec.threshold is not None
+                post, decision, _, _ = _decide(
+                    messages[:, pos], messages.sum(axis=1), spec.threshold
+                )
+                dec = decision.astype(np.int64)
+                ties = int(weights[np.abs(post - spec.threshold) <= TIE_TOLERANCE].sum())
+                impossible = int(weights[~(messages.sum(axis=1) > 0)].sum())
+            decided.append(dec)
+            live = np.zeros(0, dtype=np.int64)
+        elif step.early:
+            dec = _early(messages, zc, spec, pos, plan.positive_cpts)
+            done = dec >= 0
+            stats.early_messages += int(done.sum())
+            stats.early_inputs += int(weights[done].sum()) * remaining
+            impossible += int(weights[~(messages.sum(axis=1) > 0)].sum()) * remaining
+            decided.append(dec)
+            live = np.nonzero(~done)[0]
+        else:
+            decided.append(np.full(messages.shape[0], -1, dtype=np.int64))
+            live = np.arange(messages.shape[0])
+        if progress is not None:
+            progress(s + 1, len(plan.steps))
+    # bottom-up: node ids of the messages at each cut, deepest cut first
+    store = _NodeStore(len(terminals), cards, deadline)
+    ids = sink(decided[-1])
+    for s in range(len(plan.steps) - 1, -1, -1):
+        step = plan.steps[s]
+        table = ids[child[s]].reshape(-1, *cards[step.start : step.stop])
+        live_ids = store.bottom_up(table, step.start) if table.shape[0] else np.zeros(0, np.int64)
+        if s == 0:
+            root = int(live_ids[0])
+            break
+        prev = decided[s - 1]
+        ids = np.where(prev >= 0, sink(np.maximum(prev, 0)), -1)
+        ids[lives[s]] = live_ids
+    diagram = store.diagram(root, **_diagram_kw(network, spec))
+    quasi = diagram.quasi_nodes_per_level()
+    return _Built(
+        diagram,
+        "jointree",
+        sum(quasi),
+        quasi,
+        ties,
+        impossible,
+        tie_pairs=pairs if argmax else None,
+    )
+
+
+def _weighted_argmax_ties(
+    messages: np.ndarray, weights: np.ndarray, zc: int
+) -> tuple[int, int, np.ndarray]:
+    """Tied and impossible inputs and pair ties of final messages ``(D, states)``, each
+    message counting as the ``weights`` inputs that reach it."""
+    den = messages.sum(axis=1)
+    ok = den > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        post = np.where(ok[:, None], messages / np.where(ok, den, 1.0)[:, None], np.nan)
+    best = np.where(ok[:, None], post, 0.0).max(axis=1)
+    near = (post >= best[:, None] - TIE_TOLERANCE) & ok[:, None]
+    multi = near.sum(axis=1) >= 2
+    pairs = np.zeros((zc, zc), dtype=np.int64)
+    for a in range(zc):
+        for b in range(a + 1, zc):
+            pairs[a, b] = int(weights[near[:, a] & near[:, b]].sum())
+    return int(weights[multi].sum()), int(weights[~ok].sum()), pairs

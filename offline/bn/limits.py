@@ -1,8 +1,10 @@
-"""Memory and time limits of a BN compilation: sizes, the default share of RAM, the guard.
+"""Memory and time limits of a BN compilation: sizes, the default share of RAM, the guards.
 
 :func:`default_max_memory` is the bound every route is held to unless the caller gives one;
 :func:`memory_guard` turns the kernel's OOM kill into a :class:`MemoryError` by capping the
-process's data segment (``RLIMIT_DATA``) for the duration of a compilation.
+process's data segment (``RLIMIT_DATA``) for the duration of a compilation;
+:class:`Deadline` holds a compilation to its wall-clock limit while it runs (the routes'
+loops call :meth:`Deadline.check`), not only to the estimate made before it starts.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from collections.abc import Iterator
+
+from boxwatch.agent.errors import ConfigError
 
 MEMORY_SHARE = 0.5
 MAX_SIZE = 1 << 60
@@ -136,3 +141,47 @@ def memory_guard(max_bytes: int) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_DATA, old)
+
+
+class CompileTimeError(ConfigError):
+    """A compilation ran past its wall-clock limit; the message says what it had reached."""
+
+
+class Deadline:
+    """A wall-clock limit checked inside the compilation routes' loops.
+
+    Parameters
+    ----------
+    max_seconds : float or None
+        Seconds allowed from ``start``; ``None`` never expires.
+    source : str
+        Named in the error (the network's path).
+    start : float, optional
+        ``time.perf_counter()`` value the limit counts from (default: now).
+    """
+
+    def __init__(self, max_seconds: float | None, source: str, start: float | None = None):
+        self.max_seconds = max_seconds
+        self.source = source
+        self.start = time.perf_counter() if start is None else start
+        self.route = "planning"
+
+    def elapsed(self) -> float:
+        """Seconds since ``start``."""
+        return time.perf_counter() - self.start
+
+    def check(self, reached: str) -> None:
+        """Raise :class:`CompileTimeError` once the limit has passed.
+
+        ``reached`` says how far the route got (``"level 12 of 30"``); it is only formatted
+        into the message, so callers may pass a cheap string.
+        """
+        if self.max_seconds is None:
+            return
+        elapsed = time.perf_counter() - self.start
+        if elapsed > self.max_seconds:
+            raise CompileTimeError(
+                f"{self.source}: time limit {format_seconds(self.max_seconds)} reached after "
+                f"{elapsed:.3g} s in the {self.route} route ({reached}); give fewer features, "
+                "another order, or raise --max-seconds"
+            )

@@ -430,3 +430,180 @@ def refusal(
         f"{source}: no route fits the {limits}: {routes}; give fewer "
         "features, another order, or raise --max-memory / --max-seconds"
     )
+
+
+# ---------------------------------------------------------------------------- jointree route
+JOINTREE_MAX_BLOCK = 12
+JOINTREE_CHUNK_CELLS = 1 << 22
+JOINTREE_SECONDS_PER_MESSAGE = 4e-7
+JOINTREE_BYTES_PER_CELL = 40
+BATCH = "\x00batch"
+
+
+def alias(feature: str) -> str:
+    """Name of the output axis that enumerates ``feature``'s states in a jointree step."""
+    return f"{feature}\x00w"
+
+
+@dataclass(frozen=True)
+class JointreeStep:
+    """One step of the chain: the features ``order[start:stop]`` enumerated together.
+
+    ``factors`` are the CPTs absorbed in this step (those on the prefix side of the cut
+    after ``stop`` but not of the cut after ``start``); ``z_in`` and ``z_out`` the variables
+    of the messages before and after it (the class first, then hidden variables and prefix
+    features the remaining CPTs still mention); ``early`` whether no remaining CPT mentions
+    the class, so bounds over ``z_out`` can decide a partial input.
+    """
+
+    start: int
+    stop: int
+    factors: tuple[Factor, ...]
+    z_in: tuple[str, ...]
+    z_out: tuple[str, ...]
+    early: bool
+    contraction: Contraction
+    batch: int
+
+    def step_factors(
+        self, network: Network, messages: np.ndarray, features: Sequence[str]
+    ) -> list[Factor]:
+        """The batch of messages, the absorbed CPTs and one identity per enumerated feature."""
+        eyes = [((f, alias(f)), np.eye(network.card(f))) for f in features]
+        return [((BATCH, *self.z_in), messages), *self.factors, *eyes]
+
+
+@dataclass(frozen=True)
+class JointreePlan:
+    """The chain of steps and the route's estimate."""
+
+    steps: tuple[JointreeStep, ...]
+    estimate: Estimate
+    largest_block: int
+    positive_cpts: bool
+
+
+def _chain_uppers(
+    network: Network, spec: ResolvedSpec, factors: Sequence[Factor]
+) -> list[set[int]]:
+    """For each cut ``k`` (0..n) the factor indices on the prefix's side, growing with ``k``.
+
+    Each cut is a minimum vertex separator of the moral graph between the first ``k``
+    features and the rest (:func:`~boxwatch.offline.bn.separator.prefix_side`); every cut's
+    side also takes the previous cut's CPTs so that each step only adds CPTs.
+    """
+    cls, order = spec.class_variable, list(spec.order)
+    n = len(order)
+    scopes = [s for s, _ in factors]
+    uppers: list[set[int]] = [set()]
+    for k in range(1, n):
+        side, cut = prefix_side(network, scopes, cls, order[:k], order[k:])
+        near = side | cut | {cls}
+        mine = {i for i, s in enumerate(scopes) if near.issuperset(s)}
+        uppers.append(mine | uppers[-1])
+    uppers.append(set(range(len(factors))))
+    return uppers
+
+
+def _shared(
+    network: Network,
+    cls: str,
+    factors: Sequence[Factor],
+    upper: set[int],
+    prefix: Sequence[str],
+    suffix: Sequence[str],
+) -> tuple[str, ...]:
+    """Class first, then the variables both sides of a cut mention (the prefix features
+    count as the upper side's: they are observed there), suffix features never."""
+    up = {v for i in upper for v in factors[i][0]} | set(prefix)
+    far = set(suffix)
+    lo = {v for i, (s, _) in enumerate(factors) if i not in upper for v in s}
+    shared = [v for v in network.variables if v in up and v in lo and v != cls and v not in far]
+    return (cls, *shared)
+
+
+def plan_jointree(
+    network: Network,
+    spec: ResolvedSpec,
+    *,
+    max_memory: float,
+    max_block: int = JOINTREE_MAX_BLOCK,
+) -> JointreePlan:
+    """Cut the order into blocks (each at most :data:`JOINTREE_MAX_BLOCK` features) and size
+    the chain of messages.
+
+    The blocks minimise a cost proxy by dynamic programming over the cut positions: the
+    messages entering a block times the block's inputs times the states of both
+    separators. The messages are sized by their upper bound, the prefixes (merging and
+    early decisions only lower it; how far cannot be known from shapes), so the estimate
+    is an upper bound and ``auto`` takes this route only where that bound is best. A block
+    is cut where the separator is small; a cut with a large separator is skipped by making
+    the block around it longer (``max_block`` features at most: 1 gives one step per
+    feature). The distinct messages are counted while it runs.
+    """
+    cls, order = spec.class_variable, list(spec.order)
+    n = len(order)
+    cards = [network.card(f) for f in order]
+    factors = relevant_factors(network, [cls, *order])
+    uppers = _chain_uppers(network, spec, factors)
+    z = [_shared(network, cls, factors, uppers[k], order[:k], order[k:]) for k in range(n + 1)]
+    states = [math.prod(network.card(v) for v in zk) for zk in z]
+    early = [
+        k > 0 and all(cls not in s for i, (s, _) in enumerate(factors) if i not in uppers[k])
+        for k in range(n + 1)
+    ]
+
+    def distinct(k: int) -> float:
+        return float(math.prod(cards[:k]))
+
+    def union_states(i: int, j: int) -> int:
+        return math.prod(network.card(v) for v in set(z[i]) | set(z[j]))
+
+    best: list[tuple[float, int]] = [(0.0, 0)] + [(math.inf, 0)] * n
+    for j in range(1, n + 1):
+        for i in range(max(0, j - max_block), j):
+            if best[i][0] == math.inf:
+                continue
+            w = math.prod(cards[i:j])
+            cells = distinct(i) * w * states[j]
+            if JOINTREE_BYTES_PER_CELL * min(cells, JOINTREE_CHUNK_CELLS) > max_memory:
+                continue
+            cost = best[i][0] + distinct(i) * w * union_states(i, j) + cells
+            if cost < best[j][0]:
+                best[j] = (cost, i)
+    cuts = [n]
+    while cuts[-1] > 0 and best[cuts[-1]][0] < math.inf:
+        cuts.append(best[cuts[-1]][1])
+    if cuts[-1] != 0:  # nothing fits: one block per feature, the estimate says by how much
+        cuts = list(range(n, -1, -1))
+    cuts.reverse()
+    steps = []
+    seconds = 0.0
+    nbytes = 0.0
+    for i, j in zip(cuts[:-1], cuts[1:], strict=True):
+        absorbed = tuple(factors[x] for x in sorted(uppers[j] - uppers[i]))
+        w = math.prod(cards[i:j])
+        per_row = max(1, w * max(states[j], union_states(i, j)))
+        batch = int(max(1, min(distinct(i), JOINTREE_CHUNK_CELLS // per_row)))
+        dummy = [((BATCH, *z[i]), np.empty((batch, *(network.card(v) for v in z[i]))))]
+        eyes = [((f, alias(f)), np.empty((network.card(f),) * 2)) for f in order[i:j]]
+        out = [BATCH, *(alias(f) for f in order[i:j]), *z[j]]
+        c = plan_contraction([*dummy, *absorbed, *eyes], out, max_cells=max_memory / 16)
+        rounds = distinct(i) / batch
+        seconds += rounds * c.seconds + JOINTREE_SECONDS_PER_MESSAGE * distinct(i) * w
+        nbytes = max(
+            nbytes,
+            16 * c.largest_cells
+            + JOINTREE_BYTES_PER_CELL * min(distinct(i) * w, distinct(j)) * states[j]
+            + 8 * distinct(i) * w,
+        )
+        steps.append(JointreeStep(i, j, absorbed, z[i], z[j], early[j], c, batch))
+    largest = max(j - i for i, j in zip(cuts[:-1], cuts[1:], strict=True))
+    positive = all((t > 0).all() for _, t in factors)
+    detail = (
+        f"{math.prod(cards):.3g} inputs in {len(steps)} blocks of at most {largest} features, "
+        f"largest separator {max(states[k] for k in cuts):,} states"
+    )
+    return JointreePlan(
+        tuple(steps), Estimate("jointree", nbytes, seconds, detail), largest, positive
+    )
