@@ -576,6 +576,7 @@ def _compile_joint(
     factors = relevant_factors(network, [cls, *order])
     joint = contraction.run(factors)
     cards = [network.card(f) for f in order]
+    deadline = deadline or Deadline(None, "")
     deadline.check("the joint table was contracted")
     if spec.is_argmax:
         store = _NodeStore(network.card(cls), cards, deadline)
