@@ -269,7 +269,7 @@ def _real_model_file(path: Path, error: type[Exception] = ConfigError) -> Path:
         real = path.resolve(strict=True)
         mode = real.stat().st_mode
     except FileNotFoundError:
-        raise error(f"{path}: no such model file") from None
+        raise error(f"{path}: no such file (the model)") from None
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
         raise error(f"{path}: cannot read the model ({exc})") from None
     if stat.S_ISDIR(mode):

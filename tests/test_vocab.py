@@ -48,7 +48,7 @@ def test_build_schema_enums_are_the_owners():
     props = SCHEMA["properties"]
     mon = props["monitor"]["properties"]
     model = props["model"]["properties"]
-    assert mon["selection"]["enum"] == list(vocab.SELECTIONS)  # no coverage, no fixed
+    assert mon["selection"]["enum"] == list(vocab.SELECTIONS)  # no undocumented "fixed"
     assert mon["combine"]["enum"] == list(vocab.COMBINE_RULES)
     assert mon["normalize"]["enum"] == list(vocab.NORMALIZATIONS)
     assert mon["score"]["enum"] == list(vocab.SCORES)
@@ -116,7 +116,7 @@ def test_estimator_and_taps_validate_with_the_owners():
     ):
         for value in values:
             assert BoxMonitor(["a"], **{param: value})._check_params(["a"]) == [], value
-        assert BoxMonitor(["a"], **{param: "coverage"})._check_params(["a"]), param
+        assert BoxMonitor(["a"], **{param: "fixed"})._check_params(["a"]), param
 
 
 def test_dead_letter_reasons_are_checked():

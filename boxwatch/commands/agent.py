@@ -49,7 +49,7 @@ def _require_files(cfg: AgentConfig) -> None:
     named = [("artifact", cfg["artifact"]), *(("public key", k) for k in cfg["public_keys"])]
     if cfg["model"]:
         named.append(("model", cfg["model"]))
-    missing = [f"{path}: no such {what} file" for what, path in named if not Path(path).is_file()]
+    missing = [f"{path}: no such {what} file" for what, path in named if not Path(path).exists()]
     if missing:
         raise ConfigError(missing)
 

@@ -148,7 +148,7 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
             )
     else:
         try:
-            threshold = float(spec.threshold)  # type: ignore[arg-type]
+            threshold = float(spec.threshold)  # type: ignore[arg-type]  # a bad value is refused below
         except (TypeError, ValueError):
             threshold = float("nan")
         if not 0.0 < threshold < 1.0:

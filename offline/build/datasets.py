@@ -83,7 +83,7 @@ def _read_exactly(fh: IO[bytes], nbytes: int) -> np.ndarray:
     view = buf.data
     got = 0
     while got < nbytes:
-        n = fh.readinto(view[got:])  # type: ignore[attr-defined]
+        n = fh.readinto(view[got:])  # type: ignore[attr-defined]  # files and GzipFile have it
         if not n:
             break
         got += n
@@ -100,7 +100,8 @@ def read_idx(path: Path) -> np.ndarray:
     """
     gz = path.name.endswith(".gz")
     with open_regular(path, what="IDX file") as raw:
-        fh: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]
+        # GzipFile is a binary stream, which typeshed does not say of IO[bytes].
+        fh: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]  # see above
         try:
             head = fh.read(4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_DTYPES:
