@@ -22,6 +22,7 @@ from typing import Any
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as TP
 from kafka.admin import NewTopic
+from kafka.coordinator.base import MemberState
 from kafka.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -273,7 +274,7 @@ class KafkaPythonConsumer:
     def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
         """kafka-python fetches only inside ``poll``: a quiet stream is paced by polling
         briefly at the :class:`IdlePacer`'s slots and sleeping in between."""
-        if self._pacer.idle(assigned=bool(self.raw.assignment())):
+        if self._pacer.idle(assigned=bool(self.raw.assignment())) and not self._rebalancing():
             if not self._pacer.wait_slot(timeout_s):
                 return []
             timeout_s = min(timeout_s, IDLE_FETCH_WINDOW_S)
@@ -284,6 +285,18 @@ class KafkaPythonConsumer:
         records = [r for recs in polled.values() for r in recs]
         self._pacer.saw(len(records))
         return records
+
+    def _rebalancing(self) -> bool:
+        """Whether the group coordinator has a join to finish: kafka-python drives it inside
+        ``poll``, which then needs its whole timeout, not a paced fetch window (a survivor
+        would otherwise never take over a dead member's partitions)."""
+        coordinator = getattr(self.raw, "_coordinator", None)
+        if coordinator is None:
+            return False
+        try:
+            return bool(coordinator.need_rejoin()) or coordinator.state != MemberState.STABLE
+        except Exception:  # a private API: on any surprise, never pace
+            return True
 
     def pause(self) -> None:
         self.paused = True
