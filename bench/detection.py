@@ -350,7 +350,7 @@ def run_cell(
     tap = OnnxTap(
         path,
         [t for t in taps.values() if t != "logits"],
-        pooling={TAPS["cnn"]["conv2"]: "avg"} if arch == "cnn" else None,
+        pooling={TAPS["cnn"]["conv2"]: "avg"} if arch == "cnn" else "flatten",
         threads=1,
     )
     test_known = np.isin(y_test, known)
@@ -559,8 +559,8 @@ def main() -> None:
         f"{TIE:.1%}.",
         "",
         "### Summary per cell\n",
-        "| cell | test acc. | box correct known acc. | near: box / best baseline | far: box / best baseline | misclassified: box / MSP | near | far | misclassified vs MSP |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| data | held out | arch | seed | test acc. | box correct known acc. | near: box / best baseline | far: box / best baseline | misclassified: box / MSP | near | far | misclassified vs MSP |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     counts = {k: {"win": 0, "tie": 0, "loss": 0} for k in ("near", "far", "err")}
     for cell, acc, box, base in summary:
