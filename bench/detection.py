@@ -393,9 +393,8 @@ def run_cell(
         pred["holdout"][ok],
         target_acceptance=TARGET,
     )
-    accepted = {
-        s: mon.predict(acts[s], pred[s]).combined == ACCEPT for s in ("known", "near", "far")
-    }
+    verdicts = {s: mon.predict(acts[s], pred[s]).combined for s in ("known", "near", "far")}
+    accepted = {s: v == ACCEPT for s, v in verdicts.items()}
     box_scores = {s: mon.score_samples(acts[s], pred[s]) for s in ("known", "near")}
     share = float(accepted["known"][correct].mean())
     kb = {k: v[:256] for k, v in acts["known"].items()}
@@ -429,7 +428,11 @@ def run_cell(
     ]
     settings = (
         f"tau {', '.join(f'{k} {sorted(set(np.round(mon.tau_[k], 3).tolist()))}' for k in layers)}; "
-        f"contrast {'+'.join(mon.contrast_layers_) or '-'}"
+        f"contrast {'+'.join(mon.contrast_layers_) or '-'}; correct known test verdicts "
+        + " / ".join(
+            f"{name} {np.mean(verdicts['known'][correct] == code):.1%}"
+            for code, name in enumerate(("accept", "uncertainty", "reject"))
+        )
     )
 
     def matched(label: str, score: Callable[[str], np.ndarray], rate: float) -> Row:
