@@ -345,6 +345,48 @@ class BoxSet:
             out[idx] = np.sqrt(best, dtype=np.float64)
         return out
 
+    def fused_distances(
+        self, x: np.ndarray, y: np.ndarray, other: BoxSet
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The fused score's distances: ``(d_own, inside, d_other)``.
+
+        ``d_own`` and ``inside`` are :meth:`distance_and_contains`; ``d_other`` is
+        ``other.distance`` (``other``: the boxes of each class's nearest other classes, see
+        :func:`complement_boxes`) where ``0 < d_own < inf`` and ``inf`` elsewhere (the
+        contrast term needs it nowhere else). The native kernel does all of it in one pass
+        over the inputs; the numpy path gives identical values.
+        """
+        x, y = self._check(x, y)
+        if other.n_classes != self.n_classes or other.n_features != self.n_features:
+            raise ConfigError(
+                "fused_distances: the other boxes must have the same classes and features"
+            )
+        if _kernel is not None and self.n_features:
+            inside = np.empty(len(x), dtype=np.uint8)
+            d_own = np.empty(len(x), dtype=np.float64)
+            d_other = np.empty(len(x), dtype=np.float64)
+            _kernel.fused_distances(
+                x,
+                y,
+                self.lo,
+                self.hi,
+                self.offsets,
+                self.n_features,
+                other.lo,
+                other.hi,
+                other.offsets,
+                inside,
+                d_own,
+                d_other,
+            )
+            return d_own, inside.view(bool), d_other
+        d_own, inside = self.distance_and_contains(x, y)
+        rows = np.flatnonzero(np.isfinite(d_own) & (d_own > 0))
+        d_other = np.full(len(x), np.inf)
+        if len(rows):
+            d_other[rows] = other.distance(x[rows], y[rows])
+        return d_own, inside, d_other
+
     def _native_distance_contains(
         self, x: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -581,8 +623,15 @@ class BoxRuntime:
         }
         dist: dict[str, np.ndarray] = {}
         in_good: dict[str, np.ndarray] = {}
+        d_other: dict[str, np.ndarray] = {}
         for layer in feats:
-            if scored and layer in self.score_layers:
+            if layer in contrast and layer in self.score_layers:  # one pass for both terms
+                dist[layer], inside, d_other[layer] = self.good[layer].fused_distances(
+                    feats[layer], y_pred, self.other_boxes(layer)
+                )
+                if layer in self.layers:
+                    in_good[layer] = inside
+            elif scored and layer in self.score_layers:
                 dist[layer], inside = self.good[layer].distance_and_contains(feats[layer], y_pred)
                 if layer in self.layers:
                     in_good[layer] = inside
@@ -608,7 +657,13 @@ class BoxRuntime:
                 else self.good[layer].distance(feats[layer], y_pred)
                 for layer in contrast
             }
-            scores = self.combine_scores(dist, self._contrast(feats, y_pred, own))
+            contrast_terms = {
+                layer: contrast_scores(own[layer], d_other[layer])
+                if layer in d_other
+                else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
+                for layer in contrast
+            }
+            scores = self.combine_scores(dist, contrast_terms)
         if not calibrated:
             combined = combine_verdicts(
                 np.stack([per[layer] for layer in self.layers]), self.combine

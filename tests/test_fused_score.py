@@ -196,6 +196,47 @@ def test_native_and_numpy_fused_scores_are_identical(monkeypatch):
     np.testing.assert_array_equal(native, numpy_path)
 
 
+@pytest.mark.skipif(boxes_module._NATIVE is None, reason="the native box kernel is not built")
+@pytest.mark.parametrize("contrast_classes", [0, 1, 2])
+def test_one_pass_kernel_equals_numpy_and_decides_like_scores(monkeypatch, contrast_classes):
+    """The native one-pass fused distances (own class, nearest other class, membership) are
+    bit-identical to the numpy path, NaN rows and a class without boxes included, and
+    BoxRuntime.assess (which uses them) emits the scores and verdicts of the separate path."""
+    rt = _fused_runtime(3, contrast_classes=contrast_classes)
+    empty = BoxSet.from_boxes(
+        [rt.good["a"].boxes_of(c) for c in range(3)]
+        + [(np.zeros((0, 5), np.float32), np.zeros((0, 5), np.float32))],
+        5,
+    )
+    rt.good["a"] = empty
+    rng = np.random.default_rng(11)
+    acts = {"a": rng.normal(scale=3, size=(2000, 5)), "b": rng.normal(scale=3, size=(2000, 2))}
+    acts["a"][:40] = rt.good["a"].lo[0]  # inside a box
+    acts["a"][40:45, 2] = np.nan
+    y = rng.integers(0, 4, size=2000)
+    other = rt.other_boxes("a")
+    x = acts["a"].astype(np.float32)
+    before = set_box_kernel("native")
+    try:
+        native = rt.good["a"].fused_distances(x, y, other)
+        native_assess = rt.assess(acts, y)
+        set_box_kernel("numpy")
+        monkeypatch.setattr(boxes_module, "_PADDED_ELEMENTS", 0)
+        monkeypatch.setattr(boxes_module, "_ROWWISE_MIN_DISTANCE", 0)
+        numpy_path = rt.good["a"].fused_distances(x, y, other)
+        numpy_scores = rt.scores(acts, y)
+        numpy_verdicts = rt.verdicts(acts, y)[0]
+    finally:
+        set_box_kernel(before)
+    for got, want in zip(native, numpy_path, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert not np.isfinite(native[0][40:45]).any() and np.isinf(native[2][40:45]).all()
+    assert np.isinf(native[0][y == 3]).all()
+    np.testing.assert_array_equal(native_assess[2], numpy_scores)
+    np.testing.assert_array_equal(native_assess[0], numpy_verdicts)
+    assert (native_assess[0][40:45] == REJECT).all()
+
+
 def test_held_out_class_selection_needs_no_unknown_inputs():
     acts, y, pred = _clusters(0, n=300)
     vacts, vy, vpred = _clusters(0, n=150)  # same centres, fresh points
