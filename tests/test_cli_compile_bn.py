@@ -287,6 +287,8 @@ def test_decision_options_are_checked_as_usage_errors(bif_file, args, message):
     res = run(str(bif_file), "--class", "v3", *args)
     assert res.exit_code == EXIT_USAGE
     assert message in res.output
+
+
 def test_a_route_that_cannot_certify_says_so(tmp_path, monkeypatch):
     from boxwatch.offline.bn import compile as bn_compile
 

@@ -65,11 +65,15 @@ def prepare(cfg: BuildConfig) -> BNInputs:
         raise ConfigError(f"bn.file: {show_path(path)}: no such file")
     decision = b.get("decision", "threshold")
     if decision == "threshold" and not {"positive", "threshold"} <= set(b):
-        raise ConfigError("bn: positive and threshold are required with decision: threshold "
-                          "(or set decision: argmax)")
+        raise ConfigError(
+            "bn: positive and threshold are required with decision: threshold "
+            "(or set decision: argmax)"
+        )
     if decision == "argmax" and {"positive", "threshold"} & set(b):
-        raise ConfigError("bn: positive and threshold apply to decision: threshold only; "
-                          "decision: argmax decides the most probable class state")
+        raise ConfigError(
+            "bn: positive and threshold apply to decision: threshold only; "
+            "decision: argmax decides the most probable class state"
+        )
     try:
         limit = parse_size(b["max_memory"]) if "max_memory" in b else default_max_memory()
     except ValueError:
@@ -78,12 +82,21 @@ def prepare(cfg: BuildConfig) -> BNInputs:
         with memory_guard(limit):  # parsing is held to the same bound as compiling
             network = load_network(path, max_memory=limit)
     except MemoryError:
-        raise ConfigError(f"bn.file: {show_path(path)}: out of memory while reading it "
-                          f"(limit {format_bytes(limit)}); raise bn.max_memory") from None
-    spec = resolve_spec(network, ClassifierSpec(
-        class_variable=b["class"], positive=b.get("positive"),
-        threshold=float(b["threshold"]) if "threshold" in b else None,
-        features=b.get("features"), order=b.get("order"), decision=decision))
+        raise ConfigError(
+            f"bn.file: {show_path(path)}: out of memory while reading it "
+            f"(limit {format_bytes(limit)}); raise bn.max_memory"
+        ) from None
+    spec = resolve_spec(
+        network,
+        ClassifierSpec(
+            class_variable=b["class"],
+            positive=b.get("positive"),
+            threshold=float(b["threshold"]) if "threshold" in b else None,
+            features=b.get("features"),
+            order=b.get("order"),
+            decision=decision,
+        ),
+    )
     schema = schema_for(network, spec)
     problems: list[str] = []
     max_memory = None
@@ -110,8 +123,14 @@ def prepare(cfg: BuildConfig) -> BNInputs:
         merged.state_order.update(part.state_order)
     if problems:
         raise ConfigError(problems)
-    return BNInputs(path, network, spec, merged,
-                    int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)), max_memory)
+    return BNInputs(
+        path,
+        network,
+        spec,
+        merged,
+        int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)),
+        max_memory,
+    )
 
 
 # Fields that depend on timing (seconds; which exact engine answered first under a time
@@ -135,44 +154,83 @@ def run(bn: BNInputs) -> BNOutcome:
     with BNVerifier(d, network=bn.network) as verifier:
         report = verifier.verify(bn.rules, counterexamples=bn.counterexamples)
     schema = ClassifierSchema.from_diagram(d, bn.network.variables)
-    gate_rules = encode_rules(RuleEntry(rule.name, rule.premise, rule.conclusion, res.verdict)
-                              for rule, res in zip(bn.rules.rules, report.rules, strict=True))
+    gate_rules = encode_rules(
+        RuleEntry(rule.name, rule.premise, rule.conclusion, res.verdict)
+        for rule, res in zip(bn.rules.rules, report.rules, strict=True)
+    )
     verification = _reproducible(report.to_dict())
     figures = result.summary()
     rules_summary = []
     for rule, res in zip(bn.rules.rules, report.rules, strict=True):
-        rules_summary.append({
-            "id": rule.name,
-            "premise": rule.to_dict(schema)["premise"],
-            "conclusion": ", ".join(rule.conclusion),
-            "verdict": res.verdict,
-            "violations": res.violating_inputs,
-            "probability": res.violating_probability,
-            "counterexamples": [
-                {f: [c.fixed[f]] if f in c.fixed else list(rule.to_dict(schema)["premise"].get(
-                    f, d.states[d.features.index(f)])) for f in d.features}
-                for c in res.counterexamples],
-        })
-    fmo = [{"id": m.query, "feature": m.feature, "kind": m.kind, "verdict": m.verdict,
-            "reason": m.reason, "given": q.to_dict(schema)["given"],
-            "witness": m.witness.to_dict() if m.witness else None}
-           for q, m in zip(bn.rules.queries, report.monotonicity, strict=True)]
+        rules_summary.append(
+            {
+                "id": rule.name,
+                "premise": rule.to_dict(schema)["premise"],
+                "conclusion": ", ".join(rule.conclusion),
+                "verdict": res.verdict,
+                "violations": res.violating_inputs,
+                "probability": res.violating_probability,
+                "counterexamples": [
+                    {
+                        f: [c.fixed[f]]
+                        if f in c.fixed
+                        else list(
+                            rule.to_dict(schema)["premise"].get(f, d.states[d.features.index(f)])
+                        )
+                        for f in d.features
+                    }
+                    for c in res.counterexamples
+                ],
+            }
+        )
+    fmo = [
+        {
+            "id": m.query,
+            "feature": m.feature,
+            "kind": m.kind,
+            "verdict": m.verdict,
+            "reason": m.reason,
+            "given": q.to_dict(schema)["given"],
+            "witness": m.witness.to_dict() if m.witness else None,
+        }
+        for q, m in zip(bn.rules.queries, report.monotonicity, strict=True)
+    ]
     summary = {
-        "file": str(bn.file), "class": d.class_variable, "decision": d.decision,
-        "positive": d.positive, "threshold": d.threshold, "features": sorted(d.features),
-        "order": list(d.features), "terminals": list(d.terminals),
-        "decided": figures["decided"], "tie_pairs": figures["tie_pairs"],
+        "file": str(bn.file),
+        "class": d.class_variable,
+        "decision": d.decision,
+        "positive": d.positive,
+        "threshold": d.threshold,
+        "features": sorted(d.features),
+        "order": list(d.features),
+        "terminals": list(d.terminals),
+        "decided": figures["decided"],
+        "tie_pairs": figures["tie_pairs"],
         "states": {f: list(s) for f, s in zip(d.features, d.states, strict=True)},
-        "nodes": figures["nodes"], "nodes_quasi": figures["nodes_quasi"],
-        "positives": figures["positives"], "inputs": figures["inputs"], "ties": figures["ties"],
-        "exact_inputs": figures["exact_inputs"], "certified": figures["certified"],
-        "seconds": round(figures["seconds"], 4), "rules": rules_summary, "fmo": fmo,
+        "nodes": figures["nodes"],
+        "nodes_quasi": figures["nodes_quasi"],
+        "positives": figures["positives"],
+        "inputs": figures["inputs"],
+        "ties": figures["ties"],
+        "exact_inputs": figures["exact_inputs"],
+        "certified": figures["certified"],
+        "seconds": round(figures["seconds"], 4),
+        "rules": rules_summary,
+        "fmo": fmo,
     }
-    contents = {"class": d.class_variable, "positive": d.positive, "threshold": d.threshold,
-                "features": list(d.features), "nodes": d.n_nodes, "ties": figures["ties"]}
+    contents = {
+        "class": d.class_variable,
+        "positive": d.positive,
+        "threshold": d.threshold,
+        "features": list(d.features),
+        "nodes": d.n_nodes,
+        "ties": figures["ties"],
+    }
     if d.is_argmax:
         contents["decision"] = d.decision
         contents["states"] = list(d.terminals)
-    verdicts = [{"id": r["id"], "verdict": r["verdict"], "violations": r["violations"]}
-                for r in rules_summary]
+    verdicts = [
+        {"id": r["id"], "verdict": r["verdict"], "violations": r["violations"]}
+        for r in rules_summary
+    ]
     return BNOutcome(d, gate_rules, verification, contents, verdicts, summary)

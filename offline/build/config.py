@@ -37,8 +37,7 @@ _DATASET = {
     },
 }
 # The build's monitor warnings (offline/build/emitted.py WARNINGS), usable in policy.fail_on.
-MONITOR_WARNINGS = ("low_known_acceptance", "tau_at_edge", "empty_contrast",
-                    "few_training_inputs")
+MONITOR_WARNINGS = ("low_known_acceptance", "tau_at_edge", "empty_contrast", "few_training_inputs")
 _TAU = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
 
 SCHEMA: dict[str, Any] = {
@@ -71,8 +70,11 @@ SCHEMA: dict[str, Any] = {
                     "type": "object",
                     "additionalProperties": False,
                     "properties": {
-                        "shape": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                                  "minItems": 1},
+                        "shape": {
+                            "type": "array",
+                            "items": {"type": "integer", "minimum": 1},
+                            "minItems": 1,
+                        },
                         "dtype": {"enum": list(vocab.INPUT_DTYPES)},
                         "scale": {"type": "number"},
                         "offset": {"type": "number"},
@@ -88,8 +90,12 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["train"],
             # test: labelled, reported like validation, never fitted or calibrated on.
-            "properties": {"train": _DATASET, "validation": _DATASET, "test": _DATASET,
-                           "unknown": _DATASET},
+            "properties": {
+                "train": _DATASET,
+                "validation": _DATASET,
+                "test": _DATASET,
+                "unknown": _DATASET,
+            },
             # More unknown sets (e.g. unknown_far), for the report's operating point only.
             "patternProperties": {"^unknown_[A-Za-z0-9_]+$": _DATASET},
         },
@@ -97,8 +103,13 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "tau": {"oneOf": [_TAU, {"type": "array", "items": _TAU, "minItems": 1},
-                                  {"const": "search"}]},
+                "tau": {
+                    "oneOf": [
+                        _TAU,
+                        {"type": "array", "items": _TAU, "minItems": 1},
+                        {"const": "search"},
+                    ]
+                },
                 "selection": {"enum": list(vocab.SELECTIONS)},
                 "combine": {"enum": list(vocab.COMBINE_RULES)},
                 "normalize": {"enum": list(vocab.NORMALIZATIONS)},
@@ -138,9 +149,13 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "fail_on": {"type": "array", "uniqueItems": True,
-                            "items": {"enum": ["rule_violated", "fmo_violated", "bn_ties",
-                                               *MONITOR_WARNINGS]}},
+                "fail_on": {
+                    "type": "array",
+                    "uniqueItems": True,
+                    "items": {
+                        "enum": ["rule_violated", "fmo_violated", "bn_ties", *MONITOR_WARNINGS]
+                    },
+                },
                 "min_recall": {"type": "number", "minimum": 0, "maximum": 1},
                 "min_precision": {"type": "number", "minimum": 0, "maximum": 1},
                 "max_unknown_acceptance": {"type": "number", "minimum": 0, "maximum": 1},

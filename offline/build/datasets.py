@@ -34,7 +34,14 @@ from boxwatch.offline.bn.limits import default_max_memory
 MAX_DIMS = 32
 """Dimensions a data set's array may declare (numpy's own limit is 64)."""
 
-_IDX_DTYPES: dict[int, DTypeLike] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, DTypeLike] = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 
 
 def infer_format(path: Path) -> str:

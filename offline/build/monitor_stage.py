@@ -56,13 +56,18 @@ def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.
     return {k: np.concatenate([a[k], b[k]]) for k in a}
 
 
-def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress=None
-                 ) -> MonitorOutcome:
+def fit_monitors(
+    mi: Any, params: dict[str, Any], *, extract: Callable, progress=None
+) -> MonitorOutcome:
     """Fit, select, calibrate and evaluate the box monitors of a validated model config."""
     sets = {name: x for name, (x, _y) in mi.data.items()}
-    with (progress("extracting activations",
-                   sum(len(x) for name, x in sets.items() if name != "test"))
-          if progress else nullcontext()) as bar:
+    with (
+        progress(
+            "extracting activations", sum(len(x) for name, x in sets.items() if name != "test")
+        )
+        if progress
+        else nullcontext()
+    ) as bar:
         acts, preds, logits = {}, {}, {}
         for name, x in sets.items():
             if name == "test":  # reported only (pipeline); never fitted or calibrated on
@@ -71,11 +76,16 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
             preds[name] = logits[name].argmax(axis=1)
     n_classes = len(mi.classes)
     y = {name: mi.data[name][1] for name in mi.data}
-    accuracy: dict[str, float | None] = {name: float(np.mean(preds[name] == y[name]))
-                for name in ("train", "validation") if name in y and y[name] is not None}
+    accuracy: dict[str, float | None] = {
+        name: float(np.mean(preds[name] == y[name]))
+        for name in ("train", "validation")
+        if name in y and y[name] is not None
+    }
     tau_param = params.get("tau", list(DEFAULT_TAUS))
-    taus = sorted({float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
-                  reverse=True)
+    taus = sorted(
+        {float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
+        reverse=True,
+    )
     selection = params.get("selection", "held-out-class")
     has_val = "validation" in acts
     # The selection/evaluation set: validation inputs plus unknown ones labelled -1.
@@ -99,10 +109,15 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
     # "coverage" (and "fixed" with a tau list, as before): the coverage search chooses tau.
     estimator_selection = selection if selection in ("f1", "held-out-class") else "coverage"
     monitor = BoxMonitor(
-        mi.layers, tau=tau, taus=taus, selection=estimator_selection,
-        combine=params.get("combine", DEFAULT_COMBINE), target_acceptance=target,
+        mi.layers,
+        tau=tau,
+        taus=taus,
+        selection=estimator_selection,
+        combine=params.get("combine", DEFAULT_COMBINE),
+        target_acceptance=target,
         normalize=params.get("normalize", "l2"),
-        score_layers=params.get("score_layers"), score=params.get("score", "fused"),
+        score_layers=params.get("score_layers"),
+        score=params.get("score", "fused"),
         contrast_layers=params.get("contrast_layers", "auto"),
         contrast_classes=params.get("contrast_classes", 1),
         random_state=params.get("random_state", 0),
@@ -113,36 +128,72 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
         calib = (acts["validation"], y["validation"], preds["validation"])
     elif len(held):
         calib_set = "train (held out)"
-        calib = ({k: v[held] for k, v in acts["train"].items()}, y["train"][held],
-                 preds["train"][held])
+        calib = (
+            {k: v[held] for k, v in acts["train"].items()},
+            y["train"][held],
+            preds["train"][held],
+        )
     else:  # another combine rule without validation data: the score threshold only
         calib_set = "train"
         calib = (acts["train"], y["train"], preds["train"])
     cal = monitor.calibrate(
-        calib[0], calib[2], target_acceptance=target,
-        acts_unknown=acts.get("unknown"), y_pred_unknown=preds.get("unknown"),
-        y_true_known=calib[1])
+        calib[0],
+        calib[2],
+        target_acceptance=target,
+        acts_unknown=acts.get("unknown"),
+        y_pred_unknown=preds.get("unknown"),
+        y_true_known=calib[1],
+    )
     summary: dict[str, Any] = {
         "layers": list(mi.layers),
         "taus": taus,
         "tau": {layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
         # Without validation data fit() falls back to the coverage search.
-        "tau_selection": ("fixed" if tau != "auto"
-                          else estimator_selection if has_val else "coverage"),
+        "tau_selection": (
+            "fixed" if tau != "auto" else estimator_selection if has_val else "coverage"
+        ),
         "score": monitor.score,
         "contrast_layers": list(monitor.contrast_layers_),
         "calibration_set": calib_set,
-        "boxes": {layer: {"good": monitor.runtime_.good[layer].counts().tolist(),
-                          "bad": monitor.runtime_.bad[layer].counts().tolist()}
-                  for layer in mi.layers},
-        "calibration": {k: (_finite(v) if isinstance(v, float) else v)
-                        for k, v in cal.as_dict().items() if k != "scales"},
+        "boxes": {
+            layer: {
+                "good": monitor.runtime_.good[layer].counts().tolist(),
+                "bad": monitor.runtime_.bad[layer].counts().tolist(),
+            }
+            for layer in mi.layers
+        },
+        "calibration": {
+            k: (_finite(v) if isinstance(v, float) else v)
+            for k, v in cal.as_dict().items()
+            if k != "scales"
+        },
     }
     if eval_acts is not None:
-        summary.update(_evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred,
-                                   taus, n_classes, params))
-    summary["coverage"] = _coverage(monitor, mi, acts["train"], y["train"], preds["train"], taus,
-                                    n_classes, params.get("random_state", 0))
+        summary.update(
+            _evaluation(
+                monitor,
+                mi,
+                acts,
+                preds,
+                y,
+                eval_acts,
+                eval_true,
+                eval_pred,
+                taus,
+                n_classes,
+                params,
+            )
+        )
+    summary["coverage"] = _coverage(
+        monitor,
+        mi,
+        acts["train"],
+        y["train"],
+        preds["train"],
+        taus,
+        n_classes,
+        params.get("random_state", 0),
+    )
     contents = {
         "count": len(mi.layers) * n_classes,
         "boxes": int(sum(sum(v["good"]) + sum(v["bad"]) for v in summary["boxes"].values())),
@@ -156,24 +207,36 @@ def fit_monitors(mi: Any, params: dict[str, Any], *, extract: Callable, progress
     return MonitorOutcome(monitor, accuracy, contents, summary, logits, rows)
 
 
-def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, taus, n_classes,
-                params) -> dict[str, Any]:
+def _evaluation(
+    monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, taus, n_classes, params
+) -> dict[str, Any]:
     """Per-tau outcome curves and the score's detection figures (the emitted verdicts'
     outcome counts come from the agent's runtime, :mod:`.emitted`)."""
     sweep = monitor.sweep_
     if sweep.taus != taus:  # fit swept other taus (fixed tau, coverage selection)
-        sweep = build_sweep(acts["train"], y["train"], preds["train"], layers=mi.layers,
-                            taus=taus, n_classes=n_classes, normalize=monitor.normalize,
-                            random_state=params.get("random_state", 0))
+        sweep = build_sweep(
+            acts["train"],
+            y["train"],
+            preds["train"],
+            layers=mi.layers,
+            taus=taus,
+            n_classes=n_classes,
+            normalize=monitor.normalize,
+            random_state=params.get("random_state", 0),
+        )
     by_layer = sweep.verdicts(eval_acts, eval_pred)
     curves = {}
     for layer in mi.layers:
-        rows = [total(outcomes_per_class(by_layer[layer][t], eval_true, eval_pred, n_classes))
-                for t in sweep.taus]
-        curves[layer] = {"taus": list(sweep.taus),
-                         **{k: [getattr(r, k) for r in rows] for k in ("tp", "fp", "tn", "fn", "mp", "mn")},
-                         "precision": [r.precision for r in rows],
-                         "recall": [r.recall for r in rows]}
+        rows = [
+            total(outcomes_per_class(by_layer[layer][t], eval_true, eval_pred, n_classes))
+            for t in sweep.taus
+        ]
+        curves[layer] = {
+            "taus": list(sweep.taus),
+            **{k: [getattr(r, k) for r in rows] for k in ("tp", "fp", "tn", "fn", "mp", "mn")},
+            "precision": [r.precision for r in rows],
+            "recall": [r.recall for r in rows],
+        }
     out: dict[str, Any] = {"curves": curves}
     if "unknown" in acts and "validation" in acts:
         known = monitor.outlier_score(acts["validation"], preds["validation"])
@@ -183,10 +246,13 @@ def _evaluation(monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, ta
         hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0
         edges = np.linspace(0.0, max(hi, 1e-9), HISTOGRAM_BINS + 1)
         out["detection"] = {
-            "auroc": _finite(det.auroc), "fpr_at_95": _finite(det.fpr),
-            "histogram": {"edges": edges.tolist(),
-                          "known": np.histogram(np.clip(known, 0, hi), edges)[0].tolist(),
-                          "unknown": np.histogram(np.clip(unknown, 0, hi), edges)[0].tolist()},
+            "auroc": _finite(det.auroc),
+            "fpr_at_95": _finite(det.fpr),
+            "histogram": {
+                "edges": edges.tolist(),
+                "known": np.histogram(np.clip(known, 0, hi), edges)[0].tolist(),
+                "unknown": np.histogram(np.clip(unknown, 0, hi), edges)[0].tolist(),
+            },
         }
     return out
 
@@ -213,7 +279,6 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
                 continue
             path = TauKMeansPath(xs, random_state=seed)
             covs = [coverage_at(path, t) for t in taus]
-            per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1))))
-                              for c in covs])
+            per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1)))) for c in covs])
         out[layer] = {"taus": list(taus), "per_class": per_class, "measure": COVERAGE_MEASURE}
     return out

@@ -224,9 +224,16 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
     tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for name, spec in cfg.section("data").items():
-        loaded = _collect(problems, functools.partial(
-            load_dataset, spec, resolve=cfg.resolve, name=name,
-            labelled=name in ("train", "validation", "test")))
+        loaded = _collect(
+            problems,
+            functools.partial(
+                load_dataset,
+                spec,
+                resolve=cfg.resolve,
+                name=name,
+                labelled=name in ("train", "validation", "test"),
+            ),
+        )
         if loaded is None:
             continue
         x, y = loaded
@@ -270,8 +277,9 @@ def _model_files(cfg: BuildConfig) -> list[tuple[str, Path]]:
     )
 
 
-def extract(model: ModelInputs, x: np.ndarray, bar: Any = None
-            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def extract(
+    model: ModelInputs, x: np.ndarray, bar: Any = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Logits and activations of ``x`` in batches (what the agent computes online)."""
     logits: list[np.ndarray] = []
     acts: dict[str, list[np.ndarray]] = {layer: [] for layer in model.layers}
@@ -346,16 +354,29 @@ def build(
         # What the agent will emit, from the members the artifact holds (signed once here
         # without the split, which the manifest then carries; the members do not change).
         t0 = time.perf_counter()
-        draft = load_artifact(build_artifact_bytes(
-            members, private_key=private_key, created_at=epoch, model=model_record,
-            config=_config_record(cfg), contents=contents), None)
+        draft = load_artifact(
+            build_artifact_bytes(
+                members,
+                private_key=private_key,
+                created_at=epoch,
+                model=model_record,
+                config=_config_record(cfg),
+                contents=contents,
+            ),
+            None,
+        )
         verdict_split = _emitted(prepared.model, monitor, draft, summary["monitor"])
         if verdict_split is not None:
             contents["verdict_split"] = verdict_split
         timings["emitted verdicts"] = time.perf_counter() - t0
-    artifact = build_artifact_bytes(members, private_key=private_key, created_at=epoch,
-                                    model=model_record, config=_config_record(cfg),
-                                    contents=contents)
+    artifact = build_artifact_bytes(
+        members,
+        private_key=private_key,
+        created_at=epoch,
+        model=model_record,
+        config=_config_record(cfg),
+        contents=contents,
+    )
     built = load_artifact(artifact, None)  # the contract's own reading of what was written
     failures = policy_failures(cfg.section("policy"), summary)
     summary["metadata"] = {
@@ -399,8 +420,9 @@ def _monitor_contents(mi: ModelInputs, monitor: MonitorOutcome) -> dict[str, Any
     }
 
 
-def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
-             mon: dict[str, Any]) -> dict[str, Any] | None:
+def _emitted(
+    mi: ModelInputs, monitor: MonitorOutcome, draft: Any, mon: dict[str, Any]
+) -> dict[str, Any] | None:
     """Run the agent's runtime on the build's data; fill the summary's emitted-verdict
     sections (``verdicts``, ``evaluation``, ``operating_points``, ``model_errors``,
     ``baselines``, ``warnings``) and return the manifest's ``verdict_split`` (None when no
@@ -416,8 +438,10 @@ def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
         x, y = mi.data["train"]
         sets["validation"] = (x[rows], None if y is None else y[rows])
         logits["validation"] = monitor.logits["train"][rows]
-    unknown_names = sorted((n for n in mi.data if n == "unknown" or n.startswith("unknown_")),
-                           key=lambda n: (n != "unknown", n))
+    unknown_names = sorted(
+        (n for n in mi.data if n == "unknown" or n.startswith("unknown_")),
+        key=lambda n: (n != "unknown", n),
+    )
     for name in unknown_names:
         sets[name] = mi.data[name]
         logits[name] = monitor.logits[name]
@@ -427,9 +451,11 @@ def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
     if "test" in results:
         t_logits, _acts = extract(mi, mi.data["test"][0])
         logits["test"] = t_logits
-    labelled = {pre: (np.asarray(sets[name][1]), results[name])
-                for pre, name in (("", "validation"), ("test:", "test"))
-                if name in results and sets[name][1] is not None}
+    labelled = {
+        pre: (np.asarray(sets[name][1]), results[name])
+        for pre, name in (("", "validation"), ("test:", "test"))
+        if name in results and sets[name][1] is not None
+    }
     unknown = {name: results[name] for name in unknown_names}
     full = emitted.split(labelled, unknown)
     verdict_split = {k: v for k, v in full.items() if not k.startswith("test:")}
@@ -443,16 +469,21 @@ def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
             joined = ModelResult(
                 predicted=np.concatenate([res_val.predicted, u.predicted]),
                 verdicts=np.concatenate([res_val.verdicts, u.verdicts]),
-                layer_verdicts={k: np.concatenate([v, u.layer_verdicts[k]])
-                                for k, v in res_val.layer_verdicts.items()},
+                layer_verdicts={
+                    k: np.concatenate([v, u.layer_verdicts[k]])
+                    for k, v in res_val.layer_verdicts.items()
+                },
                 scores=np.concatenate([res_val.scores, u.scores]),
-                inference_seconds=0.0, monitor_seconds=0.0)
+                inference_seconds=0.0,
+                monitor_seconds=0.0,
+            )
             y_eval = np.concatenate([y_val, np.full(len(u.predicted), emitted.UNKNOWN_LABEL)])
             mon["evaluation"] = emitted.outcome_table(y_eval, joined, n_classes)
         else:
             mon["evaluation"] = emitted.outcome_table(y_val, res_val, n_classes)
-        mon["model_errors"] = {"validation": emitted.model_errors(y_val, res_val,
-                                                                  logits["validation"])}
+        mon["model_errors"] = {
+            "validation": emitted.model_errors(y_val, res_val, logits["validation"])
+        }
         if "test:" in labelled:
             y_t, res_t = labelled["test:"]
             mon["model_errors"]["test"] = emitted.model_errors(y_t, res_t, logits.get("test"))
@@ -460,15 +491,19 @@ def _emitted(mi: ModelInputs, monitor: MonitorOutcome, draft: Any,
             (y_val, res_val, logits["validation"]),
             {name: (unknown[name], logits[name]) for name in unknown_names},
             full["correct_known"]["accept"],
-            (*labelled["test:"], logits["test"]) if "test:" in labelled else None)
+            (*labelled["test:"], logits["test"]) if "test:" in labelled else None,
+        )
     else:
         known_scores = np.zeros(0)
     mon["operating_points"] = [
-        {"set": name, **{k: full[f"unknown:{name}"][k]
-                         for k in ("n", "accept", "uncertainty", "reject")},
-         "acceptance": full[f"unknown:{name}"]["accept"],
-         "auroc": emitted.score_auroc(known_scores, unknown[name].scores)}
-        for name in unknown_names]
+        {
+            "set": name,
+            **{k: full[f"unknown:{name}"][k] for k in ("n", "accept", "uncertainty", "reject")},
+            "acceptance": full[f"unknown:{name}"]["accept"],
+            "auroc": emitted.score_auroc(known_scores, unknown[name].scores),
+        }
+        for name in unknown_names
+    ]
     train_x, train_y = mi.data["train"]
     fit_rows = np.setdiff1d(np.arange(len(train_x)), monitor.calibration_rows.get("train", []))
     pred_train = monitor.logits["train"].argmax(axis=1)[fit_rows]
@@ -502,8 +537,11 @@ def policy_failures(policy: dict[str, Any], summary: dict[str, Any]) -> list[str
     if "max_unknown_acceptance" in policy:
         limit = policy["max_unknown_acceptance"]
         points = mon.get("operating_points") or []
-        over = [f"{p['set']} {p['acceptance']:.4g}" for p in points
-                if p.get("acceptance") is None or p["acceptance"] > limit]
+        over = [
+            f"{p['set']} {p['acceptance']:.4g}"
+            for p in points
+            if p.get("acceptance") is None or p["acceptance"] > limit
+        ]
         if not points:
             failed.append("max_unknown_acceptance: no unknown set to measure")
         elif over:

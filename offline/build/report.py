@@ -65,10 +65,21 @@ MISSING = "n/a"
 MAX_COUNTEREXAMPLES_DRAWN = 3
 OUTCOME_KEYS = ("tp", "fp", "tn", "fn", "mp", "mn")
 EVAL_KEYS = (*OUTCOME_KEYS, "precision", "recall", "f1")
-OUTCOME_COLORS = {"tp": "#1b9e77", "fp": "#d95f02", "tn": "#7570b3", "fn": "#e7298a",
-                  "mp": "#66a61e", "mn": "#a6761d"}
-CELL_COLORS = {"allowed": "#8fd18f", "excluded": "#f2a0a0", "violating": "#5b9bd5",
-               "any": "#d3d3d3", "outside": "#ffffff"}
+OUTCOME_COLORS = {
+    "tp": "#1b9e77",
+    "fp": "#d95f02",
+    "tn": "#7570b3",
+    "fn": "#e7298a",
+    "mp": "#66a61e",
+    "mn": "#a6761d",
+}
+CELL_COLORS = {
+    "allowed": "#8fd18f",
+    "excluded": "#f2a0a0",
+    "violating": "#5b9bd5",
+    "any": "#d3d3d3",
+    "outside": "#ffffff",
+}
 FIG_DPI = 100
 
 CSS = """
@@ -95,6 +106,7 @@ nav ul{columns:2;font-size:.92em}
 
 
 # ----------------------------------------------------------------------------- writing
+
 
 def summary_json(summary: Mapping[str, Any]) -> str:
     """The canonical ``summary.json`` text (sorted keys, indent 2, trailing newline).
@@ -156,6 +168,7 @@ def _json_problems(obj: Any, where: str) -> Iterator[str]:
 
 # ----------------------------------------------------------------------------- formatting
 
+
 def fmt_value(value: Any) -> str:
     """How every number is shown: ints plainly, floats with 4 decimals (or 3-digit exponent
     form outside [1e-3, 1e5)), None as ``n/a``."""
@@ -181,8 +194,10 @@ def _e(value: Any) -> str:
 
 def _num(elem_id: str, value: Any) -> str:
     """A number with a stable id, its exact value in ``data-value`` and its formatted text."""
-    return (f'<span id="{_e(elem_id)}" class="num" data-value="{_e(json.dumps(value))}">'
-            f"{_e(fmt_value(value))}</span>")
+    return (
+        f'<span id="{_e(elem_id)}" class="num" data-value="{_e(json.dumps(value))}">'
+        f"{_e(fmt_value(value))}</span>"
+    )
 
 
 def _text(elem_id: str, value: Any) -> str:
@@ -190,29 +205,43 @@ def _text(elem_id: str, value: Any) -> str:
     return f'<span id="{_e(elem_id)}">{_e(value)}</span>'
 
 
-def _rows(header: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: Sequence[bool] = (),
-          table_id: str | None = None) -> str:
+def _rows(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    numeric: Sequence[bool] = (),
+    table_id: str | None = None,
+) -> str:
     """An HTML table; ``rows`` hold ready HTML cells, ``numeric`` right-aligns columns."""
-    num = (list(numeric) + [False] * len(header))[:len(header)]
+    num = (list(numeric) + [False] * len(header))[: len(header)]
     attr = f' id="{_e(table_id)}"' if table_id else ""
-    head = "".join(f'<th{" class=n" if n else ""}>{_e(h)}</th>' for h, n in zip(header, num, strict=True))
-    body = "".join("<tr>" + "".join(f'<td{" class=n" if n else ""}>{c}</td>'
-                                    for c, n in zip(row, num, strict=True)) + "</tr>" for row in rows)
+    head = "".join(
+        f"<th{' class=n' if n else ''}>{_e(h)}</th>" for h, n in zip(header, num, strict=True)
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{' class=n' if n else ''}>{c}</td>" for c, n in zip(row, num, strict=True))
+        + "</tr>"
+        for row in rows
+    )
     return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _figure(elem_id: str, uri: str, alt: str, caption: str) -> str:
     """An embedded figure with its caption."""
-    return (f'<figure id="{_e(elem_id)}"><img src="{uri}" alt="{_e(alt)}">'
-            f"<figcaption>{caption}</figcaption></figure>")
+    return (
+        f'<figure id="{_e(elem_id)}"><img src="{uri}" alt="{_e(alt)}">'
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
 
 
 def _omitted(elem_id: str, why: str) -> str:
     return f'<p id="{_e(elem_id)}" class="omitted">{_e(why)}</p>'
 
 
-def _cube_text(cube: Mapping[str, Any], features: Sequence[str] = (), empty: str = "any input"
-               ) -> str:
+def _cube_text(
+    cube: Mapping[str, Any], features: Sequence[str] = (), empty: str = "any input"
+) -> str:
     """``f in {a, b}; g = c`` for a cube of allowed state names (escaped), in feature order.
 
     A value may be one state name or a list of them.
@@ -225,13 +254,19 @@ def _cube_text(cube: Mapping[str, Any], features: Sequence[str] = (), empty: str
         value = cube[feature]
         names = [value] if isinstance(value, str) or not isinstance(value, Sequence) else value
         names = list(names)
-        parts.append(f"{feature} = {names[0]}" if len(names) == 1
-                     else f"{feature} \u2208 {{{', '.join(map(str, names))}}}")
+        parts.append(
+            f"{feature} = {names[0]}"
+            if len(names) == 1
+            else f"{feature} \u2208 {{{', '.join(map(str, names))}}}"
+        )
     return _e("; ".join(parts))
 
 
-def restriction(cube: Mapping[str, Sequence[str]], premise: Mapping[str, Sequence[str]],
-                states: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+def restriction(
+    cube: Mapping[str, Sequence[str]],
+    premise: Mapping[str, Sequence[str]],
+    states: Mapping[str, Sequence[str]],
+) -> dict[str, list[str]]:
     """The features a counterexample cube pins down beyond the premise.
 
     A feature absent from the cube, or listing every state the premise allows it (all its
@@ -257,6 +292,7 @@ def _witness_text(witness: Any) -> str:
 
 # ----------------------------------------------------------------------------- figures
 
+
 def _png(fig: Figure) -> str:
     """The figure as a ``data:image/png;base64,...`` URI (no timestamp or version metadata)."""
     buf = io.BytesIO()
@@ -269,8 +305,9 @@ def _layer_names(monitor: Mapping[str, Any]) -> list[str]:
     names = list(monitor.get("layers") or [])
     for key in ("tau", "boxes", "coverage", "curves"):
         names += [n for n in (monitor.get(key) or {}) if n not in names]
-    names += [n for n in ((monitor.get("evaluation") or {}).get("per_layer") or {})
-              if n not in names]
+    names += [
+        n for n in ((monitor.get("evaluation") or {}).get("per_layer") or {}) if n not in names
+    ]
     return names
 
 
@@ -328,8 +365,14 @@ def coverage_figure(monitor: Mapping[str, Any], classes: Sequence[str] = ()) -> 
             if k < len(chosen) and chosen[k] is not None:
                 hit = np.isclose(taus, chosen[k])
                 if hit.any():
-                    ax.plot(np.asarray(taus)[hit][:1], y[hit][:1], "o", color=line.get_color(),
-                            markersize=7, markeredgecolor="black")
+                    ax.plot(
+                        np.asarray(taus)[hit][:1],
+                        y[hit][:1],
+                        "o",
+                        color=line.get_color(),
+                        markersize=7,
+                        markeredgecolor="black",
+                    )
         _tau_axis(ax, taus)
         ax.set_ylim(-0.03, 1.03)
         ax.set_ylabel("clustering coverage r\u1d64")
@@ -337,8 +380,9 @@ def coverage_figure(monitor: Mapping[str, Any], classes: Sequence[str] = ()) -> 
         ax.grid(alpha=0.3)
     if layers:
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right center", fontsize=7, title="class",
-                   title_fontsize=7)
+        fig.legend(
+            handles, labels, loc="outside right center", fontsize=7, title="class", title_fontsize=7
+        )
     return _png(fig)
 
 
@@ -351,16 +395,29 @@ def outcomes_figure(monitor: Mapping[str, Any]) -> str:
         taus = [float(t) for t in curves[layer]["taus"]]
         for key in OUTCOME_KEYS:
             if curves[layer].get(key) is not None:
-                ax.plot(taus, curves[layer][key], marker=".", markersize=4, linewidth=1.2,
-                        color=OUTCOME_COLORS[key], label=key.upper())
+                ax.plot(
+                    taus,
+                    curves[layer][key],
+                    marker=".",
+                    markersize=4,
+                    linewidth=1.2,
+                    color=OUTCOME_COLORS[key],
+                    label=key.upper(),
+                )
         _tau_axis(ax, taus)
         ax.set_ylabel("inputs")
         ax.set_title(f"layer {layer}", fontsize=9)
         ax.grid(alpha=0.3)
     if layers:
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right center", fontsize=7, title="outcome",
-                   title_fontsize=7)
+        fig.legend(
+            handles,
+            labels,
+            loc="outside right center",
+            fontsize=7,
+            title="outcome",
+            title_fontsize=7,
+        )
     return _png(fig)
 
 
@@ -378,23 +435,54 @@ def precision_recall_figure(monitor: Mapping[str, Any]) -> str:
     for i, layer in enumerate(n for n in _layer_names(monitor) if n in curves):
         color = f"C{i % 10}"
         c = curves[layer]
-        pairs = [(r, p, t) for r, p, t in zip(c.get("recall") or [], c.get("precision") or [],
-                                              c["taus"], strict=True) if r is not None and p is not None]
+        pairs = [
+            (r, p, t)
+            for r, p, t in zip(
+                c.get("recall") or [], c.get("precision") or [], c["taus"], strict=True
+            )
+            if r is not None and p is not None
+        ]
         if pairs:
             r, p, _ = zip(*pairs, strict=True)
-            ax.plot(r, p, marker="o", markersize=3.5, linewidth=1, color=color,
-                    label=f"{layer} (points: \u03c4)")
+            ax.plot(
+                r,
+                p,
+                marker="o",
+                markersize=3.5,
+                linewidth=1,
+                color=color,
+                label=f"{layer} (points: \u03c4)",
+            )
             for x, y, tau in (pairs[0], pairs[-1]):
-                ax.annotate(f"\u03c4={tau:g}", (x, y), textcoords="offset points", xytext=(4, 3),
-                            fontsize=6, color=color)
+                ax.annotate(
+                    f"\u03c4={tau:g}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(4, 3),
+                    fontsize=6,
+                    color=color,
+                )
         point = per_layer.get(layer) or {}
         if point.get("recall") is not None and point.get("precision") is not None:
-            ax.plot([point["recall"]], [point["precision"]], "*", markersize=13, color=color,
-                    markeredgecolor="black", label=f"{layer}: chosen")
+            ax.plot(
+                [point["recall"]],
+                [point["precision"]],
+                "*",
+                markersize=13,
+                color=color,
+                markeredgecolor="black",
+                label=f"{layer}: chosen",
+            )
     combined = evaluation.get("combined") or {}
     if combined.get("recall") is not None and combined.get("precision") is not None:
-        ax.plot([combined["recall"]], [combined["precision"]], "X", markersize=9, color="black",
-                label="combined monitor")
+        ax.plot(
+            [combined["recall"]],
+            [combined["precision"]],
+            "X",
+            markersize=9,
+            color="black",
+            label="combined monitor",
+        )
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.02, 1.05)
     ax.set_xlabel("recall = TP / (TP + FN + MP)")
@@ -414,8 +502,10 @@ def operating_point_figure(monitor: Mapping[str, Any]) -> str:
     threshold = (monitor.get("calibration") or {}).get("threshold")
     fig = Figure(layout="constrained", figsize=(6, 3.5))
     ax = fig.subplots()
-    for key, color, label in (("known", "#1f77b4", "known (validation)"),
-                              ("unknown", "#d62728", "unknown")):
+    for key, color, label in (
+        ("known", "#1f77b4", "known (validation)"),
+        ("unknown", "#d62728", "unknown"),
+    ):
         counts = hist.get(key)
         if counts is None:
             continue
@@ -425,8 +515,13 @@ def operating_point_figure(monitor: Mapping[str, Any]) -> str:
         ax.stairs(share, edges, color=color, linewidth=1.2, label=f"{label}, n={int(counts.sum())}")
     if threshold is not None:
         ax.axvspan(edges[0], threshold, color="#2e7d32", alpha=0.07, label="accepted (\u2264)")
-        ax.axvline(threshold, color="black", linestyle="--", linewidth=1.2,
-                   label=f"threshold {fmt_value(threshold)}")
+        ax.axvline(
+            threshold,
+            color="black",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"threshold {fmt_value(threshold)}",
+        )
     ax.set_xlabel("monitor score")
     ax.set_ylabel("share of inputs")
     ax.grid(alpha=0.3)
@@ -444,8 +539,10 @@ def rule_figure(bn: Mapping[str, Any], rule: Mapping[str, Any]) -> str:
     """
     states: Mapping[str, Sequence[str]] = bn.get("states") or {}
     premise: Mapping[str, Sequence[str]] = rule.get("premise") or {}
-    cubes = [restriction(c, premise, states)
-             for c in list(rule.get("counterexamples") or [])[:MAX_COUNTEREXAMPLES_DRAWN]]
+    cubes = [
+        restriction(c, premise, states)
+        for c in list(rule.get("counterexamples") or [])[:MAX_COUNTEREXAMPLES_DRAWN]
+    ]
     features = [f for f in (bn.get("features") or states) if f in states]
     features += [f for cube in [premise, *cubes] for f in cube if f not in features]
     width = max([len(states.get(f) or _cube_states(f, premise, cubes)) for f in features] + [1])
@@ -467,9 +564,17 @@ def rule_figure(bn: Mapping[str, Any], rule: Mapping[str, Any]) -> str:
                     kind = "any" if name in allowed else "outside"
                 else:
                     kind = "violating" if name in cube[feature] else "outside"
-                ax.add_patch(Rectangle((col, row), 0.94, 0.86, facecolor=CELL_COLORS[kind],
-                                       edgecolor="#777", linewidth=0.5))
-                label = str(name) if len(str(name)) <= chars else str(name)[:chars - 1] + "\u2026"
+                ax.add_patch(
+                    Rectangle(
+                        (col, row),
+                        0.94,
+                        0.86,
+                        facecolor=CELL_COLORS[kind],
+                        edgecolor="#777",
+                        linewidth=0.5,
+                    )
+                )
+                label = str(name) if len(str(name)) <= chars else str(name)[: chars - 1] + "\u2026"
                 ax.text(col + 0.47, row + 0.43, label, ha="center", va="center", fontsize=5.5)
         ax.set_xlim(-0.05, width)
         ax.set_ylim(len(features), -0.1)
@@ -481,12 +586,20 @@ def rule_figure(bn: Mapping[str, Any], rule: Mapping[str, Any]) -> str:
     for ax in axes:
         ax.tick_params(axis="y", length=0)
     conclusion = f"{bn.get('class', 'class')} = {rule.get('conclusion')}"
-    fig.suptitle(f"rule {rule.get('id')}: premise \u21d2 {conclusion}; counterexamples "
-                 f"give another class", fontsize=8)
-    legend = [Patch(facecolor=CELL_COLORS[k], edgecolor="#777", label=label) for k, label in
-              (("allowed", "allowed by premise"), ("excluded", "excluded by premise"),
-               ("violating", "counterexample (violating)"), ("any", "any allowed value"),
-               ("outside", "not in the counterexample"))]
+    fig.suptitle(
+        f"rule {rule.get('id')}: premise \u21d2 {conclusion}; counterexamples give another class",
+        fontsize=8,
+    )
+    legend = [
+        Patch(facecolor=CELL_COLORS[k], edgecolor="#777", label=label)
+        for k, label in (
+            ("allowed", "allowed by premise"),
+            ("excluded", "excluded by premise"),
+            ("violating", "counterexample (violating)"),
+            ("any", "any allowed value"),
+            ("outside", "not in the counterexample"),
+        )
+    ]
     fig.legend(handles=legend, loc="outside lower center", ncol=3, fontsize=6.5, frameon=False)
     return _png(fig)
 
@@ -502,20 +615,23 @@ def _cube_states(feature: str, *cubes_or_premise: Any) -> list[str]:
 
 # ----------------------------------------------------------------------------- sections
 
+
 def _header(summary: Mapping[str, Any]) -> str:
     meta = summary.get("metadata") or {}
     art = summary.get("artifact") or {}
     policy = summary.get("policy")
     failed = list((policy or {}).get("failed") or [])
     status, cls = ("FAIL", "fail") if failed else ("PASS", "pass")
-    items = [("Model version", _text("meta-model-version", meta.get("model_version"))),
-             ("Artifact id", _text("artifact-id", art.get("artifact_id"))),
-             ("Signing key id", _text("artifact-key-id", art.get("key_id"))),
-             ("Created", _text("meta-created-at", meta.get("created_at"))),
-             ("Builder version", _text("meta-builder-version", meta.get("builder_version"))),
-             ("Artifact file", f"<code>{_text('artifact-path', art.get('path'))}</code>"),
-             ("Artifact SHA-256", f"<code>{_text('artifact-sha256', art.get('sha256'))}</code>"),
-             ("Artifact size (bytes)", _num("artifact-bytes", art.get("bytes")))]
+    items = [
+        ("Model version", _text("meta-model-version", meta.get("model_version"))),
+        ("Artifact id", _text("artifact-id", art.get("artifact_id"))),
+        ("Signing key id", _text("artifact-key-id", art.get("key_id"))),
+        ("Created", _text("meta-created-at", meta.get("created_at"))),
+        ("Builder version", _text("meta-builder-version", meta.get("builder_version"))),
+        ("Artifact file", f"<code>{_text('artifact-path', art.get('path'))}</code>"),
+        ("Artifact SHA-256", f"<code>{_text('artifact-sha256', art.get('sha256'))}</code>"),
+        ("Artifact size (bytes)", _num("artifact-bytes", art.get("bytes"))),
+    ]
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in items)
     if policy is None:
         note = "<p>No build policy configured.</p>"
@@ -523,12 +639,17 @@ def _header(summary: Mapping[str, Any]) -> str:
         fail_on = ", ".join(map(str, policy.get("fail_on") or [])) or "nothing"
         note = f"<p>Policy fails on: {_e(fail_on)}.</p>"
         if failed:
-            note += ('<ul id="policy-reasons">' + "".join(
-                f'<li id="policy-reason-{i}">{_e(r)}</li>' for i, r in enumerate(failed)) + "</ul>")
-    return (f'<header><h1 id="meta-name">{_e(meta.get("name", "boxwatch build"))}</h1>'
-            f'<p>Build report of <code>boxwatch build-artifact</code> \u2014 policy '
-            f'<span id="policy-status" class="status {cls}">{status}</span></p>{note}'
-            f'<dl class="meta">{dl}</dl></header>')
+            note += (
+                '<ul id="policy-reasons">'
+                + "".join(f'<li id="policy-reason-{i}">{_e(r)}</li>' for i, r in enumerate(failed))
+                + "</ul>"
+            )
+    return (
+        f'<header><h1 id="meta-name">{_e(meta.get("name", "boxwatch build"))}</h1>'
+        f"<p>Build report of <code>boxwatch build-artifact</code> \u2014 policy "
+        f'<span id="policy-status" class="status {cls}">{status}</span></p>{note}'
+        f'<dl class="meta">{dl}</dl></header>'
+    )
 
 
 def _model_section(summary: Mapping[str, Any]) -> str:
@@ -539,43 +660,69 @@ def _model_section(summary: Mapping[str, Any]) -> str:
         out.append(_omitted("model-omitted", "No model in this build (the config has none)."))
     else:
         acc = model.get("accuracy") or {}
-        rows: list[tuple[str, ...]] = [("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
-                ("Format", _text("model-format", model.get("format"))),
-                ("Digest", f"<code>{_text('model-digest', model.get('digest'))}</code>"),
-                ("Classes", f"{_num('model-n-classes', len(model.get('classes') or []))}: "
-                            f"{_e(', '.join(map(str, model.get('classes') or [])))}"),
-                ("Layers", _e(", ".join(map(str, model.get("layers") or [])))),
-                ("Accuracy (train)", _num("model-accuracy-train", acc.get("train"))),
-                ("Accuracy (validation)", _num("model-accuracy-validation", acc.get("validation")))]
+        rows: list[tuple[str, ...]] = [
+            ("File", f"<code>{_text('model-path', model.get('path'))}</code>"),
+            ("Format", _text("model-format", model.get("format"))),
+            ("Digest", f"<code>{_text('model-digest', model.get('digest'))}</code>"),
+            (
+                "Classes",
+                f"{_num('model-n-classes', len(model.get('classes') or []))}: "
+                f"{_e(', '.join(map(str, model.get('classes') or [])))}",
+            ),
+            ("Layers", _e(", ".join(map(str, model.get("layers") or [])))),
+            ("Accuracy (train)", _num("model-accuracy-train", acc.get("train"))),
+            ("Accuracy (validation)", _num("model-accuracy-validation", acc.get("validation"))),
+        ]
         out.append(_rows(("Model", ""), [(_e(k), v) for k, v in rows], table_id="model-table"))
     if monitor is None:
-        out.append(_omitted("monitor-omitted", "No box monitor in this build (the config has "
-                                               "no model or no monitor section)."))
+        out.append(
+            _omitted(
+                "monitor-omitted",
+                "No box monitor in this build (the config has no model or no monitor section).",
+            )
+        )
         out.append("</section>")
         return "".join(out)
     classes_n = max([len(v) for v in (monitor.get("tau") or {}).values()] + [0])
     classes = _class_names(model, classes_n)
     taus = list(monitor.get("taus") or [])
-    out.append(f"<p>Monitored layers: {_e(', '.join(_layer_names(monitor)))}. Candidate \u03c4: "
-               f'<span id="monitor-taus" data-value="{_e(json.dumps(taus))}">'
-               f"{_e(', '.join(fmt_value(t) for t in taus))}</span>. "
-               f"\u03c4 selection: {_text('monitor-tau-selection', monitor.get('tau_selection'))}; "
-               f"calibrated on: {_text('monitor-calibration-set', monitor.get('calibration_set'))}; "
-               f"score: {_text('monitor-score', monitor.get('score', 'distance'))}"
-               + (f" (contrast layers: {_e(', '.join(monitor['contrast_layers']))})"
-                  if monitor.get("contrast_layers") else "") + ".</p>")
+    out.append(
+        f"<p>Monitored layers: {_e(', '.join(_layer_names(monitor)))}. Candidate \u03c4: "
+        f'<span id="monitor-taus" data-value="{_e(json.dumps(taus))}">'
+        f"{_e(', '.join(fmt_value(t) for t in taus))}</span>. "
+        f"\u03c4 selection: {_text('monitor-tau-selection', monitor.get('tau_selection'))}; "
+        f"calibrated on: {_text('monitor-calibration-set', monitor.get('calibration_set'))}; "
+        f"score: {_text('monitor-score', monitor.get('score', 'distance'))}"
+        + (
+            f" (contrast layers: {_e(', '.join(monitor['contrast_layers']))})"
+            if monitor.get("contrast_layers")
+            else ""
+        )
+        + ".</p>"
+    )
     rows = []
     for i, layer in enumerate(_layer_names(monitor)):
         tau = (monitor.get("tau") or {}).get(layer) or []
         boxes = (monitor.get("boxes") or {}).get(layer) or {}
         good, bad = boxes.get("good") or [], boxes.get("bad") or []
         for k in range(max(len(tau), len(good), len(bad))):
-            rows.append((_e(layer), _e(classes[k] if k < len(classes) else f"class {k}"),
-                         _num(f"monitor-tau-L{i}-C{k}", tau[k] if k < len(tau) else None),
-                         _num(f"monitor-boxes-good-L{i}-C{k}", good[k] if k < len(good) else None),
-                         _num(f"monitor-boxes-bad-L{i}-C{k}", bad[k] if k < len(bad) else None)))
-    out.append(_rows(("Layer", "Class", "Chosen \u03c4", "Good boxes", "Bad boxes"), rows,
-                     numeric=(False, False, True, True, True), table_id="monitor-table"))
+            rows.append(
+                (
+                    _e(layer),
+                    _e(classes[k] if k < len(classes) else f"class {k}"),
+                    _num(f"monitor-tau-L{i}-C{k}", tau[k] if k < len(tau) else None),
+                    _num(f"monitor-boxes-good-L{i}-C{k}", good[k] if k < len(good) else None),
+                    _num(f"monitor-boxes-bad-L{i}-C{k}", bad[k] if k < len(bad) else None),
+                )
+            )
+    out.append(
+        _rows(
+            ("Layer", "Class", "Chosen \u03c4", "Good boxes", "Bad boxes"),
+            rows,
+            numeric=(False, False, True, True, True),
+            table_id="monitor-table",
+        )
+    )
     out.append("</section>")
     return "".join(out)
 
@@ -584,28 +731,44 @@ def _monitor_figures(summary: Mapping[str, Any]) -> str:
     monitor = summary.get("monitor")
     if monitor is None:
         return ""
-    classes_n = max([len(v.get("per_class") or []) for v in (monitor.get("coverage") or {})
-                     .values()] + [0])
+    classes_n = max(
+        [len(v.get("per_class") or []) for v in (monitor.get("coverage") or {}).values()] + [0]
+    )
     classes = _class_names(summary.get("model"), classes_n)
     out = ['<section id="monitor-figures"><h2>Box monitor</h2>']
     if monitor.get("coverage"):
-        out.append(_figure(
-            "fig-coverage", coverage_figure(monitor, classes), "clustering coverage vs tau",
-            "Fig. 5 \u2014 Clustering coverage of the good features' boxes vs the clustering "
-            "parameter \u03c4, one line per class, one panel per layer; large dots mark each "
-            "class's chosen \u03c4. Plotted: " + html.escape(_coverage_measure(monitor)) + "."))
+        out.append(
+            _figure(
+                "fig-coverage",
+                coverage_figure(monitor, classes),
+                "clustering coverage vs tau",
+                "Fig. 5 \u2014 Clustering coverage of the good features' boxes vs the clustering "
+                "parameter \u03c4, one line per class, one panel per layer; large dots mark each "
+                "class's chosen \u03c4. Plotted: " + html.escape(_coverage_measure(monitor)) + ".",
+            )
+        )
     else:
         out.append(_omitted("fig-coverage-omitted", "No coverage data in the summary."))
     if monitor.get("curves"):
-        out.append(_figure(
-            "fig-outcomes", outcomes_figure(monitor), "outcome counts vs tau",
-            "Fig. 7 \u2014 Numbers of the six outcomes (totals over the class monitors) on the "
-            "validation and unknown inputs vs \u03c4, one panel per layer."))
-        out.append(_figure(
-            "fig-precision-recall", precision_recall_figure(monitor), "precision-recall",
-            "Fig. 8 \u2014 Precision vs recall, one point per \u03c4 (uniform over classes), one "
-            "curve per layer; stars: each layer's chosen per-class \u03c4; cross: the combined "
-            "monitor."))
+        out.append(
+            _figure(
+                "fig-outcomes",
+                outcomes_figure(monitor),
+                "outcome counts vs tau",
+                "Fig. 7 \u2014 Numbers of the six outcomes (totals over the class monitors) on the "
+                "validation and unknown inputs vs \u03c4, one panel per layer.",
+            )
+        )
+        out.append(
+            _figure(
+                "fig-precision-recall",
+                precision_recall_figure(monitor),
+                "precision-recall",
+                "Fig. 8 \u2014 Precision vs recall, one point per \u03c4 (uniform over classes), one "
+                "curve per layer; stars: each layer's chosen per-class \u03c4; cross: the combined "
+                "monitor.",
+            )
+        )
     else:
         out.append(_omitted("fig-outcomes-omitted", "No outcome curves in the summary."))
     out.append(_operating_point(monitor))
@@ -632,52 +795,101 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
         "chosen so that the emitted verdicts accept the target share of the correctly "
         "classified known calibration inputs (with <code>combine: calibrated</code>: inputs "
         "scoring at most the threshold are accepted, or get uncertainty inside a bad box; "
-        "the others are rejected).</p>")
+        "the others are rejected).</p>"
+    )
     if det.get("histogram"):
-        out.append(_figure(
-            "fig-operating-point", operating_point_figure(monitor), "score histograms",
-            "Operating point \u2014 monitor scores of known (validation) and unknown inputs "
-            "(the data.unknown set), "
-            "as the share of each set per bin; inputs scoring above the threshold (dashed) "
-            "are rejected."))
+        out.append(
+            _figure(
+                "fig-operating-point",
+                operating_point_figure(monitor),
+                "score histograms",
+                "Operating point \u2014 monitor scores of known (validation) and unknown inputs "
+                "(the data.unknown set), "
+                "as the share of each set per bin; inputs scoring above the threshold (dashed) "
+                "are rejected.",
+            )
+        )
     cal = cal or {}
-    rows = [("Threshold on the score", "calibration-threshold", cal.get("threshold")),
-            ("Target: share of correctly classified known inputs accepted",
-             "calibration-target-acceptance", cal.get("target_acceptance")),
-            ("Accepted (emitted verdicts), calibration population",
-             "calibration-known-acceptance", cal.get("known_acceptance")),
-            ("Accepted (emitted verdicts), data.unknown",
-             "calibration-unknown-acceptance", cal.get("unknown_acceptance")),
-            ("Calibration population (correct known inputs)", "calibration-n-known",
-             cal.get("n_known")),
-            ("Unknown inputs", "calibration-n-unknown", cal.get("n_unknown")),
-            ("Score AUROC (known vs data.unknown)", "detection-auroc", det.get("auroc")),
-            ("Score alone: unknown share under the 95% known quantile (not the verdicts)",
-             "detection-fpr-at-95", det.get("fpr_at_95"))]
-    out.append(_rows(("Quantity", "Value"), [(_e(k), _num(i, v)) for k, i, v in rows],
-                     numeric=(False, True), table_id="calibration-table"))
+    rows = [
+        ("Threshold on the score", "calibration-threshold", cal.get("threshold")),
+        (
+            "Target: share of correctly classified known inputs accepted",
+            "calibration-target-acceptance",
+            cal.get("target_acceptance"),
+        ),
+        (
+            "Accepted (emitted verdicts), calibration population",
+            "calibration-known-acceptance",
+            cal.get("known_acceptance"),
+        ),
+        (
+            "Accepted (emitted verdicts), data.unknown",
+            "calibration-unknown-acceptance",
+            cal.get("unknown_acceptance"),
+        ),
+        (
+            "Calibration population (correct known inputs)",
+            "calibration-n-known",
+            cal.get("n_known"),
+        ),
+        ("Unknown inputs", "calibration-n-unknown", cal.get("n_unknown")),
+        ("Score AUROC (known vs data.unknown)", "detection-auroc", det.get("auroc")),
+        (
+            "Score alone: unknown share under the 95% known quantile (not the verdicts)",
+            "detection-fpr-at-95",
+            det.get("fpr_at_95"),
+        ),
+    ]
+    out.append(
+        _rows(
+            ("Quantity", "Value"),
+            [(_e(k), _num(i, v)) for k, i, v in rows],
+            numeric=(False, True),
+            table_id="calibration-table",
+        )
+    )
     verdicts = monitor.get("verdicts") or {}
     split = verdicts.get("split") or {}
     if split:
-        out.append(f"<p>Emitted verdicts, computed by the agent's own runtime on the "
-                   f"{_e(verdicts.get('set'))} inputs (correct / misclassified known), each "
-                   "unknown set and (when given) the test set, as the share of each set:</p>")
-        out.append(_rows(
-            ("Set", "Inputs", "Accept", "Uncertainty", "Reject"),
-            [[_text(f"split-{j}-set", name), *_share_cells(f"split-{j}", v)]
-             for j, (name, v) in enumerate(split.items())],
-            numeric=(False, True, True, True, True), table_id="verdict-split-table"))
+        out.append(
+            f"<p>Emitted verdicts, computed by the agent's own runtime on the "
+            f"{_e(verdicts.get('set'))} inputs (correct / misclassified known), each "
+            "unknown set and (when given) the test set, as the share of each set:</p>"
+        )
+        out.append(
+            _rows(
+                ("Set", "Inputs", "Accept", "Uncertainty", "Reject"),
+                [
+                    [_text(f"split-{j}-set", name), *_share_cells(f"split-{j}", v)]
+                    for j, (name, v) in enumerate(split.items())
+                ],
+                numeric=(False, True, True, True, True),
+                table_id="verdict-split-table",
+            )
+        )
     points = monitor.get("operating_points") or []
     if points:
-        out.append("<p>Each unknown set: the share of its emitted verdicts that accept "
-                   "(false accepts), and how well the score separates it from the known "
-                   "validation inputs (AUROC).</p>")
-        out.append(_rows(
-            ("Unknown set", "Inputs", "Accepted", "AUROC"),
-            [(_text(f"operating-point-{j}-set", p.get("set")), _num(f"operating-point-{j}-n", p.get("n")),
-              _num(f"operating-point-{j}-acceptance", p.get("acceptance")),
-              _num(f"operating-point-{j}-auroc", p.get("auroc"))) for j, p in enumerate(points)],
-            numeric=(False, True, True, True), table_id="operating-points-table"))
+        out.append(
+            "<p>Each unknown set: the share of its emitted verdicts that accept "
+            "(false accepts), and how well the score separates it from the known "
+            "validation inputs (AUROC).</p>"
+        )
+        out.append(
+            _rows(
+                ("Unknown set", "Inputs", "Accepted", "AUROC"),
+                [
+                    (
+                        _text(f"operating-point-{j}-set", p.get("set")),
+                        _num(f"operating-point-{j}-n", p.get("n")),
+                        _num(f"operating-point-{j}-acceptance", p.get("acceptance")),
+                        _num(f"operating-point-{j}-auroc", p.get("auroc")),
+                    )
+                    for j, p in enumerate(points)
+                ],
+                numeric=(False, True, True, True),
+                table_id="operating-points-table",
+            )
+        )
     out.append(_model_errors(monitor))
     out.append(_baselines(monitor))
     return "".join(out)
@@ -688,23 +900,44 @@ def _model_errors(monitor: Mapping[str, Any]) -> str:
     out = ['<h3 id="model-errors">Model errors</h3>']
     if not errors:
         return out[0] + _omitted("model-errors-omitted", "No labelled held-out inputs.")
-    out.append("<p>The model's wrong predictions on labelled held-out inputs (data.test is "
-               "never used to fit or calibrate): the share of each emitted verdict among "
-               "them, and how well the box score and the maximum softmax probability rank "
-               "wrong predictions above right ones (AUROC; 0.5 is chance).</p>")
+    out.append(
+        "<p>The model's wrong predictions on labelled held-out inputs (data.test is "
+        "never used to fit or calibrate): the share of each emitted verdict among "
+        "them, and how well the box score and the maximum softmax probability rank "
+        "wrong predictions above right ones (AUROC; 0.5 is chance).</p>"
+    )
     rows = []
     for name, e in errors.items():
         v = e.get("verdicts") or {}
-        rows.append([_e(name), _num(f"errors-{name}-n", e.get("n")),
-                     _num(f"errors-{name}-misclassified", e.get("n_misclassified")),
-                     _num(f"errors-{name}-accept", v.get("accept")),
-                     _num(f"errors-{name}-uncertainty", v.get("uncertainty")),
-                     _num(f"errors-{name}-reject", v.get("reject")),
-                     _num(f"errors-{name}-auroc-score", e.get("auroc_score")),
-                     _num(f"errors-{name}-auroc-msp", e.get("auroc_msp"))])
-    out.append(_rows(("Set", "Inputs", "Misclassified", "Accept", "Uncertainty", "Reject",
-                      "AUROC (box score)", "AUROC (MSP)"), rows,
-                     numeric=(False, *[True] * 7), table_id="model-errors-table"))
+        rows.append(
+            [
+                _e(name),
+                _num(f"errors-{name}-n", e.get("n")),
+                _num(f"errors-{name}-misclassified", e.get("n_misclassified")),
+                _num(f"errors-{name}-accept", v.get("accept")),
+                _num(f"errors-{name}-uncertainty", v.get("uncertainty")),
+                _num(f"errors-{name}-reject", v.get("reject")),
+                _num(f"errors-{name}-auroc-score", e.get("auroc_score")),
+                _num(f"errors-{name}-auroc-msp", e.get("auroc_msp")),
+            ]
+        )
+    out.append(
+        _rows(
+            (
+                "Set",
+                "Inputs",
+                "Misclassified",
+                "Accept",
+                "Uncertainty",
+                "Reject",
+                "AUROC (box score)",
+                "AUROC (MSP)",
+            ),
+            rows,
+            numeric=(False, *[True] * 7),
+            table_id="model-errors-table",
+        )
+    )
     return "".join(out)
 
 
@@ -714,28 +947,48 @@ def _baselines(monitor: Mapping[str, Any]) -> str:
     if not rows_in:
         return out[0] + _omitted("baselines-omitted", "No baseline rows in the summary.")
     sets = list((rows_in[0].get("unknown") or {}).keys())
-    out.append("<p>Maximum softmax probability (MSP) and energy on the model's logits, each "
-               "with the threshold that accepts the same share of correctly classified known "
-               "validation inputs as the box monitor's emitted verdicts; the share each "
-               "accepts of misclassified known inputs and of every unknown set (lower is "
-               "better).</p>")
+    out.append(
+        "<p>Maximum softmax probability (MSP) and energy on the model's logits, each "
+        "with the threshold that accepts the same share of correctly classified known "
+        "validation inputs as the box monitor's emitted verdicts; the share each "
+        "accepts of misclassified known inputs and of every unknown set (lower is "
+        "better).</p>"
+    )
     has_test = "test" in rows_in[0]
     rows = []
     for j, r in enumerate(rows_in):
         test = r.get("test") or {}
-        rows.append([_text(f"baseline-{j}-method", r.get("method")),
-                     _num(f"baseline-{j}-correct", r.get("correct_known")),
-                     _num(f"baseline-{j}-misclassified", r.get("misclassified_known")),
-                     *[_num(f"baseline-{j}-{name}", (r.get("unknown") or {}).get(name))
-                       for name in sets],
-                     *([_num(f"baseline-{j}-test-correct", test.get("correct_known")),
-                        _num(f"baseline-{j}-test-misclassified", test.get("misclassified_known"))]
-                       if has_test else [])])
-    header = ("Method", "Correct known accepted", "Misclassified accepted",
-              *[f"{n} accepted" for n in sets],
-              *(("Test: correct accepted", "Test: misclassified accepted") if has_test else ()))
-    out.append(_rows(header, rows, numeric=(False, *[True] * (len(header) - 1)),
-                     table_id="baselines-table"))
+        rows.append(
+            [
+                _text(f"baseline-{j}-method", r.get("method")),
+                _num(f"baseline-{j}-correct", r.get("correct_known")),
+                _num(f"baseline-{j}-misclassified", r.get("misclassified_known")),
+                *[
+                    _num(f"baseline-{j}-{name}", (r.get("unknown") or {}).get(name))
+                    for name in sets
+                ],
+                *(
+                    [
+                        _num(f"baseline-{j}-test-correct", test.get("correct_known")),
+                        _num(f"baseline-{j}-test-misclassified", test.get("misclassified_known")),
+                    ]
+                    if has_test
+                    else []
+                ),
+            ]
+        )
+    header = (
+        "Method",
+        "Correct known accepted",
+        "Misclassified accepted",
+        *[f"{n} accepted" for n in sets],
+        *(("Test: correct accepted", "Test: misclassified accepted") if has_test else ()),
+    )
+    out.append(
+        _rows(
+            header, rows, numeric=(False, *[True] * (len(header) - 1)), table_id="baselines-table"
+        )
+    )
     return "".join(out)
 
 
@@ -746,76 +999,101 @@ def _warnings(monitor: Mapping[str, Any]) -> str:
     out = ['<h3 id="warnings">Warnings</h3>']
     if not warnings:
         return out[0] + '<p id="warnings-none">None.</p>'
-    out.append("<p>Each name can be listed in <code>policy.fail_on</code> to fail the "
-               "build.</p><ul>")
-    out += [f'<li id="warning-{j}"><code>{_e(w.get("name"))}</code>: {_e(w.get("message"))}</li>'
-            for j, w in enumerate(warnings)]
+    out.append(
+        "<p>Each name can be listed in <code>policy.fail_on</code> to fail the build.</p><ul>"
+    )
+    out += [
+        f'<li id="warning-{j}"><code>{_e(w.get("name"))}</code>: {_e(w.get("message"))}</li>'
+        for j, w in enumerate(warnings)
+    ]
     return "".join(out) + "</ul>"
 
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
-    ("accept / uncertainty / reject", "the verdict the agent emits for an input; "
-     "\u201caccepted\u201d always means the verdict is accept"),
-    ("correct known / misclassified known", "validation (or test) inputs of a known class "
-     "that the model classified right / wrong"),
+    (
+        "accept / uncertainty / reject",
+        "the verdict the agent emits for an input; "
+        "\u201caccepted\u201d always means the verdict is accept",
+    ),
+    (
+        "correct known / misclassified known",
+        "validation (or test) inputs of a known class that the model classified right / wrong",
+    ),
     ("unknown set", "inputs of no known class (data.unknown, data.unknown_*)"),
     ("TN", "true negative: the model was right and the monitor accepted"),
     ("FP", "false positive: the model was right and the monitor rejected"),
     ("MN", "missed negative: the model was right and the monitor said uncertainty"),
-    ("TP", "true positive: the model was wrong or the input unknown, and the monitor "
-     "rejected"),
-    ("FN", "false negative: the model was wrong or the input unknown, and the monitor "
-     "accepted"),
-    ("MP", "missed positive: the model was wrong or the input unknown, and the monitor "
-     "said uncertainty"),
+    ("TP", "true positive: the model was wrong or the input unknown, and the monitor rejected"),
+    ("FN", "false negative: the model was wrong or the input unknown, and the monitor accepted"),
+    (
+        "MP",
+        "missed positive: the model was wrong or the input unknown, and the monitor "
+        "said uncertainty",
+    ),
     ("precision", "TP / (TP + FP): of the rejected inputs, the share that deserved it"),
-    ("recall", "TP / (TP + FN + MP): of the inputs that deserved rejection, the share "
-     "rejected"),
+    ("recall", "TP / (TP + FN + MP): of the inputs that deserved rejection, the share rejected"),
     ("F1", "the harmonic mean of precision and recall"),
-    ("AUROC", "the chance that a random input of the second kind (unknown, or a wrong "
-     "prediction) scores higher than a random one of the first (known, or a right "
-     "prediction); 0.5 is chance, 1 perfect"),
+    (
+        "AUROC",
+        "the chance that a random input of the second kind (unknown, or a wrong "
+        "prediction) scores higher than a random one of the first (known, or a right "
+        "prediction); 0.5 is chance, 1 perfect",
+    ),
     ("threshold", "inputs whose score exceeds it are rejected (combine: calibrated)"),
-    ("MSP / energy", "baseline scores from the model's logits alone: minus the maximum "
-     "softmax probability, minus log-sum-exp of the logits"),
+    (
+        "MSP / energy",
+        "baseline scores from the model's logits alone: minus the maximum "
+        "softmax probability, minus log-sum-exp of the logits",
+    ),
     ("\u03c4", "the clustering parameter: smaller \u03c4 gives more, tighter boxes"),
 )
 
 
 def _definitions() -> str:
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in DEFINITIONS)
-    return ('<section id="definitions"><h2>What the columns mean</h2>'
-            f'<dl class="meta">{items}</dl></section>')
+    return (
+        '<section id="definitions"><h2>What the columns mean</h2>'
+        f'<dl class="meta">{items}</dl></section>'
+    )
 
 
 def _evaluation(monitor: Mapping[str, Any]) -> str:
     evaluation = monitor.get("evaluation")
-    out = ['<h3 id="evaluation">Evaluation at the chosen \u03c4</h3><p>Outcome counts on the '
-           "validation inputs and data.unknown, as the agent's runtime gave them: combined, "
-           "the emitted verdict; per layer, that layer's own box verdict (definitions "
-           "below).</p>"]
+    out = [
+        '<h3 id="evaluation">Evaluation at the chosen \u03c4</h3><p>Outcome counts on the '
+        "validation inputs and data.unknown, as the agent's runtime gave them: combined, "
+        "the emitted verdict; per layer, that layer's own box verdict (definitions "
+        "below).</p>"
+    ]
     if not evaluation:
         return out[0] + _omitted("evaluation-omitted", "No evaluation in the summary.")
     per_layer = evaluation.get("per_layer") or {}
     rows = []
     for i, layer in enumerate(_layer_names(monitor)):
         if layer in per_layer:
-            rows.append([_e(layer)] + [_num(f"eval-L{i}-{k}", per_layer[layer].get(k))
-                                       for k in EVAL_KEYS])
+            rows.append(
+                [_e(layer)] + [_num(f"eval-L{i}-{k}", per_layer[layer].get(k)) for k in EVAL_KEYS]
+            )
     if evaluation.get("combined") is not None:
-        rows.append(["<strong>combined</strong>"] + [
-            _num(f"eval-combined-{k}", evaluation["combined"].get(k)) for k in EVAL_KEYS])
+        rows.append(
+            ["<strong>combined</strong>"]
+            + [_num(f"eval-combined-{k}", evaluation["combined"].get(k)) for k in EVAL_KEYS]
+        )
     header = ("Layer", *(k.upper() for k in OUTCOME_KEYS), "Precision", "Recall", "F1")
-    return out[0] + _rows(header, rows, numeric=(False, *[True] * len(EVAL_KEYS)),
-                          table_id="evaluation-table")
+    return out[0] + _rows(
+        header, rows, numeric=(False, *[True] * len(EVAL_KEYS)), table_id="evaluation-table"
+    )
 
 
 def _bn_section(summary: Mapping[str, Any]) -> str:
     bn = summary.get("bn")
     out = ['<section id="bn"><h2>Bayesian-network classifier</h2>']
     if bn is None:
-        out.append(_omitted("bn-omitted", "No Bayesian network in this build (the config has "
-                                          "no BN section)."))
+        out.append(
+            _omitted(
+                "bn-omitted", "No Bayesian network in this build (the config has no BN section)."
+            )
+        )
         return "".join(out) + "</section>"
     compile_rows = [
         ("File", f"<code>{_text('bn-file', bn.get('file'))}</code>"),
@@ -829,18 +1107,41 @@ def _bn_section(summary: Mapping[str, Any]) -> str:
         ("Quasi-reduced nodes", _num("bn-nodes-quasi", bn.get("nodes_quasi"))),
         ("Positive inputs", _num("bn-positives", bn.get("positives"))),
         ("All inputs", _num("bn-inputs", bn.get("inputs"))),
-        ("Ties at the threshold" if bn.get("decision") != "argmax"
-         else "Ties between states", _num("bn-ties", bn.get("ties"))),
-        ("Compile time (s)", _num("bn-seconds", bn.get("seconds")))]
+        (
+            "Ties at the threshold" if bn.get("decision") != "argmax" else "Ties between states",
+            _num("bn-ties", bn.get("ties")),
+        ),
+        ("Compile time (s)", _num("bn-seconds", bn.get("seconds"))),
+    ]
     if bn.get("decision") == "argmax":
-        compile_rows.insert(-1, ("Inputs decided per state", _e(", ".join(
-            f"{k}: {v:,}" for k, v in (bn.get("decided") or {}).items()))))
-        compile_rows.insert(-1, ("Ties per pair of states", _e(", ".join(
-            f"{'/'.join(p['states'])}: {p['inputs']:,}" for p in bn.get("tie_pairs") or [])
-            or "none")))
+        compile_rows.insert(
+            -1,
+            (
+                "Inputs decided per state",
+                _e(", ".join(f"{k}: {v:,}" for k, v in (bn.get("decided") or {}).items())),
+            ),
+        )
+        compile_rows.insert(
+            -1,
+            (
+                "Ties per pair of states",
+                _e(
+                    ", ".join(
+                        f"{'/'.join(p['states'])}: {p['inputs']:,}"
+                        for p in bn.get("tie_pairs") or []
+                    )
+                    or "none"
+                ),
+            ),
+        )
     out.append("<h3>Compiled decision diagram</h3>")
-    out.append(_rows(("Quantity", "Value"), [(_e(k), v) for k, v in compile_rows],
-                     table_id="bn-compile-table"))
+    out.append(
+        _rows(
+            ("Quantity", "Value"),
+            [(_e(k), v) for k, v in compile_rows],
+            table_id="bn-compile-table",
+        )
+    )
     rules = list(bn.get("rules") or [])
     features = list(bn.get("features") or [])
     out.append("<h3>If-then rules</h3>")
@@ -850,29 +1151,58 @@ def _bn_section(summary: Mapping[str, Any]) -> str:
             cex = list(r.get("counterexamples") or [])
             verdict = str(r.get("verdict"))
             premise = r.get("premise") or {}
-            first = (_cube_text(restriction(cex[0], premise, bn.get("states") or {}), features,
-                                "any input the premise allows") if cex else MISSING)
-            rows.append((_text(f"rule-{j}-id", r.get("id")), _cube_text(premise, features),
-                         _e(f"{bn.get('class', 'class')} = {r.get('conclusion')}"),
-                         f'<span id="rule-{j}-verdict" class="{_e(verdict)}">{_e(verdict)}</span>',
-                         _num(f"rule-{j}-violations", r.get("violations")),
-                         _num(f"rule-{j}-probability", r.get("probability")),
-                         first))
-        out.append(_rows(("Rule", "Premise", "Conclusion", "Verdict", "Violating inputs",
-                          "Probability", "First counterexample"), rows,
-                         numeric=(False, False, False, False, True, True, False),
-                         table_id="bn-rules-table"))
+            first = (
+                _cube_text(
+                    restriction(cex[0], premise, bn.get("states") or {}),
+                    features,
+                    "any input the premise allows",
+                )
+                if cex
+                else MISSING
+            )
+            rows.append(
+                (
+                    _text(f"rule-{j}-id", r.get("id")),
+                    _cube_text(premise, features),
+                    _e(f"{bn.get('class', 'class')} = {r.get('conclusion')}"),
+                    f'<span id="rule-{j}-verdict" class="{_e(verdict)}">{_e(verdict)}</span>',
+                    _num(f"rule-{j}-violations", r.get("violations")),
+                    _num(f"rule-{j}-probability", r.get("probability")),
+                    first,
+                )
+            )
+        out.append(
+            _rows(
+                (
+                    "Rule",
+                    "Premise",
+                    "Conclusion",
+                    "Verdict",
+                    "Violating inputs",
+                    "Probability",
+                    "First counterexample",
+                ),
+                rows,
+                numeric=(False, False, False, False, True, True, False),
+                table_id="bn-rules-table",
+            )
+        )
         for j, r in enumerate(rules):
             if r.get("verdict") == "violated":
                 total = len(r.get("counterexamples") or [])
                 shown = min(total, MAX_COUNTEREXAMPLES_DRAWN)
-                out.append(_figure(
-                    f"fig-rule-{j}", rule_figure(bn, r), f"rule {r.get('id')} counterexamples",
-                    f"Rule {_e(r.get('id'))} (violated) \u2014 query: green states are allowed "
-                    f"by the premise, red ones excluded; the class should be "
-                    f"{_e(bn.get('class'))} = {_e(r.get('conclusion'))}. Counterexamples "
-                    f"drawn: {shown} of {total}; their blue states give another class, grey "
-                    f"means any allowed state."))
+                out.append(
+                    _figure(
+                        f"fig-rule-{j}",
+                        rule_figure(bn, r),
+                        f"rule {r.get('id')} counterexamples",
+                        f"Rule {_e(r.get('id'))} (violated) \u2014 query: green states are allowed "
+                        f"by the premise, red ones excluded; the class should be "
+                        f"{_e(bn.get('class'))} = {_e(r.get('conclusion'))}. Counterexamples "
+                        f"drawn: {shown} of {total}; their blue states give another class, grey "
+                        f"means any allowed state.",
+                    )
+                )
     else:
         out.append(_omitted("bn-rules-omitted", "No rules were checked."))
     fmo = list(bn.get("fmo") or [])
@@ -883,13 +1213,24 @@ def _bn_section(summary: Mapping[str, Any]) -> str:
         for j, q in enumerate(fmo):
             verdict = str(q.get("verdict"))
             witness = q.get("witness")
-            rows.append((_text(f"fmo-{j}-id", q.get("id")), _e(q.get("feature")), _e(q.get("kind")),
-                         _cube_text(q.get("given") or {}, features, "any"),
-                         f'<span id="fmo-{j}-verdict" class="{_e(verdict)}">{_e(verdict)}</span>',
-                         _e(q.get("reason", "")),
-                         "\u2014" if witness is None else _witness_text(witness)))
-        out.append(_rows(("Query", "Feature", "Kind", "Given", "Verdict", "Reason", "Witness"),
-                         rows, table_id="bn-fmo-table"))
+            rows.append(
+                (
+                    _text(f"fmo-{j}-id", q.get("id")),
+                    _e(q.get("feature")),
+                    _e(q.get("kind")),
+                    _cube_text(q.get("given") or {}, features, "any"),
+                    f'<span id="fmo-{j}-verdict" class="{_e(verdict)}">{_e(verdict)}</span>',
+                    _e(q.get("reason", "")),
+                    "\u2014" if witness is None else _witness_text(witness),
+                )
+            )
+        out.append(
+            _rows(
+                ("Query", "Feature", "Kind", "Given", "Verdict", "Reason", "Witness"),
+                rows,
+                table_id="bn-fmo-table",
+            )
+        )
     else:
         out.append(_omitted("bn-fmo-omitted", "No FMO queries were checked."))
     return "".join(out) + "</section>"
@@ -900,8 +1241,11 @@ def _timings(summary: Mapping[str, Any]) -> str:
     if not timings:
         return ""
     rows = [(_e(step), _num(f"timing-{j}", secs)) for j, (step, secs) in enumerate(timings.items())]
-    return ('<section id="timings"><h2>Timings</h2>' + _rows(
-        ("Step", "Seconds"), rows, numeric=(False, True), table_id="timings-table") + "</section>")
+    return (
+        '<section id="timings"><h2>Timings</h2>'
+        + _rows(("Step", "Seconds"), rows, numeric=(False, True), table_id="timings-table")
+        + "</section>"
+    )
 
 
 def render_report(summary: Mapping[str, Any]) -> str:
@@ -909,17 +1253,30 @@ def render_report(summary: Mapping[str, Any]) -> str:
     title = (summary.get("metadata") or {}).get("name", "boxwatch build")
     nav = [("model", "Model and monitor")]
     if summary.get("monitor") is not None:
-        nav += [("monitor-figures", "Box monitor"), ("operating-point", "Operating point"),
-                ("evaluation", "Evaluation")]
+        nav += [
+            ("monitor-figures", "Box monitor"),
+            ("operating-point", "Operating point"),
+            ("evaluation", "Evaluation"),
+        ]
     nav.append(("bn", "Bayesian network"))
     if summary.get("timings"):
         nav.append(("timings", "Timings"))
     nav.append(("definitions", "Definitions"))
     links = "".join(f'<li><a href="#{a}">{_e(t)}</a></li>' for a, t in nav)
-    body = "".join((_header(summary), f"<nav><ul>{links}</ul></nav>", _model_section(summary),
-                    _monitor_figures(summary), _bn_section(summary), _timings(summary),
-                    _definitions()))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_e(title)} \u2014 boxwatch build report</title><style>{CSS}</style>"
-            f"</head><body>{body}</body></html>\n")
+    body = "".join(
+        (
+            _header(summary),
+            f"<nav><ul>{links}</ul></nav>",
+            _model_section(summary),
+            _monitor_figures(summary),
+            _bn_section(summary),
+            _timings(summary),
+            _definitions(),
+        )
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)} \u2014 boxwatch build report</title><style>{CSS}</style>"
+        f"</head><body>{body}</body></html>\n"
+    )

@@ -516,9 +516,7 @@ class BoxMonitor(BaseEstimator):
         selection = None
         by_coverage = validation is None or self.selection == "coverage"
         if self.tau == "auto" and by_coverage:
-            chosen = self._select_by_coverage(
-                activations_by_layer, y_true, y_pred, layers, k, seed
-            )
+            chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k, seed)
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
             candidate = self._candidate_taus(layers)
