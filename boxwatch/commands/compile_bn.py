@@ -25,15 +25,6 @@ from boxwatch.offline.bn.plan import CompileLimitError
 PROGRESS_AFTER_S = 1.0
 
 
-def _names(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    names = [v.strip() for v in value.split(",")]
-    if any(not n for n in names):
-        raise click.BadParameter(f"empty name in {value!r}; use comma-separated names")
-    return names
-
-
 class _ProgressBar:
     """A stderr progress bar, shown once a loop has run for :data:`PROGRESS_AFTER_S`."""
 
@@ -176,9 +167,7 @@ def compile_bn(
           --max-memory 4G --max-seconds 120
     """
     limit = default_max_memory() if max_memory is None else max_memory
-    wanted = classifier_spec(
-        class_variable, decision, positive, threshold, _names(features), _names(order)
-    )
+    wanted = classifier_spec(class_variable, decision, positive, threshold, features, order)
     try:
         with memory_guard(limit), _progress() as bar:
             start = time.perf_counter()

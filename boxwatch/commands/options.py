@@ -115,15 +115,26 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def _names(value: str | None) -> list[str] | None:
+    """``--features`` / ``--order``: comma-separated names, none empty."""
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",")]
+    if any(not n for n in names):
+        raise click.BadParameter(f"empty name in {value!r}; use comma-separated names")
+    return names
+
+
 def classifier_spec(
     class_variable: str,
     decision: str,
     positive: str | None,
     threshold: float | None,
-    features: list[str] | None,
-    order: list[str] | None,
+    features: str | None,
+    order: str | None,
 ) -> ClassifierSpec:
-    """The spec the classifier options describe; a usage error names what is missing."""
+    """The spec the classifier options describe (``features`` and ``order`` as given on the
+    command line, comma-separated); a usage error names what is missing."""
     if decision == "threshold":
         missing = [
             name
@@ -146,4 +157,6 @@ def classifier_spec(
                 f"{' and '.join(given)} apply to --decision threshold only; --decision argmax "
                 "decides the most probable state"
             )
-    return ClassifierSpec(class_variable, positive, threshold, features, order, decision)
+    return ClassifierSpec(
+        class_variable, positive, threshold, _names(features), _names(order), decision
+    )

@@ -22,15 +22,6 @@ from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
 
 
-def _names(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    names = [v.strip() for v in value.split(",")]
-    if any(not n for n in names):
-        raise click.BadParameter(f"empty name in {value!r}; use comma-separated names")
-    return names
-
-
 def _prob(p: float | None) -> str:
     return "-" if p is None else f"{p:.4g}"
 
@@ -157,9 +148,7 @@ def verify_bn(
       boxwatch verify-bn child.bif.gz --class Disease --decision argmax \\
           --rules examples/child/disease-rules.yaml
     """
-    wanted = classifier_spec(
-        class_variable, decision, positive, threshold, _names(features), _names(order)
-    )
+    wanted = classifier_spec(class_variable, decision, positive, threshold, features, order)
     limit = default_max_memory() if max_memory is None else max_memory
     try:
         start = time.perf_counter()

@@ -115,9 +115,14 @@ def _data_in_use() -> int:
     return _status_bytes("VmData:")
 
 
+GUARD_FLOOR = 64 << 20
+"""Least slack :func:`memory_guard` leaves above what is in use."""
+
+
 @contextlib.contextmanager
 def memory_guard(max_bytes: int) -> Iterator[None]:
-    """Cap the data segment at what is in use plus ``max_bytes`` (slack: allocations fail).
+    """Cap the data segment at what is in use plus ``max_bytes`` (at least
+    :data:`GUARD_FLOOR`); past it allocations fail.
 
     Allocations past the cap raise :class:`MemoryError` instead of waking the kernel's OOM
     killer. The previous limit is restored on exit. A no-op where ``RLIMIT_DATA`` is missing
@@ -129,7 +134,9 @@ def memory_guard(max_bytes: int) -> Iterator[None]:
         yield
         return
     old = resource.getrlimit(resource.RLIMIT_DATA)
-    cap = _data_in_use() + int(max_bytes)
+    # A floor of slack: the interpreter's own small allocations (a lazy import, a parse
+    # buffer) never trip the backstop; the routes' estimates still use ``max_bytes`` itself.
+    cap = _data_in_use() + max(int(max_bytes), GUARD_FLOOR)
     if old[1] != resource.RLIM_INFINITY:
         cap = min(cap, old[1])
     try:
