@@ -14,7 +14,9 @@ $(VENV)/.installed: pyproject.toml setup.py agent/_boxkernel.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e '.[offline,demo,dev]'
+	# setuptools prints an informational notice on every editable install (not about this
+	# project: tests/test_packaging.py builds the wheel with warnings on and finds none).
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[offline,demo,dev]'
 	touch $@
 
 venv: $(VENV)/.installed
