@@ -46,7 +46,7 @@ Argmax (multi-class) classifiers decide the most probable class state; the sinks
 class states in the network's order. The joint and separator routes compute ``P(c, x)`` for
 every state ``c``; the additive route (log-odds of two states) does not apply and
 ``decompose`` takes the separator route. Argmax decisions are not yet on the exact path: a
-state whose float posterior lies within :data:`ARGMAX_TIE_TOLERANCE` of the largest one
+state whose float posterior lies within :data:`TIE_TOLERANCE` of the largest one
 *ties* with it, the decision is the lowest tied state index, and ties are counted per input
 and per pair of states. Inputs of probability 0 are decided state 0 (every posterior is
 undefined) and counted as impossible.
@@ -100,10 +100,9 @@ from boxwatch.offline.bn.plan import (
 METHODS = ("auto", "joint", "decompose", "jointree")
 AUTO_QUICK_SECONDS = 1.0
 ADDITIVE_EXACT_LIMIT = 1 << 22
-# Argmax decisions compare float posteriors: states this close to the largest one tie.
-ARGMAX_TIE_TOLERANCE = 1e-9
-# The jointree route compares float posteriors (and their bounds) with this tolerance: it is
-# not on the exact path of threshold decisions yet, so its results say ``certified=False``.
+# The decisions not on the exact path yet compare float posteriors with this tolerance:
+# argmax states this close to the largest tie with it, and the jointree route decides
+# ``P >= T - TIE_TOLERANCE``; their results say ``certified=False``.
 TIE_TOLERANCE = 1e-9
 Progress = Callable[[int, int], None]
 
@@ -380,7 +379,7 @@ def compile_classifier(
         estimate=estimate,
         decided=counts,
         tie_pairs=_tie_pairs(diagram.terminals, built.tie_pairs),
-        tie_tolerance=ARGMAX_TIE_TOLERANCE if diagram.is_argmax else None,
+        tie_tolerance=TIE_TOLERANCE if diagram.is_argmax else None,
     )
 
 
@@ -533,7 +532,7 @@ def _decide_argmax(
     """Posteriors, argmax decisions, pair ties, tied and impossible inputs of a block.
 
     ``joint`` holds ``P(c, x)`` with the class state on axis 0. A state ties with the best
-    one when its posterior is within :data:`ARGMAX_TIE_TOLERANCE` of the largest; the decision is
+    one when its posterior is within :data:`TIE_TOLERANCE` of the largest; the decision is
     the lowest tied state index. Inputs of probability 0 have no tied state and get 0.
     Returns ``(post, codes, pairs, ties, impossible)``: ``codes`` (:func:`_code_dtype`) has
     ``joint``'s shape without axis 0; ``pairs[a, b]`` (``a < b``) counts inputs where ``a``
@@ -544,7 +543,7 @@ def _decide_argmax(
     with np.errstate(invalid="ignore", divide="ignore"):
         post = np.where(ok, joint / np.where(ok, den, 1.0), np.nan)
     best = np.where(ok, post, 0.0).max(axis=0)
-    near = (post >= best - ARGMAX_TIE_TOLERANCE) & ok
+    near = (post >= best - TIE_TOLERANCE) & ok
     zc = joint.shape[0]
     codes = np.argmax(near, axis=0).astype(_code_dtype(zc))
     pairs = np.zeros((zc, zc), dtype=np.int64)
