@@ -4,9 +4,11 @@ The offline builder (``boxwatch.offline.monitors.estimator.BoxMonitor``) learns 
 holds what the agent needs to apply them online without scikit-learn, and their
 (de)serialisation into artifact members (canonical JSON + numeric ``.npz`` arrays).
 
-Verdicts follow Algorithm 3 of the resolution-box paper: for the predicted class ``y`` of an
-input, *accept* when its activation lies in some good box of ``y`` and in no bad box of ``y``,
-*uncertainty* when it lies in a good and a bad box, *reject* otherwise.
+Per-layer verdicts follow Algorithm 3 of the resolution-box paper: for the predicted class
+``y`` of an input, *accept* when its activation lies in some good box of ``y`` and in no bad
+box of ``y``, *uncertainty* when it lies in a good and a bad box, *reject* otherwise. The
+default combination (``"calibrated"``) decides on a calibrated out-of-box score instead and
+gives *uncertainty* where the model's own confidence is below a calibrated floor.
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ VERDICT_NAMES = vocab.VERDICTS
 COMBINE_RULES = vocab.COMBINE_RULES
 NORMALIZATIONS = vocab.NORMALIZATIONS
 SCORES = vocab.SCORES
+UNCERTAINTY_RULES = vocab.UNCERTAINTY_RULES
+SCORE_MEANS = vocab.SCORE_MEANS
+OUTPUT_KINDS = vocab.OUTPUT_KINDS
 FORMAT = "boxwatch.boxes"
 # 1: the distance score; 2 adds the fused score (``score``, ``contrast_layers``,
-# ``contrast_scales``, ``contrast_classes``). Distance-score monitors are still written as
-# 1, and both are read; a reader that knows only 1 refuses a fused monitor.
+# ``contrast_scales``, ``contrast_classes``); 3 adds the confidence rule for uncertainty
+# (``uncertainty``, ``confidence_floor``, ``output``) and ``score_mean``. Each monitor is written with the
+# lowest version that holds it, and all are read; an older reader refuses a newer monitor
+# rather than emit other verdicts than the builder measured.
 FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSIONS = (1, 2, 3)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -87,6 +94,25 @@ def set_box_kernel(name: str) -> str:
 def verdict_names(verdicts: np.ndarray) -> np.ndarray:
     """Map verdict codes (0 accept, 1 uncertainty, 2 reject) to their names."""
     return np.asarray(VERDICT_NAMES, dtype=object)[np.asarray(verdicts)]
+
+
+def model_confidence(outputs: np.ndarray, kind: str = "logits") -> np.ndarray:
+    """The model's confidence in its predicted class, shape (n_samples,), float64.
+
+    ``"logits"``: the top softmax probability; ``"probabilities"``: the top output. NaN
+    where a row holds a NaN (a confidence floor then never passes it).
+    """
+    z = np.asarray(outputs, dtype=np.float64)
+    z = z.reshape(len(z), -1)
+    if kind not in OUTPUT_KINDS:
+        raise ConfigError(f"output={kind!r}: expected one of {OUTPUT_KINDS}")
+    if z.shape[1] == 0:
+        return np.full(len(z), np.nan)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if kind == "probabilities":
+            return np.asarray(z.max(axis=1))
+        top = z.max(axis=1, keepdims=True)
+        return np.asarray(1.0 / np.exp(z - top).sum(axis=1))
 
 
 def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
@@ -555,6 +581,17 @@ class BoxRuntime:
         Combined scores ``<= threshold`` are accepted by :meth:`decide`.
     meta : dict
         JSON-able provenance (taus, calibration figures).
+    uncertainty : {"confidence", "bad-box"}
+        With ``combine="calibrated"``, what turns an input within the threshold into
+        *uncertainty*: ``"confidence"``, the model's confidence (:func:`model_confidence`
+        of its output) below ``confidence_floor`` (no floor: never); ``"bad-box"`` (how
+        monitors built before format 3 decide), some layer's bad box of the predicted class.
+    confidence_floor : float or None
+        Lowest confidence accepted (``uncertainty="confidence"``), set by calibration.
+    output : {"logits", "probabilities"}
+        How the model's output reads, for :func:`model_confidence`.
+    score_mean : {"quadratic", "arithmetic"}
+        How the scaled terms make the score (:meth:`combine_scores`).
     """
 
     layers: list[str]
@@ -571,6 +608,10 @@ class BoxRuntime:
     contrast_layers: list[str] = field(default_factory=list)
     contrast_scales: dict[str, float] = field(default_factory=dict)
     contrast_classes: int = 0
+    uncertainty: str = "bad-box"
+    confidence_floor: float | None = None
+    output: str = "logits"
+    score_mean: str = "arithmetic"
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def other_boxes(self, layer: str) -> BoxSet:
@@ -589,27 +630,48 @@ class BoxRuntime:
         return normalize_features(x.reshape(len(x), -1), self.normalize)
 
     def verdicts(
-        self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
+        self,
+        activations: Mapping[str, np.ndarray],
+        y_pred: np.ndarray,
+        *,
+        logits: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Combined and per-layer verdict codes, each of shape (n_samples,), int8.
 
         Per-layer verdicts are always Algorithm 3's. The combined verdict follows
         ``combine``: a rule over the layer verdicts (:func:`combine_verdicts`), or
         ``"calibrated"``: *reject* when the score exceeds the calibrated threshold, else
-        *uncertainty* when some layer puts the input inside a bad box of its predicted
-        class, else *accept* -- the operating point chosen by calibration decides
-        acceptance, and the bad boxes still flag regions where the network errs.
+        *uncertainty* when the model's confidence (from ``logits``, its output) is below
+        ``confidence_floor`` (``uncertainty="bad-box"``: when some layer puts the input
+        inside a bad box of its predicted class), else *accept*. Both thresholds come from
+        calibration, so the emitted verdicts accept the share of correct known inputs it
+        was asked for.
         """
-        combined, per, _scores = self.assess(activations, y_pred, want_scores=False)
+        combined, per, _scores = self.assess(activations, y_pred, want_scores=False, logits=logits)
         return combined, per
 
+    def needs_logits(self) -> bool:
+        """Whether the combined verdicts read the model's output (a confidence floor)."""
+        return (
+            self.combine == "calibrated"
+            and self.uncertainty == "confidence"
+            and self.confidence_floor is not None
+        )
+
     def assess(
-        self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray, *, want_scores: bool = True
+        self,
+        activations: Mapping[str, np.ndarray],
+        y_pred: np.ndarray,
+        *,
+        want_scores: bool = True,
+        logits: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """Verdicts and scores in one pass: each box test and distance computed once.
 
-        Returns ``(combined, per_layer, scores)``; ``scores`` is None when not wanted (and
-        not needed by the combination rule) or when no score layer is set.
+        ``logits``: the model's output for the same inputs, needed when
+        :meth:`needs_logits`. Returns ``(combined, per_layer, scores)``; ``scores`` is None
+        when not wanted (and not needed by the combination rule) or when no score layer is
+        set.
         """
         y_pred = np.asarray(y_pred)
         calibrated = self.combine == "calibrated"
@@ -670,10 +732,30 @@ class BoxRuntime:
             )
             return combined, per, scores
         assert scores is not None and self.threshold is not None  # both checked above
-        any_bad = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
+        if self.uncertainty == "bad-box":
+            unsure = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
+        else:
+            unsure = self.unsure(logits, len(y_pred))
         within = np.isfinite(scores) & (scores <= self.threshold)  # NaN never accepts
-        combined = np.where(within, np.where(any_bad, UNCERTAIN, ACCEPT), REJECT)
+        combined = np.where(within, np.where(unsure, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
+
+    def unsure(self, logits: np.ndarray | None, n: int) -> np.ndarray:
+        """Where the model's confidence is below ``confidence_floor`` (NaN included).
+
+        All False without a floor; a floor without ``logits`` is a :class:`ConfigError`.
+        """
+        if self.confidence_floor is None:
+            return np.zeros(n, dtype=bool)
+        if logits is None:
+            raise ConfigError(
+                "this monitor's verdicts need the model's output (logits) for its "
+                "confidence floor: pass logits="
+            )
+        conf = model_confidence(logits, self.output)
+        if conf.shape != (n,):
+            raise ConfigError(f"logits give {len(conf)} rows for {n} inputs")
+        return ~(conf >= self.confidence_floor)
 
     def layer_scores(
         self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
@@ -718,10 +800,30 @@ class BoxRuntime:
     ) -> np.ndarray:
         """The score from per-layer distances (and contrast terms): shape (n_samples,).
 
-        ``"distance"``: mean over score layers of distance / scale. ``"fused"``: that plus
-        the mean over contrast layers of contrast / scale, non-finite values mapped to
-        ``inf`` so they are never accepted.
+        The terms are each score layer's distance / scale and (``"fused"``) each contrast
+        layer's contrast / scale. ``score_mean="quadratic"``: their root mean square, so one
+        layer far off its training range is not averaged away by layers that look familiar.
+        ``"arithmetic"``: the mean of the distance terms (plus, fused, the mean of the
+        contrast terms). Non-finite scores become ``inf`` (never accepted) with ``"fused"``
+        and ``"quadratic"``.
         """
+        if self.score_mean == "quadratic":
+            terms = [
+                per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers
+            ]
+            if self.score == "fused" and self.contrast_layers:
+                if contrast is None:
+                    raise ConfigError(
+                        f"score='fused' needs the contrast terms of {self.contrast_layers}"
+                    )
+                terms += [
+                    contrast[layer] / self.contrast_scales.get(layer, 1.0)
+                    for layer in self.contrast_layers
+                ]
+            with np.errstate(over="ignore", invalid="ignore"):
+                rms = np.sqrt(np.mean(np.square(terms), axis=0))
+            rms[~np.isfinite(rms)] = np.inf
+            return rms
         out = np.mean(
             [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers],
             axis=0,
@@ -764,9 +866,11 @@ class BoxRuntime:
             arrays.update(self.good[layer].to_arrays(f"L{i}.good"))
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
         fused = self.score == "fused"
+        confident = self.combine == "calibrated" and self.uncertainty == "confidence"
+        v3 = confident or self.score_mean != "arithmetic"
         spec = {
             "format": FORMAT,
-            "version": 2 if fused else FORMAT_VERSION,
+            "version": 3 if v3 else 2 if fused else FORMAT_VERSION,
             "layers": list(self.layers),
             "n_classes": int(self.n_classes),
             "normalize": self.normalize,
@@ -783,6 +887,15 @@ class BoxRuntime:
                 contrast_layers=list(self.contrast_layers),
                 contrast_classes=int(self.contrast_classes),
                 contrast_scales={k: float(v) for k, v in self.contrast_scales.items()},
+            )
+        if v3:
+            spec.update(
+                score_mean=self.score_mean,
+                uncertainty=self.uncertainty,
+                confidence_floor=None
+                if self.confidence_floor is None
+                else float(self.confidence_floor),
+                output=self.output,
             )
         return {f"{prefix}.json": spec, f"{prefix}.npz": arrays}
 
@@ -826,6 +939,22 @@ class BoxRuntime:
                 )
             if any(b.n_classes != n_classes for b in [*good.values(), *bad.values()]):
                 raise ArtifactError(f"{aname}: box sets disagree with n_classes={n_classes}")
+            v3 = spec["version"] >= 3
+            uncertainty = spec.get("uncertainty", "bad-box") if v3 else "bad-box"
+            output = spec.get("output", "logits") if v3 else "logits"
+            floor = spec.get("confidence_floor") if v3 else None
+            score_mean = spec.get("score_mean", "arithmetic") if v3 else "arithmetic"
+            if (
+                score_mean not in SCORE_MEANS
+                or uncertainty not in UNCERTAINTY_RULES
+                or output not in OUTPUT_KINDS
+                or not (floor is None or (isinstance(floor, float | int) and np.isfinite(floor)))
+            ):
+                raise ArtifactError(
+                    f"{jname}: score_mean {score_mean!r} / uncertainty {uncertainty!r} / "
+                    f"output {output!r} / confidence_floor {floor!r} is not a rule this "
+                    "agent knows"
+                )
             return cls(
                 layers=layers,
                 n_classes=n_classes,
@@ -841,6 +970,10 @@ class BoxRuntime:
                 contrast_layers=contrast_layers,
                 contrast_classes=int(spec.get("contrast_classes", 0)),
                 contrast_scales={k: float(v) for k, v in spec.get("contrast_scales", {}).items()},
+                uncertainty=uncertainty,
+                confidence_floor=None if floor is None else float(floor),
+                output=output,
+                score_mean=score_mean,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

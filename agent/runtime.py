@@ -89,7 +89,7 @@ class MonitorRuntime:
             t1 = time.perf_counter()
             logits = np.asarray(logits)
             predicted = logits.argmax(axis=1)
-            verdicts, per_layer, scores = self.boxes.assess(acts, predicted)
+            verdicts, per_layer, scores = self.boxes.assess(acts, predicted, logits=logits)
         broken = _non_finite_rows(logits, acts, scores)
         if broken.any():  # fail closed: NaN compares false, so it must never reach "accept"
             verdicts = np.where(broken, REJECT, verdicts).astype(np.int8)

@@ -11,8 +11,14 @@ Two model formats, both without pickled Python objects:
 
 Activations of rank > 2 (conv maps, ``(n, C, H, W)``) are reduced per the ``pooling`` option:
 ``"flatten"`` (default, row-major ``C*H*W`` features), ``"avg"`` or ``"max"`` (global pooling
-over every axis after the channel axis, giving ``C`` features). ``pooling`` may also map
-layer names to options (layers not named use ``"flatten"``).
+over every axis after the channel axis, giving ``C`` features), or ``"grid"`` (averages over
+a grid of at most :data:`GRID_CELLS` cells per axis after the channel axis: ``C*7*7``
+features for an image, which keeps where things are). ``pooling`` may also map layer names
+to options (layers not named use ``"flatten"``).
+
+The layer :data:`INPUT_LAYER` (``"input"``) is the model's input itself, as the tap receives
+it (preprocessed): monitoring a coarse grid of it catches inputs unlike the training data
+(other data sets, broken sensors) that a well-trained network maps into familiar activations.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError, MissingModelError
 
 POOLINGS = vocab.POOLINGS
+INPUT_LAYER = "input"
+GRID_CELLS = 7
 THREADS_ENV = "BOXWATCH_ORT_THREADS"
 DEFAULT_THREADS = 1
 ONNX_SUFFIXES = (".onnx",)
@@ -52,7 +60,9 @@ class LayerInfo:
         if not self.shape:
             return None
         dims = self.shape[1:]
-        if pooling != "flatten" and len(self.shape) > 2:
+        if pooling == "grid" and len(self.shape) > 2:
+            dims = (dims[0], *(None if d is None else min(d, GRID_CELLS) for d in dims[1:]))
+        elif pooling != "flatten" and len(self.shape) > 2:
             dims = dims[:1]
         known = [d for d in dims if d is not None]
         if len(known) < len(dims):
@@ -88,6 +98,16 @@ def pool(x: np.ndarray, pooling: str) -> np.ndarray:
         return x.mean(axis=axes).astype(np.float32, copy=False)
     if pooling == "max":
         return x.max(axis=axes).astype(np.float32, copy=False)
+    if pooling == "grid":
+        out: np.ndarray = x.astype(np.float32, copy=False)
+        for ax in axes:
+            size = out.shape[ax]
+            edges = np.linspace(0, size, min(size, GRID_CELLS) + 1).round().astype(np.int64)
+            sums = np.add.reduceat(out, edges[:-1], axis=ax)
+            shape = [1] * out.ndim
+            shape[ax] = len(edges) - 1
+            out = (sums / np.diff(edges).reshape(shape)).astype(np.float32)
+        return out.reshape(len(x), -1).astype(np.float32, copy=False)
     raise ConfigError(f"pooling={pooling!r}: expected one of {POOLINGS}")
 
 
@@ -145,7 +165,7 @@ class OnnxTap:
     layers : sequence of str
         Tensor names (or node names, meaning the node's first output) to expose; see
         :meth:`candidates`.
-    pooling : {"flatten", "avg", "max"} or mapping of layer to it, default="flatten"
+    pooling : {"flatten", "avg", "max", "grid"} or mapping of layer to it, default="flatten"
     threads : int, optional
         onnxruntime intra-op threads (default ``BOXWATCH_ORT_THREADS`` or 1; more threads
         worsen tail latency for small models).
@@ -189,13 +209,24 @@ class OnnxTap:
                 self._layers[out] = LayerInfo(out, _onnx_shape(info), node.op_type)
             if node.name and node.output and node.output[0] in self._layers:
                 aliases.setdefault(node.name, node.output[0])
-        valid = [*self._layers, *[a for a in aliases if a not in self._layers]]
+        source = self.input_names[0]
+        if INPUT_LAYER not in self._layers:
+            aliases.setdefault(INPUT_LAYER, source)
+        graph_input = next(i for i in graph.input if i.name == source)
+        self._input = LayerInfo(INPUT_LAYER, _onnx_shape(graph_input), "Input")
+        valid = [
+            INPUT_LAYER,
+            *self._layers,
+            *[a for a in aliases if a not in self._layers and a != INPUT_LAYER],
+        ]
+        if source not in valid:
+            valid.append(source)
         _check_names(layers, valid, str(self.path))
         self.layers = list(layers)
         self._tensor = {name: aliases.get(name, name) for name in self.layers}
         present = {o.name for o in proto.graph.output}
         for tensor in dict.fromkeys(self._tensor.values()):
-            if tensor not in present:
+            if tensor not in present and tensor != source:
                 proto.graph.output.append(infos[tensor])
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
@@ -204,16 +235,20 @@ class OnnxTap:
         self.session = ort.InferenceSession(
             proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]
         )
-        self._fetch = [self.output_name, *dict.fromkeys(self._tensor.values())]
+        fetched = [t for t in dict.fromkeys(self._tensor.values()) if t != source]
+        self._fetch = [self.output_name, *fetched]
 
     def candidates(self) -> list[LayerInfo]:
-        """Every float tensor a node produces, in graph order."""
-        return list(self._layers.values())
+        """The model's input (:data:`INPUT_LAYER`), then every float tensor a node
+        produces, in graph order."""
+        return [self._input, *self._layers.values()]
 
     def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One session call: ``(logits, {layer: (n_samples, n_features) float32})``."""
-        outs = self.session.run(self._fetch, {self.input_names[0]: np.asarray(x, dtype=np.float32)})
+        x = np.asarray(x, dtype=np.float32)
+        outs = self.session.run(self._fetch, {self.input_names[0]: x})
         by_tensor = dict(zip(self._fetch, outs, strict=True))
+        by_tensor[self.input_names[0]] = x
         return outs[0], {
             name: pool(by_tensor[self._tensor[name]], self.pooling[name]) for name in self.layers
         }
@@ -247,7 +282,7 @@ class TorchTap:
         and logits only (TorchScript modules refuse forward hooks).
     layers : sequence of str
         Module names as in ``named_modules()``, e.g. ``"fc1"`` or ``"block.conv"``.
-    pooling : {"flatten", "avg", "max"} or mapping of layer to it, default="flatten"
+    pooling : {"flatten", "avg", "max", "grid"} or mapping of layer to it, default="flatten"
     threads : int, optional
         ``torch.set_num_threads`` (process-wide), default ``BOXWATCH_ORT_THREADS`` or 1.
     """
@@ -294,6 +329,12 @@ class TorchTap:
         self.module.eval()
         modules = dict(self.module.named_modules())
         valid = [name for name in modules if name and not name.startswith("_")]
+        if INPUT_LAYER in valid:
+            raise ConfigError(
+                f"{self.path}: a module is named {INPUT_LAYER!r}, the name boxwatch gives the "
+                "model's input; rename the module"
+            )
+        valid = [INPUT_LAYER, *valid]
         _check_names(layers, valid, str(self.path))
         if layers and self.scripted:
             raise ConfigError(
@@ -304,7 +345,8 @@ class TorchTap:
         self._valid = valid
         self._captured: dict[str, Any] = {}
         for name in self.layers:
-            modules[name].register_forward_hook(self._hook(name))
+            if name != INPUT_LAYER:
+                modules[name].register_forward_hook(self._hook(name))
 
     def _hook(self, name: str):
         def capture(_module, _inputs, output):
@@ -316,12 +358,18 @@ class TorchTap:
         """Every named module with its output shape (from one run on a zero example input)."""
         if self._example is None:
             modules = dict(self.module.named_modules())
-            return [LayerInfo(n, (), type(modules[n]).__name__.split(".")[-1]) for n in self._valid]
+            return [LayerInfo(INPUT_LAYER, (), "Input")] + [
+                LayerInfo(n, (), type(modules[n]).__name__.split(".")[-1])
+                for n in self._valid
+                if n != INPUT_LAYER
+            ]
         torch = self._torch
         shapes: dict[str, tuple] = {}
         modules = dict(self.module.named_modules())
         handles = []
         for name in self._valid:
+            if name == INPUT_LAYER:
+                continue
 
             def record(_m, _i, out, name=name):
                 t = out[0] if isinstance(out, tuple | list) else out
@@ -335,7 +383,7 @@ class TorchTap:
         finally:
             for h in handles:
                 h.remove()
-        return [
+        return [LayerInfo(INPUT_LAYER, (None, *self._example.shape[1:]), "Input")] + [
             LayerInfo(
                 n,
                 tuple(shapes[n]),
@@ -350,8 +398,10 @@ class TorchTap:
         """One forward pass: ``(logits, {layer: (n_samples, n_features) float32})``."""
         torch = self._torch
         self._captured.clear()
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        self._captured[INPUT_LAYER] = torch.from_numpy(x)
         with torch.no_grad():
-            out = self.module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+            out = self.module(torch.from_numpy(x))
         logits = out[0] if isinstance(out, tuple | list) else out
         return (
             logits.detach().numpy(),

@@ -35,8 +35,21 @@ NORMALIZATIONS = ("none", "l2")
 SCORES = ("distance", "fused")
 """A box monitor's out-of-box score."""
 
-POOLINGS = ("flatten", "avg", "max")
-"""How a convolutional layer's maps become features."""
+SCORE_MEANS = ("quadratic", "arithmetic")
+"""How a box monitor's scaled score terms make its score: their root mean square, or (box
+format 1 and 2) the mean of the distance terms plus the mean of the contrast terms."""
+
+UNCERTAINTY_RULES = ("confidence", "bad-box")
+"""What makes a calibrated box monitor emit *uncertainty* for an input within its score
+threshold: the model's confidence below a calibrated floor, or (artifacts built before
+it) a bad box of the predicted class."""
+
+OUTPUT_KINDS = ("logits", "probabilities")
+"""How a model's output reads: logits (confidence = top softmax probability) or rows that
+already are class probabilities (confidence = the top one)."""
+
+POOLINGS = ("flatten", "avg", "max", "grid")
+"""How a convolutional layer's maps (or an image input) become features."""
 
 SELECTIONS = ("held-out-class", "f1", "coverage")
 """How the builder picks tau per layer and class (``monitor.selection``)."""

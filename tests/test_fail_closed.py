@@ -65,7 +65,9 @@ def test_the_guard_leaves_finite_batches_alone(runtime):
     x = rng.normal(size=(64, runtime.preprocessing.size))
     res = runtime.run_model(x)
     logits, acts = runtime.tap.run(runtime.preprocessing.apply(x))
-    combined, per_layer, _ = runtime.boxes.assess(acts, np.asarray(logits).argmax(axis=1))
+    combined, per_layer, _ = runtime.boxes.assess(
+        acts, np.asarray(logits).argmax(axis=1), logits=logits
+    )
     np.testing.assert_array_equal(res.verdicts, combined)
     mixed = runtime.run_model(np.concatenate([x[:4], np.full((1, x.shape[1]), 1e300)]))
     np.testing.assert_array_equal(mixed.verdicts[:4], combined[:4])

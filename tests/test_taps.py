@@ -226,3 +226,43 @@ def test_cli_layers():
 
     res = runner.invoke(cli, ["layers", str(DIGITS_MODEL), "--pooling", "avg"])
     assert res.exit_code == 0 and "logits" in res.stdout
+
+
+def test_grid_pooling_averages_cells_per_channel():
+    """``grid``: block means over at most 7 cells per spatial axis, channels kept apart."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 3, 28, 14)).astype(np.float32)
+    out = pool(x, "grid")
+    want = x.reshape(2, 3, 7, 4, 7, 2).mean(axis=(3, 5)).reshape(2, -1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    # Uneven sizes: cells of 1 or 2 rows still cover every pixel once (the total is kept).
+    y = rng.normal(size=(1, 1, 10, 5)).astype(np.float32)
+    cells = pool(y, "grid").reshape(7, 5)
+    assert cells.shape == (7, 5)
+    edges = np.linspace(0, 10, 8).round().astype(int)
+    sizes = np.diff(edges)
+    np.testing.assert_allclose((cells * sizes[:, None]).sum(axis=0), y[0, 0].sum(axis=0), rtol=1e-5)
+    assert pool(x[:, :, 0, 0], "grid").shape == (2, 3)  # no spatial axes: unchanged
+
+
+@pytest.mark.slow
+def test_the_model_input_is_a_layer_in_both_taps(exported):
+    """``input`` taps what the model receives, in ONNX and torch alike, and is listed first."""
+    _, onnx_path, pt2, _ = exported
+    x = np.random.default_rng(4).normal(size=(3, 1, 8, 8)).astype(np.float32)
+    for tap in (
+        OnnxTap(onnx_path, ["input", "/fc/Gemm_output_0"], pooling={"input": "grid"}),
+        TorchTap(pt2, ["input", "fc"], pooling={"input": "grid"}),
+    ):
+        logits, acts = tap.run(x)
+        assert logits.shape == (3, 3)
+        # 8 pixels in 7 cells: one cell of 2 rows (and columns), six of 1.
+        edges = np.linspace(0, 8, 8).round().astype(int)
+        rows = np.add.reduceat(x, edges[:-1], axis=2) / np.diff(edges)[None, None, :, None]
+        want = np.add.reduceat(rows, edges[:-1], axis=3) / np.diff(edges)[None, None, None, :]
+        np.testing.assert_allclose(acts["input"], want.reshape(3, -1), rtol=1e-5)
+        first = tap.candidates()[0]
+        assert first.name == "input" and first.kind == "Input"
+        assert first.shape == (None, 1, 8, 8) and first.n_features("grid") == 49
+    flat = OnnxTap(onnx_path, ["input"]).run(x)[1]["input"]
+    np.testing.assert_array_equal(flat, x.reshape(3, -1))

@@ -41,6 +41,9 @@ def test_users_hold_the_owners_objects():
     assert boxes.COMBINE_RULES is vocab.COMBINE_RULES and boxes.SCORES is vocab.SCORES
     assert boxes.NORMALIZATIONS is vocab.NORMALIZATIONS and taps.POOLINGS is vocab.POOLINGS
     assert estimator.SELECTIONS is vocab.SELECTIONS
+    assert boxes.SCORE_MEANS is vocab.SCORE_MEANS
+    assert boxes.UNCERTAINTY_RULES is vocab.UNCERTAINTY_RULES
+    assert boxes.OUTPUT_KINDS is vocab.OUTPUT_KINDS
     assert preprocessing.DTYPES is vocab.INPUT_DTYPES
 
 
@@ -52,7 +55,9 @@ def test_build_schema_enums_are_the_owners():
     assert mon["combine"]["enum"] == list(vocab.COMBINE_RULES)
     assert mon["normalize"]["enum"] == list(vocab.NORMALIZATIONS)
     assert mon["score"]["enum"] == list(vocab.SCORES)
-    assert model["pooling"]["enum"] == list(vocab.POOLINGS)
+    assert mon["score_mean"]["enum"] == list(vocab.SCORE_MEANS)
+    one, per_layer = model["pooling"]["oneOf"]
+    assert one["enum"] == per_layer["additionalProperties"]["enum"] == list(vocab.POOLINGS)
     assert model["preprocessing"]["properties"]["dtype"]["enum"] == list(vocab.INPUT_DTYPES)
 
 

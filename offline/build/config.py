@@ -80,7 +80,15 @@ SCHEMA: dict[str, Any] = {
                         "offset": {"type": "number"},
                     },
                 },
-                "pooling": {"enum": list(vocab.POOLINGS)},
+                "pooling": {
+                    "oneOf": [
+                        {"enum": list(vocab.POOLINGS)},
+                        {
+                            "type": "object",
+                            "additionalProperties": {"enum": list(vocab.POOLINGS)},
+                        },
+                    ]
+                },
             },
         },
         "classes": _NAMES,
@@ -115,6 +123,7 @@ SCHEMA: dict[str, Any] = {
                 "normalize": {"enum": list(vocab.NORMALIZATIONS)},
                 "score_layers": _NAMES,
                 "score": {"enum": list(vocab.SCORES)},
+                "score_mean": {"enum": list(vocab.SCORE_MEANS)},
                 "contrast_layers": {"oneOf": [_NAMES, {"const": "auto"}]},
                 "contrast_classes": {"type": "integer", "minimum": 0},
                 "target_acceptance": {
@@ -122,6 +131,7 @@ SCHEMA: dict[str, Any] = {
                     "exclusiveMinimum": 0,
                     "exclusiveMaximum": 1,
                 },
+                "confidence_share": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                 "random_state": {"type": "integer"},
             },
         },

@@ -19,6 +19,7 @@ import numpy as np
 from boxwatch.agent.boxes import normalize_features
 from boxwatch.offline.monitors.coverage import coverage_at
 from boxwatch.offline.monitors.estimator import (
+    DEFAULT_CONFIDENCE_SHARE,
     DEFAULT_TARGET_ACCEPTANCE,
     DEFAULT_TAUS,
     BoxMonitor,
@@ -100,11 +101,19 @@ def fit_monitors(
         tau: Any = float(tau_param)
     else:
         tau = "auto"
-    validation: tuple[Any, Any, Any] | None = None
+    validation: tuple[Any, ...] | None = None
     if has_val and tau == "auto" and selection == "f1":
-        validation = (eval_acts, eval_true, eval_pred)
+        eval_logits = logits["validation"]
+        if "unknown" in acts:
+            eval_logits = np.concatenate([eval_logits, logits["unknown"]])
+        validation = (eval_acts, eval_true, eval_pred, eval_logits)
     elif has_val:  # held-out-class selection and calibration use known inputs only
-        validation = (acts["validation"], y["validation"], preds["validation"])
+        validation = (
+            acts["validation"],
+            y["validation"],
+            preds["validation"],
+            logits["validation"],
+        )
     target = float(params.get("target_acceptance", DEFAULT_TARGET_ACCEPTANCE))
     # "coverage" (and "fixed" with a tau list, as before): the coverage search chooses tau.
     estimator_selection = selection if selection in ("f1", "held-out-class") else "coverage"
@@ -115,27 +124,37 @@ def fit_monitors(
         selection=estimator_selection,
         combine=params.get("combine", DEFAULT_COMBINE),
         target_acceptance=target,
+        confidence_share=params.get("confidence_share", DEFAULT_CONFIDENCE_SHARE),
         normalize=params.get("normalize", "l2"),
         score_layers=params.get("score_layers"),
         score=params.get("score", "fused"),
+        score_mean=params.get("score_mean", "quadratic"),
         contrast_layers=params.get("contrast_layers", "auto"),
         contrast_classes=params.get("contrast_classes", 1),
         random_state=params.get("random_state", 0),
-    ).fit(acts["train"], y["train"], preds["train"], validation=validation, n_classes=n_classes)
+    ).fit(
+        acts["train"],
+        y["train"],
+        preds["train"],
+        validation=validation,
+        n_classes=n_classes,
+        logits=logits["train"],
+    )
     held = monitor.calibration_rows_
     if has_val:
         calib_set = "validation"
-        calib = (acts["validation"], y["validation"], preds["validation"])
+        calib = (acts["validation"], y["validation"], preds["validation"], logits["validation"])
     elif len(held):
         calib_set = "train (held out)"
         calib = (
             {k: v[held] for k, v in acts["train"].items()},
             y["train"][held],
             preds["train"][held],
+            logits["train"][held],
         )
     else:  # another combine rule without validation data: the score threshold only
         calib_set = "train"
-        calib = (acts["train"], y["train"], preds["train"])
+        calib = (acts["train"], y["train"], preds["train"], logits["train"])
     cal = monitor.calibrate(
         calib[0],
         calib[2],
@@ -143,6 +162,8 @@ def fit_monitors(
         acts_unknown=acts.get("unknown"),
         y_pred_unknown=preds.get("unknown"),
         y_true_known=calib[1],
+        logits_known=calib[3],
+        logits_unknown=logits.get("unknown"),
     )
     summary: dict[str, Any] = {
         "layers": list(mi.layers),

@@ -52,7 +52,7 @@ class ModelInputs:
     files: list[tuple[str, Path]]  # (recorded name, real path): what the model digest covers
     format: str
     preprocessing: Preprocessing
-    pooling: str
+    pooling: str | dict[str, str]
     layers: list[str]
     classes: list[str]
     tap: Tap

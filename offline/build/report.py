@@ -791,11 +791,12 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
     out.append(
         "<p>The monitor emits one verdict per input: <em>accept</em>, <em>uncertainty</em> or "
         "<em>reject</em>. <strong>Accepted</strong> means the emitted verdict is accept; "
-        "uncertainty and reject never count as accepted. The threshold on the score is "
-        "chosen so that the emitted verdicts accept the target share of the correctly "
-        "classified known calibration inputs (with <code>combine: calibrated</code>: inputs "
-        "scoring at most the threshold are accepted, or get uncertainty inside a bad box; "
-        "the others are rejected).</p>"
+        "uncertainty and reject never count as accepted. With <code>combine: calibrated</code> "
+        "inputs scoring above the threshold on the score are rejected; of the others, those "
+        "on which the model's confidence (its top softmax probability) is below the "
+        "confidence floor get uncertainty, and the rest are accepted. Both are chosen so "
+        "that the emitted verdicts accept the target share of the correctly classified "
+        "known calibration inputs.</p>"
     )
     if det.get("histogram"):
         out.append(
@@ -812,6 +813,11 @@ def _operating_point(monitor: Mapping[str, Any]) -> str:
     cal = cal or {}
     rows = [
         ("Threshold on the score", "calibration-threshold", cal.get("threshold")),
+        (
+            "Confidence floor (below it: uncertainty; empty: none)",
+            "calibration-confidence-floor",
+            cal.get("confidence_floor"),
+        ),
         (
             "Target: share of correctly classified known inputs accepted",
             "calibration-target-acceptance",

@@ -29,6 +29,7 @@ from boxwatch.agent.boxes import (
     BoxSet,
     contrast_scores,
     layer_verdicts,
+    model_confidence,
     normalize_features,
     verdict_names,
 )
@@ -44,6 +45,15 @@ DEFAULT_TARGET_ACCEPTANCE = 0.95
 # inputs (stratified by label) to calibrate on: boxes always contain their own training
 # inputs, so calibrating on them would put the threshold at 0.
 DEFAULT_CALIBRATION_SHARE = 0.2
+# With the model's logits, ``combine="calibrated"`` lets this share of the non-accepted
+# budget (1 - target_acceptance) go to *uncertainty* for low model confidence; the score
+# threshold takes the rest. Measured on the detection suite's seed-0 cells (bench/RESULTS.md):
+# it lowers the misclassified inputs accepted below softmax confidence's at the same
+# operating point on most cells while near and far unknowns stay as the score leaves them.
+DEFAULT_CONFIDENCE_SHARE = 0.15
+# Rows of a model's output count as probabilities (not logits) when every value lies in
+# [0, 1] and every row sums to 1 within this.
+PROBABILITY_ROW_TOLERANCE = 1e-3
 SELECTIONS = vocab.SELECTIONS
 
 
@@ -60,6 +70,19 @@ CONTRAST_MIN_AUROC = 0.9
 # of the best, the finest is taken (finer boxes score better, shared/FACTS.md).
 SELECTION_TOLERANCE = 0.005
 Activations = Mapping[str, np.ndarray]
+# Validation data: (activations, y_true, y_pred) or (activations, y_true, y_pred, logits).
+Validation = tuple[Any, ...]
+
+
+def output_kind(outputs: np.ndarray) -> str:
+    """``"probabilities"`` when every row of ``outputs`` is a probability vector, else
+    ``"logits"`` (how :func:`~boxwatch.agent.boxes.model_confidence` should read them)."""
+    z = np.asarray(outputs, dtype=np.float64)
+    z = z.reshape(len(z), -1)
+    if len(z) and np.all(np.isfinite(z)) and z.min() >= 0 and z.max() <= 1:
+        if np.all(np.abs(z.sum(axis=1) - 1) <= PROBABILITY_ROW_TOLERANCE):
+            return "probabilities"
+    return "logits"
 
 
 @dataclass
@@ -116,7 +139,8 @@ class Calibration:
     labels were given (``y_true_known``), else every known input; ``known_split`` gives
     that population's accept / uncertainty / reject shares. ``unknown_acceptance`` (the
     false-accept rate) is measured only when unknown inputs were given, else ``None``.
-    ``n_known`` counts the calibration population.
+    ``n_known`` counts the calibration population. ``confidence_floor``: the lowest model
+    confidence accepted (None: no floor).
     """
 
     threshold: float
@@ -128,10 +152,12 @@ class Calibration:
     scales: dict[str, float]
     known_split: dict[str, float] = field(default_factory=dict)
     population: str = "known"
+    confidence_floor: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "threshold": self.threshold,
+            "confidence_floor": self.confidence_floor,
             "target_acceptance": self.target_acceptance,
             "known_acceptance": self.known_acceptance,
             "unknown_acceptance": self.unknown_acceptance,
@@ -270,15 +296,21 @@ class BoxMonitor(BaseEstimator):
     combine : {"calibrated", "any", "majority", "all"}, default="calibrated"
         How the per-layer verdicts and the score make the emitted verdict (see
         :meth:`boxwatch.agent.boxes.BoxRuntime.verdicts`). ``"calibrated"``: *reject* when
-        the score exceeds the calibrated threshold, else *uncertainty* inside a bad box of
-        the predicted class, else *accept*; calibration puts the threshold where the
-        emitted verdicts accept ``target_acceptance`` of correctly classified known
-        inputs. ``"any"`` / ``"majority"`` / ``"all"`` combine the per-layer box verdicts
+        the score exceeds the calibrated threshold, else *uncertainty* when the model's
+        confidence (top softmax probability of the logits given to ``fit``) is below a
+        calibrated floor, else *accept*; calibration sets both so that the emitted
+        verdicts accept ``target_acceptance`` of correctly classified known inputs. ``"any"`` / ``"majority"`` / ``"all"`` combine the per-layer box verdicts
         only (strict: they accept far fewer known inputs; the threshold then only serves
         :meth:`decide`).
     target_acceptance : float, default=0.95
         Share of correctly classified known calibration inputs whose emitted verdict is
         *accept* (``fit`` calibrates with it; :meth:`calibrate` takes it by default).
+    confidence_share : float, default=0.15
+        With ``combine="calibrated"`` and logits given: the share of the correct known
+        inputs left unaccepted (``1 - target_acceptance``) that the confidence floor may
+        turn into *uncertainty*; the score threshold rejects the rest. Low confidence
+        marks the model's own errors better than distances do; the score marks unknown
+        inputs. 0 (or no logits) leaves uncertainty out of the calibrated verdicts.
     calibration_share : float, default=0.2
         With ``combine="calibrated"`` and no ``validation`` given to ``fit``: the share of
         training inputs held out (stratified by label, seeded by ``random_state``) to
@@ -295,6 +327,12 @@ class BoxMonitor(BaseEstimator):
         the scaled contrast ``d_own / (d_own + d_other)``, ``d_other`` the distance to the
         nearest good box of the ``contrast_classes`` classes nearest the predicted one:
         near-distribution unknowns sit between classes.
+    score_mean : {"quadratic", "arithmetic"}, default="quadratic"
+        How the scaled terms (each score layer's distance, each contrast layer's contrast)
+        make the score: ``"quadratic"``, their root mean square, so an input far off one
+        layer's training range (often the input grid: other data sets) is not averaged
+        away by layers that look familiar; ``"arithmetic"``, the mean of the distance terms
+        plus the mean of the contrast terms (monitors built before box format 3).
     contrast_layers : sequence of str or "auto", default="auto"
         Layers of the contrast term. ``"auto"``: the score layers whose held-out-class
         AUROC reaches ``CONTRAST_MIN_AUROC`` (all score layers without that selection).
@@ -345,10 +383,12 @@ class BoxMonitor(BaseEstimator):
         selection: str = "held-out-class",
         combine: str = "calibrated",
         target_acceptance: float = DEFAULT_TARGET_ACCEPTANCE,
+        confidence_share: float = DEFAULT_CONFIDENCE_SHARE,
         calibration_share: float = DEFAULT_CALIBRATION_SHARE,
         normalize: str = "l2",
         score_layers: Sequence[str] | None = None,
         score: str = "fused",
+        score_mean: str = "quadratic",
         contrast_layers: Sequence[str] | str = "auto",
         contrast_classes: int = 1,
         max_clusters: int = 64,
@@ -363,10 +403,12 @@ class BoxMonitor(BaseEstimator):
         self.selection = selection
         self.combine = combine
         self.target_acceptance = target_acceptance
+        self.confidence_share = confidence_share
         self.calibration_share = calibration_share
         self.normalize = normalize
         self.score_layers = score_layers
         self.score = score
+        self.score_mean = score_mean
         self.contrast_layers = contrast_layers
         self.contrast_classes = contrast_classes
         self.max_clusters = max_clusters
@@ -381,6 +423,8 @@ class BoxMonitor(BaseEstimator):
             problems.append(f"combine={self.combine!r}: expected one of {COMBINE_RULES}")
         if not 0 < float(self.target_acceptance) <= 1:
             problems.append(f"target_acceptance={self.target_acceptance} should lie in (0, 1]")
+        if not 0 <= float(self.confidence_share) < 1:
+            problems.append(f"confidence_share={self.confidence_share} should lie in [0, 1)")
         if not 0 <= float(self.calibration_share) < 1:
             problems.append(f"calibration_share={self.calibration_share} should lie in [0, 1)")
         if self.normalize not in NORMALIZATIONS:
@@ -395,6 +439,8 @@ class BoxMonitor(BaseEstimator):
             problems.append(f"selection={self.selection!r}: expected one of {SELECTIONS}")
         if self.score not in SCORES:
             problems.append(f"score={self.score!r}: expected one of {SCORES}")
+        if self.score_mean not in vocab.SCORE_MEANS:
+            problems.append(f"score_mean={self.score_mean!r}: expected one of {vocab.SCORE_MEANS}")
         for name in self.score_layers or []:
             if name not in layers:
                 problems.append(f"score layer {name!r} is not monitored; monitored: {layers}")
@@ -428,6 +474,8 @@ class BoxMonitor(BaseEstimator):
         layers: Sequence[str],
         where: str,
         problems: list[str] | None = None,
+        *,
+        logits: np.ndarray | None = None,
     ) -> None:
         problems = list(problems or [])
         missing = [name for name in layers if name not in activations]
@@ -443,6 +491,10 @@ class BoxMonitor(BaseEstimator):
                 )
         if y_true is not None and len(y_true) != n:
             problems.append(f"{where}: y_true has {len(y_true)} entries, y_pred has {n}")
+        if logits is not None and (np.ndim(logits) != 2 or len(logits) != n):
+            problems.append(
+                f"{where}: logits have shape {np.shape(logits)}, expected ({n}, n_classes)"
+            )
         if problems:
             raise MonitorValueError(problems)
 
@@ -452,8 +504,9 @@ class BoxMonitor(BaseEstimator):
         y_true: np.ndarray,
         y_pred: np.ndarray,
         *,
-        validation: tuple[Activations, np.ndarray, np.ndarray] | None = None,
+        validation: Validation | None = None,
         n_classes: int | None = None,
+        logits: np.ndarray | None = None,
     ) -> BoxMonitor:
         """Learn good and bad boxes per class and layer.
 
@@ -463,13 +516,18 @@ class BoxMonitor(BaseEstimator):
             Training activations per layer (flattened per row).
         y_true, y_pred : ndarray of shape (n_samples,)
             Labels and the network's predictions.
-        validation : (activations, y_true, y_pred), optional
+        validation : (activations, y_true, y_pred[, logits]), optional
             Held-out inputs: they choose tau (``tau="auto"``) and calibrate the threshold
             (:meth:`calibrate` on the known rows, their labels given, and on the rows
-            labelled -1 as unknown inputs). Without them, ``combine="calibrated"``
-            holds out ``calibration_share`` of the training inputs to calibrate on.
+            labelled -1 as unknown inputs); with their logits, also the confidence floor.
+            Without them, ``combine="calibrated"`` holds out ``calibration_share`` of the
+            training inputs to calibrate on.
         n_classes : int, optional
             Defaults to ``max(y_true, y_pred) + 1``.
+        logits : ndarray of shape (n_samples, n_classes), optional
+            The model's output for the training inputs: tells logits from probabilities
+            and, without ``validation``, calibrates the confidence floor on the held-out
+            share. Without any logits the calibrated verdicts have no confidence floor.
 
         Returns
         -------
@@ -489,17 +547,26 @@ class BoxMonitor(BaseEstimator):
         layers = list(self.layers) if self.layers is not None else sorted(activations_by_layer)
         problems = self._check_params(layers)
         if validation is not None:
-            try:
-                self._check_data(
-                    validation[0],
-                    np.asarray(validation[1]),
-                    np.asarray(validation[2]),
-                    layers,
-                    "validation",
+            if len(validation) not in (3, 4):
+                problems.append(
+                    f"validation: expected (activations, y_true, y_pred[, logits]), "
+                    f"got {len(validation)} items"
                 )
-            except MonitorValueError as exc:
-                problems += exc.problems
-        self._check_data(activations_by_layer, y_true, y_pred, layers, "fit", problems)
+            else:
+                try:
+                    self._check_data(
+                        validation[0],
+                        np.asarray(validation[1]),
+                        np.asarray(validation[2]),
+                        layers,
+                        "validation",
+                        logits=validation[3] if len(validation) == 4 else None,
+                    )
+                except MonitorValueError as exc:
+                    problems += exc.problems
+        self._check_data(
+            activations_by_layer, y_true, y_pred, layers, "fit", problems, logits=logits
+        )
         k = int(n_classes) if n_classes is not None else int(max(y_true.max(), y_pred.max())) + 1
         if len(y_pred) == 0 or y_pred.min() < 0 or y_pred.max() >= k:
             raise MonitorValueError(f"fit: y_pred must be non-empty with classes in [0, {k})")
@@ -564,7 +631,11 @@ class BoxMonitor(BaseEstimator):
             score=self.score,
             contrast_layers=contrast_layers,
             contrast_classes=int(self.contrast_classes),
+            uncertainty="confidence",
+            score_mean=self.score_mean,
         )
+        kinds = [output_kind(v) for v in (logits, validation_logits(validation)) if v is not None]
+        self.runtime_.output = kinds[0] if kinds else "logits"
         self.calibration_rows_ = held
         if validation is not None:
             self._calibrate_on(validation)
@@ -575,13 +646,15 @@ class BoxMonitor(BaseEstimator):
                     {layer: np.asarray(acts_full[layer])[held] for layer in layers},
                     yt_full[held],
                     yp_full[held],
+                    None if logits is None else np.asarray(logits)[held],
                 )
             )
         return self
 
-    def _calibrate_on(self, data: tuple[Activations, np.ndarray, np.ndarray]) -> None:
+    def _calibrate_on(self, data: Validation) -> None:
         """Calibrate on labelled held-out rows: known ones (label >= 0), unknown ones (-1)."""
-        acts, yt, yp = data
+        acts, yt, yp = data[:3]
+        logits = validation_logits(data)
         yt, yp = np.asarray(yt).astype(np.int64), np.asarray(yp).astype(np.int64)
         known, unknown = yt >= 0, yt < 0
         if not known.any():
@@ -596,6 +669,8 @@ class BoxMonitor(BaseEstimator):
             ),
             y_pred_unknown=yp[unknown] if unknown.any() else None,
             y_true_known=yt[known],
+            logits_known=None if logits is None else np.asarray(logits)[known],
+            logits_unknown=None if logits is None else np.asarray(logits)[unknown],
         )
 
     def _resolve_contrast_layers(
@@ -621,7 +696,7 @@ class BoxMonitor(BaseEstimator):
         self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray]
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """One tau per layer from known validation inputs only (see ``selection``)."""
-        acts, yv_true, yv_pred = validation
+        acts, yv_true, yv_pred = validation[:3]
         yv_true, yv_pred = (
             np.asarray(yv_true).astype(np.int64),
             np.asarray(yv_pred).astype(np.int64),
@@ -691,7 +766,7 @@ class BoxMonitor(BaseEstimator):
     def _select_by_f1(
         self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray]
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        acts, yv_true, yv_pred = validation
+        acts, yv_true, yv_pred = validation[:3]
         yv_true, yv_pred = (
             np.asarray(yv_true).astype(np.int64),
             np.asarray(yv_pred).astype(np.int64),
@@ -758,8 +833,17 @@ class BoxMonitor(BaseEstimator):
         """scikit-learn's ``NotFittedError`` (a ``ValueError``) before :meth:`fit`."""
         check_is_fitted(self, "runtime_")
 
-    def predict(self, activations_by_layer: Activations, y_pred: np.ndarray) -> Verdicts:
+    def predict(
+        self,
+        activations_by_layer: Activations,
+        y_pred: np.ndarray,
+        *,
+        logits: np.ndarray | None = None,
+    ) -> Verdicts:
         """Verdicts for inputs the network classified as ``y_pred``.
+
+        ``logits``, the model's output for the same inputs, is required when the monitor
+        has a confidence floor (``combine="calibrated"`` fitted with logits).
 
         Returns
         -------
@@ -769,8 +853,13 @@ class BoxMonitor(BaseEstimator):
         """
         self._check_fitted()
         y_pred = np.asarray(y_pred)
-        self._check_data(activations_by_layer, None, y_pred, self.layers_, "predict")
-        combined, per_layer = self.runtime_.verdicts(activations_by_layer, y_pred)
+        self._check_data(activations_by_layer, None, y_pred, self.layers_, "predict", logits=logits)
+        if logits is None and self.runtime_.needs_logits():
+            raise MonitorValueError(
+                "predict: this monitor has a confidence floor (fitted with logits): "
+                "pass the model's logits= for the same inputs"
+            )
+        combined, per_layer = self.runtime_.verdicts(activations_by_layer, y_pred, logits=logits)
         return Verdicts(combined=combined, per_layer=per_layer)
 
     def score_samples(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
@@ -802,21 +891,27 @@ class BoxMonitor(BaseEstimator):
         y_pred_unknown: np.ndarray | None = None,
         *,
         y_true_known: np.ndarray | None = None,
+        logits_known: np.ndarray | None = None,
+        logits_unknown: np.ndarray | None = None,
     ) -> Calibration:
-        """Choose the score threshold so the emitted verdicts accept ``target_acceptance``.
+        """Choose the score threshold (and confidence floor) so the emitted verdicts
+        accept ``target_acceptance``.
 
         The calibration population is the correctly classified known inputs
         (``y_true_known == y_pred_known``) when labels are given, else every known input.
         Each score layer's scale (and each contrast layer's, ``score="fused"``) is set to
         the ``target_acceptance`` quantile of its values on that population (so terms weigh
-        alike). With ``combine="calibrated"`` the threshold is the smallest observed score
-        at which the *emitted* verdicts accept ``target_acceptance`` of the population:
-        inputs inside a bad box get *uncertainty* whatever their score, so they are
-        counted as not accepted. When even the highest finite score cannot reach the
-        target, the threshold is that score and ``known_acceptance`` says what was reached.
+        alike). With ``combine="calibrated"`` and ``logits_known``, the score threshold
+        keeps ``1 - (1 - target_acceptance) * (1 - confidence_share)`` of the population, and the
+        confidence floor is the highest at which the *emitted* verdicts still accept
+        ``target_acceptance`` of it (the rest of the budget goes to *uncertainty*). Without
+        logits (or with ``confidence_share=0``) there is no floor and the threshold alone
+        accepts ``target_acceptance``. When the finite scores cannot reach the target, the
+        threshold is the highest of them and ``known_acceptance`` says what was reached.
         With the other rules the emitted verdicts do not depend on the threshold; it is
-        then the score quantile (for :meth:`decide`). With unknown inputs, also measures
-        the share of them accepted (the false-accept rate).
+        then the score quantile (for :meth:`decide`). With unknown inputs (and their
+        logits, when the floor needs them), also measures the share of them accepted
+        (the false-accept rate).
 
         Returns
         -------
@@ -838,6 +933,13 @@ class BoxMonitor(BaseEstimator):
             population = "known"
         if len(rows) == 0:
             raise MonitorValueError(f"calibrate: no {population} inputs given")
+        if logits_known is not None and (
+            np.ndim(logits_known) != 2 or len(logits_known) != len(y_pred_known)
+        ):
+            raise MonitorValueError(
+                f"calibrate: logits_known have shape {np.shape(logits_known)}, "
+                f"expected ({len(y_pred_known)}, n_classes)"
+            )
         acts_pop = {layer: np.asarray(acts_known[layer])[rows] for layer in self.layers_}
         y_pop = y_pred_known[rows]
         per_layer = rt.layer_scores(acts_pop, y_pop)
@@ -850,23 +952,32 @@ class BoxMonitor(BaseEstimator):
                 layer: _scale(c, target_acceptance) for layer, c in contrast.items()
             }
         combined = rt.combine_scores(per_layer, contrast)
+        pop_logits = None if logits_known is None else np.asarray(logits_known)[rows]
+        rt.confidence_floor = None
         if self.combine == "calibrated":
-            in_bad = np.logical_or.reduce(
-                [
-                    rt.bad[layer].contains(_features(acts_pop, layer, rt.normalize), y_pop)
-                    for layer in rt.layers
-                ]
+            rt.uncertainty = "confidence"
+            gated = pop_logits is not None and float(self.confidence_share) > 0
+            score_share = (
+                1 - (1 - target_acceptance) * (1 - float(self.confidence_share))
+                if gated
+                else target_acceptance
             )
-            eligible = np.where(in_bad | ~np.isfinite(combined), np.inf, combined)
-            threshold = acceptance_threshold(eligible, target_acceptance)
+            eligible = np.where(np.isfinite(combined), combined, np.inf)
+            threshold = acceptance_threshold(eligible, score_share)
             if not np.isfinite(threshold):  # the target is out of reach: accept all it can
                 finite = eligible[np.isfinite(eligible)]
                 threshold = float(finite.max()) if len(finite) else 0.0
+            if gated:
+                assert pop_logits is not None
+                rt.confidence_floor = _confidence_floor(
+                    model_confidence(pop_logits, rt.output)[eligible <= threshold],
+                    int(np.ceil(target_acceptance * len(rows))),
+                )
         else:
             finite = combined[np.isfinite(combined)]
             threshold = acceptance_threshold(finite, target_acceptance) if len(finite) else 0.0
         rt.threshold = float(threshold)
-        known_verdicts, _per = rt.verdicts(acts_pop, y_pop)
+        known_verdicts, _per = rt.verdicts(acts_pop, y_pop, logits=pop_logits)
         known_split = verdict_shares(known_verdicts)
         unknown_rate, n_unknown = None, 0
         if acts_unknown is not None:
@@ -876,8 +987,10 @@ class BoxMonitor(BaseEstimator):
             self._check_data(
                 acts_unknown, None, y_pred_unknown, self.layers_, "calibrate (unknown)"
             )
-            if len(y_pred_unknown):
-                unknown_verdicts, _per = rt.verdicts(acts_unknown, y_pred_unknown)
+            if len(y_pred_unknown) and not (rt.needs_logits() and logits_unknown is None):
+                unknown_verdicts, _per = rt.verdicts(
+                    acts_unknown, y_pred_unknown, logits=logits_unknown
+                )
                 unknown_rate = verdict_shares(unknown_verdicts)["accept"]
                 n_unknown = len(y_pred_unknown)
         cal = Calibration(
@@ -890,6 +1003,7 @@ class BoxMonitor(BaseEstimator):
             scales={**scales, **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()}},
             known_split=known_split,
             population=population,
+            confidence_floor=rt.confidence_floor,
         )
         rt.meta["calibration"] = cal.as_dict()
         self.calibration_ = cal
@@ -903,6 +1017,25 @@ class BoxMonitor(BaseEstimator):
         """Artifact members for the agent (see :meth:`BoxRuntime.to_members`)."""
         self._check_fitted()
         return self.runtime_.to_members(prefix)
+
+
+def _confidence_floor(confidence: np.ndarray, need: int) -> float | None:
+    """The highest floor that leaves at least ``need`` of ``confidence`` at or above it.
+
+    None (no floor) when fewer than ``need`` values are given: the score threshold already
+    accepts less than the target, so the floor must not take more.
+    """
+    c = np.sort(confidence[np.isfinite(confidence)])[::-1]
+    if need <= 0 or len(c) < need:
+        return None
+    return float(c[need - 1])
+
+
+def validation_logits(validation: Validation | None) -> np.ndarray | None:
+    """The logits of a ``(activations, y_true, y_pred[, logits])`` tuple, or None."""
+    if validation is None or len(validation) < 4 or validation[3] is None:
+        return None
+    return np.asarray(validation[3])
 
 
 def _scale(values: np.ndarray, target_acceptance: float) -> float:
