@@ -73,6 +73,7 @@ from boxwatch.offline.bn.exact import (
     U,
     exact_threshold,
     gamma,
+    grid_columns,
     refine,
 )
 from boxwatch.offline.bn.io import Network, load_network
@@ -600,7 +601,7 @@ def _compile_joint(
         spec.threshold,
         ExactJoint(network, cls, order),
         pos,
-        lambda idx: np.stack(np.unravel_index(idx, cards), axis=1),
+        lambda idx, columns: grid_columns(idx, cards, columns),
         ExactBudget(),
     )
     del num, den
@@ -766,16 +767,51 @@ def _compile_separator(
 
 def _separator_locate(
     part: np.ndarray, cards: Sequence[int], k: int, n_suf: int
-) -> Callable[[np.ndarray], np.ndarray]:
-    """Feature index rows of flat positions in a ``(len(part), n_suf)`` block."""
+) -> Callable[[np.ndarray, Sequence[int]], np.ndarray]:
+    """Values of chosen features at flat positions in a ``(len(part), n_suf)`` block."""
 
-    def locate(idx: np.ndarray) -> np.ndarray:
+    def locate(idx: np.ndarray, columns: Sequence[int]) -> np.ndarray:
         rows, cols = np.divmod(idx, n_suf)
-        pre = np.unravel_index(part[rows], cards[:k])
-        suf = np.unravel_index(cols, cards[k:])
-        return np.stack([*pre, *suf], axis=1)
+        return _split_columns(part[rows], cols, cards, k, columns)
 
     return locate
+
+
+def _split_columns(
+    prefix: np.ndarray, completion: np.ndarray, cards: Sequence[int], k: int, columns: Sequence[int]
+) -> np.ndarray:
+    """Values of the features at ``columns`` of inputs given as a prefix index (grid
+    ``cards[:k]``) and a completion index (grid ``cards[k:]``)."""
+    out = np.empty((prefix.size, len(columns)), dtype=np.int64)
+    for j, c in enumerate(columns):
+        index, stride = (
+            (prefix, math.prod(cards[c + 1 : k]))
+            if c < k
+            else (completion, math.prod(cards[c + 1 :]))
+        )
+        np.floor_divide(index, stride, out=out[:, j])
+        out[:, j] %= cards[c]
+    return out
+
+
+def _split_keys(
+    prefix: np.ndarray, cards: Sequence[int], k: int, columns: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mixed-radix keys over the features at ``columns`` (first slowest), split in two
+    parts that add up: one per prefix index of ``prefix`` (grid ``cards[:k]``), one per
+    completion index (grid ``cards[k:]``, all of them)."""
+    n_suf = math.prod(cards[k:])
+    pre_key = np.zeros(prefix.size, dtype=np.int64)
+    suf_key = np.zeros(n_suf, dtype=np.int64)
+    completion = np.arange(n_suf)
+    weight = 1
+    for c in reversed(columns):
+        if c < k:
+            pre_key += (prefix // math.prod(cards[c + 1 : k]) % cards[c]) * weight
+        else:
+            suf_key += (completion // math.prod(cards[c + 1 :]) % cards[c]) * weight
+        weight *= cards[c]
+    return pre_key, suf_key
 
 
 # ---------------------------------------------------------------------------- additive route
@@ -950,9 +986,11 @@ def _compile_additive(
 class _AdditivePatch:
     """Exact decisions for the additive route's inputs within its error window.
 
-    The route cannot recompute single inputs inside its interval nodes; instead each prefix
-    with completions in the window gets its own sub-classifier at level ``k``: float
-    decisions for the completions outside the window, exact ones inside. Above
+    The route cannot recompute single inputs inside its interval nodes, and decides them
+    positive there; instead each prefix with a completion in the window that is exactly
+    negative gets its own sub-classifier at level ``k``: float decisions for the
+    completions outside the window, exact ones inside (ties and exact positives need
+    none). When the prefixes with completions in the window could need more than
     :data:`ADDITIVE_EXACT_LIMIT` cells this is not done and the inputs are reported
     uncertified.
     """
@@ -977,36 +1015,48 @@ class _AdditivePatch:
             return 0, 0, 0
         if count > ExactBudget().left or prefixes * self.sums_k.shape[1] > ADDITIVE_EXACT_LIMIT:
             return 0, 0, count
-        ctx_of: list[np.ndarray] = []
-        pres: list[np.ndarray] = []
-        rows_of: list[np.ndarray] = []
-        comps: list[np.ndarray] = []
-        for c, pre, a, b in near:
-            order = np.argsort(self.sums_k[c], kind="stable")
-            lengths = b - a
-            first = np.repeat(a - (np.cumsum(lengths) - lengths), lengths)
-            comps.append(order[first + np.arange(int(lengths.sum()))])
-            rows_of.append(np.repeat(np.arange(pre.size) + sum(p.size for p in pres), lengths))
-            pres.append(pre)
-            ctx_of.append(np.full(pre.size, c))
-        prefix, ctx = np.concatenate(pres), np.concatenate(ctx_of)
-        row, comp = np.concatenate(rows_of), np.concatenate(comps)
-        X = np.stack(
-            [
-                *np.unravel_index(prefix[row], self.cards[: self.k]),
-                *np.unravel_index(comp, self.cards[self.k :]),
-            ],
-            axis=1,
-        )
         exact = ExactJoint(self.network, self.spec.class_variable, self.spec.order)
         assert self.spec.threshold is not None  # the additive route decides thresholds only
-        got = exact.decide(
-            X, exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
-        )
-        tables = self.sums_k[ctx] >= self.theta_u[prefix][:, None]
-        tables[row, comp] = got.positive
-        sinks = np.where(tables, self.pos_sink, 1 - self.pos_sink).astype(np.int64)
-        level_k[prefix] = self.store.bottom_up(sinks.reshape(-1, *self.cards[self.k :]), self.k)
+        t, pos = exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
+        prefix = np.concatenate([pre for _, pre, _, _ in near])
+        lengths = np.concatenate([b - a for _, _, a, b in near])
+        # an input's key over exact.columns: its prefix's part plus its completion's part
+        keyed = math.prod(exact.key_cards) < 1 << 62
+        if keyed:
+            pre_key, suf_key = _split_keys(prefix, self.cards, self.k, exact.columns)
+        keys: list[np.ndarray] = []
+        comps: list[np.ndarray] = []
+        start = 0
+        for c, pre, a, _ in near:
+            # a prefix's completions in the window: consecutive in its sorted sums
+            order = np.argsort(self.sums_k[c], kind="stable")
+            span = lengths[start : start + pre.size]
+            first = np.repeat(a - (np.cumsum(span) - span), span)
+            comps.append(order[first + np.arange(first.size)])
+            if keyed:
+                keys.append(np.repeat(pre_key[start : start + pre.size], span) + suf_key[comps[-1]])
+            start += pre.size
+        comp = np.concatenate(comps)
+        if keyed:
+            got = exact.decide_keys(np.concatenate(keys), t, pos)
+        else:
+            row = np.repeat(np.arange(prefix.size), lengths)
+            X = _split_columns(prefix[row], comp, self.cards, self.k, exact.columns)
+            got = exact.decide_columns(X, t, pos)
+        # the inputs within the window are positive in the float sub-classifiers: only the
+        # prefixes holding an input that is exactly negative need their own
+        negative = ~got.positive
+        if negative.any():
+            row = np.repeat(np.arange(prefix.size), lengths)
+            ctx = np.repeat([c for c, _, _, _ in near], [pre.size for _, pre, _, _ in near])
+            patched = np.unique(row[negative])
+            tables = self.sums_k[ctx[patched]] >= self.theta_u[prefix[patched]][:, None]
+            at = np.searchsorted(patched, row[negative])
+            tables[at, comp[negative]] = False
+            sinks = np.where(tables, self.pos_sink, 1 - self.pos_sink).astype(np.int64)
+            level_k[prefix[patched]] = self.store.bottom_up(
+                sinks.reshape(-1, *self.cards[self.k :]), self.k
+            )
         return int(np.count_nonzero(got.tie)), count, 0
 
 
