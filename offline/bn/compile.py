@@ -75,6 +75,7 @@ from boxwatch.offline.bn.exact import (
     gamma,
     grid_columns,
     refine,
+    unique_keys,
 )
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes
@@ -101,6 +102,9 @@ from boxwatch.offline.bn.plan import (
 METHODS = ("auto", "joint", "decompose", "jointree")
 AUTO_QUICK_SECONDS = 1.0
 ADDITIVE_EXACT_LIMIT = 1 << 22
+# The additive route decides each (context, prefix part) against every completion at once
+# when that is at most this many cells or the inputs in its window, else input by input.
+ADDITIVE_PART_CELLS = 1 << 12
 # The decisions not on the exact path yet compare float posteriors with this tolerance:
 # argmax states this close to the largest tie with it, and the jointree route decides
 # ``P >= T - TIE_TOLERANCE``; their results say ``certified=False``.
@@ -1015,49 +1019,93 @@ class _AdditivePatch:
             return 0, 0, 0
         if count > ExactBudget().left or prefixes * self.sums_k.shape[1] > ADDITIVE_EXACT_LIMIT:
             return 0, 0, count
-        exact = ExactJoint(self.network, self.spec.class_variable, self.spec.order)
+        # the route applies to strictly positive CPTs only (_additive_applies)
+        exact = ExactJoint(
+            self.network, self.spec.class_variable, self.spec.order, positive_cpts=True
+        )
         assert self.spec.threshold is not None  # the additive route decides thresholds only
         t, pos = exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
         prefix = np.concatenate([pre for _, pre, _, _ in near])
-        lengths = np.concatenate([b - a for _, _, a, b in near])
-        # an input's key over exact.columns: its prefix's part plus its completion's part
-        keyed = math.prod(exact.key_cards) < 1 << 62
-        if keyed:
+        a = np.concatenate([a for _, _, a, _ in near])
+        b = np.concatenate([b for _, _, _, b in near])
+        which = np.repeat(np.arange(len(near)), [pre.size for _, pre, _, _ in near])
+        # a prefix's completions in the window are consecutive in its context's sorted sums
+        orders = np.argsort(self.sums_k[[c for c, _, _, _ in near]], axis=1, kind="stable")
+        n_suf = self.sums_k.shape[1]
+        space = math.prod(exact.key_cards)
+        if space * len(near) < 1 << 62:
+            # an input's key over exact.columns is its prefix's part plus its completion's:
+            # decide each (context, prefix part) against every completion once, and count
+            # the window's inputs by range sums (many prefixes share a part)
             pre_key, suf_key = _split_keys(prefix, self.cards, self.k, exact.columns)
-        keys: list[np.ndarray] = []
-        comps: list[np.ndarray] = []
-        start = 0
-        for c, pre, a, _ in near:
-            # a prefix's completions in the window: consecutive in its sorted sums
-            order = np.argsort(self.sums_k[c], kind="stable")
-            span = lengths[start : start + pre.size]
-            first = np.repeat(a - (np.cumsum(span) - span), span)
-            comps.append(order[first + np.arange(first.size)])
-            if keyed:
-                keys.append(np.repeat(pre_key[start : start + pre.size], span) + suf_key[comps[-1]])
-            start += pre.size
-        comp = np.concatenate(comps)
-        if keyed:
-            got = exact.decide_keys(np.concatenate(keys), t, pos)
-        else:
-            row = np.repeat(np.arange(prefix.size), lengths)
-            X = _split_columns(prefix[row], comp, self.cards, self.k, exact.columns)
-            got = exact.decide_columns(X, t, pos)
-        # the inputs within the window are positive in the float sub-classifiers: only the
-        # prefixes holding an input that is exactly negative need their own
-        negative = ~got.positive
-        if negative.any():
-            row = np.repeat(np.arange(prefix.size), lengths)
-            ctx = np.repeat([c for c, _, _, _ in near], [pre.size for _, pre, _, _ in near])
-            patched = np.unique(row[negative])
-            tables = self.sums_k[ctx[patched]] >= self.theta_u[prefix[patched]][:, None]
-            at = np.searchsorted(patched, row[negative])
-            tables[at, comp[negative]] = False
-            sinks = np.where(tables, self.pos_sink, 1 - self.pos_sink).astype(np.int64)
-            level_k[prefix[patched]] = self.store.bottom_up(
-                sinks.reshape(-1, *self.cards[self.k :]), self.k
+            parts, part_of = unique_keys(which * space + pre_key, space * len(near))
+            if parts.size * n_suf <= max(count, ADDITIVE_PART_CELLS):
+                keys = (parts % space)[:, None] + suf_key[orders[parts // space]]
+                got = exact.decide_keys(keys.reshape(-1), t, pos)
+                ties = _range_sums(got.tie.reshape(keys.shape), part_of, a, b)
+                negative = _range_sums(~got.positive.reshape(keys.shape), part_of, a, b)
+                if negative.any():
+                    bad = np.flatnonzero(negative)
+                    self._patch(
+                        level_k,
+                        near,
+                        prefix[bad],
+                        which[bad],
+                        orders,
+                        a[bad],
+                        b[bad],
+                        ~got.positive.reshape(keys.shape)[part_of[bad]],
+                    )
+                return int(ties.sum()), count, 0
+        # one key (or row of feature values) per input in the window
+        lengths = b - a
+        row = np.repeat(np.arange(prefix.size), lengths)
+        sorted_at = np.repeat(a - (np.cumsum(lengths) - lengths), lengths) + np.arange(row.size)
+        comp = orders[which[row], sorted_at]
+        X = _split_columns(prefix[row], comp, self.cards, self.k, exact.columns)
+        got = exact.decide_columns(X, t, pos)
+        negative_at = np.zeros((prefix.size, n_suf), dtype=bool)
+        negative_at[row, sorted_at] = ~got.positive
+        bad = np.flatnonzero(negative_at.any(axis=1))
+        if bad.size:
+            self._patch(
+                level_k, near, prefix[bad], which[bad], orders, a[bad], b[bad], negative_at[bad]
             )
         return int(np.count_nonzero(got.tie)), count, 0
+
+    def _patch(
+        self,
+        level_k: np.ndarray,
+        near: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]],
+        prefix: np.ndarray,
+        which: np.ndarray,
+        orders: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        negative: np.ndarray,
+    ) -> None:
+        """Give each of ``prefix`` its own sub-classifier: its float decisions, except the
+        completions in its window (sorted positions ``a`` to ``b`` of ``orders[which]``)
+        marked in ``negative`` (one row per prefix, over sorted positions): negative."""
+        contexts = np.array([c for c, _, _, _ in near])[which]
+        tables = self.sums_k[contexts] >= self.theta_u[prefix][:, None]
+        position = np.arange(negative.shape[1])
+        inside = negative & (position >= a[:, None]) & (position < b[:, None])
+        rows, at = np.nonzero(inside)
+        tables[rows, orders[which[rows], at]] = False
+        sinks = np.where(tables, self.pos_sink, 1 - self.pos_sink).astype(np.int64)
+        level_k[prefix] = self.store.bottom_up(sinks.reshape(-1, *self.cards[self.k :]), self.k)
+
+
+def _range_sums(marks: np.ndarray, row: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per ``i``: how many of ``marks[row[i], a[i]:b[i]]`` are set."""
+    if not marks.any():
+        return np.zeros(row.size, dtype=np.int64)
+    if marks.all():
+        return (b - a).astype(np.int64)
+    cum = np.zeros((marks.shape[0], marks.shape[1] + 1), dtype=np.int64)
+    np.cumsum(marks, axis=1, out=cum[:, 1:])
+    return cum[row, b] - cum[row, a]
 
 
 def _additive_window(network: Network, spec: ResolvedSpec, terms: _Terms, const: float) -> float:

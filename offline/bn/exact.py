@@ -16,6 +16,7 @@ The same bound serves any margin of the form ``a - t * b`` with nonnegative ``a`
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ EXACT_CELLS = 1 << 18
 _ZERO_TEXT = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d+)?")
 
 
+@functools.lru_cache(maxsize=64)
 def exact_threshold(threshold: float) -> Fraction:
     """The threshold as the user wrote it: the shortest decimal of the float (0.98 is 49/50)."""
     return Fraction(repr(float(threshold)))
@@ -173,15 +175,25 @@ class ExactJoint:
 
     For decisions, the CPTs over features only (no class, no hidden variable) are left
     out: at a given input each is one number common to ``P(pos, x)`` and ``P(x)``, so only
-    whether it is 0 matters, and only CPTs that hold an exact 0 are looked at. A decision
-    therefore depends on the few features in :attr:`columns` alone (a leaf class, as in
-    credit.net: its parents); inputs agreeing on them are decided once.
+    whether it is 0 matters, and only CPTs that hold an exact 0 are looked at (none with
+    ``positive_cpts``: the caller checked that every relevant float entry is above 0, and a
+    float above 0 is read from a number above 0). A decision therefore depends on the few
+    features in :attr:`columns` alone (a leaf class, as in credit.net: its parents); inputs
+    agreeing on them are decided once.
     """
 
-    def __init__(self, network: Network, class_variable: str, features: Sequence[str]):
+    def __init__(
+        self,
+        network: Network,
+        class_variable: str,
+        features: Sequence[str],
+        *,
+        positive_cpts: bool = False,
+    ):
         self.network = network
         self.cls = class_variable
         self.features = tuple(features)
+        self.positive_cpts = positive_cpts
         self._ints: dict[str, _IntFactor] = {}
         self._orders: dict[bool, list[str]] = {}
         self._plan: _DecisionPlan | None = None
@@ -197,14 +209,10 @@ class ExactJoint:
         if got is None:
             net = self.network
             col = {f: i for i, f in enumerate(self.features)}
-            exact = net.exact_cpt(v)
-            flat = exact.reshape(-1).tolist()
-            scale = math.lcm(*(q.denominator for q in flat)) if flat else 1
-            ints = np.empty(len(flat), dtype=object)
-            ints[:] = [q.numerator * (scale // q.denominator) for q in flat]
+            ints, _ = net.scaled_cpt(v)
             scope = (*net.parents[v], v)
             fixed = [i for i, u in enumerate(scope) if u in col]
-            moved = np.moveaxis(ints.reshape(exact.shape), fixed, range(len(fixed)))
+            moved = np.moveaxis(ints, fixed, range(len(fixed))) if fixed else ints
             got = _IntFactor(
                 scope,
                 moved,
@@ -234,7 +242,7 @@ class ExactJoint:
                 scope = (*net.parents[v], v)
                 if all(u in col for u in scope):
                     # one positive number common to P(pos, x) and P(x), or an exact 0
-                    if net.cpts[v].all():
+                    if self.positive_cpts or net.cpts[v].all():
                         continue  # a float above 0 is a number written above 0
                     zero = (net.cpts[v] == 0) & np.equal(net.exact_cpt(v), 0).astype(bool)
                     if zero.any():
@@ -287,6 +295,8 @@ class ExactJoint:
                 continue
             at = tuple(X[:, c] for c in f.columns)
             factors.append(((batch, *f.rest), f.table[at]))
+        if len(factors) == 1 and factors[0][0] == (batch, self.cls):
+            return factors[0][1]  # a leaf class over features, and nothing hidden
         cards = {v: self.network.card(v) for v in self.network.variables}
         cards[batch] = X.shape[0]
         order = self._orders.get(common)
@@ -334,7 +344,7 @@ class ExactJoint:
         """
         plan = self._decision_plan()
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
-        distinct, inverse = _unique_keys(keys, math.prod(plan.cards))
+        distinct, inverse = unique_keys(keys, math.prod(plan.cards))
         return self._decide_rows(_unravel(distinct, plan.cards), t, positive).take(inverse)
 
     def _decide_rows(self, rows: np.ndarray, t: Fraction, positive: int) -> ExactDecisions:
@@ -348,7 +358,7 @@ class ExactJoint:
         inner: np.ndarray | None = None
         if n < rows.shape[1] and math.prod(plan.cards[:n]) < 1 << 62:
             # rows that differ only in the columns of feature-only CPTs share P(C, x)
-            distinct, inner = _unique_keys(mixed_radix(sub, plan.cards[:n]), 0)
+            distinct, inner = unique_keys(mixed_radix(sub, plan.cards[:n]), 0)
             sub = _unravel(distinct, plan.cards[:n])
         joint = self._joint(sub, plan.inner, common=False)
         den = joint.sum(axis=1)
@@ -382,7 +392,7 @@ def _unravel(keys: np.ndarray, cards: Sequence[int]) -> np.ndarray:
     return np.stack(np.unravel_index(keys, tuple(cards)), axis=1)
 
 
-def _unique_keys(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+def unique_keys(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct values of ``keys`` (sorted) and each key's index among them: through a
     direct table when the keys' range ``space`` is small against their number (no sort),
     else a sort (``space`` 0: unknown)."""

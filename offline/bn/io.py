@@ -150,6 +150,9 @@ class Network:
     _exact: dict[str, np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _scaled: dict[str, tuple[np.ndarray, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def exact_cpt(self, var: str) -> np.ndarray:
         """``P(var | parents)`` as written: an object array of :class:`~fractions.Fraction`.
@@ -168,6 +171,23 @@ class Network:
             table = table.reshape(self.cpts[var].shape)
             self._exact[var] = table
         return table
+
+    def scaled_cpt(self, var: str) -> tuple[np.ndarray, int]:
+        """:meth:`exact_cpt` times the common denominator ``D`` of its numbers: an object
+        array of Python ints, and ``D`` (exact arithmetic on integers, no gcd per step).
+
+        Built on first use and kept.
+        """
+        got = self._scaled.get(var)
+        if got is None:
+            exact = self.exact_cpt(var)
+            flat = exact.reshape(-1).tolist()
+            scale = math.lcm(*(q.denominator for q in flat)) if flat else 1
+            ints = np.empty(len(flat), dtype=object)
+            ints[:] = [q.numerator * (scale // q.denominator) for q in flat]
+            got = (ints.reshape(exact.shape), scale)
+            self._scaled[var] = got
+        return got
 
     def card(self, var: str) -> int:
         """Number of states of ``var``."""
