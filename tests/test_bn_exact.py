@@ -438,10 +438,15 @@ def _zero_network() -> Spec:
     }
 
 
+@pytest.mark.parametrize("free_cells", [1 << 21, 0])
 @pytest.mark.parametrize("seed", range(8))
-def test_exact_decisions_of_every_input_match_the_rationals(seed):
+def test_exact_decisions_of_every_input_match_the_rationals(monkeypatch, seed, free_cells):
     """ExactJoint.decide, and the same inputs given by their decision key only, on every
-    input: positive, tie and impossible as the rationals say."""
+    input: positive, tie and impossible as the rationals say; by the whole table over the
+    features where it is cheaper, and (0 cells) always on a batch axis."""
+    from boxwatch.offline.bn import exact as exact_module
+
+    monkeypatch.setattr(exact_module, "EXACT_FREE_CELLS", free_cells)
     net = random_decimal_network(seed, n=7)
     names = list(net)
     rng = np.random.default_rng(seed + 7)
@@ -457,6 +462,8 @@ def test_exact_decisions_of_every_input_match_the_rationals(seed):
         assert got.positive.tolist() == want_pos.tolist()
         assert got.tie.tolist() == want_tie.tolist()
         assert got.impossible.tolist() == want_imp.tolist()
+        if free_cells == 0:
+            assert exact._table is None
         keys = mixed_radix(X[:, list(exact.columns)], exact.key_cards)
         by_key = exact.decide_keys(keys, Fraction(threshold), 0)
         assert by_key.positive.tolist() == want_pos.tolist()

@@ -39,6 +39,8 @@ CHUNK = 1 << 15
 EXACT_LIMIT = 1 << 20
 """Inputs one compilation decides exactly at most; past it the rest are reported uncertified."""
 EXACT_CELLS = 1 << 18
+EXACT_FREE_CELLS = 1 << 21
+"""Largest intermediate (cells of Python ints) of the whole exact table over the features."""
 _ZERO_TEXT = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d+)?")
 
 
@@ -197,6 +199,8 @@ class ExactJoint:
         self._ints: dict[str, _IntFactor] = {}
         self._orders: dict[bool, list[str]] = {}
         self._plan: _DecisionPlan | None = None
+        self._cost: tuple[float, float, float] | None = None
+        self._table: np.ndarray | None = None
 
     def _relevant(self) -> list[str]:
         """The class's and features' ancestors (themselves included), in network order."""
@@ -360,7 +364,7 @@ class ExactJoint:
             # rows that differ only in the columns of feature-only CPTs share P(C, x)
             distinct, inner = unique_keys(mixed_radix(sub, plan.cards[:n]), 0)
             sub = _unravel(distinct, plan.cards[:n])
-        joint = self._joint(sub, plan.inner, common=False)
+        joint = self._inner_joint(sub)
         den = joint.sum(axis=1)
         lhs = joint[:, positive] * t.denominator
         rhs = den * t.numerator
@@ -372,6 +376,97 @@ class ExactJoint:
         if plan.zeros:
             possible &= ~zero
         return ExactDecisions(decision & possible, tie & possible, ~possible)
+
+    def _inner_joint(self, sub: np.ndarray) -> np.ndarray:
+        """``P(C, x)`` up to the factors common to every class state, of distinct rows over
+        the first ``inner_columns`` of :attr:`columns`: object array ``(len(sub), card(C))``.
+
+        Two ways, the cheaper by the cells their products touch: a batch axis over the
+        rows (:meth:`_joint`; every row pays the whole elimination), or the table over
+        every value of those features at once, by elimination that keeps them free (then
+        kept for the next call): partial products are shared by the inputs that agree on
+        their features, which pays when many inputs are decided (pigs' leaves under their
+        hidden parents). The table is built only up to :data:`EXACT_FREE_CELLS` cells.
+        """
+        plan = self._decision_plan()
+        if self._table is None:
+            if all(v == self.cls for f in plan.inner for v in f.rest):
+                # nothing hidden: each row is a product of CPT rows, nothing to share
+                return self._joint(sub, plan.inner, common=False)
+            free, per_input, largest = self._costs()
+            # (without inner features there is one row, and the two costs are equal)
+            if largest > EXACT_FREE_CELLS or free >= per_input * sub.shape[0]:
+                return self._joint(sub, plan.inner, common=False)
+            self._table = self._whole_table()
+        return self._table[tuple(sub.T)]
+
+    def _free_names(self) -> tuple[str, ...]:
+        """Names of the inner columns' features in :meth:`_whole_table` (NUL-prefixed: no
+        file names a variable so)."""
+        return tuple(f"\0{c}" for c in range(self._decision_plan().inner_columns))
+
+    def _scopes_and_cards(self) -> tuple[list[tuple[str, ...]], dict[str, int]]:
+        plan = self._decision_plan()
+        names = self._free_names()
+        scopes = [(*(names[c] for c in f.columns), *f.rest) for f in plan.inner]
+        cards = {v: self.network.card(v) for v in self.network.variables}
+        cards.update(zip(names, plan.cards[: len(names)], strict=True))
+        return scopes, cards
+
+    def _costs(self) -> tuple[float, float, float]:
+        """Cells the products touch building the whole table, per input on the batch
+        axis, and the whole table's largest intermediate."""
+        if self._cost is None:
+            scopes, cards = self._scopes_and_cards()
+            names = set(self._free_names())
+            if names & set(self.network.variables):
+                self._cost = (math.inf, 0.0, math.inf)
+            else:
+                free, largest = _elimination_cells(scopes, cards, {self.cls, *names})
+                fixed = [tuple(v for v in s if v not in names) for s in scopes]
+                per_input, _ = _elimination_cells(fixed, cards, {self.cls})
+                self._cost = (free, per_input, largest)
+        return self._cost
+
+    def _whole_table(self) -> np.ndarray:
+        """The inner CPTs' product summed over the hidden variables, features kept: shape
+        ``(*inner column cards, card(C))``."""
+        scopes, cards = self._scopes_and_cards()
+        names = self._free_names()
+        factors = list(zip(scopes, (f.table for f in self._decision_plan().inner), strict=True))
+        for v in _greedy_order(scopes, cards, {self.cls, *names}):
+            group = [f for f in factors if v in f[0]]
+            if not group:
+                continue
+            factors = [f for f in factors if v not in f[0]]
+            scope, table = _product(group, cards)
+            axis = scope.index(v)
+            factors.append((scope[:axis] + scope[axis + 1 :], table.sum(axis=axis)))
+        scope, table = _product(factors, cards)
+        target = (*names, self.cls)
+        full = _align(scope, table, target, cards)
+        return np.broadcast_to(full, tuple(cards[v] for v in target))
+
+
+def _elimination_cells(
+    scopes: Sequence[tuple[str, ...]], cards: dict[str, int], keep: set[str]
+) -> tuple[float, float]:
+    """Cells of every product (and of the largest) when the variables not in ``keep`` are
+    summed out of factors over ``scopes`` in :func:`_greedy_order`, the final product
+    included."""
+    live = [set(s) for s in scopes]
+    total = largest = 0.0
+    for v in _greedy_order(scopes, cards, keep):
+        group = [s for s in live if v in s]
+        if not group:
+            continue
+        live = [s for s in live if v not in s]
+        union = set().union(*group)
+        cells = float(math.prod(cards[u] for u in union))
+        total, largest = total + cells, max(largest, cells)
+        live.append(union - {v})
+    cells = float(math.prod(cards[u] for u in set().union(*live))) * max(1, len(live))
+    return total + cells, max(largest, cells)
 
 
 def mixed_radix(X: np.ndarray, cards: Sequence[int]) -> np.ndarray:
