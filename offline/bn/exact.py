@@ -39,7 +39,7 @@ CHUNK = 1 << 15
 EXACT_LIMIT = 1 << 20
 """Inputs one compilation decides exactly at most; past it the rest are reported uncertified."""
 EXACT_CELLS = 1 << 18
-EXACT_FREE_CELLS = 1 << 21
+EXACT_FREE_CELLS = 1 << 19
 """Largest intermediate (cells of Python ints) of the whole exact table over the features."""
 _ZERO_TEXT = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d+)?")
 
@@ -465,8 +465,8 @@ def _elimination_cells(
         cells = float(math.prod(cards[u] for u in union))
         total, largest = total + cells, max(largest, cells)
         live.append(union - {v})
-    cells = float(math.prod(cards[u] for u in set().union(*live))) * max(1, len(live))
-    return total + cells, max(largest, cells)
+    cells = float(math.prod(cards[u] for u in set().union(*live)))
+    return total + cells * max(1, len(live) - 1), max(largest, cells)
 
 
 def mixed_radix(X: np.ndarray, cards: Sequence[int]) -> np.ndarray:
