@@ -162,7 +162,8 @@ def _flushed_zero(network: Network, var: str, table: np.ndarray) -> bool:
     texts = network.texts.get(var) if network.texts is not None else None
     if texts is None or texts.shape != table.shape or var not in network.cpts:
         return False
-    return any(_ZERO_TEXT.fullmatch(s) is None for s in texts[table == 0].tolist())
+    # few distinct strings ("0", "0.0") stand for the many zeros of deterministic rows
+    return any(_ZERO_TEXT.fullmatch(s) is None for s in set(texts[table == 0].tolist()))
 
 
 # ---------------------------------------------------------------------------- exact joint
