@@ -383,6 +383,24 @@ def test_readers_keep_the_numbers_as_written(tmp_path):
     assert load_network(path).exact_cpt("H")[0, 2] == Fraction(3, 5)
 
 
+def test_scaled_integer_cpts_are_the_numbers_as_written():
+    text = (
+        "variable A { type discrete [ 3 ] { a0, a1, a2 }; }\n"
+        "variable B { type discrete [ 2 ] { b0, b1 }; }\n"
+        "probability ( A ) { table 0.25, .5, 0.250; }\n"
+        "probability ( B | A ) { (a0) 1e-3, 0.999; (a1) 1, 0; (a2) 0.333333333333333333333, "
+        "0.666666666666666666667; }\n"
+    )
+    for network in (parse_bif(text), parse_bif(write_bif(parse_bif(text)))):
+        for v in ("A", "B"):
+            ints, scale = network.scaled_cpt(v)
+            assert ints.shape == network.cpts[v].shape
+            want = network.exact_cpt(v).reshape(-1).tolist()
+            assert [Fraction(int(i), scale) for i in ints.reshape(-1).tolist()] == want
+    # plain decimals: digits over a power of ten, one scale for the whole CPT
+    assert parse_bif(text).scaled_cpt("A")[1] == 1000
+
+
 def test_threshold_is_the_decimal_written():
     assert exact_threshold(0.98) == Fraction(49, 50)
     assert exact_threshold(0.1) == Fraction(1, 10)
