@@ -136,7 +136,8 @@ def float_only() -> Iterator[None]:
 
 def exact_rows() -> list[str]:
     """Compile seconds of every reference row with and without the exact post-pass, runs
-    interleaved (median of :data:`EXACT_REPEATS` each), and what the post-pass did."""
+    interleaved, the order alternating (median of :data:`EXACT_REPEATS` each), and what the
+    post-pass did."""
     rows = []
     totals = [0.0, 0.0, 0.0, 0.0]
     for name, classifier in REFERENCE_CLASSIFIERS.items():
@@ -186,7 +187,8 @@ def exact_section() -> None:
             "",
             "Cost of exact decisions: every reference row compiled with the exact post-pass "
             "(error bound, exact recomputation inside it) and without it (float decisions "
-            "only: the compiler before issue 27), runs interleaved in one process, median of "
+            "only: the compiler before issue 27), runs interleaved in one process (which of "
+            "the two goes first alternates), median of "
             f"{EXACT_REPEATS} each (and the fastest), parsing excluded. 'same diagram': whether "
             "the old float decision (P >= T - 1e-9) gives the exact diagram. The machine was "
             "shared (load average in the line above): single rows of a few ms move by tens "
