@@ -35,8 +35,8 @@ the float error of each input's margin ``P(pos, x) - T P(x)`` from the operation
 performed; inputs within the bound are recomputed in exact arithmetic (a post-pass,
 :func:`~boxwatch.offline.bn.exact.refine`). *Ties* are inputs whose posterior is exactly
 ``T`` (decided positive); ``exact_inputs`` counts the inputs that needed the exact path.
-The additive route works on float log-odds: it locates the inputs within its error bound,
-decides them exactly and gives their prefixes their own sub-classifiers. Past
+The additive route works on float log-odds: it decides the inputs within its error bound
+exactly and gives the prefixes holding an exactly negative one their own sub-classifiers. Past
 :data:`~boxwatch.offline.bn.exact.EXACT_LIMIT` such inputs (or
 :data:`ADDITIVE_EXACT_LIMIT` cells of patched sub-classifiers) a route stops: the rest are
 decided positive (within rounding of ``T``, where ``P(x)`` is not 0), counted as
