@@ -83,7 +83,7 @@ HIDDEN_CHECKS = 200  # uniform, and as many sampled from the network
 # The independent float references below decide P >= T - TIE_TOLERANCE (they cannot tell an
 # exact tie from a rounding error); the compiler decides exactly.
 TIE_TOLERANCE = 1e-9
-EXACT_REPEATS = 9
+EXACT_REPEATS = 15
 # name -> (reference classifier whose network and order are used, class of the argmax)
 ARGMAX = {"child": ("child", "Disease"), "alarm": ("alarm", "INTUBATION")}
 ARGMAX_HEADING = "## bn_compile argmax (bench/bn_compile.py argmax)"
@@ -136,21 +136,27 @@ def float_only() -> Iterator[None]:
 
 def exact_rows() -> list[str]:
     """Compile seconds of every reference row with and without the exact post-pass, runs
-    interleaved (median of :data:`EXACT_REPEATS` each), and what the post-pass did."""
+    interleaved, the order alternating (median of :data:`EXACT_REPEATS` each), and what the
+    post-pass did."""
     rows = []
     totals = [0.0, 0.0, 0.0, 0.0]
     for name, classifier in REFERENCE_CLASSIFIERS.items():
         network, spec = classifier.load(SHARED)
         for method in ("joint", "decompose"):
             with_s, without_s = [], []
-            for _ in range(EXACT_REPEATS):
-                start = time.perf_counter()
-                result = compile_classifier(network, spec, method=method)
-                with_s.append(time.perf_counter() - start)
-                with float_only():
-                    start = time.perf_counter()
-                    plain = compile_classifier(network, spec, method=method)
-                    without_s.append(time.perf_counter() - start)
+            for i in range(EXACT_REPEATS):
+                # which one runs first alternates: on a shared machine a preempted run
+                # loses a whole scheduler tick (4 ms), and the preemptions fall in a rhythm
+                for exact_run in (True, False) if i % 2 == 0 else (False, True):
+                    if exact_run:
+                        start = time.perf_counter()
+                        result = compile_classifier(network, spec, method=method)
+                        with_s.append(time.perf_counter() - start)
+                        continue
+                    with float_only():
+                        start = time.perf_counter()
+                        plain = compile_classifier(network, spec, method=method)
+                        without_s.append(time.perf_counter() - start)
             a, b = statistics.median(with_s), statistics.median(without_s)
             a_min, b_min = min(with_s), min(without_s)
             for i, x in enumerate((b, a, b_min, a_min)):
@@ -181,7 +187,8 @@ def exact_section() -> None:
             "",
             "Cost of exact decisions: every reference row compiled with the exact post-pass "
             "(error bound, exact recomputation inside it) and without it (float decisions "
-            "only: the compiler before issue 27), runs interleaved in one process, median of "
+            "only: the compiler before issue 27), runs interleaved in one process (which of "
+            "the two goes first alternates), median of "
             f"{EXACT_REPEATS} each (and the fastest), parsing excluded. 'same diagram': whether "
             "the old float decision (P >= T - 1e-9) gives the exact diagram. The machine was "
             "shared (load average in the line above): single rows of a few ms move by tens "

@@ -16,7 +16,13 @@ import pytest
 
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.exact import ExactJoint, exact_threshold
+from boxwatch.offline.bn.exact import (
+    ExactJoint,
+    exact_threshold,
+    grid_columns,
+    mixed_radix,
+    unique_keys,
+)
 from boxwatch.offline.bn.io import load_network, parse_bif, parse_net, parse_xmlbif, write_bif
 from boxwatch.offline.bn.plan import (
     joint_error_bound,
@@ -377,6 +383,24 @@ def test_readers_keep_the_numbers_as_written(tmp_path):
     assert load_network(path).exact_cpt("H")[0, 2] == Fraction(3, 5)
 
 
+def test_scaled_integer_cpts_are_the_numbers_as_written():
+    text = (
+        "variable A { type discrete [ 3 ] { a0, a1, a2 }; }\n"
+        "variable B { type discrete [ 2 ] { b0, b1 }; }\n"
+        "probability ( A ) { table 0.25, .5, 0.250; }\n"
+        "probability ( B | A ) { (a0) 1e-3, 0.999; (a1) 1, 0; (a2) 0.333333333333333333333, "
+        "0.666666666666666666667; }\n"
+    )
+    for network in (parse_bif(text), parse_bif(write_bif(parse_bif(text)))):
+        for v in ("A", "B"):
+            ints, scale = network.scaled_cpt(v)
+            assert ints.shape == network.cpts[v].shape
+            want = network.exact_cpt(v).reshape(-1).tolist()
+            assert [Fraction(int(i), scale) for i in ints.reshape(-1).tolist()] == want
+    # plain decimals: digits over a power of ten, one scale for the whole CPT
+    assert parse_bif(text).scaled_cpt("A")[1] == 1000
+
+
 def test_threshold_is_the_decimal_written():
     assert exact_threshold(0.98) == Fraction(49, 50)
     assert exact_threshold(0.1) == Fraction(1, 10)
@@ -407,3 +431,162 @@ def test_past_the_exact_limit_every_route_says_it_is_not_certified(monkeypatch, 
         assert (result.certified, result.uncertified, result.exact_inputs) == (False, 2, 0)
         # the two inputs at T: decided positive, as a tie would be
         assert result.diagram.predict_positive(np.array([[0, 0], [1, 0]])).all()
+
+
+# ---------------------------------------------------------------------------- the cheap exact path
+def _decisions_by_rationals(net: Spec, cls: str, positive: str, threshold: str, feats: list[str]):
+    joint = brute_force(net, cls, feats)
+    pos, t = net[cls][0].index(positive), Fraction(threshold)
+    X = np.array(sorted(joint), dtype=np.int64)
+    rows = [joint[tuple(x)] for x in X.tolist()]
+    possible = np.array([sum(p) > 0 for p in rows])
+    positive_ = np.array([sum(p) > 0 and p[pos] >= t * sum(p) for p in rows])
+    tie = np.array([sum(p) > 0 and p[pos] == t * sum(p) for p in rows])
+    return X, positive_, tie, ~possible
+
+
+def _zero_network() -> Spec:
+    """A feature-only CPT (B | A) with an exact 0 and a number too small for a float
+    (1e-400 reads as 0.0); G carries no evidence, so every possible input is a tie at 0.5."""
+    return {
+        "C": (["neg", "pos"], [], [["0.5", "0.5"]]),
+        "A": (["a0", "a1"], [], [["0.3", "0.7"]]),
+        "B": (["b0", "b1"], ["A"], [["1e-400", "1"], ["0", "1"]]),
+        "G": (["g0", "g1"], ["C"], [["0.2", "0.8"], ["0.2", "0.8"]]),
+    }
+
+
+@pytest.mark.parametrize("free_cells", [1 << 19, 0])
+@pytest.mark.parametrize("seed", range(8))
+def test_exact_decisions_of_every_input_match_the_rationals(monkeypatch, seed, free_cells):
+    """ExactJoint.decide, and the same inputs given by their decision key only, on every
+    input: positive, tie and impossible as the rationals say; by the whole table over the
+    features where it is cheaper, and (0 cells) always on a batch axis."""
+    from boxwatch.offline.bn import exact as exact_module
+
+    monkeypatch.setattr(exact_module, "EXACT_FREE_CELLS", free_cells)
+    net = random_decimal_network(seed, n=7)
+    names = list(net)
+    rng = np.random.default_rng(seed + 7)
+    cls = names[int(rng.integers(1, 4))]
+    feats = sorted(rng.choice([v for v in names if v != cls], size=4, replace=False).tolist())
+    positive = net[cls][0][0]
+    for threshold in ("0.5", "0.3"):
+        X, want_pos, want_tie, want_imp = _decisions_by_rationals(
+            net, cls, positive, threshold, feats
+        )
+        exact = ExactJoint(parse_bif(to_bif(net)), cls, feats)
+        got = exact.decide(X, Fraction(threshold), 0)
+        assert got.positive.tolist() == want_pos.tolist()
+        assert got.tie.tolist() == want_tie.tolist()
+        assert got.impossible.tolist() == want_imp.tolist()
+        if free_cells == 0:
+            assert exact._table is None
+        keys = mixed_radix(X[:, list(exact.columns)], exact.key_cards)
+        by_key = exact.decide_keys(keys, Fraction(threshold), 0)
+        assert by_key.positive.tolist() == want_pos.tolist()
+        assert by_key.impossible.tolist() == want_imp.tolist()
+
+
+def test_a_feature_only_cpt_with_an_exact_zero_is_read_where_it_matters():
+    net = _zero_network()
+    exact = ExactJoint(parse_bif(to_bif(net)), "C", ["A", "B", "G"])
+    # G (with the class) and B's CPT over A and B (an exact 0); A's CPT is positive
+    assert set(exact.columns) == {0, 1, 2}
+    X, want_pos, want_tie, want_imp = _decisions_by_rationals(net, "C", "pos", "0.5", list("ABG"))
+    got = exact.decide(X, Fraction("0.5"), 1)
+    assert want_imp.tolist() == [x[0] == 1 and x[1] == 0 for x in X.tolist()]
+    assert (got.positive.tolist(), got.tie.tolist(), got.impossible.tolist()) == (
+        want_pos.tolist(),
+        want_tie.tolist(),
+        want_imp.tolist(),
+    )
+    for result in check_every_route(net, "C", "pos", "0.5", ["A", "B", "G"]):
+        assert result.impossible == 2
+    # without G's CPT in the way, the columns are those of B's CPT only
+    assert ExactJoint(parse_bif(to_bif(net)), "C", ["A", "B"]).columns == (0, 1)
+
+
+def _mixed_window_network() -> Spec:
+    """Naive Bayes where f0 is an exact tie at 0.5 and f1 is 1e-15 below it (both inside
+    the additive route's window): ties and exactly negative inputs side by side."""
+    return {
+        "C": (["neg", "pos"], [], [["0.5", "0.5"]]),
+        "F": (["f0", "f1"], ["C"], [["0.5", "0.5"], ["0.5", "0.499999999999999"]]),
+        "G": (["g0", "g1", "g2"], ["C"], [["0.2", "0.3", "0.5"], ["0.2", "0.3", "0.5"]]),
+        "H": (["h0", "h1"], ["C"], [["0.4", "0.6"], ["0.4", "0.6"]]),
+    }
+
+
+def _tan_window_network() -> Spec:
+    """TAN (F's parents C and A; H's C and G). A = a0 makes F carry no evidence, a1 and a2
+    opposite evidence: with A and F on either side of the additive route's split, its
+    window spans contexts whose completions sort differently. G and H carry none: the
+    inputs at a0, or at f1, are exact ties, except (a1, f1), 1e-15 below 0.5."""
+    return {
+        "C": (["neg", "pos"], [], [["0.5", "0.5"]]),
+        "A": (["a0", "a1", "a2"], ["C"], [["0.2", "0.3", "0.5"], ["0.2", "0.3", "0.5"]]),
+        "F": (
+            ["f0", "f1", "f2"],
+            ["C", "A"],
+            [["0.5", "0.25", "0.25"], ["0.2", "0.3", "0.5"], ["0.5", "0.3", "0.2"]]
+            + [["0.5", "0.25", "0.25"], ["0.5", "0.299999999999999", "0.2"]]
+            + [["0.2", "0.3", "0.5"]],
+        ),
+        "G": (["g0", "g1", "g2"], ["C"], [["0.2", "0.3", "0.5"], ["0.2", "0.3", "0.5"]]),
+        "H": (["h0", "h1"], ["C", "G"], [["0.4", "0.6"], ["0.7", "0.3"], ["0.1", "0.9"]] * 2),
+    }
+
+
+@pytest.mark.parametrize("part_cells", [1 << 12, 0])
+def test_the_additive_route_decides_its_window_by_parts_or_input_by_input(monkeypatch, part_cells):
+    from boxwatch.offline.bn import compile as bn_compile
+
+    # 0 cells: every window is decided input by input (the fallback)
+    monkeypatch.setattr(bn_compile, "ADDITIVE_PART_CELLS", part_cells)
+    cases = [(_mixed_window_network(), order, (6, 12, 6)) for order in ("FGH", "GHF", "HFG")]
+    cases += [
+        (_tan_window_network(), order, (24, 30, None)) for order in ("AFGH", "AGHF", "GHFA", "HAFG")
+    ]
+    for net, order, (ties, exact_inputs, positives) in cases:
+        results = check_every_route(net, "C", "pos", "0.5", list(order))
+        additive = [r for r in results if r.method == "decompose/additive"]
+        assert len(additive) == 1, order
+        assert (additive[0].ties, additive[0].exact_inputs) == (ties, exact_inputs), order
+        assert positives is None or additive[0].positives == positives
+    for prior in ("0.499999999999999", "0.500000000000001"):
+        check_every_route(_near_tie_network(prior, hidden=False), "C", "pos", "0.5", ["F", "G"])
+
+
+def test_keys_and_columns_of_flat_positions():
+    from boxwatch.offline.bn.compile import _range_sums, _split_columns, _split_keys
+
+    rng = np.random.default_rng(3)
+    cards = [3, 2, 4, 2, 3]
+    n = int(np.prod(cards))
+    idx = rng.integers(0, n, 500)
+    full = np.stack(np.unravel_index(idx, cards), axis=1)
+    for columns in ([0, 2, 4], [4, 1], [3], []):
+        assert grid_columns(idx, cards, columns).tolist() == full[:, columns].tolist()
+        for k in (1, 2, 4):
+            pre, suf = np.divmod(idx, int(np.prod(cards[k:])))
+            assert _split_columns(pre, suf, cards, k, columns).tolist() == full[:, columns].tolist()
+            pre_key, suf_key = _split_keys(pre, cards, k, columns)
+            want = mixed_radix(full[:, columns], [cards[c] for c in columns])
+            assert (pre_key + suf_key[suf]).tolist() == want.tolist()
+    # distinct keys: the direct table and the sort agree
+    for space in (7, 1 << 20):
+        keys = rng.integers(0, space, 300)
+        for hint in (space, 0):
+            distinct, inverse = unique_keys(keys, hint)
+            assert distinct.tolist() == np.unique(keys).tolist()
+            assert distinct[inverse].tolist() == keys.tolist()
+    # range sums of marks
+    marks = rng.random((4, 9)) < 0.4
+    row = rng.integers(0, 4, 50)
+    a = rng.integers(0, 9, 50)
+    b = np.minimum(a + rng.integers(0, 5, 50), 9)
+    want_sums = [int(marks[r, s:e].sum()) for r, s, e in zip(row, a, b, strict=True)]
+    for m in (marks, np.ones_like(marks), np.zeros_like(marks)):
+        want_sums = [int(m[r, s:e].sum()) for r, s, e in zip(row, a, b, strict=True)]
+        assert _range_sums(m, row, a, b).tolist() == want_sums

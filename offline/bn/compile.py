@@ -35,8 +35,8 @@ the float error of each input's margin ``P(pos, x) - T P(x)`` from the operation
 performed; inputs within the bound are recomputed in exact arithmetic (a post-pass,
 :func:`~boxwatch.offline.bn.exact.refine`). *Ties* are inputs whose posterior is exactly
 ``T`` (decided positive); ``exact_inputs`` counts the inputs that needed the exact path.
-The additive route works on float log-odds: it locates the inputs within its error bound,
-decides them exactly and gives their prefixes their own sub-classifiers. Past
+The additive route works on float log-odds: it decides the inputs within its error bound
+exactly and gives the prefixes holding an exactly negative one their own sub-classifiers. Past
 :data:`~boxwatch.offline.bn.exact.EXACT_LIMIT` such inputs (or
 :data:`ADDITIVE_EXACT_LIMIT` cells of patched sub-classifiers) a route stops: the rest are
 decided positive (within rounding of ``T``, where ``P(x)`` is not 0), counted as
@@ -73,7 +73,9 @@ from boxwatch.offline.bn.exact import (
     U,
     exact_threshold,
     gamma,
+    grid_columns,
     refine,
+    unique_keys,
 )
 from boxwatch.offline.bn.io import Network, load_network
 from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes
@@ -100,6 +102,9 @@ from boxwatch.offline.bn.plan import (
 METHODS = ("auto", "joint", "decompose", "jointree")
 AUTO_QUICK_SECONDS = 1.0
 ADDITIVE_EXACT_LIMIT = 1 << 22
+# The additive route decides each (context, prefix part) against every completion at once
+# when that is at most this many cells or the inputs in its window, else input by input.
+ADDITIVE_PART_CELLS = 1 << 12
 # The decisions not on the exact path yet compare float posteriors with this tolerance:
 # argmax states this close to the largest tie with it, and the jointree route decides
 # ``P >= T - TIE_TOLERANCE``; their results say ``certified=False``.
@@ -600,7 +605,7 @@ def _compile_joint(
         spec.threshold,
         ExactJoint(network, cls, order),
         pos,
-        lambda idx: np.stack(np.unravel_index(idx, cards), axis=1),
+        lambda idx, columns: grid_columns(idx, cards, columns),
         ExactBudget(),
     )
     del num, den
@@ -766,16 +771,51 @@ def _compile_separator(
 
 def _separator_locate(
     part: np.ndarray, cards: Sequence[int], k: int, n_suf: int
-) -> Callable[[np.ndarray], np.ndarray]:
-    """Feature index rows of flat positions in a ``(len(part), n_suf)`` block."""
+) -> Callable[[np.ndarray, Sequence[int]], np.ndarray]:
+    """Values of chosen features at flat positions in a ``(len(part), n_suf)`` block."""
 
-    def locate(idx: np.ndarray) -> np.ndarray:
+    def locate(idx: np.ndarray, columns: Sequence[int]) -> np.ndarray:
         rows, cols = np.divmod(idx, n_suf)
-        pre = np.unravel_index(part[rows], cards[:k])
-        suf = np.unravel_index(cols, cards[k:])
-        return np.stack([*pre, *suf], axis=1)
+        return _split_columns(part[rows], cols, cards, k, columns)
 
     return locate
+
+
+def _split_columns(
+    prefix: np.ndarray, completion: np.ndarray, cards: Sequence[int], k: int, columns: Sequence[int]
+) -> np.ndarray:
+    """Values of the features at ``columns`` of inputs given as a prefix index (grid
+    ``cards[:k]``) and a completion index (grid ``cards[k:]``)."""
+    out = np.empty((prefix.size, len(columns)), dtype=np.int64)
+    for j, c in enumerate(columns):
+        index, stride = (
+            (prefix, math.prod(cards[c + 1 : k]))
+            if c < k
+            else (completion, math.prod(cards[c + 1 :]))
+        )
+        np.floor_divide(index, stride, out=out[:, j])
+        out[:, j] %= cards[c]
+    return out
+
+
+def _split_keys(
+    prefix: np.ndarray, cards: Sequence[int], k: int, columns: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mixed-radix keys over the features at ``columns`` (first slowest), split in two
+    parts that add up: one per prefix index of ``prefix`` (grid ``cards[:k]``), one per
+    completion index (grid ``cards[k:]``, all of them)."""
+    n_suf = math.prod(cards[k:])
+    pre_key = np.zeros(prefix.size, dtype=np.int64)
+    suf_key = np.zeros(n_suf, dtype=np.int64)
+    completion = np.arange(n_suf)
+    weight = 1
+    for c in reversed(columns):
+        if c < k:
+            pre_key += (prefix // math.prod(cards[c + 1 : k]) % cards[c]) * weight
+        else:
+            suf_key += (completion // math.prod(cards[c + 1 :]) % cards[c]) * weight
+        weight *= cards[c]
+    return pre_key, suf_key
 
 
 # ---------------------------------------------------------------------------- additive route
@@ -950,9 +990,11 @@ def _compile_additive(
 class _AdditivePatch:
     """Exact decisions for the additive route's inputs within its error window.
 
-    The route cannot recompute single inputs inside its interval nodes; instead each prefix
-    with completions in the window gets its own sub-classifier at level ``k``: float
-    decisions for the completions outside the window, exact ones inside. Above
+    The route cannot recompute single inputs inside its interval nodes, and decides them
+    positive there; instead each prefix with a completion in the window that is exactly
+    negative gets its own sub-classifier at level ``k``: float decisions for the
+    completions outside the window, exact ones inside (ties and exact positives need
+    none). When the prefixes with completions in the window could need more than
     :data:`ADDITIVE_EXACT_LIMIT` cells this is not done and the inputs are reported
     uncertified.
     """
@@ -977,37 +1019,93 @@ class _AdditivePatch:
             return 0, 0, 0
         if count > ExactBudget().left or prefixes * self.sums_k.shape[1] > ADDITIVE_EXACT_LIMIT:
             return 0, 0, count
-        ctx_of: list[np.ndarray] = []
-        pres: list[np.ndarray] = []
-        rows_of: list[np.ndarray] = []
-        comps: list[np.ndarray] = []
-        for c, pre, a, b in near:
-            order = np.argsort(self.sums_k[c], kind="stable")
-            lengths = b - a
-            first = np.repeat(a - (np.cumsum(lengths) - lengths), lengths)
-            comps.append(order[first + np.arange(int(lengths.sum()))])
-            rows_of.append(np.repeat(np.arange(pre.size) + sum(p.size for p in pres), lengths))
-            pres.append(pre)
-            ctx_of.append(np.full(pre.size, c))
-        prefix, ctx = np.concatenate(pres), np.concatenate(ctx_of)
-        row, comp = np.concatenate(rows_of), np.concatenate(comps)
-        X = np.stack(
-            [
-                *np.unravel_index(prefix[row], self.cards[: self.k]),
-                *np.unravel_index(comp, self.cards[self.k :]),
-            ],
-            axis=1,
+        # the route applies to strictly positive CPTs only (_additive_applies)
+        exact = ExactJoint(
+            self.network, self.spec.class_variable, self.spec.order, positive_cpts=True
         )
-        exact = ExactJoint(self.network, self.spec.class_variable, self.spec.order)
         assert self.spec.threshold is not None  # the additive route decides thresholds only
-        got = exact.decide(
-            X, exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
-        )
-        tables = self.sums_k[ctx] >= self.theta_u[prefix][:, None]
-        tables[row, comp] = got.positive
+        t, pos = exact_threshold(self.spec.threshold), _positive_index(self.network, self.spec)
+        prefix = np.concatenate([pre for _, pre, _, _ in near])
+        a = np.concatenate([a for _, _, a, _ in near])
+        b = np.concatenate([b for _, _, _, b in near])
+        which = np.repeat(np.arange(len(near)), [pre.size for _, pre, _, _ in near])
+        # a prefix's completions in the window are consecutive in its context's sorted sums
+        orders = np.argsort(self.sums_k[[c for c, _, _, _ in near]], axis=1, kind="stable")
+        n_suf = self.sums_k.shape[1]
+        space = math.prod(exact.key_cards)
+        if space * len(near) < 1 << 62:
+            # an input's key over exact.columns is its prefix's part plus its completion's:
+            # decide each (context, prefix part) against every completion once, and count
+            # the window's inputs by range sums (many prefixes share a part)
+            pre_key, suf_key = _split_keys(prefix, self.cards, self.k, exact.columns)
+            parts, part_of = unique_keys(which * space + pre_key, space * len(near))
+            if parts.size * n_suf <= max(count, ADDITIVE_PART_CELLS):
+                keys = (parts % space)[:, None] + suf_key[orders[parts // space]]
+                got = exact.decide_keys(keys.reshape(-1), t, pos)
+                ties = _range_sums(got.tie.reshape(keys.shape), part_of, a, b)
+                negative = _range_sums(~got.positive.reshape(keys.shape), part_of, a, b)
+                if negative.any():
+                    bad = np.flatnonzero(negative)
+                    self._patch(
+                        level_k,
+                        near,
+                        prefix[bad],
+                        which[bad],
+                        orders,
+                        a[bad],
+                        b[bad],
+                        ~got.positive.reshape(keys.shape)[part_of[bad]],
+                    )
+                return int(ties.sum()), count, 0
+        # one key (or row of feature values) per input in the window
+        lengths = b - a
+        row = np.repeat(np.arange(prefix.size), lengths)
+        sorted_at = np.repeat(a - (np.cumsum(lengths) - lengths), lengths) + np.arange(row.size)
+        comp = orders[which[row], sorted_at]
+        X = _split_columns(prefix[row], comp, self.cards, self.k, exact.columns)
+        got = exact.decide_columns(X, t, pos)
+        negative_at = np.zeros((prefix.size, n_suf), dtype=bool)
+        negative_at[row, sorted_at] = ~got.positive
+        bad = np.flatnonzero(negative_at.any(axis=1))
+        if bad.size:
+            self._patch(
+                level_k, near, prefix[bad], which[bad], orders, a[bad], b[bad], negative_at[bad]
+            )
+        return int(np.count_nonzero(got.tie)), count, 0
+
+    def _patch(
+        self,
+        level_k: np.ndarray,
+        near: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]],
+        prefix: np.ndarray,
+        which: np.ndarray,
+        orders: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        negative: np.ndarray,
+    ) -> None:
+        """Give each of ``prefix`` its own sub-classifier: its float decisions, except the
+        completions in its window (sorted positions ``a`` to ``b`` of ``orders[which]``)
+        marked in ``negative`` (one row per prefix, over sorted positions): negative."""
+        contexts = np.array([c for c, _, _, _ in near])[which]
+        tables = self.sums_k[contexts] >= self.theta_u[prefix][:, None]
+        position = np.arange(negative.shape[1])
+        inside = negative & (position >= a[:, None]) & (position < b[:, None])
+        rows, at = np.nonzero(inside)
+        tables[rows, orders[which[rows], at]] = False
         sinks = np.where(tables, self.pos_sink, 1 - self.pos_sink).astype(np.int64)
         level_k[prefix] = self.store.bottom_up(sinks.reshape(-1, *self.cards[self.k :]), self.k)
-        return int(np.count_nonzero(got.tie)), count, 0
+
+
+def _range_sums(marks: np.ndarray, row: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per ``i``: how many of ``marks[row[i], a[i]:b[i]]`` are set."""
+    if not marks.any():
+        return np.zeros(row.size, dtype=np.int64)
+    if marks.all():
+        return (b - a).astype(np.int64)
+    cum = np.zeros((marks.shape[0], marks.shape[1] + 1), dtype=np.int64)
+    np.cumsum(marks, axis=1, out=cum[:, 1:])
+    return cum[row, b] - cum[row, a]
 
 
 def _additive_window(network: Network, spec: ResolvedSpec, terms: _Terms, const: float) -> float:

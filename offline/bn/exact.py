@@ -16,6 +16,7 @@ The same bound serves any margin of the form ``a - t * b`` with nonnegative ``a`
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -33,13 +34,17 @@ TINY = 2.0**-1074
 """Smallest positive float64: the most an underflowing product or conversion loses."""
 NO_UNDERFLOW_LOG2 = -1000.0
 """Products of CPT entries at least ``2**NO_UNDERFLOW_LOG2`` never leave the normal range."""
-CHUNK = 1 << 22
+CHUNK = 1 << 15
+"""Inputs per pass of the float window test (its temporaries stay in cache)."""
 EXACT_LIMIT = 1 << 20
 """Inputs one compilation decides exactly at most; past it the rest are reported uncertified."""
 EXACT_CELLS = 1 << 18
+EXACT_FREE_CELLS = 1 << 19
+"""Largest intermediate (cells of Python ints) of the whole exact table over the features."""
 _ZERO_TEXT = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d+)?")
 
 
+@functools.lru_cache(maxsize=64)
 def exact_threshold(threshold: float) -> Fraction:
     """The threshold as the user wrote it: the shortest decimal of the float (0.98 is 49/50)."""
     return Fraction(repr(float(threshold)))
@@ -157,7 +162,8 @@ def _flushed_zero(network: Network, var: str, table: np.ndarray) -> bool:
     texts = network.texts.get(var) if network.texts is not None else None
     if texts is None or texts.shape != table.shape or var not in network.cpts:
         return False
-    return any(_ZERO_TEXT.fullmatch(s) is None for s in texts[table == 0].tolist())
+    # few distinct strings ("0", "0.0") stand for the many zeros of deterministic rows
+    return any(_ZERO_TEXT.fullmatch(s) is None for s in set(texts[table == 0].tolist()))
 
 
 # ---------------------------------------------------------------------------- exact joint
@@ -172,87 +178,137 @@ class ExactJoint:
 
     For decisions, the CPTs over features only (no class, no hidden variable) are left
     out: at a given input each is one number common to ``P(pos, x)`` and ``P(x)``, so only
-    whether it is 0 matters (a leaf class, as in credit.net, then costs one CPT row per
-    input).
+    whether it is 0 matters, and only CPTs that hold an exact 0 are looked at (none with
+    ``positive_cpts``: the caller checked that every relevant float entry is above 0, and a
+    float above 0 is read from a number above 0). A decision therefore depends on the few
+    features in :attr:`columns` alone (a leaf class, as in credit.net: its parents); inputs
+    agreeing on them are decided once.
     """
 
-    def __init__(self, network: Network, class_variable: str, features: Sequence[str]):
+    def __init__(
+        self,
+        network: Network,
+        class_variable: str,
+        features: Sequence[str],
+        *,
+        positive_cpts: bool = False,
+    ):
         self.network = network
         self.cls = class_variable
         self.features = tuple(features)
-        self._factors: list[_IntFactor] | None = None
-        self._order: list[str] | None = None
+        self.positive_cpts = positive_cpts
+        self._ints: dict[str, _IntFactor] = {}
+        self._orders: dict[bool, list[str]] = {}
+        self._plan: _DecisionPlan | None = None
+        self._cost: tuple[float, float, float] | None = None
+        self._table: np.ndarray | None = None
+
+    def _relevant(self) -> list[str]:
+        """The class's and features' ancestors (themselves included), in network order."""
+        keep = self.network.ancestors([self.cls, *self.features])
+        return [v for v in self.network.variables if v in keep]
+
+    def _int_factor(self, v: str) -> _IntFactor:
+        """``v``'s CPT scaled to integers, its feature axes first (built once)."""
+        got = self._ints.get(v)
+        if got is None:
+            net = self.network
+            col = {f: i for i, f in enumerate(self.features)}
+            ints, _ = net.scaled_cpt(v)
+            scope = (*net.parents[v], v)
+            fixed = [i for i, u in enumerate(scope) if u in col]
+            moved = np.moveaxis(ints, fixed, range(len(fixed))) if fixed else ints
+            got = _IntFactor(
+                scope,
+                moved,
+                tuple(col[scope[i]] for i in fixed),
+                tuple(u for i, u in enumerate(scope) if i not in fixed),
+            )
+            self._ints[v] = got
+        return got
 
     def _integer_factors(self) -> list[_IntFactor]:
-        if self._factors is None:
+        return [self._int_factor(v) for v in self._relevant()]
+
+    @property
+    def columns(self) -> tuple[int, ...]:
+        """Positions (in ``features``) of the features a decision depends on: those of the
+        CPTs with a class or hidden variable, then those of feature-only CPTs holding an
+        exact 0. :meth:`decide_columns` takes inputs over these columns only."""
+        return self._decision_plan().columns
+
+    def _decision_plan(self) -> _DecisionPlan:
+        if self._plan is None:
             net = self.network
-            keep = net.ancestors([self.cls, *self.features])
             col = {f: i for i, f in enumerate(self.features)}
-            out = []
-            for v in net.variables:
-                if v not in keep:
-                    continue
-                exact = net.exact_cpt(v)
-                flat = exact.reshape(-1).tolist()
-                scale = math.lcm(*(q.denominator for q in flat)) if flat else 1
-                ints = np.empty(len(flat), dtype=object)
-                ints[:] = [q.numerator * (scale // q.denominator) for q in flat]
+            inner: list[_IntFactor] = []
+            zero_scopes: list[tuple[tuple[int, ...], np.ndarray]] = []
+            for v in self._relevant():
                 scope = (*net.parents[v], v)
-                fixed = [i for i, u in enumerate(scope) if u in col]
-                moved = np.moveaxis(ints.reshape(exact.shape), fixed, range(len(fixed)))
-                out.append(
-                    _IntFactor(
-                        scope,
-                        moved,
-                        np.equal(moved, 0).astype(bool),
-                        tuple(col[scope[i]] for i in fixed),
-                        tuple(u for i, u in enumerate(scope) if i not in fixed),
-                    )
-                )
-            self._factors = out
-        return self._factors
+                if all(u in col for u in scope):
+                    # one positive number common to P(pos, x) and P(x), or an exact 0
+                    if self.positive_cpts or net.cpts[v].all():
+                        continue  # a float above 0 is a number written above 0
+                    zero = (net.cpts[v] == 0) & np.equal(net.exact_cpt(v), 0).astype(bool)
+                    if zero.any():
+                        zero_scopes.append((tuple(col[u] for u in scope), zero))
+                    continue
+                inner.append(self._int_factor(v))
+            first = sorted({c for f in inner for c in f.columns})
+            extra = sorted({c for s, _ in zero_scopes for c in s} - set(first))
+            columns = (*first, *extra)
+            at = {c: i for i, c in enumerate(columns)}
+            self._plan = _DecisionPlan(
+                columns,
+                tuple(net.card(self.features[c]) for c in columns),
+                len(first),
+                [
+                    _IntFactor(f.scope, f.table, tuple(at[c] for c in f.columns), f.rest)
+                    for f in inner
+                ],
+                [(tuple(at[c] for c in s), z) for s, z in zero_scopes],
+            )
+        return self._plan
 
     def joint(self, X: np.ndarray) -> np.ndarray:
         """Scaled integers ``P(C = c, x) * D`` for each row of ``X`` (feature indices in
         ``features`` order): object array of shape ``(len(X), card(C))``."""
-        return self._joint(X, drop_common=False)[0]
-
-    def _joint(self, X: np.ndarray, *, drop_common: bool) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`joint`, or (``drop_common``) the same up to a positive factor per input
-        and where that factor is 0; batches of about :data:`EXACT_CELLS` cells."""
         X = np.asarray(X, dtype=np.int64).reshape(-1, len(self.features))
+        return self._joint(X, self._integer_factors(), common=True)
+
+    def _joint(self, X: np.ndarray, factors: list[_IntFactor], *, common: bool) -> np.ndarray:
+        """``P(C, x)`` over ``factors`` (their ``columns`` index the columns of ``X``) in
+        batches of about :data:`EXACT_CELLS` cells; ``common``: the factors include the
+        feature-only CPTs (the elimination order is kept per kind)."""
         cc = self.network.card(self.cls)
         if X.shape[0] == 0:
-            return np.zeros((0, cc), dtype=object), np.zeros(0, dtype=bool)
-        factors = self._integer_factors()
-        cells = max(f.table.size for f in factors)
+            return np.zeros((0, cc), dtype=object)
+        cells = max((f.table.size for f in factors), default=1)
         batch = max(1, EXACT_CELLS // max(1, cells))
         parts = [
-            self._joint_batch(X[i : i + batch], drop_common) for i in range(0, X.shape[0], batch)
+            self._joint_batch(X[i : i + batch], factors, common)
+            for i in range(0, X.shape[0], batch)
         ]
-        return (
-            np.concatenate([p[0] for p in parts], axis=0),
-            np.concatenate([p[1] for p in parts]),
-        )
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
-    def _joint_batch(self, X: np.ndarray, drop_common: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _joint_batch(self, X: np.ndarray, factors_in: list[_IntFactor], common: bool) -> np.ndarray:
         batch = "#"
         factors: list[tuple[tuple[str, ...], np.ndarray]] = []
-        zero = np.zeros(X.shape[0], dtype=bool)
-        for f in self._integer_factors():
+        for f in factors_in:
             if not f.columns:
                 factors.append((f.rest, f.table))
                 continue
             at = tuple(X[:, c] for c in f.columns)
-            if drop_common and not f.rest:
-                zero |= f.zero[at]
-                continue
             factors.append(((batch, *f.rest), f.table[at]))
+        if len(factors) == 1 and factors[0][0] == (batch, self.cls):
+            return factors[0][1]  # a leaf class over features, and nothing hidden
         cards = {v: self.network.card(v) for v in self.network.variables}
         cards[batch] = X.shape[0]
-        if self._order is None:
-            self._order = _greedy_order([s for s, _ in factors], cards, {self.cls, batch})
-        for v in self._order:
+        order = self._orders.get(common)
+        if order is None:
+            order = _greedy_order([s for s, _ in factors], cards, {self.cls, batch})
+            self._orders[common] = order
+        for v in order:
             group = [f for f in factors if v in f[0]]
             if not group:
                 continue
@@ -262,55 +318,228 @@ class ExactJoint:
             factors.append((scope[:axis] + scope[axis + 1 :], table.sum(axis=axis)))
         scope, table = _product(factors, cards)
         full = _align(scope, table, (batch, self.cls), cards)
-        return np.broadcast_to(full, (X.shape[0], cards[self.cls])).copy(), zero
+        return np.broadcast_to(full, (X.shape[0], cards[self.cls])).copy()
 
     def decide(self, X: np.ndarray, t: Fraction, positive: int) -> ExactDecisions:
-        """Exact decisions ``P(positive | x) >= t`` of the rows of ``X``.
-
-        Inputs that agree on every feature the remaining CPTs mention (after leaving out
-        those over features only) are computed once.
-        """
+        """Exact decisions ``P(positive | x) >= t`` of the rows of ``X`` (every feature)."""
         X = np.asarray(X, dtype=np.int64).reshape(-1, len(self.features))
-        factors = self._integer_factors()
-        zero = np.zeros(X.shape[0], dtype=bool)
-        for f in factors:
-            if f.columns and not f.rest:
-                zero |= f.zero[tuple(X[:, c] for c in f.columns)]
-        used = sorted({c for f in factors if f.rest for c in f.columns})
-        cards = [self.network.card(self.features[c]) for c in used]
-        reduced = np.zeros((0, X.shape[1]), dtype=np.int64)
-        if math.prod(cards) < 1 << 62:
-            flat = np.ravel_multi_index(tuple(X[:, used].T), cards) if used else np.zeros(len(X))
-            keys, inverse = np.unique(flat, return_inverse=True)
-            reduced = np.zeros((keys.size, X.shape[1]), dtype=np.int64)
-            if used:
-                reduced[:, used] = np.stack(np.unravel_index(keys, cards), axis=1)
-        else:
-            rows, inverse = np.unique(X[:, used], axis=0, return_inverse=True)
-            reduced = np.zeros((rows.shape[0], X.shape[1]), dtype=np.int64)
-            reduced[:, used] = rows
-        joint, _ = self._joint(reduced, drop_common=True)
-        num = joint[:, positive]
+        return self.decide_columns(X[:, list(self.columns)], t, positive)
+
+    def decide_columns(self, Xc: np.ndarray, t: Fraction, positive: int) -> ExactDecisions:
+        """:meth:`decide` of inputs given by their :attr:`columns` only."""
+        plan = self._decision_plan()
+        Xc = np.asarray(Xc, dtype=np.int64).reshape(-1, len(plan.columns))
+        if math.prod(plan.cards) < 1 << 62:
+            return self.decide_keys(mixed_radix(Xc, plan.cards), t, positive)
+        rows, inverse = np.unique(Xc, axis=0, return_inverse=True)
+        return self._decide_rows(rows, t, positive).take(inverse.reshape(-1))
+
+    @property
+    def key_cards(self) -> tuple[int, ...]:
+        """Cardinalities of :attr:`columns`: an input's key for :meth:`decide_keys` is its
+        mixed-radix index over them (first column slowest)."""
+        return self._decision_plan().cards
+
+    def decide_keys(self, keys: np.ndarray, t: Fraction, positive: int) -> ExactDecisions:
+        """:meth:`decide` of inputs given by their mixed-radix key over :attr:`columns`
+        (:attr:`key_cards`, fewer than 2**62 keys).
+
+        Inputs with the same key are decided once, and keys that agree on the columns of
+        the CPTs with a class or hidden variable share one exact ``P(C, x)``.
+        """
+        plan = self._decision_plan()
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        distinct, inverse = unique_keys(keys, math.prod(plan.cards))
+        return self._decide_rows(_unravel(distinct, plan.cards), t, positive).take(inverse)
+
+    def _decide_rows(self, rows: np.ndarray, t: Fraction, positive: int) -> ExactDecisions:
+        """Decisions of distinct inputs given over :attr:`columns`."""
+        plan = self._decision_plan()
+        zero = np.zeros(rows.shape[0], dtype=bool)
+        for at, mask in plan.zeros:
+            zero |= mask[tuple(rows[:, c] for c in at)]
+        n = plan.inner_columns
+        sub = rows[:, :n]
+        inner: np.ndarray | None = None
+        if n < rows.shape[1] and math.prod(plan.cards[:n]) < 1 << 62:
+            # rows that differ only in the columns of feature-only CPTs share P(C, x)
+            distinct, inner = unique_keys(mixed_radix(sub, plan.cards[:n]), 0)
+            sub = _unravel(distinct, plan.cards[:n])
+        joint = self._inner_joint(sub)
         den = joint.sum(axis=1)
-        lhs = num * t.denominator
+        lhs = joint[:, positive] * t.denominator
         rhs = den * t.numerator
-        inverse = inverse.reshape(-1)
-        possible = np.greater(den, 0).astype(bool)[inverse] & ~zero
-        decision = np.greater_equal(lhs, rhs).astype(bool)[inverse]
-        tie = np.equal(lhs, rhs).astype(bool)[inverse]
+        possible = np.greater(den, 0).astype(bool)
+        decision = np.greater_equal(lhs, rhs).astype(bool)
+        tie = np.equal(lhs, rhs).astype(bool)
+        if inner is not None:
+            possible, decision, tie = possible[inner], decision[inner], tie[inner]
+        if plan.zeros:
+            possible &= ~zero
         return ExactDecisions(decision & possible, tie & possible, ~possible)
+
+    def _inner_joint(self, sub: np.ndarray) -> np.ndarray:
+        """``P(C, x)`` up to the factors common to every class state, of distinct rows over
+        the first ``inner_columns`` of :attr:`columns`: object array ``(len(sub), card(C))``.
+
+        Two ways, the cheaper by the cells their products touch: a batch axis over the
+        rows (:meth:`_joint`; every row pays the whole elimination), or the table over
+        every value of those features at once, by elimination that keeps them free (then
+        kept for the next call): partial products are shared by the inputs that agree on
+        their features, which pays when many inputs are decided (pigs' leaves under their
+        hidden parents). The table is built only up to :data:`EXACT_FREE_CELLS` cells.
+        """
+        plan = self._decision_plan()
+        if self._table is None:
+            if all(v == self.cls for f in plan.inner for v in f.rest):
+                # nothing hidden: each row is a product of CPT rows, nothing to share
+                return self._joint(sub, plan.inner, common=False)
+            free, per_input, largest = self._costs()
+            # (without inner features there is one row, and the two costs are equal)
+            if largest > EXACT_FREE_CELLS or free >= per_input * sub.shape[0]:
+                return self._joint(sub, plan.inner, common=False)
+            self._table = self._whole_table()
+        return self._table[tuple(sub.T)]
+
+    def _free_names(self) -> tuple[str, ...]:
+        """Names of the inner columns' features in :meth:`_whole_table` (NUL-prefixed: no
+        file names a variable so)."""
+        return tuple(f"\0{c}" for c in range(self._decision_plan().inner_columns))
+
+    def _scopes_and_cards(self) -> tuple[list[tuple[str, ...]], dict[str, int]]:
+        plan = self._decision_plan()
+        names = self._free_names()
+        scopes = [(*(names[c] for c in f.columns), *f.rest) for f in plan.inner]
+        cards = {v: self.network.card(v) for v in self.network.variables}
+        cards.update(zip(names, plan.cards[: len(names)], strict=True))
+        return scopes, cards
+
+    def _costs(self) -> tuple[float, float, float]:
+        """Cells the products touch building the whole table, per input on the batch
+        axis, and the whole table's largest intermediate."""
+        if self._cost is None:
+            scopes, cards = self._scopes_and_cards()
+            names = set(self._free_names())
+            if names & set(self.network.variables):
+                self._cost = (math.inf, 0.0, math.inf)
+            else:
+                free, largest = _elimination_cells(scopes, cards, {self.cls, *names})
+                fixed = [tuple(v for v in s if v not in names) for s in scopes]
+                per_input, _ = _elimination_cells(fixed, cards, {self.cls})
+                self._cost = (free, per_input, largest)
+        return self._cost
+
+    def _whole_table(self) -> np.ndarray:
+        """The inner CPTs' product summed over the hidden variables, features kept: shape
+        ``(*inner column cards, card(C))``."""
+        scopes, cards = self._scopes_and_cards()
+        names = self._free_names()
+        factors = list(zip(scopes, (f.table for f in self._decision_plan().inner), strict=True))
+        for v in _greedy_order(scopes, cards, {self.cls, *names}):
+            group = [f for f in factors if v in f[0]]
+            if not group:
+                continue
+            factors = [f for f in factors if v not in f[0]]
+            scope, table = _product(group, cards)
+            axis = scope.index(v)
+            factors.append((scope[:axis] + scope[axis + 1 :], table.sum(axis=axis)))
+        scope, table = _product(factors, cards)
+        target = (*names, self.cls)
+        full = _align(scope, table, target, cards)
+        return np.broadcast_to(full, tuple(cards[v] for v in target))
+
+
+def _elimination_cells(
+    scopes: Sequence[tuple[str, ...]], cards: dict[str, int], keep: set[str]
+) -> tuple[float, float]:
+    """Cells of every product (and of the largest) when the variables not in ``keep`` are
+    summed out of factors over ``scopes`` in :func:`_greedy_order`, the final product
+    included."""
+    live = [set(s) for s in scopes]
+    total = largest = 0.0
+    for v in _greedy_order(scopes, cards, keep):
+        group = [s for s in live if v in s]
+        if not group:
+            continue
+        live = [s for s in live if v not in s]
+        union = set().union(*group)
+        cells = float(math.prod(cards[u] for u in union))
+        total, largest = total + cells, max(largest, cells)
+        live.append(union - {v})
+    cells = float(math.prod(cards[u] for u in set().union(*live)))
+    return total + cells * max(1, len(live) - 1), max(largest, cells)
+
+
+def mixed_radix(X: np.ndarray, cards: Sequence[int]) -> np.ndarray:
+    """Index of each row of ``X`` (values below ``cards``) in C order over ``cards``."""
+    if X.shape[1] == 0:
+        return np.zeros(X.shape[0], dtype=np.int64)
+    key = X[:, 0].astype(np.int64, copy=True)
+    for j in range(1, X.shape[1]):
+        key *= cards[j]
+        key += X[:, j]
+    return key
+
+
+def _unravel(keys: np.ndarray, cards: Sequence[int]) -> np.ndarray:
+    """Rows of the mixed-radix ``keys`` over ``cards`` (inverse of :func:`mixed_radix`)."""
+    if not cards:
+        return np.zeros((keys.size, 0), dtype=np.int64)
+    return np.stack(np.unravel_index(keys, tuple(cards)), axis=1)
+
+
+def unique_keys(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values of ``keys`` (sorted) and each key's index among them: through a
+    direct table when the keys' range ``space`` is small against their number (no sort),
+    else a sort (``space`` 0: unknown)."""
+    if keys.size == 0:
+        return keys, np.zeros(0, dtype=np.intp)
+    if 0 < space <= max(1 << 16, 4 * keys.size):
+        seen = np.zeros(space, dtype=bool)
+        seen[keys] = True
+        distinct = np.flatnonzero(seen)
+        slot = np.empty(space, dtype=np.intp)
+        slot[distinct] = np.arange(distinct.size)
+        return distinct, slot[keys]
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    return distinct, inverse.reshape(-1)
+
+
+def grid_columns(idx: np.ndarray, cards: Sequence[int], columns: Sequence[int]) -> np.ndarray:
+    """Values of the ``columns`` of the grid ``cards`` (C order) at flat positions ``idx``:
+    shape ``(len(idx), len(columns))``."""
+    strides = [math.prod(cards[c + 1 :]) for c in range(len(cards))]
+    out = np.empty((idx.size, len(columns)), dtype=np.int64)
+    for j, c in enumerate(columns):
+        np.floor_divide(idx, strides[c], out=out[:, j])
+        out[:, j] %= cards[c]
+    return out
 
 
 @dataclass(frozen=True)
 class _IntFactor:
     """A CPT scaled to integers, its feature axes first (``columns``: their feature
-    positions), ``rest`` the scope's other variables; ``zero`` where the entry is 0."""
+    positions), ``rest`` the scope's other variables."""
 
     scope: tuple[str, ...]
     table: np.ndarray
-    zero: np.ndarray
     columns: tuple[int, ...]
     rest: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _DecisionPlan:
+    """What an exact decision reads: the feature ``columns`` (positions in ``features``;
+    the first ``inner_columns`` those of the ``inner`` CPTs, which mention a class or
+    hidden variable) with their ``cards``; the ``inner`` CPTs with ``columns`` indexing
+    these; ``zeros``: each feature-only CPT holding an exact 0, as (its columns here, where
+    it is 0)."""
+
+    columns: tuple[int, ...]
+    cards: tuple[int, ...]
+    inner_columns: int
+    inner: list[_IntFactor]
+    zeros: list[tuple[tuple[int, ...], np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -320,6 +549,17 @@ class ExactDecisions:
     positive: np.ndarray
     tie: np.ndarray
     impossible: np.ndarray
+
+    def take(self, index: np.ndarray) -> ExactDecisions:
+        """The decisions of the inputs at ``index`` (a constant field is filled, not
+        gathered: many inputs at one exact tie cost one pass)."""
+
+        def pick(a: np.ndarray) -> np.ndarray:
+            if a.size and (a.all() or not a.any()):
+                return np.full(index.size, a[0], dtype=bool)
+            return a[index]
+
+        return ExactDecisions(pick(self.positive), pick(self.tie), pick(self.impossible))
 
 
 def _greedy_order(
@@ -412,36 +652,48 @@ def refine(
     threshold: float,
     exact: ExactJoint,
     positive: int,
-    locate: Callable[[np.ndarray], np.ndarray],
+    locate: Callable[[np.ndarray, Sequence[int]], np.ndarray],
     budget: ExactBudget,
 ) -> Refinement:
     """Make ``decision`` (same shape as ``num``) exact, in place.
 
-    Float decisions are taken from the margin's sign where it exceeds the bound; the inputs
-    inside it are located (``locate(flat indices) -> feature index rows``) and decided by
-    ``exact``. When they are more than ``budget`` has left, none of them is: they are
-    decided positive where the float ``P(x)`` is not 0 (within rounding of ``T``, as a tie
-    would be) and counted as uncertified, and the budget is spent.
+    Float decisions are taken from the margin's sign where it exceeds the bound (one pass
+    in cache-sized chunks, the test of :meth:`ErrorBound.undecided`); the inputs inside it
+    are located (``locate(flat indices, feature positions) -> those features' values``,
+    only the :attr:`ExactJoint.columns` a decision reads) and decided by ``exact``. When
+    they are more than ``budget`` has left, none of them is: they are decided positive
+    where the float ``P(x)`` is not 0 (within rounding of ``T``, as a tie would be) and
+    counted as uncertified, and the budget is spent.
     """
     if not decision.flags.c_contiguous:
         raise ValueError("refine() needs a C-contiguous decision array (it writes in place)")
     t = float(threshold)
     flat_num, flat_den = num.reshape(-1), den.reshape(-1)
     flat_dec = decision.reshape(-1)
+    beta, c = bound._beta(t)
+    step = max(1, min(CHUNK, flat_num.size))
+    margin, width, inside = np.empty(step), np.empty(step), np.empty(step, dtype=bool)
     undecided: list[np.ndarray] = []
     count = 0
-    for s in range(0, flat_num.size, CHUNK):
-        n, d = flat_num[s : s + CHUNK], flat_den[s : s + CHUNK]
-        margin = n - t * d
-        np.greater(margin, 0.0, out=flat_dec[s : s + CHUNK])
-        mask = bound.undecided(n, d, t, margin)
-        count += int(np.count_nonzero(mask))
+    for s in range(0, flat_num.size, step):
+        n, d = flat_num[s : s + step], flat_den[s : s + step]
+        m, w, mask = margin[: n.size], width[: n.size], inside[: n.size]
+        np.multiply(d, t, out=w)
+        np.subtract(n, w, out=m)  # the margin num - t den, as ErrorBound.undecided has it
+        np.greater(m, 0.0, out=flat_dec[s : s + step])
+        np.abs(m, out=m)
+        np.multiply(d, beta, out=w)
+        if c:
+            w += c
+        np.less(m, w, out=mask)
+        here = int(np.count_nonzero(mask))
+        if not here:
+            continue
+        count += here
         if count > budget.left:
-            flat_dec[s : s + CHUNK] |= mask & (d > 0)
-        elif count:
-            near = np.nonzero(mask)[0]
-            if near.size:
-                undecided.append(near + s)
+            flat_dec[s : s + step] |= mask & (d > 0)
+        else:
+            undecided.append(np.flatnonzero(mask) + s)
     if count > budget.left:
         for idx in undecided:
             flat_dec[idx] = flat_den[idx] > 0
@@ -450,8 +702,8 @@ def refine(
     if not undecided:
         return Refinement()
     budget.left -= count
-    idx = np.concatenate(undecided)
-    got = exact.decide(locate(idx), exact_threshold(threshold), positive)
+    idx = undecided[0] if len(undecided) == 1 else np.concatenate(undecided)
+    got = exact.decide_columns(locate(idx, exact.columns), exact_threshold(threshold), positive)
     flat_dec[idx] = got.positive
     was_impossible = ~(flat_den[idx] > 0)
     delta = int(np.count_nonzero(got.impossible)) - int(np.count_nonzero(was_impossible))

@@ -117,6 +117,10 @@ def exact_value(text: str) -> Fraction:
         return Fraction(float(text))
 
 
+_PLAIN_DECIMALS = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?: (?:[0-9]+\.?[0-9]*|\.[0-9]+))*")
+"""Space-separated plain decimals (no sign, no exponent)."""
+
+
 @dataclass(frozen=True)
 class Network:
     """A discrete Bayesian network: the only form the compiler reads.
@@ -150,6 +154,9 @@ class Network:
     _exact: dict[str, np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _scaled: dict[str, tuple[np.ndarray, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def exact_cpt(self, var: str) -> np.ndarray:
         """``P(var | parents)`` as written: an object array of :class:`~fractions.Fraction`.
@@ -168,6 +175,36 @@ class Network:
             table = table.reshape(self.cpts[var].shape)
             self._exact[var] = table
         return table
+
+    def scaled_cpt(self, var: str) -> tuple[np.ndarray, int]:
+        """:meth:`exact_cpt` times a common denominator ``D`` of its numbers: an object
+        array of Python ints, and ``D`` (exact arithmetic on integers, no gcd per step).
+
+        Plain decimal strings (``0.908257``) are read as digits over ``D = 10**k``, ``k``
+        their most decimal places, without a :class:`~fractions.Fraction` each; any other
+        text goes through :meth:`exact_cpt` (``D`` the least common denominator). Built on
+        first use and kept.
+        """
+        got = self._scaled.get(var)
+        if got is None:
+            shape = self.cpts[var].shape
+            text = self.texts.get(var) if self.texts is not None else None
+            words = text.reshape(-1).tolist() if text is not None else []
+            if words and _PLAIN_DECIMALS.fullmatch(" ".join(words)):
+                # plain decimals (the readers parsed each as a number): digits over 10**k
+                parts = [w.partition(".") for w in words]
+                k = max(len(f) for _, _, f in parts)
+                values = [int(a + f + "0" * (k - len(f))) for a, _, f in parts]
+                scale = 10**k
+            else:
+                flat = self.exact_cpt(var).reshape(-1).tolist()
+                scale = math.lcm(*(q.denominator for q in flat)) if flat else 1
+                values = [q.numerator * (scale // q.denominator) for q in flat]
+            ints = np.empty(len(values), dtype=object)
+            ints[:] = values
+            got = (ints.reshape(shape), scale)
+            self._scaled[var] = got
+        return got
 
     def card(self, var: str) -> int:
         """Number of states of ``var``."""
