@@ -74,7 +74,7 @@ def test_build_report_and_inspect(example, tmp_path):
         mon["calibration"]["unknown_acceptance"]
     )
     spec = art.json("monitors/boxes.json")
-    assert spec["version"] == 2 and spec["score"] == "fused" and spec["contrast_layers"]
+    assert spec["version"] == 3 and spec["score"] == "fused" and spec["contrast_layers"]
     m = re.search(r'id="operating-point-2-acceptance"[^>]*>([^<]+)<', html)
     assert m and float(m.group(1)) == pytest.approx(
         mon["operating_points"][2]["acceptance"], abs=1e-3

@@ -111,6 +111,14 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
                 f"{_fmt(cal['target_acceptance'])} of correctly classified known inputs)",
             )
         )
+        if cal.get("confidence_floor") is not None:
+            rows.append(
+                (
+                    "confidence floor",
+                    f"{_fmt(cal['confidence_floor'])} (model's top softmax probability; "
+                    "below it: uncertainty)",
+                )
+            )
         split = (mon.get("verdicts") or {}).get("split") or {}
         if split:
             rows.append(("emitted verdicts", f"on {(mon.get('verdicts') or {}).get('set')}:"))
