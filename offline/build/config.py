@@ -84,7 +84,8 @@ SCHEMA: dict[str, Any] = {
             },
         },
         "classes": _NAMES,
-        "layers": _NAMES,
+        # Omitted or "auto": chosen by held-out-class validation (offline/build/layer_choice.py).
+        "layers": {"oneOf": [_NAMES, {"const": "auto"}]},
         "data": {
             "type": "object",
             "additionalProperties": False,
