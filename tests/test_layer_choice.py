@@ -23,7 +23,13 @@ from boxwatch.commands.console import summary_table
 from boxwatch.demo import write_build_config
 from boxwatch.offline.build import layer_choice
 from boxwatch.offline.build.config import load_config
-from boxwatch.offline.build.pipeline import build, choose_layers, prepare, prepare_model
+from boxwatch.offline.build.pipeline import (
+    build,
+    choose_layers,
+    output_layer,
+    prepare,
+    prepare_model,
+)
 from boxwatch.offline.build.report import render_report
 
 DIGITS_LAYERS = [
@@ -70,7 +76,7 @@ def test_schema_takes_a_list_auto_or_nothing(demo):
     load_config(write(work, raw, "omitted"))
     bad: object
     for bad in ("automatic", [], 3):
-        with pytest.raises(ConfigError, match="layers"):
+        with pytest.raises(ConfigError, match="layers: expected 'auto' or a non-empty list"):
             load_config(write(work, {**raw, "layers": bad}, "bad"))
 
 
@@ -273,3 +279,55 @@ def test_screening_leaves_out_copies_and_wide_layers_and_picks_per_block(tmp_pat
     # Two blocks besides the output: both monitored, whatever their rank; logits left out.
     assert choice.layers == ["/pool/MaxPool_output_0", pair[0]]
     assert not ranked["logits"]["chosen"] and "output" in ranked["logits"]["reason"]
+
+
+@pytest.mark.slow
+def test_torch_export_program_output_and_blocks(tmp_path):
+    torch = pytest.importorskip("torch")
+    nn: Any = torch.nn
+
+    class Small(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(1, 2, 3, padding=1)
+            self.act = nn.ReLU()
+            self.pool = nn.MaxPool2d(2)
+            self.fc = nn.Linear(8, 6)
+            self.relu = nn.ReLU()
+            self.out = nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.out(self.relu(self.fc(self.pool(self.act(self.conv(x))).flatten(1))))
+
+    torch.manual_seed(0)
+    y = np.repeat(np.arange(3), 40)
+    x = (np.random.default_rng(0).normal(size=(120, 1, 4, 4)) + y[:, None, None, None]).astype(
+        np.float32
+    )
+    model = Small().eval()
+    batch = torch.export.Dim("batch", min=1)
+    program = torch.export.export(
+        model, (torch.zeros(2, 1, 4, 4),), dynamic_shapes={"x": {0: batch}}
+    )
+    path = tmp_path / "small.pt2"
+    torch.export.save(program, str(path))
+    tap = open_tap(path)
+    infos = tap.candidates()
+    assert output_layer(tap, infos, 3) == "out"
+    choice = layer_choice.choose_layers(
+        lambda names: open_tap(path, names),
+        infos,
+        output="out",
+        pooling="flatten",
+        preprocess=lambda v: v,
+        train=(x[::2], y[::2]),
+        validation=(x[1::2], y[1::2]),
+        n_classes=3,
+        params={"tau": [1.0, 0.2]},
+    )
+    rows = {c["layer"]: c for c in choice.candidates}
+    assert all(rows[n]["rank"] for n in ("conv", "act", "pool", "fc", "relu", "out"))
+    # conv/act and fc/relu are blocks: one of each, and pool; the output is left out.
+    assert len(choice.layers) == 3 and "pool" in choice.layers and "out" not in choice.layers
+    assert len({"conv", "act"} & set(choice.layers)) == 1
+    assert len({"fc", "relu"} & set(choice.layers)) == 1

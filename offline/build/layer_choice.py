@@ -22,14 +22,15 @@ The rule, deterministic:
    stands for it, and the :data:`N_CHOSEN` best blocks are monitored. The model's output
    (the logits) is ranked but left out (taken only when nothing else ranks).
 
-Why this rule: on 10 cells of ``bench/detection.py``'s suite (MNIST and Fashion-MNIST, CNN
-and MLP), the score's AUROC against near and far unknowns averaged 0.837 / 0.984 with it,
-0.806 / 0.948 with "the top 2 by AUROC plus the penultimate layer", 0.814 / 0.955 with the
-top 2 leaving the output out, and 0.835 / 0.977 with the suite's hand-picked layers. The
-held-out-class AUROC alone ranks the logits and a layer's pre-activation high, but boxes
-on the logits catch few unknowns, and a layer and its activation repeat each other, while
-layers of different depths (a pooled conv map with the dense layers) add to one another.
-Keeping the penultimate layer on top of this rule changed the AUROCs by under 0.005.
+Why this rule (``bench/layer_choice.py``; docs/build-config.md has the table): on 20 cells
+of ``bench/detection.py``'s suite (MNIST and Fashion-MNIST, CNN and MLP; 10 to develop the
+rule, 10 held out), the fused score's AUROC against near and far unknowns averaged 0.843 /
+0.986 on the held-out cells with it, as with the suite's hand-picked layers (0.843 / 0.985),
+and 0.826 / 0.966 with "the top 2 by AUROC plus the penultimate layer". The held-out-class
+AUROC alone ranks the logits and a layer's pre-activation high, but boxes on the logits
+catch few unknowns and a layer and its activation repeat each other, while layers of
+different depths (a conv map with the dense layers) add to one another. Adding the
+penultimate layer to this rule changed the AUROCs by under 0.005.
 
 Without a validation set, :data:`HELD_OUT_SHARE` of the training inputs (stratified by
 label) stand in for it during the choice.
