@@ -110,6 +110,18 @@ def test_choice_ranks_every_candidate_deterministically(demo):
     assert "the model's output" in next(r["reason"] for r in rows if r["layer"] == "logits")
 
 
+def test_without_validation_a_held_out_share_of_train_ranks(demo):
+    work, raw = demo
+    data = {"train": raw["data"]["train"], "unknown": raw["data"]["unknown"]}
+    cfg = load_config(write(work, {**raw, "data": data}, "no_validation"))
+    choice = choose_layers(prepare_model(cfg), cfg.section("monitor"))
+    n_train = len(np.load(raw["data"]["train"]["path"])["y"])
+    assert choice.set == "train (held out)"
+    assert choice.n_train + choice.n_validation == n_train
+    assert round(choice.n_validation / n_train, 1) == layer_choice.HELD_OUT_SHARE
+    assert choice.layers and all(c["reason"] for c in choice.candidates)
+
+
 @pytest.mark.slow
 def test_omitted_is_auto_and_unknown_data_does_not_change_the_choice(demo, tmp_path):
     work, raw = demo

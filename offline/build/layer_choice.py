@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -75,7 +75,6 @@ class LayerChoice:
     rule: str = RULE
     pooling: str = "flatten"
     mode: str = AUTO
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The build summary's ``monitor.layer_choice`` section."""
