@@ -73,6 +73,19 @@ class LayerInfo:
         return {**asdict(self), "shape": list(self.shape)}
 
 
+@dataclass(frozen=True)
+class InputInfo:
+    """A model's input tensor: name, shape (``None`` = dynamic axis, empty when the model
+    file does not declare it) and element type; ``None`` where the file does not say."""
+
+    name: str | None
+    shape: tuple[int | None, ...]
+    dtype: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "shape": list(self.shape)}
+
+
 def resolve_threads(threads: int | None) -> int:
     """Intra-op threads: the argument, else ``BOXWATCH_ORT_THREADS``, else 1."""
     if threads is None:
@@ -145,6 +158,7 @@ class Tap(Protocol):
 
     layers: list[str]
     pooling: dict[str, str]
+    input: InputInfo
 
     def candidates(self) -> list[LayerInfo]:
         """Every layer the tap could expose, with its output shape."""
@@ -198,6 +212,12 @@ class OnnxTap:
         if len(self.input_names) != 1:
             raise ConfigError(f"{self.path}: expected one input tensor, found {self.input_names}")
         self.output_name = graph.output[0].name
+        declared = next(i for i in graph.input if i.name == self.input_names[0])
+        self.input = InputInfo(
+            self.input_names[0],
+            _onnx_shape(declared),
+            _onnx_dtype(onnx, declared.type.tensor_type.elem_type),
+        )
         infos = {v.name: v for v in [*graph.value_info, *graph.output]}
         self._layers: dict[str, LayerInfo] = {}
         aliases: dict[str, str] = {}
@@ -262,6 +282,14 @@ def _onnx_shape(info) -> tuple[int | None, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
 
 
+def _onnx_dtype(onnx, elem_type: int) -> str | None:
+    """numpy's name of an ONNX element type (``None`` for one numpy lacks)."""
+    try:
+        return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _import_onnx():
     try:
         import onnx
@@ -308,6 +336,7 @@ class TorchTap:
         self._torch = torch
         self.scripted = self.path.suffix not in EXPORT_SUFFIXES
         self._kinds: dict[str, str] = {}
+        self.input = InputInfo(None, (), None)  # TorchScript declares no input
         self._calls: dict[str, int] = {}
         try:
             if self.scripted:
@@ -321,6 +350,7 @@ class TorchTap:
                     program = torch.export.load(str(self.path))
                     self.module = torch.export.unflatten(program)
                 self._example = _example_input(program)
+                self.input = _program_input(program)
                 self._kinds, self._calls = _module_calls(program)
         except Exception as exc:  # torch raises many types for unreadable files
             raise ConfigError(
@@ -428,6 +458,18 @@ def _module_calls(program) -> tuple[dict[str, str], dict[str, int]]:
             kinds[path] = name.rsplit(".", 1)[-1]
             keys.setdefault(path, set()).add(key)
     return kinds, {path: len(k) for path, k in keys.items()}
+
+
+def _program_input(program) -> InputInfo:
+    """The program's (first) user input: placeholder name, shape (symbolic axes ``None``)."""
+    placeholder = next(
+        n
+        for n in program.graph.nodes
+        if n.op == "placeholder" and n.name in program.graph_signature.user_inputs
+    )
+    val = placeholder.meta["val"]
+    shape = tuple(d if isinstance(d, int) else None for d in val.shape)
+    return InputInfo(str(placeholder.name), shape, str(val.dtype).removeprefix("torch."))
 
 
 def _example_input(program) -> Any:

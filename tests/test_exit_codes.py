@@ -55,7 +55,7 @@ VERBS = {
         ["x.bwa", "--public-key", "k.pub"],
     ),
     "inspect": ("boxwatch.agent.artifact", "load_artifact", ["x.bwa"]),
-    "layers": ("boxwatch.commands.layers", "list_layers", ["model.onnx"]),
+    "layers": ("boxwatch.commands.layers", "open_tap", ["model.onnx"]),
     "compile-bn": (
         "boxwatch.commands.compile_bn",
         "load_network",

@@ -174,6 +174,26 @@ def test_repeated_module_calls_are_listed_and_the_last_call_is_tapped(tmp_path):
 
 
 @pytest.mark.slow
+def test_model_input_of_each_format(exported):
+    _, onnx_path, pt2, scripted = exported
+    assert open_tap(onnx_path).input.as_dict() == {
+        "name": "input",
+        "shape": [None, 1, 8, 8],
+        "dtype": "float32",
+    }
+    assert open_tap(pt2).input.as_dict() == {
+        "name": "x",
+        "shape": [None, 1, 8, 8],
+        "dtype": "float32",
+    }
+    assert open_tap(scripted).input.as_dict() == {"name": None, "shape": [], "dtype": None}
+    res = CliRunner().invoke(layers_cmd, [str(scripted)])
+    assert res.exit_code == 0 and res.stdout.startswith(
+        "input: not declared, shape not declared, dtype not declared"
+    )
+
+
+@pytest.mark.slow
 def test_torchscript_refuses_hooks_clearly(exported):
     *_, scripted = exported
     with pytest.raises(ConfigError, match="torch.export"):
@@ -215,8 +235,10 @@ def test_cli_layers():
     res = runner.invoke(layers_cmd, [str(DIGITS_MODEL)])
     assert res.exit_code == 0, res.output
     assert "/act1/Relu_output_0" in res.stdout and "(?, 64)" in res.stdout
+    assert res.stdout.splitlines()[0] == "input: input, shape (?, 64), dtype float32"
     res = runner.invoke(layers_cmd, [str(DIGITS_MODEL), "--json"])
     data = json.loads(res.stdout)
+    assert data["input"] == {"name": "input", "shape": [None, 64], "dtype": "float32"}
     assert [row["features"] for row in data["layers"] if row["name"] == "logits"] == [8]
     # Registered as a lazy verb of the main command, which decides the exit codes.
     from boxwatch.cli import cli

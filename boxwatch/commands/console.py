@@ -86,6 +86,15 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
     if mon:
         acc = summary["model"]["accuracy"]
         rows.append(("model accuracy", ", ".join(f"{k} {_fmt(v)}" for k, v in acc.items())))
+        choice = mon.get("layer_choice") or {}
+        if choice.get("mode") == "auto":
+            why = {c["layer"]: c["reason"] for c in choice.get("candidates") or []}
+            rows.append(
+                (
+                    "layers (auto)",
+                    ", ".join(f"{name} ({why.get(name, '?')})" for name in mon["layers"]),
+                )
+            )
         boxes = sum(sum(v["good"]) + sum(v["bad"]) for v in mon["boxes"].values())
         rows.append(
             (

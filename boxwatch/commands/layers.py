@@ -1,14 +1,16 @@
-"""``boxwatch layers``: list a model's candidate layers to monitor, with shapes."""
+"""``boxwatch layers``: list a model's candidate layers to monitor, with shapes; with a build
+config, rank them as ``layers: auto`` does and mark the ones it picks."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.taps import POOLINGS, list_layers
+from boxwatch.agent.taps import POOLINGS, InputInfo, open_tap
 from boxwatch.commands.console import EXIT_USAGE, fail
 
 
@@ -17,43 +19,94 @@ from boxwatch.commands.console import EXIT_USAGE, fail
 @click.option(
     "--pooling",
     type=click.Choice(POOLINGS),
-    default="flatten",
-    show_default=True,
-    help="How conv maps become features (sets the feature counts shown).",
+    default=None,
+    help="How conv maps become features (sets the feature counts shown). "
+    "[default: flatten; with --config, the config's model.pooling]",
+)
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A build config whose model.path is MODEL: rank the candidates on its known data "
+    "(data.train, data.validation; never data.unknown*) with its monitor settings, and mark "
+    "the layers `layers: auto` picks (what build-artifact would monitor).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def layers(model: Path, pooling: str, as_json: bool) -> None:
+def layers(model: Path, pooling: str | None, config: Path | None, as_json: bool) -> None:
     """List the layers of MODEL that a box monitor can watch.
 
     MODEL is an ONNX file (.onnx), a torch.export program (.pt2) or a TorchScript file
-    (.pt/.ts). Each row gives the layer name to put in the build config, its kind (the ONNX
-    op, or the torch module's class), its output shape (batch axis shown as '?') and how many
-    features it yields with --pooling. A torch module called more than once per forward pass
-    is listed once and named below the table: a monitor taps its last call.
+    (.pt/.ts). The first line gives the model's input: its name (model.input_name), shape
+    (batch axis '?'; model.preprocessing.shape is the rest) and dtype. Each row gives the
+    layer name to put in the build config, its kind (the ONNX op, or the torch module's
+    class), its output shape (batch axis shown as '?') and how many features it yields with
+    --pooling. A torch module called more than once per forward pass is listed once and
+    named below the table: a monitor taps its last call.
+
+    With --config, the build's layer choice runs (the same function build-artifact calls
+    for `layers: auto`, or with `layers` omitted): two more columns give each candidate's
+    held-out-class AUROC and whether auto picks it, with the reason (rank, penultimate
+    layer, or why it cannot be monitored). It trains box monitors on the config's data, so
+    it takes about as long as that part of the build.
 
     \b
     Examples:
       boxwatch layers examples/digits/model.onnx
       boxwatch layers model.pt2 --pooling avg --json > layers.json
+      boxwatch layers model.onnx --config build.yaml
+    Exit codes: 0 listed; 2 model, config or data error; 70 internal error.
     """
-
+    choice = None
     try:
-        infos = list_layers(model)
+        tap = open_tap(model)
+        infos = tap.candidates()
+        if config is not None:
+            choice, pooling = _choice(model, config, pooling)
     except ConfigError as exc:
         fail(exc, EXIT_USAGE)
+    pooling = pooling or "flatten"
+    marks = {c["layer"]: c for c in choice.candidates} if choice is not None else {}
     if as_json:
-        rows = [{**info.as_dict(), "features": info.n_features(pooling)} for info in infos]
-        click.echo(json.dumps({"model": str(model), "pooling": pooling, "layers": rows}, indent=2))
+        rows = [
+            {
+                **info.as_dict(),
+                "features": info.n_features(pooling),
+                **({"auto": _auto_row(marks[info.name])} if info.name in marks else {}),
+            }
+            for info in infos
+        ]
+        out: dict[str, Any] = {
+            "model": str(model),
+            "input": tap.input.as_dict(),
+            "pooling": pooling,
+            "layers": rows,
+        }
+        if choice is not None:
+            out["auto"] = {k: v for k, v in choice.as_dict().items() if k != "candidates"}
+        click.echo(json.dumps(out, indent=2))
         return
     click.echo(f"{model}: {len(infos)} candidate layers (pooling={pooling})", err=True)
-    table = [("layer", "kind", "shape", "features")]
+    click.echo(_input_line(tap.input))
+    header = ("layer", "kind", "shape", "features")
+    table = [header + (("AUROC", "auto") if choice is not None else ())]
     for info in infos:
         shape = "(" + ", ".join("?" if d is None else str(d) for d in info.shape) + ")"
         feats = info.n_features(pooling)
-        table.append((info.name, info.kind, shape, "?" if feats is None else str(feats)))
-    widths = [max(len(row[i]) for row in table) for i in range(4)]
+        row: tuple[str, ...] = (info.name, info.kind, shape, "?" if feats is None else str(feats))
+        if choice is not None:
+            mark = marks.get(info.name) or {"auroc": None, "chosen": False, "reason": "-"}
+            auroc = "-" if mark["auroc"] is None else f"{mark['auroc']:.4f}"
+            row += (auroc, ("* " if mark["chosen"] else "  ") + mark["reason"])
+        table.append(row)
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if choice is not None:
+        click.echo(
+            f"auto picks {', '.join(choice.layers)} ({choice.rule}; ranked on "
+            f"{choice.n_train} train and {choice.n_validation} {choice.set} inputs)",
+            err=True,
+        )
     repeated = [info for info in infos if info.calls > 1]
     if repeated:
         names = ", ".join(f"{info.name} ({info.calls}x)" for info in repeated)
@@ -63,3 +116,40 @@ def layers(model: Path, pooling: str, as_json: bool) -> None:
             "first call matters",
             err=True,
         )
+
+
+def _input_line(info: InputInfo) -> str:
+    shape = (
+        "(" + ", ".join("?" if d is None else str(d) for d in info.shape) + ")"
+        if info.shape
+        else "not declared"
+    )
+    name = info.name if info.name is not None else "not declared"
+    return f"input: {name}, shape {shape}, dtype {info.dtype or 'not declared'}"
+
+
+def _auto_row(mark: dict[str, Any]) -> dict[str, Any]:
+    return {k: mark[k] for k in ("auroc", "tau", "rank", "chosen", "reason")}
+
+
+def _choice(model: Path, config: Path, pooling: str | None) -> tuple[Any, str]:
+    """The build's layer choice for ``config`` (its model must be ``model``)."""
+    # The offline builder is imported only here: listing layers needs the agent's taps alone.
+    from boxwatch.offline.build.config import load_config
+    from boxwatch.offline.build.pipeline import choose_layers, prepare_model
+
+    cfg = load_config(config)
+    configured = cfg.resolve(cfg.section("model").get("path", ""))
+    if not model.exists() or not configured.exists() or not model.samefile(configured):
+        raise ConfigError(
+            f"--config {config}: its model.path is {configured}, not MODEL {model}; "
+            "give the config's model"
+        )
+    wanted = cfg.section("model").get("pooling", "flatten")
+    if pooling is not None and pooling != wanted:
+        raise ConfigError(
+            f"--pooling {pooling}: the config's model.pooling is {wanted}; the layer "
+            "choice uses the config's (drop --pooling or change the config)"
+        )
+    mi = prepare_model(cfg, auto=True)
+    return choose_layers(mi, cfg.section("monitor")), wanted

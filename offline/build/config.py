@@ -92,7 +92,8 @@ SCHEMA: dict[str, Any] = {
             },
         },
         "classes": _NAMES,
-        "layers": _NAMES,
+        # Omitted or "auto": chosen by held-out-class validation (offline/build/layer_choice.py).
+        "layers": {"oneOf": [_NAMES, {"const": "auto"}]},
         "data": {
             "type": "object",
             "additionalProperties": False,
@@ -221,4 +222,8 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"unknown key(s) ({', '.join(quote(k, 40) for k in extra[:10])} {verb} unexpected)"
     if err.validator == "anyOf" and not err.absolute_path:
         return "needs a 'model' section, a 'bn' section, or both"
+    if err.validator == "oneOf" and {"const": "auto"} in err.schema.get("oneOf", []):
+        return (
+            f"expected 'auto' or a non-empty list of distinct names, not {quote(err.instance, 60)}"
+        )
     return one_line(err.message, 300)

@@ -8,6 +8,7 @@ and returns the signed artifact bytes with the summary the report is drawn from.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import time
@@ -33,8 +34,8 @@ from boxwatch.agent.keys import key_id
 from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
-from boxwatch.agent.taps import Tap, open_tap
-from boxwatch.offline.build import bn_stage, emitted
+from boxwatch.agent.taps import LayerInfo, Tap, open_tap
+from boxwatch.offline.build import bn_stage, emitted, layer_choice
 from boxwatch.offline.build.config import BuildConfig
 from boxwatch.offline.build.datasets import load_dataset
 from boxwatch.offline.build.monitor_stage import MonitorOutcome, fit_monitors
@@ -42,6 +43,7 @@ from boxwatch.offline.build.monitor_stage import MonitorOutcome, fit_monitors
 # progress(label, total) -> a context manager whose value has .update(n) (click.progressbar).
 Progress = Callable[[str, int], Any]
 EXTRACT_BATCH = 512
+CONFIG_RULE = "listed in the build config"
 
 
 @dataclass
@@ -57,6 +59,9 @@ class ModelInputs:
     classes: list[str]
     tap: Tap
     data: dict[str, tuple[np.ndarray, np.ndarray | None]]
+    # ``layers`` omitted or "auto": :func:`choose_layers` picks them (build time); until
+    # then ``layers`` is empty and ``tap`` taps nothing.
+    auto: bool = False
 
 
 @dataclass
@@ -95,17 +100,36 @@ def prepare(cfg: BuildConfig, out: Path | None = None) -> Prepared:
     ``--dry-run`` catches what would otherwise fail after the whole build.
     """
     problems: list[str] = check_out_path(out)
-    model = _prepare_model(cfg, problems) if "model" in cfg.raw else None
+    model = _checked_model(cfg, problems) if "model" in cfg.raw else None
+    bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if "bn" in cfg.raw else None
+    if problems:
+        raise ConfigError(problems)
+    return Prepared(cfg, model, bn)
+
+
+def prepare_model(cfg: BuildConfig, *, auto: bool = False) -> ModelInputs:
+    """The model half of :func:`prepare` alone (``boxwatch layers --config``); ``auto``
+    prepares it for ``layers: auto`` whatever the config's ``layers`` say."""
+    if "model" not in cfg.raw:
+        raise ConfigError(f"{cfg.path}: the config has no model section")
+    problems: list[str] = []
+    model = _checked_model(cfg, problems, auto=auto)
+    if problems or model is None:
+        raise ConfigError(problems or ["model: could not be prepared"])
+    return model
+
+
+def _checked_model(
+    cfg: BuildConfig, problems: list[str], *, auto: bool = False
+) -> ModelInputs | None:
+    model = _prepare_model(cfg, problems, auto=auto)
     if model is not None:
         before = len(problems)
         problems.extend(check_model_input(model))
         problems.extend(check_training_data(model))
         if len(problems) == before:
             problems.extend(_probe_model(model))
-    bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if "bn" in cfg.raw else None
-    if problems:
-        raise ConfigError(problems)
-    return Prepared(cfg, model, bn)
+    return model
 
 
 def check_out_path(out: Path | None) -> list[str]:
@@ -199,17 +223,19 @@ def _probe_model(model: ModelInputs) -> list[str]:
     return []
 
 
-def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
+def _prepare_model(
+    cfg: BuildConfig, problems: list[str], *, auto: bool = False
+) -> ModelInputs | None:
     m = cfg.section("model")
     before = len(problems)
     files = _collect(problems, lambda: _model_files(cfg))
     path = files[0][1] if files else cfg.resolve(m["path"])
     classes = list(cfg.raw.get("classes") or [])
-    layers = list(cfg.raw.get("layers") or [])
+    raw_layers = cfg.raw.get("layers", layer_choice.AUTO)
+    auto = auto or raw_layers == layer_choice.AUTO
+    layers = [] if auto else list(raw_layers)
     if not classes:
         problems.append("classes: the model section needs the list of class names")
-    if not layers:
-        problems.append("layers: the model section needs the layers to monitor")
     if "data" not in cfg.raw:
         problems.append("data: the model section needs data.train (and ideally validation)")
     pre_raw = m.get("preprocessing") or {}
@@ -248,6 +274,8 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
         data[name] = (x, y)
     if "train" not in data and len(problems) == before:
         problems.append("data.train: the model section needs training inputs")
+    if auto and tap is not None and len(problems) == before:
+        problems.extend(_check_auto(tap, pooling, data))
     if len(problems) > before:
         return None
     return ModelInputs(
@@ -260,6 +288,61 @@ def _prepare_model(cfg: BuildConfig, problems: list[str]) -> ModelInputs | None:
         classes=classes,
         tap=tap,
         data=data,
+        auto=auto,
+    )
+
+
+def _check_auto(
+    tap: Tap, pooling: str, data: dict[str, tuple[np.ndarray, np.ndarray | None]]
+) -> list[str]:
+    """What ``layers: auto`` needs, checked before the build (``--dry-run`` too)."""
+    problems = []
+    if not layer_choice.rankable(tap.candidates(), pooling):
+        problems.append(
+            f"layers: auto found no candidate layer with 2 to {layer_choice.MAX_FEATURES:,} "
+            f"features (pooling: {pooling}); list the layers to monitor, or set "
+            "model.pooling: avg"
+        )
+    name = "validation" if "validation" in data else "train"
+    y = data[name][1]
+    if y is not None and len(np.unique(y)) < 2:
+        problems.append(
+            f"data.{name}: layers: auto ranks layers by held-out-class validation, which "
+            "needs inputs of at least 2 known classes"
+        )
+    return problems
+
+
+def output_layer(tap: Tap, infos: list[LayerInfo], n_classes: int) -> str | None:
+    """The candidate that is the model's output: ONNX's first graph output, else (torch)
+    the last candidate of shape (batch, n_classes)."""
+    name = getattr(tap, "output_name", None)
+    if name is not None and any(i.name == name for i in infos):
+        return str(name)
+    fits = [i.name for i in infos if len(i.shape) == 2 and i.shape[1] == n_classes]
+    return fits[-1] if fits else None
+
+
+def choose_layers(model: ModelInputs, params: dict[str, Any]) -> layer_choice.LayerChoice:
+    """``layers: auto``: the layers :mod:`.layer_choice` picks for ``model`` from its
+    known inputs (train and validation; never ``data.unknown*``). ``params`` is the
+    config's ``monitor`` section. The build and ``boxwatch layers --config`` both call this.
+    """
+    infos = model.tap.candidates()
+    validation = model.data.get("validation")
+    train_x, train_y = model.data["train"]
+    assert train_y is not None  # labelled (load_dataset)
+    return layer_choice.choose_layers(
+        lambda names: open_tap(model.path, names, pooling=model.pooling, threads=1),
+        infos,
+        output=output_layer(model.tap, infos, len(model.classes)),
+        pooling=model.pooling,
+        preprocess=model.preprocessing.apply,
+        train=(train_x, train_y),
+        validation=None if validation is None or validation[1] is None else validation,
+        n_classes=len(model.classes),
+        params=params,
+        batch=EXTRACT_BATCH,
     )
 
 
@@ -314,6 +397,19 @@ def build(
         digest = digest_files(mi.files)
         model_record = {"format": mi.format, **digest}
         t0 = time.perf_counter()
+        if mi.auto:
+            with threadpool_limits(limits=1):
+                choice = choose_layers(mi, cfg.section("monitor"))
+            mi = dataclasses.replace(
+                mi,
+                layers=choice.layers,
+                tap=open_tap(mi.path, choice.layers, pooling=mi.pooling, threads=1),
+            )
+            timings["layer choice"] = time.perf_counter() - t0
+            choice_summary = choice.as_dict()
+        else:
+            choice_summary = {"mode": "config", "layers": list(mi.layers), "rule": CONFIG_RULE}
+        t0 = time.perf_counter()
         # Hundreds of small k-means fits: one BLAS/OpenMP thread is ~9x faster here than
         # two threads contending (measured on the example: 1.6 s against 14.2 s).
         with threadpool_limits(limits=1):
@@ -339,6 +435,7 @@ def build(
             "accuracy": monitor.accuracy,
         }
         summary["monitor"] = monitor.summary
+        summary["monitor"]["layer_choice"] = choice_summary
     if prepared.bn is not None:
         t0 = time.perf_counter()
         bn_out = bn_stage.run(prepared.bn)
@@ -365,7 +462,7 @@ def build(
             ),
             None,
         )
-        verdict_split = _emitted(prepared.model, monitor, draft, summary["monitor"])
+        verdict_split = _emitted(mi, monitor, draft, summary["monitor"])
         if verdict_split is not None:
             contents["verdict_split"] = verdict_split
         timings["emitted verdicts"] = time.perf_counter() - t0

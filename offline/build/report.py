@@ -17,6 +17,9 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
   ``model-accuracy-train``, ``model-accuracy-validation``;
 * monitor: ``monitor-taus``, ``monitor-tau-selection``, ``monitor-calibration-set``, ``monitor-score``,
   ``monitor-tau-L{i}-C{k}``, ``monitor-boxes-good-L{i}-C{k}``, ``monitor-boxes-bad-L{i}-C{k}``;
+  the layer choice: ``layer-choice-mode`` (``auto`` or ``config``), ``layer-choice-rule``, per
+  candidate ``j`` (graph order) ``layer-choice-{j}-layer``, ``-auroc``, ``-chosen``,
+  ``-reason``;
   ``calibration-threshold``, ``calibration-target-acceptance``, ``calibration-known-acceptance``,
   ``calibration-unknown-acceptance``, ``calibration-n-known``, ``calibration-n-unknown``,
   ``detection-auroc``, ``detection-fpr-at-95``; per unknown set ``j`` (``unknown``, then
@@ -700,6 +703,7 @@ def _model_section(summary: Mapping[str, Any]) -> str:
         )
         + ".</p>"
     )
+    out.append(_layer_choice(monitor.get("layer_choice")))
     rows = []
     for i, layer in enumerate(_layer_names(monitor)):
         tau = (monitor.get("tau") or {}).get(layer) or []
@@ -725,6 +729,41 @@ def _model_section(summary: Mapping[str, Any]) -> str:
     )
     out.append("</section>")
     return "".join(out)
+
+
+def _layer_choice(choice: Mapping[str, Any] | None) -> str:
+    """Why these layers: the config's list, or the auto choice's ranking of every candidate."""
+    if not choice:
+        return ""
+    mode = choice.get("mode")
+    head = (
+        f"<p>Layer choice: {_text('layer-choice-mode', mode)} "
+        f"({_text('layer-choice-rule', choice.get('rule'))}"
+    )
+    if mode != "auto":
+        return head + ").</p>"
+    rows = choice.get("rows") or {}
+    head += (
+        f"; ranked on {_e(rows.get('train'))} training and {_e(rows.get('validation'))} "
+        f"{_e(choice.get('set'))} inputs, pooling {_e(choice.get('pooling'))}).</p>"
+    )
+    table = [
+        (
+            _text(f"layer-choice-{j}-layer", c.get("layer")),
+            _e(c.get("kind")),
+            _e(c.get("features")),
+            _num(f"layer-choice-{j}-auroc", c.get("auroc")),
+            _text(f"layer-choice-{j}-chosen", "yes" if c.get("chosen") else "no"),
+            _text(f"layer-choice-{j}-reason", c.get("reason")),
+        )
+        for j, c in enumerate(choice.get("candidates") or [])
+    ]
+    return head + _rows(
+        ("Candidate", "Kind", "Features", "Held-out-class AUROC", "Chosen", "Why"),
+        table,
+        numeric=(False, False, True, True, False, False),
+        table_id="layer-choice-table",
+    )
 
 
 def _monitor_figures(summary: Mapping[str, Any]) -> str:
