@@ -28,11 +28,13 @@ seeds 0 and 1; one recipe: Adam lr 1e-3, batch 64, ``EPOCHS`` epochs. Cached in
 ``bench/.cache/suite_{data}_{split}_{arch}_s{seed}.npz`` (weights), never shared between
 keys.
 
-Detectors: the box monitor with its default parameters (``BoxMonitor(layers)``: calibrated
-verdicts, fused score, tau by held-out class, confidence floor from the logits), fitted with
-the holdout as validation, so calibrated on the correct holdout inputs at ``TARGET``; layers:
-the model input on a 7x7 grid (``pooling: grid``), the CNN's conv2 (avg-pooled), fc1, fc2 and
-logits, the MLP's fc1, fc2 and logits), and the baselines MSP, energy, ReAct (energy of the logits recomputed from
+Detectors: the box monitor as a build config with the required keys only makes it: layers
+chosen by ``layers: auto`` (the build's own choice, ``offline/build/layer_choice.py``, on the
+train part and the holdout: known inputs only; the model input on a 7x7 grid plus the best
+layer of each of the 3 best blocks), every ``BoxMonitor`` parameter at its default
+(calibrated verdicts, fused score with the quadratic mean, tau by held-out class, a
+confidence floor from the logits), fitted with the holdout as validation, so calibrated on
+the correct holdout inputs at ``TARGET``; and the baselines MSP, energy, ReAct (energy of the logits recomputed from
 penultimate features clipped at their 90th training percentile), KNN (k=50, L2-normalised)
 and class-conditional Mahalanobis (shared covariance). KNN and Mahalanobis take one layer,
 chosen per cell on the holdout without unknown inputs: the layer where holdout inputs score
@@ -64,9 +66,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import machine_line, write_section
 from monitors import CACHE, DATA, read_idx
+from threadpoolctl import threadpool_limits
 
 from boxwatch.agent.boxes import ACCEPT, box_kernel, normalize_features
-from boxwatch.agent.taps import OnnxTap
+from boxwatch.agent.taps import OnnxTap, open_tap
+from boxwatch.offline.build import layer_choice
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc
 
@@ -386,24 +390,42 @@ def run_cell(
     if arch == "cnn":
         timing["model"].append(float(np.median(model_s[1:])))
 
-    layers = list(taps)
-    # Every other parameter at its default: calibrated on the holdout's correct inputs.
-    mon = BoxMonitor(layers, target_acceptance=TARGET).fit(
-        acts["train"],
-        y_tr,
-        pred["train"],
-        n_classes=8,
-        validation=(acts["holdout"], y_ho, pred["holdout"], acts["holdout"]["logits"]),
-        logits=acts["train"]["logits"],
-    )
+    # The default config: layers auto (the build's choice, known inputs only), every
+    # monitor parameter at its default, calibrated on the holdout's correct inputs.
+    with threadpool_limits(limits=1):
+        choice = layer_choice.choose_layers(
+            lambda names: open_tap(path, names, threads=1),
+            open_tap(path).candidates(),
+            output="logits",
+            pooling="flatten",
+            preprocess=lambda v: v,
+            train=(sets["train"], y_tr),
+            validation=(sets["holdout"], y_ho),
+            n_classes=8,
+            params={},
+        )
+    layers = choice.layers
+    mtap = open_tap(path, layers, pooling=choice.layer_pooling(), threads=1)
+    macts = {
+        s: tap_all(mtap, {**{n: n for n in layers}, "logits": "logits"}, x) for s, x in sets.items()
+    }
+    with threadpool_limits(limits=1):
+        mon = BoxMonitor(layers, target_acceptance=TARGET).fit(
+            macts["train"],
+            y_tr,
+            pred["train"],
+            n_classes=8,
+            validation=(macts["holdout"], y_ho, pred["holdout"], acts["holdout"]["logits"]),
+            logits=acts["train"]["logits"],
+        )
     verdicts = {
-        s: mon.predict(acts[s], pred[s], logits=acts[s]["logits"]).combined
+        s: mon.predict(macts[s], pred[s], logits=acts[s]["logits"]).combined
         for s in ("known", "near", "far")
     }
     accepted = {s: v == ACCEPT for s, v in verdicts.items()}
-    box_scores = {s: mon.score_samples(acts[s], pred[s]) for s in ("known", "near")}
+    box_scores = {s: mon.outlier_score(macts[s], pred[s]) for s in ("known", "near")}
     share = float(accepted["known"][correct].mean())
-    kb = {k: v[:256] for k, v in acts["known"].items()}
+    kb = {k: v[:256] for k, v in macts["known"].items()}
     if arch == "cnn":
         rt = mon.runtime_
         ms = []
@@ -421,7 +443,7 @@ def run_cell(
         rt.score = "fused"
         timing["distance"].append(float(np.median(ms[1:])))
     box_rate = rate_of(
-        lambda: mon.runtime_.assess(acts["known"], pred["known"], logits=acts["known"]["logits"]),
+        lambda: mon.runtime_.assess(macts["known"], pred["known"], logits=acts["known"]["logits"]),
         len(y_kn),
     )
     rows = [
@@ -436,6 +458,7 @@ def run_cell(
         )
     ]
     settings = (
+        f"layers (auto) {', '.join(f'{k} ({choice.layer_pooling()[k]})' for k in layers)}; "
         f"tau {', '.join(f'{k} {sorted(set(np.round(mon.tau_[k], 3).tolist()))}' for k in layers)}; "
         f"contrast {'+'.join(mon.contrast_layers_) or '-'}; confidence floor "
         f"{mon.calibration_.confidence_floor if mon.calibration_ else None}; correct known test verdicts "

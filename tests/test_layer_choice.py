@@ -88,7 +88,7 @@ def test_choice_ranks_every_candidate_deterministically(demo):
     first, again = choose_layers(mi, params), choose_layers(mi, params)
     assert first.as_dict() | {"seconds": 0} == again.as_dict() | {"seconds": 0}
     rows = first.candidates
-    assert [r["layer"] for r in rows] == DIGITS_LAYERS
+    assert [r["layer"] for r in rows] == ["input", *DIGITS_LAYERS]
     ranked = sorted((r for r in rows if r["rank"]), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranked] == list(range(1, len(DIGITS_LAYERS) + 1))
     aurocs = [r["auroc"] for r in ranked]
@@ -102,10 +102,15 @@ def test_choice_ranks_every_candidate_deterministically(demo):
             best.setdefault(block[r["layer"]], r["layer"])
     expected = {n for n in best.values()}
     assert len(expected) == 2 <= layer_choice.N_CHOSEN  # the MLP has two hidden blocks
-    assert set(first.layers) == expected and "logits" not in first.layers
-    assert first.layers == [n for n in DIGITS_LAYERS if n in expected]  # graph order
+    # Plus the model's input (not ranked: its held-out-class AUROC says nothing of it).
+    assert set(first.layers) == expected | {"input"} and "logits" not in first.layers
+    assert first.layers == ["input", *(n for n in DIGITS_LAYERS if n in expected)]  # graph order
+    assert first.layer_pooling()["input"] == "flatten"  # a flat (tabular) input: as it is
     for r in rows:
-        assert r["chosen"] == (r["layer"] in expected)
+        assert r["chosen"] == (r["layer"] in expected or r["layer"] == "input")
+        if r["layer"] == "input":
+            assert r["rank"] is None and r["reason"].startswith("the model's input (flatten")
+            continue
         assert r["reason"].startswith(f"rank {r['rank']} of {len(DIGITS_LAYERS)}")
     assert "the model's output" in next(r["reason"] for r in rows if r["layer"] == "logits")
 
@@ -289,7 +294,9 @@ def test_screening_leaves_out_copies_and_wide_layers_and_picks_per_block(tmp_pat
     assert pair[0] in choice.layers and pair[1] not in choice.layers
     assert "ranks higher in its block" in ranked[pair[1]]["reason"]
     # Two blocks besides the output: both monitored, whatever their rank; logits left out.
-    assert choice.layers == ["/pool/MaxPool_output_0", pair[0]]
+    # And the model's input, on a grid (an image: 1x4x4 gives 16 grid features).
+    assert choice.layers == ["input", "/pool/MaxPool_output_0", pair[0]]
+    assert choice.layer_pooling()["input"] == "grid" and choice.candidates[0]["features"] == 16
     assert not ranked["logits"]["chosen"] and "output" in ranked["logits"]["reason"]
 
 
@@ -340,6 +347,7 @@ def test_torch_export_program_output_and_blocks(tmp_path):
     rows = {c["layer"]: c for c in choice.candidates}
     assert all(rows[n]["rank"] for n in ("conv", "act", "pool", "fc", "relu", "out"))
     # conv/act and fc/relu are blocks: one of each, and pool; the output is left out.
-    assert len(choice.layers) == 3 and "pool" in choice.layers and "out" not in choice.layers
+    assert len(choice.layers) == 4 and "pool" in choice.layers and "out" not in choice.layers
+    assert choice.layers[0] == "input" and choice.layer_pooling()["input"] == "grid"
     assert len({"conv", "act"} & set(choice.layers)) == 1
     assert len({"fc", "relu"} & set(choice.layers)) == 1

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,7 +247,12 @@ def _prepare_model(
         problems, lambda: Preprocessing.from_dict({**pre_raw, "input_name": m.get("input_name")})
     )
     pooling = m.get("pooling", "flatten")
-    tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
+    tap = _collect(
+        problems,
+        lambda: open_tap(
+            path, layers, pooling=_tapped(pooling, layers) if auto else pooling, threads=1
+        ),
+    )
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for name, spec in cfg.section("data").items():
         loaded = _collect(
@@ -293,7 +298,7 @@ def _prepare_model(
 
 
 def _check_auto(
-    tap: Tap, pooling: str, data: dict[str, tuple[np.ndarray, np.ndarray | None]]
+    tap: Tap, pooling: str | dict[str, str], data: dict[str, tuple[np.ndarray, np.ndarray | None]]
 ) -> list[str]:
     """What ``layers: auto`` needs, checked before the build (``--dry-run`` too)."""
     problems = []
@@ -323,6 +328,14 @@ def output_layer(tap: Tap, infos: list[LayerInfo], n_classes: int) -> str | None
     return fits[-1] if fits else None
 
 
+def _tapped(pooling: str | dict[str, str], names: Sequence[str]) -> str | dict[str, str]:
+    """The config's pooling restricted to the layers a tap opens (a mapping may name
+    layers that ``layers: auto`` does not pick)."""
+    if isinstance(pooling, str):
+        return pooling
+    return {name: layer_choice.pooling_of(pooling, name) for name in names}
+
+
 def choose_layers(model: ModelInputs, params: dict[str, Any]) -> layer_choice.LayerChoice:
     """``layers: auto``: the layers :mod:`.layer_choice` picks for ``model`` from its
     known inputs (train and validation; never ``data.unknown*``). ``params`` is the
@@ -333,13 +346,15 @@ def choose_layers(model: ModelInputs, params: dict[str, Any]) -> layer_choice.La
     train_x, train_y = model.data["train"]
     assert train_y is not None  # labelled (load_dataset)
     return layer_choice.choose_layers(
-        lambda names: open_tap(model.path, names, pooling=model.pooling, threads=1),
+        lambda names: open_tap(model.path, names, pooling=_tapped(model.pooling, names), threads=1),
         infos,
         output=output_layer(model.tap, infos, len(model.classes)),
         pooling=model.pooling,
         preprocess=model.preprocessing.apply,
         train=(train_x, train_y),
-        validation=None if validation is None or validation[1] is None else validation,
+        validation=None
+        if validation is None or validation[1] is None
+        else (validation[0], validation[1]),
         n_classes=len(model.classes),
         params=params,
         batch=EXTRACT_BATCH,
@@ -400,10 +415,12 @@ def build(
         if mi.auto:
             with threadpool_limits(limits=1):
                 choice = choose_layers(mi, cfg.section("monitor"))
+            poolings = choice.layer_pooling()
             mi = dataclasses.replace(
                 mi,
                 layers=choice.layers,
-                tap=open_tap(mi.path, choice.layers, pooling=mi.pooling, threads=1),
+                pooling=poolings,
+                tap=open_tap(mi.path, choice.layers, pooling=poolings, threads=1),
             )
             timings["layer choice"] = time.perf_counter() - t0
             choice_summary = choice.as_dict()
