@@ -152,6 +152,7 @@ class BoxSet:
     _padded: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
         init=False, repr=False, compare=False
     )
+    _lanes: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lo = np.ascontiguousarray(self.lo, dtype=np.float32)
@@ -184,6 +185,7 @@ class BoxSet:
         plo[owner, slot], phi[owner, slot] = lo, hi
         real = np.arange(width)[None, :] < counts[:, None]
         object.__setattr__(self, "_padded", (plo, phi, real))
+        object.__setattr__(self, "_lanes", _lanes(lo, hi, offsets))
 
     @classmethod
     def from_boxes(
@@ -218,7 +220,7 @@ class BoxSet:
         a, b = self.offsets[cls], self.offsets[cls + 1]
         return self.lo[a:b], self.hi[a:b]
 
-    def contains(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def contains(self, x: np.ndarray, y: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
         """Whether each ``x[i]`` lies in some box of class ``y[i]`` (closed boxes).
 
         Exact and vectorised: inputs are grouped by class and transposed, so each box test
@@ -230,16 +232,29 @@ class BoxSet:
         ----------
         x : ndarray of shape (n_samples, n_features)
         y : ndarray of shape (n_samples,), int, values in ``[0, n_classes)``
+        where : ndarray of shape (n_samples,), bool, optional
+            Test only these inputs (the others are False, untested); all when None.
 
         Returns
         -------
         ndarray of shape (n_samples,), bool
         """
         x, y = self._check(x, y)
+        if where is not None:
+            where = np.ascontiguousarray(where, dtype=bool)
+            if where.shape != (len(x),):
+                raise ValueError(f"where has shape {where.shape}; expected ({len(x)},)")
         if _kernel is not None and self.n_features:
             out = np.empty(len(x), dtype=np.uint8)
-            _kernel.contains(x, y, self.lo, self.hi, self.offsets, self.n_features, out)
+            args = (x, y, self.lo, self.hi, self.offsets, self.n_features, out)
+            _kernel.contains(*args, *(() if where is None else (where.view(np.uint8),)))
             return out.view(bool)
+        if where is not None:
+            found = np.zeros(len(x), dtype=bool)
+            rows = np.flatnonzero(where)
+            if len(rows):
+                found[rows] = self.contains(x[rows], y[rows])
+            return found
         if self._padded_fits(len(x)):  # online batches: one broadcast against padded boxes
             plo, phi, real = self._padded
             xb = x[:, None, :]
@@ -404,6 +419,8 @@ class BoxSet:
                 inside,
                 d_own,
                 d_other,
+                *self._lanes,
+                *other._lanes,
             )
             return d_own, inside.view(bool), d_other
         d_own, inside = self.distance_and_contains(x, y)
@@ -419,7 +436,7 @@ class BoxSet:
         inside = np.empty(len(x), dtype=np.uint8)
         dist = np.empty(len(x), dtype=np.float64)
         _kernel.distance_contains(
-            x, y, self.lo, self.hi, self.offsets, self.n_features, inside, dist
+            x, y, self.lo, self.hi, self.offsets, self.n_features, inside, dist, *self._lanes
         )
         return dist, inside.view(bool)
 
@@ -450,6 +467,30 @@ class BoxSet:
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str) -> BoxSet:
         """Inverse of :meth:`to_arrays`."""
         return cls(arrays[f"{prefix}.lo"], arrays[f"{prefix}.hi"], arrays[f"{prefix}.offsets"])
+
+
+def _lanes(lo: np.ndarray, hi: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The native kernel's transposed copy of the boxes: ``(tlo, thi)`` of shape
+    (n_blocks, n_features, LANES), each class's boxes in blocks of ``LANES`` (padding zero).
+
+    The kernel accumulates the distances of a block's boxes side by side (one SIMD lane per
+    box, each lane summing its features in order, so the sums round as the one-box loop's
+    do). Empty without the kernel.
+    """
+    lanes = getattr(_NATIVE, "LANES", 0)
+    if not lanes:
+        empty = np.zeros((0, lo.shape[1], 1), np.float32)
+        return empty, empty
+    counts = np.diff(offsets)
+    blocks = -(-counts // lanes)
+    first = np.concatenate([[0], np.cumsum(blocks)]).astype(np.int64)
+    slot = np.arange(len(lo)) - np.repeat(offsets[:-1], counts)
+    block = np.repeat(first[:-1], counts) + slot // lanes
+    tlo = np.zeros((int(first[-1]), lo.shape[1], lanes), np.float32)
+    thi = np.zeros_like(tlo)
+    tlo[block, :, slot % lanes] = lo
+    thi[block, :, slot % lanes] = hi
+    return tlo, thi
 
 
 def _broadcast_chunks(xt: np.ndarray, n_boxes: int):
@@ -699,7 +740,15 @@ class BoxRuntime:
                     in_good[layer] = inside
             elif layer in self.layers:
                 in_good[layer] = self.good[layer].contains(feats[layer], y_pred)
-        in_bad = {layer: self.bad[layer].contains(feats[layer], y_pred) for layer in self.layers}
+        # A bad box only matters inside a good one (uncertainty instead of accept), except
+        # where the "bad-box" rule reads every layer's bad boxes for the combined verdict.
+        every_row = calibrated and self.uncertainty == "bad-box"
+        in_bad = {
+            layer: self.bad[layer].contains(
+                feats[layer], y_pred, None if every_row else in_good[layer]
+            )
+            for layer in self.layers
+        }
         per = {}
         for layer in self.layers:
             v = np.full(len(y_pred), REJECT, dtype=np.int8)

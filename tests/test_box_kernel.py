@@ -61,7 +61,7 @@ def problems(draw):
     n_classes = draw(st.integers(1, 5))
     per_class = []
     for _ in range(n_classes):
-        k = draw(st.integers(0, 6))
+        k = draw(st.integers(0, 20))  # more than one block of the kernel's LANES boxes
         centre = rng.normal(size=(k, d)).astype(np.float32)
         half = np.abs(rng.normal(scale=0.7, size=(k, d))).astype(np.float32)
         half[rng.random((k, d)) < 0.1] = 0.0
@@ -112,6 +112,67 @@ def test_native_equals_numpy(problem):
 
 
 @native
+@pytest.mark.parametrize("d", [1, 3, 16, 17, 130])
+def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, d):
+    """The kernel takes LANES boxes at a time from a transposed copy: class sizes around
+    multiples of LANES (0, 1, LANES - 1, LANES, LANES + 1, 5 LANES + 3), feature counts around
+    the early-exit block, NaN and infinite rows, inputs on faces and a gap whose square
+    underflows (distance 0, yet outside) all give the per-dimension numpy path's membership
+    and distances bit for bit, also for the fused score's other-class distances."""
+    lanes = boxes_module._NATIVE.LANES
+    rng = np.random.default_rng(d)
+    sizes = [0, 1, lanes - 1, lanes, lanes + 1, 5 * lanes + 3]
+    per_class = []
+    for k in sizes:
+        centre = rng.normal(size=(k, d)).astype(np.float32)
+        half = np.abs(rng.normal(scale=0.4, size=(k, d))).astype(np.float32)
+        per_class.append((centre - half, centre + half))
+    per_class[1][0][0, 0] = per_class[1][1][0, 0] = 0.0  # a flat side at 0
+    bs = BoxSet.from_boxes(per_class, d)
+    other = boxes_module.complement_boxes(bs, 2)
+    n = 600
+    y = rng.integers(0, len(sizes), size=n)
+    x = rng.normal(scale=1.2, size=(n, d)).astype(np.float32)
+    pick = rng.integers(0, len(bs.lo), size=n)
+    on_face = rng.random(n) < 0.3
+    corner = np.where(rng.random((n, d)) < 0.5, bs.lo[pick], bs.hi[pick])
+    x[on_face] = corner[on_face]
+    y[on_face] = np.searchsorted(bs.offsets, pick[on_face], side="right") - 1
+    x[:5], y[:5] = bs.lo[bs.offsets[1]], 1  # inside the flat box ...
+    x[:5, 0] = np.float32(-1e-30)  # ... but for a gap whose square is 0 in float32
+    x[5:10, -1] = np.nan
+    x[10:15, 0] = np.inf
+    x[15:20] = -np.inf
+    where = rng.random(n) < 0.5
+    before = set_box_kernel("native")
+    try:
+        native = (
+            bs.contains(x, y),
+            bs.contains(x, y, where),
+            *bs.distance_and_contains(x, y),
+            *bs.fused_distances(x, y, other),
+        )
+        set_box_kernel("numpy")
+        monkeypatch.setattr(boxes_module, "_PADDED_ELEMENTS", 0)
+        monkeypatch.setattr(boxes_module, "_ROWWISE_MIN_DISTANCE", 0)
+        numpy_path = (
+            bs.contains(x, y),
+            bs.contains(x, y, where),
+            *bs.distance_and_contains(x, y),
+            *bs.fused_distances(x, y, other),
+        )
+    finally:
+        set_box_kernel(before)
+    for got, want in zip(native, numpy_path, strict=True):
+        np.testing.assert_array_equal(got, want)
+    inside, dist = native[0], native[2]
+    assert not inside[:5].any() and (dist[:5] == 0).all()  # outside, at distance 0
+    np.testing.assert_array_equal(native[1], inside & where)
+    assert np.isnan(dist[5:10][y[5:10] > 0]).all() and np.isinf(dist[y == 0]).all()
+    assert inside[20:].any() and (dist[20:] > 0).any()
+
+
+@native
 def test_native_kernel_checks_its_buffers():
     """Called directly with inconsistent buffers, the kernel refuses instead of reading past them."""
     k = boxes_module._NATIVE
@@ -135,12 +196,48 @@ def test_native_kernel_checks_its_buffers():
         k.contains(x, y, lo, hi, offsets, 3, np.frombuffer(b"\0" * 4, np.uint8))
     with pytest.raises(ValueError, match="C-contiguous"):
         k.contains(np.zeros((3, 4), np.float32).T, y, lo, hi, offsets, 3, out)
+    where = np.array([1, 0, 1, 0], np.uint8)
+    k.contains(x, y, lo, hi, offsets, 3, out, where)
+    assert out.tolist() == [1, 0, 1, 0]
+    with pytest.raises(ValueError, match="where must hold 4 bytes"):
+        k.contains(x, y, lo, hi, offsets, 3, out, where[:3])
+    tlo, thi = BoxSet(lo, hi, offsets)._lanes
+    assert tlo.shape == (2, 3, k.LANES)  # one block per class, padded to LANES boxes
     dist = np.empty(4, np.float64)
     with pytest.raises(ValueError, match="dist must hold 32 bytes"):
-        k.distance_contains(x, y, lo, hi, offsets, 3, out, np.empty(4, np.float32))
-    k.distance_contains(x + 2, y, lo, hi, offsets, 3, out, dist)
+        k.distance_contains(x, y, lo, hi, offsets, 3, out, np.empty(4, np.float32), tlo, thi)
+    with pytest.raises(ValueError, match="tlo and thi must both be"):
+        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo[:1], thi[:1])
+    with pytest.raises(ValueError, match="tlo and thi must both be"):
+        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo, thi[:, :2].copy())
+    k.distance_contains(x + 2, y, lo, hi, offsets, 3, out, dist, tlo, thi)
     np.testing.assert_allclose(dist, np.sqrt(3.0))
     assert not out.any()
+    inside, d_own, d_other = np.empty(4, np.uint8), np.empty(4), np.empty(4)
+    with pytest.raises(ValueError, match="tlo and thi must both be"):
+        k.fused_distances(
+            x,
+            y,
+            lo,
+            hi,
+            offsets,
+            3,
+            lo,
+            hi,
+            offsets,
+            inside,
+            d_own,
+            d_other,
+            tlo,
+            thi,
+            tlo,
+            thi[1:],
+        )
+    k.fused_distances(
+        x + 2, y, lo, hi, offsets, 3, lo, hi, offsets, inside, d_own, d_other, tlo, thi, tlo, thi
+    )
+    np.testing.assert_allclose(d_own, np.sqrt(3.0))
+    np.testing.assert_allclose(d_other, np.sqrt(3.0))
 
 
 def test_build_info_names_the_kernel_in_use():

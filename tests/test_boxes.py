@@ -100,6 +100,36 @@ def test_uncertainty_when_good_and_bad_overlap():
     assert v.tolist() == [ACCEPT, UNCERTAIN, REJECT, UNCERTAIN]
 
 
+@pytest.mark.parametrize("rule", ["any", "calibrated-bad-box", "calibrated-confidence"])
+def test_assess_tests_bad_boxes_where_they_decide(rule):
+    """assess tests bad boxes only inside a good box of the layer, except under the bad-box
+    rule, which reads them for every input: its per-layer verdicts stay Algorithm 3's, and
+    an input inside a bad box only (outside every good box, within the score threshold) is
+    still `uncertainty` under the bad-box rule."""
+    good = BoxSet.from_boxes([(np.array([[0.0, 0.0]]), np.array([[1.0, 1.0]]))], 2)
+    bad = BoxSet.from_boxes([(np.array([[0.5, 0.5]]), np.array([[2.0, 2.0]]))], 2)
+    x = np.array([[0.25, 0.25], [0.75, 0.75], [1.5, 1.5], [3.0, 3.0]])
+    y = np.zeros(4, dtype=int)
+    rt = BoxRuntime(
+        layers=["a"],
+        n_classes=1,
+        good={"a": good},
+        bad={"a": bad},
+        normalize="none",
+        score_layers=["a"],
+        combine="any" if rule == "any" else "calibrated",
+        threshold=1.0,
+        uncertainty="bad-box" if rule == "calibrated-bad-box" else "confidence",
+    )
+    combined, per, _ = rt.assess({"a": x}, y)
+    np.testing.assert_array_equal(per["a"], layer_verdicts(good, bad, x, y))
+    assert per["a"].tolist() == [ACCEPT, UNCERTAIN, REJECT, REJECT]
+    if rule == "calibrated-bad-box":
+        assert combined.tolist() == [ACCEPT, UNCERTAIN, UNCERTAIN, REJECT]
+    elif rule == "calibrated-confidence":
+        assert combined.tolist() == [ACCEPT, ACCEPT, ACCEPT, REJECT]
+
+
 def _random_boxset(
     rng: np.random.Generator, n_classes: int, d: int, *, empty_class: int | None = None
 ) -> BoxSet:
