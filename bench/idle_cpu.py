@@ -33,9 +33,7 @@ from boxwatch.embedded_broker import EmbeddedBroker, available_kinds  # noqa: E4
 
 SECTION = "## idle CPU (bench/idle_cpu.py)"
 LIMIT = 0.05
-# Past the kafka-python consumer's rebalance grace (REBALANCE_GRACE_S, 10 s unpaced after
-# the group last moved) plus its 1 s quiet spell: the state of an agent left idle.
-SETTLE_S = 12.0
+SETTLE_S = 3.0
 LIBRARIES = ("kafka-python", "confluent-kafka")
 
 

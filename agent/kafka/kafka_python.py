@@ -51,9 +51,6 @@ from boxwatch.agent.kafka.base import (
 )
 from boxwatch.agent.kafka.headers import UndecodableName
 
-# The group's session timeout; a member that saw the group rebalance stays unpaced this long.
-REBALANCE_GRACE_S = 10.0
-
 log = logging.getLogger(__name__)
 
 # Errors after which a poll, delivery or commit is retried rather than fatal.
@@ -173,7 +170,7 @@ def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
         # The broker may hold a fetch this long waiting for data; keep it within the batch
         # wait, or an idle-ish stream pays up to kafka-python's 500 ms default per record.
         "fetch_max_wait_ms": min(cfg["batch.max_wait_ms"], 500),
-        "session_timeout_ms": int(REBALANCE_GRACE_S * 1000),
+        "session_timeout_ms": 10_000,
         "heartbeat_interval_ms": 1_000,
         "client_id": "boxwatch-agent",
     }
@@ -272,7 +269,6 @@ class KafkaPythonConsumer:
         self.paused = False
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._pacer = IdlePacer()
-        self._group_moved = 0.0  # last time the group was seen rebalancing (monotonic)
         self.raw.subscribe(topics, listener=_Listener(self))
 
     def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
@@ -298,16 +294,9 @@ class KafkaPythonConsumer:
         if coordinator is None:
             return False
         try:
-            moving = bool(coordinator.need_rejoin()) or coordinator.state != MemberState.STABLE
+            return bool(coordinator.need_rejoin()) or coordinator.state != MemberState.STABLE
         except Exception:  # a private API: on any surprise, never pace
             return True
-        now = time.monotonic()
-        if moving:
-            self._group_moved = now
-        # A join often comes in rounds (a new member joins twice, KIP-394; the leader's
-        # assignment starts another): stay unpaced for a session timeout after the group
-        # last moved, or a paced member can keep a joining one waiting (seen: over 60 s).
-        return now - self._group_moved < REBALANCE_GRACE_S
 
     def pause(self) -> None:
         self.paused = True
@@ -371,7 +360,6 @@ class _Listener(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned):
         log.info("assigned %d partitions", len(assigned))
-        self.consumer._group_moved = time.monotonic()
         if self.consumer.paused and assigned:
             self.consumer.raw.pause(*assigned)  # still backpressured: stay paused
         if self.consumer._on_assign:
