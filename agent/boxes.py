@@ -856,41 +856,26 @@ class BoxRuntime:
         contrast terms). Non-finite scores become ``inf`` (never accepted) with ``"fused"``
         and ``"quadratic"``.
         """
-        if self.score_mean == "quadratic":
-            terms = [
-                per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers
-            ]
-            if self.score == "fused" and self.contrast_layers:
-                if contrast is None:
-                    raise ConfigError(
-                        f"score='fused' needs the contrast terms of {self.contrast_layers}"
-                    )
-                terms += [
-                    contrast[layer] / self.contrast_scales.get(layer, 1.0)
-                    for layer in self.contrast_layers
-                ]
-            with np.errstate(over="ignore", invalid="ignore"):
-                rms = np.sqrt(np.mean(np.square(terms), axis=0))
-            rms[~np.isfinite(rms)] = np.inf
-            return rms
-        out = np.mean(
-            [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers],
-            axis=0,
-        )
-        if self.score != "fused":
-            return out
-        if self.contrast_layers:
+        dist = [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers]
+        con: list[np.ndarray] = []
+        if self.score == "fused" and self.contrast_layers:
             if contrast is None:
                 raise ConfigError(
                     f"score='fused' needs the contrast terms of {self.contrast_layers}"
                 )
-            out = out + np.mean(
-                [
-                    contrast[layer] / self.contrast_scales.get(layer, 1.0)
-                    for layer in self.contrast_layers
-                ],
-                axis=0,
-            )
+            con = [
+                contrast[layer] / self.contrast_scales.get(layer, 1.0)
+                for layer in self.contrast_layers
+            ]
+        if self.score_mean == "quadratic":
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = np.sqrt(np.mean(np.square(dist + con), axis=0))
+        else:
+            out = np.mean(dist, axis=0)
+            if self.score != "fused":
+                return out
+            if con:
+                out = out + np.mean(con, axis=0)
         out[~np.isfinite(out)] = np.inf
         return out
 

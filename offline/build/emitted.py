@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.artifact import Artifact
-from boxwatch.agent.boxes import ACCEPT, VERDICT_NAMES, BoxRuntime
+from boxwatch.agent.boxes import ACCEPT, VERDICT_NAMES, BoxRuntime, model_confidence
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, MODEL_SPEC, ModelResult, MonitorRuntime
 from boxwatch.offline.build.config import MONITOR_WARNINGS
@@ -145,11 +145,9 @@ def score_auroc(low: np.ndarray, high: np.ndarray) -> float | None:
 
 
 def msp_score(logits: np.ndarray) -> np.ndarray:
-    """Negative maximum softmax probability (higher = less confident)."""
-    z = np.asarray(logits, np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return -(p.max(axis=1) / p.sum(axis=1))
+    """Negative maximum softmax probability (higher = less confident): the agent's own
+    :func:`~boxwatch.agent.boxes.model_confidence`, negated."""
+    return -model_confidence(logits, "logits")
 
 
 def energy_score(logits: np.ndarray) -> np.ndarray:
