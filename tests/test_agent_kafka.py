@@ -295,31 +295,88 @@ def test_agent_cli_refuses_bad_artifact_or_model(example, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_idle_paced_consumer_still_gets_every_record(example, broker, kafka):
-    """After a quiet spell kafka-python's consumer fetches only at idle slots
-    (bench/idle_cpu.py measures the CPU this saves); records produced then all arrive, none
-    lost or doubled."""
+def _quiet(consumer) -> None:
+    """Poll until the consumer's pacing is on (kafka-python: idle slots; confluent-kafka:
+    parked, its partitions paused), then a little longer with no record."""
+    deadline = time.monotonic() + 30
+    while not _paced(consumer) and time.monotonic() < deadline:
+        assert consumer.poll(32, 0.02) == []
+    for _ in range(20):
+        assert consumer.poll(32, 0.02) == []
+    assert _paced(consumer)
+
+
+def _paced(consumer) -> bool:
+    if hasattr(consumer, "_parked"):  # confluent-kafka
+        return consumer._parked is not None and consumer.raw.assignment() != []
+    return consumer._pacer.idle()
+
+
+def _drain(consumers, n: int, seconds: float = 30) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + seconds
+    while len(got) < n and time.monotonic() < deadline:
+        for c in consumers:
+            got += [r.value for r in c.poll(32, 0.02)]
+    for _ in range(10):  # anything more would be a duplicate
+        for c in consumers:
+            got += [r.value for r in c.poll(32, 0.02)]
+    return got
+
+
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_idle_paced_consumer_still_gets_every_record(example, broker, kafka, library):
+    """After a quiet spell the consumer is paced (kafka-python fetches only at idle slots;
+    confluent-kafka parks: its partitions are paused and resumed when the broker's high
+    watermarks move; bench/idle_cpu.py measures the CPU this saves). Records produced then
+    all arrive, none lost or doubled: on a fresh topic (no position yet), then in quiet
+    spells that alternate the partitions written to (one position known, the other not;
+    both known; each after a seek that found no record)."""
     from boxwatch.agent.kafka import make_consumer
 
     create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2})
-    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": "kafka-python"})
+    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": library})
     consumer = make_consumer(cfg, [TOPICS["inputs"]])
+    producer = kafka.producer()
     try:
-        deadline = time.monotonic() + 30
-        while not consumer._pacer.idle() and time.monotonic() < deadline:
-            consumer.poll(32, 0.02)
-        for _ in range(20):  # quiet: the partitions are assigned and the pacing is on
-            assert consumer.poll(32, 0.02) == []
-        assert consumer._pacer.idle()
-        producer = kafka.producer()
-        for i in range(50):
-            producer.send(TOPICS["inputs"], f"r{i}".encode())
-        producer.flush()
-        got: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while len(got) < 50 and time.monotonic() < deadline:
-            got += [r.value for r in consumer.poll(32, 0.02)]
-        assert sorted(got) == sorted(f"r{i}".encode() for i in range(50))
-        assert not consumer._pacer.idle()
+        for round_ in range(4):
+            _quiet(consumer)
+            sent = [f"r{round_}-{i}".encode() for i in range(50)]
+            for value in sent:
+                producer.send(TOPICS["inputs"], value, partition=round_ % 2)
+            producer.flush()
+            assert sorted(_drain([consumer], 50)) == sorted(sent)
+            assert not _paced(consumer)
     finally:
         consumer.close(5)
+
+
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_idle_paced_consumer_takes_part_in_a_rebalance(example, broker, kafka, library):
+    """A second member joins the group while the first is paced: the group rebalances,
+    and the records produced then arrive once each across the two members."""
+    from boxwatch.agent.kafka import make_consumer
+
+    create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2})
+    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": library})
+    first = make_consumer(cfg, [TOPICS["inputs"]])
+    second = None
+    try:
+        _quiet(first)
+        second = make_consumer(cfg, [TOPICS["inputs"]])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert first.poll(32, 0.02) == [] and second.poll(32, 0.02) == []
+            if first.raw.assignment() and second.raw.assignment():
+                break
+        assert first.raw.assignment() and second.raw.assignment()
+        producer = kafka.producer()
+        sent = [f"j{i}".encode() for i in range(100)]
+        for i, value in enumerate(sent):
+            producer.send(TOPICS["inputs"], value, partition=i % 2)
+        producer.flush()
+        assert sorted(_drain([first, second], 100)) == sorted(sent)
+    finally:
+        first.close(5)
+        if second is not None:
+            second.close(5)

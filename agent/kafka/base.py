@@ -22,14 +22,15 @@ from boxwatch.agent.vocab import KAFKA_LIBRARIES
 
 LIBRARIES = KAFKA_LIBRARIES
 FLUSH_SLICE_S = 0.2  # a flush waits in slices this long, so a stop request ends it
-# Idle pacing (kafka-python): after IDLE_AFTER_S without a record (once partitions are
-# assigned), the consumer fetches only at slots IDLE_FETCH_INTERVAL_S apart, polling for
-# IDLE_FETCH_WINDOW_S, until a record comes (the first record after a quiet spell waits up
-# to two slots more). A broker that answers an empty fetch at once instead of holding it for
-# fetch.wait.max.ms (noida-db) made kafka-python fetch ~190 times a second: about half a core
-# with no input. kafka-python fetches only inside poll and keeps a late answer for the next
-# poll, so the short window loses nothing. (librdkafka fetches in its own thread; pausing it
-# between slots lost the fetches, see bench/idle_cpu.py.)
+# Idle pacing: after IDLE_AFTER_S without a record (once partitions are assigned), the
+# consumer fetches only at slots IDLE_FETCH_INTERVAL_S apart, until a record comes (the first
+# record after a quiet spell waits up to about one slot more). A broker that answers an empty
+# fetch at once instead of holding it for fetch.wait.max.ms (noida-db) made kafka-python fetch
+# ~190 times a second and librdkafka ~17,500: half a core or more with no input.
+# kafka-python fetches only inside poll and keeps a late answer for the next poll, so it polls
+# for IDLE_FETCH_WINDOW_S at each slot and loses nothing. librdkafka fetches in its own
+# thread: its partitions are paused when idle and, at each slot, resumed only if the broker's
+# high watermarks show records past the consumer's position (agent/kafka/confluent.py).
 IDLE_AFTER_S = 1.0
 IDLE_FETCH_INTERVAL_S = 0.5
 IDLE_FETCH_WINDOW_S = 0.005
@@ -61,13 +62,27 @@ class IdlePacer:
 
     def wait_slot(self, timeout_s: float) -> bool:
         """Sleep until the next fetch slot, at most ``timeout_s``; whether the slot came."""
-        wait = self._next_slot - time.monotonic()
+        wait = self.until_slot()
         if wait > 0:
             time.sleep(min(wait, timeout_s))
-            if time.monotonic() < self._next_slot:
-                return False
+        return self.take_slot()
+
+    def until_slot(self) -> float:
+        """Seconds until the next fetch slot (0 when it has come)."""
+        return max(self._next_slot - time.monotonic(), 0.0)
+
+    def take_slot(self) -> bool:
+        """Whether the next fetch slot has come, without sleeping; if so, the one after it is
+        set ``interval_s`` from now."""
+        if time.monotonic() < self._next_slot:
+            return False
         self._next_slot = time.monotonic() + self.interval_s
         return True
+
+    def restart(self) -> None:
+        """Start a new active spell, as if a record had just come (after a rebalance, or when
+        the broker shows new records): the next quiet spell is timed from now."""
+        self._last_record = time.monotonic()
 
     def saw(self, n_records: int) -> None:
         if n_records:

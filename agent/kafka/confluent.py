@@ -6,6 +6,10 @@ confluent-kafka``).
 the agent's reliability settings override them. librdkafka reconnects and retries by
 itself; what it reports through ``error_cb`` is logged, and calls that time out raise
 :class:`KafkaUnavailable` so the agent loop backs off as with kafka-python.
+
+A quiet consumer is parked (see :class:`ConfluentConsumer`): librdkafka refetches in its own
+thread as fast as the broker answers, and noida-db answers an empty fetch at once, so an idle
+agent used 15-55 % of a core there until issue 24.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
     Consumed,
     DeliveryFailure,
+    IdlePacer,
     KafkaUnavailable,
     Outgoing,
     Partition,
@@ -183,8 +188,30 @@ def _record(m: Any) -> Record:
     )
 
 
+class _Parking:
+    """Where each partition of a parked consumer stands: ``start`` is the next offset to
+    read (the consumer's position, else its committed offset, else the low watermark, which
+    ``auto.offset.reset: earliest`` starts from); ``floor`` is the offset past which a high
+    watermark means new records."""
+
+    def __init__(self, start: dict[Partition, int], floor: dict[Partition, int]) -> None:
+        self.start = start
+        self.floor = floor
+
+
 class ConfluentConsumer:
-    """A subscribed librdkafka consumer with the agent's pause and commit semantics."""
+    """A subscribed librdkafka consumer with the agent's pause and commit semantics.
+
+    Idle parking: after :data:`~boxwatch.agent.kafka.base.IDLE_AFTER_S` without a record
+    (partitions assigned, not paused for backpressure) the consumer pauses its partitions, so
+    librdkafka stops fetching, and at each :class:`IdlePacer` slot asks the broker for the high
+    watermarks (one small request per partition). When one is past the partition's position
+    the partitions are resumed and each is sought to its position, so nothing fetched before
+    the pause is skipped or read twice; consumption then runs unpaced until the next quiet
+    spell. Polls while parked wait in librdkafka, so rebalance callbacks are served at once. A
+    high watermark that woke the consumer but brought no record (a transaction marker, Tansu's
+    approximate watermark) is not taken as news again.
+    """
 
     def __init__(
         self,
@@ -218,6 +245,9 @@ class ConfluentConsumer:
         self._closing = threading.Event()
         self._prober: threading.Thread | None = None
         self._last_lag: tuple[bool, dict[Partition, int] | str] = (True, {})
+        self._pacer = IdlePacer()
+        self._parked: _Parking | None = None
+        self._woken_by: dict[Partition, int] = {}  # high watermarks of the last wake-up
         self.raw.subscribe(
             topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
         )
@@ -234,6 +264,10 @@ class ConfluentConsumer:
         self._assignment = {(tp.topic, tp.partition) for tp in partitions}
         if self.paused and partitions:
             consumer.pause(partitions)  # still backpressured: stay paused
+        elif self._parked is not None and partitions:
+            consumer.resume(partitions)  # a partition paused while parked may come back
+        self._parked = None
+        self._pacer.restart()
         if self._on_assign:
             self._on_assign([(tp.topic, tp.partition) for tp in partitions])
 
@@ -241,10 +275,24 @@ class ConfluentConsumer:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._assignment = self._assignment - gone
         self._positions = {tp: o for tp, o in self._positions.items() if tp not in gone}
+        if self._parked is not None:
+            for tp in gone:
+                self._parked.start.pop(tp, None)
+                self._parked.floor.pop(tp, None)
         if self._on_revoke:
             self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
 
     def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
+        """Up to ``max_records`` records; parks a quiet consumer and, while parked, checks
+        the high watermarks at each idle slot (waiting in librdkafka until then)."""
+        if not self.paused:
+            if self._parked is not None:
+                if self._pacer.take_slot() and self._news(self._parked):
+                    self._unpark(self._parked)
+            elif self._pacer.idle(assigned=bool(self._assignment)):
+                self._park()
+        if self._parked is not None:
+            timeout_s = min(timeout_s, self._pacer.until_slot())
         try:
             msgs = self.raw.consume(max_records, timeout_s)
         except KafkaException as exc:
@@ -259,7 +307,74 @@ class ConfluentConsumer:
                 out.append(rec)
             elif err.code() not in _QUIET_CODES:
                 log.warning("consume: %s", err.str())
+        if out:
+            self._pacer.saw(len(out))
+            self._woken_by = {}
         return out
+
+    def _park(self) -> None:
+        """Pause every assigned partition and note where each stands (see the class doc).
+
+        On a broker error the consumer stays unparked and tries again after another quiet
+        spell."""
+        tps = [TopicPartition(t, p) for t, p in sorted(self._assignment)]
+        # The positions this consumer recorded: librdkafka's own position() is unset again
+        # after a seek until the next record, and a pause then makes resume start over at
+        # the committed offset.
+        start = {tp: o for tp, o in self._positions.items() if tp in self._assignment and o >= 0}
+        try:
+            unknown = [tp for tp in tps if (tp.topic, tp.partition) not in start]
+            if unknown:
+                for tp in self.raw.committed(unknown, timeout=QUERY_TIMEOUT_S):
+                    if tp.offset >= 0:
+                        start[(tp.topic, tp.partition)] = tp.offset
+            for tp in tps:
+                if (tp.topic, tp.partition) not in start:
+                    low, _ = self.raw.get_watermark_offsets(
+                        tp, timeout=QUERY_TIMEOUT_S, cached=False
+                    )
+                    start[(tp.topic, tp.partition)] = low
+        except KafkaException as exc:
+            log.debug("not parking: %s", exc)
+            self._pacer.restart()
+            return
+        floor = {tp: max(o, self._woken_by.get(tp, o)) for tp, o in start.items()}
+        self.raw.pause(tps)
+        self._parked = _Parking(start, floor)
+        self._pacer.take_slot()  # the first check one interval from now
+
+    def _news(self, parked: _Parking) -> bool:
+        """Whether some parked partition's high watermark is past its floor (a broker error
+        counts as news: librdkafka's own fetching and error reporting then take over)."""
+        highs: dict[Partition, int] = {}
+        try:
+            for (topic, partition), floor in sorted(parked.floor.items()):
+                _, high = self.raw.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=QUERY_TIMEOUT_S, cached=False
+                )
+                highs[(topic, partition)] = high
+                if high > floor:
+                    self._woken_by = highs
+                    return True
+        except KafkaException as exc:
+            log.debug("idle check failed: %s", exc)
+            return True
+        return False
+
+    def _unpark(self, parked: _Parking) -> None:
+        """Resume every assigned partition and seek it to where it stands: librdkafka drops
+        what it fetched before the pause, and a resume alone waits for its fetcher's next
+        round (about 1 s here); a seek starts the fetch at once."""
+        self._parked = None
+        self._pacer.restart()
+        tps = [TopicPartition(t, p) for t, p in sorted(self._assignment)]
+        self.raw.resume(tps)
+        for (topic, partition), offset in sorted(parked.start.items()):
+            if (topic, partition) in self._assignment:
+                try:
+                    self.raw.seek(TopicPartition(topic, partition, offset))
+                except KafkaException as exc:  # not fetching yet: resume alone restarts it
+                    log.debug("seek %s[%d] after idle: %s", topic, partition, exc)
 
     def pause(self) -> None:
         self.paused = True
@@ -267,7 +382,10 @@ class ConfluentConsumer:
 
     def resume(self) -> None:
         self.paused = False
-        self.raw.resume(self.raw.assignment())
+        if self._parked is not None:
+            self._unpark(self._parked)
+        else:
+            self.raw.resume(self.raw.assignment())
 
     def keep_membership(self) -> None:
         """Serve callbacks while paused; anything a rebalance let through is sought back."""
