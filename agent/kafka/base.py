@@ -22,26 +22,26 @@ from boxwatch.agent.vocab import KAFKA_LIBRARIES
 
 LIBRARIES = KAFKA_LIBRARIES
 FLUSH_SLICE_S = 0.2  # a flush waits in slices this long, so a stop request ends it
-# Idle pacing: after IDLE_AFTER_S without a record (once partitions are assigned), the
-# consumer fetches only at slots IDLE_FETCH_INTERVAL_S apart, until a record comes (the first
-# record after a quiet spell waits up to about one slot more). A broker that answers an empty
-# fetch at once instead of holding it for fetch.wait.max.ms (noida-db) made kafka-python fetch
-# ~190 times a second and librdkafka ~17,500: half a core or more with no input.
-# kafka-python fetches only inside poll and keeps a late answer for the next poll, so it polls
-# for IDLE_FETCH_WINDOW_S at each slot and loses nothing. librdkafka fetches in its own
-# thread: its partitions are paused when idle and, at each slot, resumed only if the broker's
-# high watermarks show records past the consumer's position (agent/kafka/confluent.py).
+# Idle parking: after IDLE_AFTER_S without a record (once partitions are assigned), the
+# consumer pauses its partitions and, at slots IDLE_FETCH_INTERVAL_S apart, asks the broker
+# for their end offsets (high watermarks), resuming as soon as one is past where the consumer
+# stands (the first record after a quiet spell waits up to about one slot more). A broker
+# that answers an empty fetch at once instead of holding it for fetch.wait.max.ms (noida-db)
+# made kafka-python fetch ~190 times a second and librdkafka ~17,500: half a core or more with
+# no input. Paused partitions are never fetched, and both clients keep polling normally, so
+# heartbeats and rebalances are served at once (an earlier kafka-python pacing that slept
+# between short polls could keep a joining member waiting over a minute).
 IDLE_AFTER_S = 1.0
 IDLE_FETCH_INTERVAL_S = 0.5
-IDLE_FETCH_WINDOW_S = 0.005
+IDLE_CHECK_TIMEOUT_S = 1.0  # an end-offset query while parked waits at most this long
 
 Partition = tuple[str, int]
 PartitionsCallback = Callable[[list[Partition]], None]
 
 
 class IdlePacer:
-    """When the stream has been quiet for :data:`IDLE_AFTER_S`, fetch only at slots
-    ``interval_s`` apart; any record ends the quiet spell at once.
+    """When the stream has been quiet for :data:`IDLE_AFTER_S`, a parked consumer checks for
+    news only at slots ``interval_s`` apart; any record ends the quiet spell at once.
 
     The first record after a quiet spell waits at most one interval more; a steady stream
     never pays anything.
@@ -61,7 +61,8 @@ class IdlePacer:
         return time.monotonic() - self._last_record >= IDLE_AFTER_S
 
     def wait_slot(self, timeout_s: float) -> bool:
-        """Sleep until the next fetch slot, at most ``timeout_s``; whether the slot came."""
+        """Sleep until the next slot, at most ``timeout_s``; whether the slot came (then the
+        one after it is set ``interval_s`` from now)."""
         wait = self.until_slot()
         if wait > 0:
             time.sleep(min(wait, timeout_s))

@@ -40,7 +40,7 @@ from kafka.structs import OffsetAndMetadata
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
-    IDLE_FETCH_WINDOW_S,
+    IDLE_CHECK_TIMEOUT_S,
     Consumed,
     DeliveryFailure,
     IdlePacer,
@@ -53,6 +53,12 @@ from boxwatch.agent.kafka.headers import UndecodableName
 
 log = logging.getLogger(__name__)
 
+# A poll while the group join is in progress waits at least this long. kafka-python 3.0
+# forgets a JoinGroup + SyncGroup that completes while no poll is waiting for it and sends a
+# fresh JoinGroup, which restarts the rebalance for every member: with 20 ms polls a member
+# joining a group could loop so for minutes (seen on noida-db). The join waits for the other
+# members' next heartbeat (1 s apart), so a few seconds cover it.
+JOIN_POLL_S = 3.0
 # Errors after which a poll, delivery or commit is retried rather than fatal.
 RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
 # What a send refuses for good, whatever the broker's state: the output itself is at fault
@@ -269,34 +275,85 @@ class KafkaPythonConsumer:
         self.paused = False
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._pacer = IdlePacer()
+        self._parked = False
+        self._woken_by: dict[TP, int] = {}  # end offsets of the last wake-up
         self.raw.subscribe(topics, listener=_Listener(self))
 
     def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
-        """kafka-python fetches only inside ``poll``: a quiet stream is paced by polling
-        briefly at the :class:`IdlePacer`'s slots and sleeping in between."""
-        if self._pacer.idle(assigned=bool(self.raw.assignment())) and not self._rebalancing():
-            if not self._pacer.wait_slot(timeout_s):
-                return []
-            timeout_s = min(timeout_s, IDLE_FETCH_WINDOW_S)
+        """Up to ``max_records`` records.
+
+        A quiet consumer parks: while parked a poll waits inside kafka-python until the
+        next idle slot (a kafka-python poll costs about a millisecond of CPU even with
+        nothing to fetch), and at each slot the end offsets are checked. A group join in
+        progress is polled for at least :data:`JOIN_POLL_S` (see there).
+        """
+        if self._rebalancing():
+            timeout_s = max(timeout_s, JOIN_POLL_S)
+        elif not self.paused:
+            if self._parked:
+                if self._pacer.take_slot() and self._news():
+                    self._unpark()
+                else:
+                    timeout_s = max(self._pacer.until_slot(), 0.001)
+            elif self._pacer.idle(assigned=bool(self.raw.assignment())):
+                self._park()
         try:
             polled = self.raw.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except RETRYABLE as exc:
             raise KafkaUnavailable(f"poll failed: {exc}") from exc
         records = [r for recs in polled.values() for r in recs]
-        self._pacer.saw(len(records))
+        if records:
+            self._pacer.saw(len(records))
+            self._woken_by = {}
         return records
 
     def _rebalancing(self) -> bool:
-        """Whether the group coordinator has a join to finish: kafka-python drives it inside
-        ``poll``, which then needs its whole timeout, not a paced fetch window (a survivor
-        would otherwise never take over a dead member's partitions)."""
+        """Whether the group coordinator has a join to finish: the consumer does not park
+        in the middle of one."""
         coordinator = getattr(self.raw, "_coordinator", None)
         if coordinator is None:
             return False
         try:
             return bool(coordinator.need_rejoin()) or coordinator.state != MemberState.STABLE
-        except Exception:  # a private API: on any surprise, never pace
+        except Exception:  # a private API: on any surprise, never park
             return True
+
+    def _park(self) -> None:
+        """Pause every assigned partition: kafka-python then sends no fetch, and ``poll``
+        waits in ``select`` while still serving heartbeats and rebalances. Records fetched
+        before the pause are not returned and the positions stay, so a resume fetches them
+        again: nothing is skipped or read twice."""
+        self.raw.pause(*self.raw.assignment())
+        self._parked = True
+        self._pacer.take_slot()  # the first check one interval from now
+
+    def _news(self) -> bool:
+        """Whether some assigned partition's end offset is past the consumer's position
+        (and past the end offsets that last woke it and brought nothing: a transaction
+        marker, Tansu's approximate watermark). A broker error counts as news: the normal
+        fetch path then reports it."""
+        assigned = list(self.raw.assignment())
+        try:
+            ends = self.raw.end_offsets(assigned, timeout_ms=int(IDLE_CHECK_TIMEOUT_S * 1000))
+            for tp in assigned:
+                position = self.raw.position(tp, timeout_ms=int(IDLE_CHECK_TIMEOUT_S * 1000))
+                end = ends.get(tp)
+                if position is None or end is None:
+                    return True
+                if end > max(position, self._woken_by.get(tp, position)):
+                    self._woken_by = dict(ends)
+                    return True
+        except RETRYABLE as exc:
+            log.debug("idle check failed: %s", exc)
+            return True
+        return False
+
+    def _unpark(self) -> None:
+        """Resume every assigned partition; consumption is unpaced until the next quiet
+        spell."""
+        self._parked = False
+        self._pacer.restart()
+        self.raw.resume(*self.raw.assignment())
 
     def pause(self) -> None:
         self.paused = True
@@ -304,6 +361,8 @@ class KafkaPythonConsumer:
 
     def resume(self) -> None:
         self.paused = False
+        self._parked = False
+        self._pacer.restart()
         self.raw.resume(*self.raw.assignment())
 
     def keep_membership(self) -> None:
@@ -311,10 +370,12 @@ class KafkaPythonConsumer:
 
         A rebalance during the poll hands out partitions unpaused (kafka-python resets the
         pause state): anything it returns is sought back (fetched again after recovery, not
-        skipped) and every partition paused again.
+        skipped) and every partition paused again. A join in progress gets
+        :data:`JOIN_POLL_S` to finish.
         """
+        wait_ms = int(JOIN_POLL_S * 1000) if self._rebalancing() else 0
         try:
-            polled = self.raw.poll(timeout_ms=0)
+            polled = self.raw.poll(timeout_ms=wait_ms)
         except RETRYABLE:
             return
         for tp, recs in polled.items():
@@ -362,6 +423,10 @@ class _Listener(ConsumerRebalanceListener):
         log.info("assigned %d partitions", len(assigned))
         if self.consumer.paused and assigned:
             self.consumer.raw.pause(*assigned)  # still backpressured: stay paused
+        elif self.consumer._parked and assigned:
+            self.consumer.raw.resume(*assigned)  # a partition paused while parked may come back
+        self.consumer._parked = False
+        self.consumer._pacer.restart()
         if self.consumer._on_assign:
             self.consumer._on_assign([(tp.topic, tp.partition) for tp in assigned])
 
