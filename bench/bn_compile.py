@@ -25,6 +25,10 @@ jointree route enumerated at once, the share of inputs it decided early, and for
 cases :data:`PROBLEM_CHECKS` random inputs against pgmpy's VariableElimination.
 
 Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESULTS.md.
+``.venv/bin/python bench/bn_compile.py compare MAIN``: every row above (reference rows,
+past-enumeration rows, hidden-variable rows) compiled by this checkout and by the checkout
+at ``MAIN`` (with its own ``.venv``), alternately, each in a fresh process; seconds side by
+side and their ratio, flagged past :data:`COMPARE_LIMIT`; its own section.
 ``.venv/bin/python bench/bn_compile.py exact``: only the cost of exact decisions on the
 reference rows, with and without the post-pass in one run; its own section.
 """
@@ -560,7 +564,10 @@ def problem_case(name: str, method: str) -> dict:
     except (CompileLimitError, ConfigError, MemoryError) as exc:
         out.update(refused=str(exc).replace("|", "/"), seconds=time.perf_counter() - start)
         out.update(peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2)
-        out.update(largest_block=stats.largest_block, early=stats.early_inputs)
+        out.update(
+            largest_block=stats.largest_block,
+            early=stats.early_inputs if method == "jointree" else None,
+        )
         out.update(messages=max(stats.messages or [0]))
         return out
     out.update(
@@ -573,7 +580,7 @@ def problem_case(name: str, method: str) -> dict:
         estimate_s=result.estimate.seconds,
         estimate_b=result.estimate.bytes,
         largest_block=stats.largest_block,
-        early=stats.early_inputs,
+        early=stats.early_inputs if method == "jointree" else result.early_inputs,
         messages=max(stats.messages or [0]),
     )
     d = result.diagram
@@ -631,7 +638,7 @@ def problem_rows() -> list[str]:
                 else "-"
             )
             block = r.get("largest_block") or "-"
-            early = f"{r['early'] / r['inputs']:.1%}" if r.get("largest_block") else "-"
+            early = f"{r['early'] / r['inputs']:.1%}" if r.get("early") is not None else "-"
             if "refused" in r:
                 rows.append(
                     f"| {problem['name']} | {method} | not compiled: {r['refused'][:300]} | - | "
@@ -656,8 +663,9 @@ def problems_section(began: float) -> str:
             "",
             "Each case and route in a fresh process, --max-memory 4 GiB, --max-seconds 120 "
             f"(checked while running); pgmpy: disagreements on {PROBLEM_CHECKS} random inputs "
-            "with VariableElimination. Early: share of the inputs the jointree route decided "
-            "at a cut before the last level.",
+            "with VariableElimination. Early: share of the inputs decided before their last "
+            "features were enumerated (jointree: at a cut before the last level; separator: "
+            "from the prefix message alone).",
             "",
             "| problem | route | result | - | seconds | peak RSS GB | estimate s / bytes | "
             "largest block (features) | decided early | pgmpy disagreements |",
@@ -667,11 +675,134 @@ def problems_section(began: float) -> str:
     )
 
 
+COMPARE_HEADING = "## bn_compile against main (bench/bn_compile.py compare MAIN)"
+COMPARE_LIMIT = 1.5  # a row this much slower than the baseline's is flagged
+# Runs in either checkout (only APIs both have): one row's compile, figures as JSON.
+COMPARE_CODE = r"""
+import json, resource, statistics, sys, time
+from pathlib import Path
+root, kind, name, method = sys.argv[1:5]
+sys.path.insert(0, str(Path(root) / "tests"))
+from boxwatch.offline.bn.classifier import ClassifierSpec
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.plan import CompileLimitError
+shared = Path(root).resolve().parent / "shared" / "data" / "bn"
+kw, repeats = {}, 1
+if kind == "ref":
+    from bn_reference import REFERENCE_CLASSIFIERS
+    network, spec = REFERENCE_CLASSIFIERS[name].load(shared)
+    repeats = 5
+elif kind == "big":
+    from bn_synthetic import chain_tan, naive_bayes
+    n = int(name[2:])
+    network = (naive_bayes if name.startswith("nb") else chain_tan)(n, seed=0)
+    spec = ClassifierSpec("C", "pos", 0.5, features=[f"x{i}" for i in range(n)])
+else:
+    file, cls, positive, n_leaves, threshold = json.loads(sys.argv[5])
+    network = load_network(shared / file)
+    spec = ClassifierSpec(cls, positive, threshold, features=network.leaves()[:n_leaves])
+    kw = {"max_memory": 4 << 30, "max_seconds": 120.0}
+times, out = [], {}
+for _ in range(repeats):
+    start = time.perf_counter()
+    try:
+        r = compile_classifier(network, spec, method=method, **kw)
+        out = {"method": r.method, "nodes": r.nodes, "positives": r.positives}
+    except CompileLimitError:
+        out = {"method": "refused", "nodes": None, "positives": None}
+    times.append(time.perf_counter() - start)
+out["seconds"] = statistics.median(times)
+out["peak_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+print(json.dumps(out))
+"""
+
+
+def compare_case(root: Path, kind: str, name: str, method: str) -> dict:
+    """One row compiled by the checkout at ``root`` (its own .venv), in a fresh process."""
+    extra = [json.dumps(HIDDEN[name])] if kind == "hidden" else []
+    text = subprocess.run(
+        [str(root / ".venv" / "bin" / "python"), "-c", COMPARE_CODE, str(root), kind, name]
+        + [method, *extra],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def compare_section(baseline: Path, began: float) -> str:
+    """Every existing row by this checkout and by ``baseline`` (main), alternately."""
+    here = Path(__file__).resolve().parents[1]
+    cases = [("ref", name, m) for name in REFERENCE_CLASSIFIERS for m in ("joint", "decompose")]
+    cases += [("big", "nb40", "auto"), ("big", "tan30", "auto")]
+    cases += [("hidden", name, "auto") for name in HIDDEN]
+    rows, worst = [], 0.0
+    for kind, name, method in cases:
+        base = compare_case(baseline, kind, name, method)
+        mine = compare_case(here, kind, name, method)
+        ratio = mine["seconds"] / base["seconds"]
+        worst = max(worst, ratio)
+        same = (
+            "yes"
+            if (mine["positives"], mine["method"])
+            == (
+                base["positives"],
+                base["method"],
+            )
+            else "NO"
+        )
+        flag = f" (over {COMPARE_LIMIT}x)" if ratio > COMPARE_LIMIT else ""
+        rows.append(
+            f"| {name} | {method} | {base['method']} / {mine['method']} | "
+            f"{base['nodes']} / {mine['nodes']} | {base['positives']} / {mine['positives']} "
+            f"({same}) | {base['seconds']:.4f} | {mine['seconds']:.4f} | {ratio:.2f}{flag} | "
+            f"{base['peak_gb']:.2f} / {mine['peak_gb']:.2f} |"
+        )
+        print(rows[-1], flush=True)
+    return "\n".join(
+        [
+            machine_line(run_summary(began)),
+            "",
+            f"Baseline: {baseline} at {_commit(baseline)}; this checkout at {_commit(here)}. "
+            "Each row in a fresh process per checkout, the baseline first; reference rows "
+            "median of 5, the others one run (hidden rows under 4 GiB / 120 s, parsing "
+            f"excluded). Slowest ratio {worst:.2f} (limit {COMPARE_LIMIT}).",
+            "",
+            "| case | method | route main / here | nodes main / here | positives main / here "
+            "(same) | main s | here s | here / main | peak RSS GB main / here |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def _commit(root: Path) -> str:
+    """Short commit of the checkout at ``root`` (``+`` when its tree has changes)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return head + ("+" if dirty else "")
+
+
 def main() -> None:
     """Run every case (or one large case when given ``KIND N``) and write RESULTS.md."""
     if len(sys.argv) == 2 and sys.argv[1] == "problems":
         text = problems_section(time.perf_counter())
         write_section(PROBLEMS_HEADING, text)
+        print(text)
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "compare":
+        text = compare_section(Path(sys.argv[2]).resolve(), time.perf_counter())
+        write_section(COMPARE_HEADING, text)
         print(text)
         return
     if len(sys.argv) == 4 and sys.argv[1] == "problem":
