@@ -692,10 +692,10 @@ kw, repeats = {}, 1
 if kind == "ref":
     from bn_reference import REFERENCE_CLASSIFIERS
     network, spec = REFERENCE_CLASSIFIERS[name].load(shared)
-    repeats = 5
+    repeats = 9
 elif kind == "big":
     from bn_synthetic import chain_tan, naive_bayes
-    n = int(name[2:])
+    n = int("".join(ch for ch in name if ch.isdigit()))
     network = (naive_bayes if name.startswith("nb") else chain_tan)(n, seed=0)
     spec = ClassifierSpec("C", "pos", 0.5, features=[f"x{i}" for i in range(n)])
 else:
@@ -768,7 +768,7 @@ def compare_section(baseline: Path, began: float) -> str:
             "",
             f"Baseline: {baseline} at {_commit(baseline)}; this checkout at {_commit(here)}. "
             "Each row in a fresh process per checkout, the baseline first; reference rows "
-            "median of 5, the others one run (hidden rows under 4 GiB / 120 s, parsing "
+            "median of 9, the others one run (hidden rows under 4 GiB / 120 s, parsing "
             f"excluded). Slowest ratio {worst:.2f} (limit {COMPARE_LIMIT}).",
             "",
             "| case | method | route main / here | nodes main / here | positives main / here "
