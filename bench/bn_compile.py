@@ -661,7 +661,8 @@ def problems_section(began: float) -> str:
         [
             machine_line(run_summary(began)),
             "",
-            "Each case and route in a fresh process, --max-memory 4 GiB, --max-seconds 120 "
+            "Each case and route in a fresh process (the machine shared with other work, "
+            "load average above), --max-memory 4 GiB, --max-seconds 120 "
             f"(checked while running); pgmpy: disagreements on {PROBLEM_CHECKS} random inputs "
             "with VariableElimination. Early: share of the inputs decided before their last "
             "features were enumerated (jointree: at a cut before the last level; separator: "
@@ -769,7 +770,9 @@ def compare_section(baseline: Path, began: float) -> str:
             f"Baseline: {baseline} at {_commit(baseline)}; this checkout at {_commit(here)}. "
             "Each row in a fresh process per checkout, the baseline first; reference rows "
             "median of 9, the others one run (hidden rows under 4 GiB / 120 s, parsing "
-            f"excluded). Slowest ratio {worst:.2f} (limit {COMPARE_LIMIT}).",
+            f"excluded). Slowest ratio {worst:.2f} (limit {COMPARE_LIMIT}). The machine is "
+            "shared with other work (load average above): sub-10 ms rows move by 10-40% "
+            "between runs.",
             "",
             "| case | method | route main / here | nodes main / here | positives main / here "
             "(same) | main s | here s | here / main | peak RSS GB main / here |",
