@@ -681,8 +681,15 @@ def _compile_separator(
         bound = separator_error_bound(network, plan)
         exact = ExactJoint(network, cls, spec.order)
     # Prefixes whose sub-classifier is constant are decided from the prefix message alone
-    # (_constant_prefixes): only where the lower side does not mention the class.
-    settles = not argmax and all(cls not in scope for scope, _ in cut.lower)
+    # (_constant_prefixes): only where the lower side does not mention the class, and where
+    # nothing can underflow (a float 0 is then an exact 0, so the impossible inputs of a
+    # settled prefix are counted exactly from the lower message's zero columns).
+    settles = (
+        not argmax
+        and all(cls not in scope for scope, _ in cut.lower)
+        and bound.abs_num == 0
+        and bound.abs_den == 0
+    )
     if settles:
         upper_bound = upper_error_bound(network, plan)
         zero_columns = [
