@@ -18,7 +18,9 @@ nodes, inputs per state, ties, both routes' seconds, and every input against pgm
 joint; ``bench/bn_compile.py argmax`` runs only these (seconds) and writes their own section.
 
 The UAI problems of ``shared/data/bn/problems.json`` (``bench/bn_compile.py problems``,
-its own section): each case and route (auto, and jointree forced) in a fresh process under
+its own section): each case and route (auto; the separator forced at the cut the planner
+ranks next, for a second positive count over other shared variables; jointree forced) in a
+fresh process under
 4 GiB / 120 s (``--max-memory`` and ``--max-seconds``, the wall-clock limit holding while it
 runs): seconds and peak RSS against the route's estimate, the largest feature block the
 jointree route enumerated at once, the share of inputs it decided early, and for compiled
@@ -59,6 +61,7 @@ from bn_synthetic import chain_tan, naive_bayes
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn import compile as bn_compile
+from boxwatch.offline.bn import plan as bn_plan
 from boxwatch.offline.bn.classifier import ClassifierSpec, dfs_order, resolve_spec
 from boxwatch.offline.bn.compile import CompileResult, compile_classifier
 from boxwatch.offline.bn.exact import ErrorBound, Refinement
@@ -93,7 +96,7 @@ EXACT_REPEATS = 15
 ARGMAX = {"child": ("child", "Disease"), "alarm": ("alarm", "INTUBATION")}
 ARGMAX_HEADING = "## bn_compile argmax (bench/bn_compile.py argmax)"
 PROBLEMS_HEADING = "## bn_compile problems.json (bench/bn_compile.py problems)"
-PROBLEM_ROUTES = ("auto", "jointree")
+PROBLEM_ROUTES = ("auto", "other cut", "jointree")
 PROBLEM_CHECKS = 1000
 PROBLEM_WALL = 150  # seconds before a case's process is stopped from outside
 
@@ -573,6 +576,24 @@ def problem_case(name: str, method: str) -> dict:
                     estimate=plan.estimate,
                     diagram=d,
                 )
+            elif method == "other cut":  # a second split: its own shared variables
+                plan = _second_cut(network, spec)
+                out["estimate"] = plan.estimate.text()
+                out["estimate_s"], out["estimate_b"] = plan.estimate.seconds, plan.estimate.bytes
+                deadline = Deadline(HIDDEN_SECONDS, network.source, start)
+                built = bn_compile._compile_separator(
+                    network, spec, plan, max_memory=HIDDEN_MEMORY, deadline=deadline
+                )
+                d = built.diagram
+                result = SimpleNamespace(
+                    seconds=time.perf_counter() - start,
+                    method=f"separator, cut after {plan.cut.k}",
+                    nodes=d.n_nodes,
+                    positives=d.counts()[d.positive],
+                    estimate=plan.estimate,
+                    diagram=d,
+                    early_inputs=built.early_inputs,
+                )
             else:
                 result = compile_classifier(
                     network, spec, max_memory=HIDDEN_MEMORY, max_seconds=HIDDEN_SECONDS
@@ -622,10 +643,23 @@ def problem_case(name: str, method: str) -> dict:
     return out
 
 
+def _second_cut(network: Network, spec) -> bn_plan.SeparatorPlan:
+    """The separator plan ranked next after the one the planner picks (another cut)."""
+    n = len(spec.order)
+    chosen = bn_plan.plan_separator(network, spec, max_memory=HIDDEN_MEMORY)
+    others = [
+        bn_plan._plan_cut(network, bn_plan.cut_at(network, spec, k), n, HIDDEN_MEMORY)
+        for k in range(1, n)
+        if k != chosen.cut.k
+    ]
+    return min(others, key=lambda p: bn_plan._rank(p, HIDDEN_MEMORY))
+
+
 def problem_rows() -> list[str]:
     """One row per problems.json case and route, each in a fresh process."""
     rows = []
     for problem in json.loads((SHARED / "problems.json").read_text()):
+        first: int | None = None  # positives by the first route (auto)
         for method in PROBLEM_ROUTES:
             try:
                 text = subprocess.run(
@@ -661,9 +695,14 @@ def problem_rows() -> list[str]:
                     f"{r['seconds']:.1f} | {r['peak_gb']:.2f} | {est} | {block} | {early} | - |"
                 )
             else:
+                if first is None:
+                    first, same = r["positives"], "-"
+                else:
+                    same = "yes" if r["positives"] == first else "NO"
                 rows.append(
                     f"| {problem['name']} | {method} -> {r['method']} | {r['nodes']:,} nodes, "
-                    f"{r['positives']:,} of {r['inputs']:,} positive | - | {r['seconds']:.2f} | "
+                    f"{r['positives']:,} of {r['inputs']:,} positive | {same} | "
+                    f"{r['seconds']:.2f} | "
                     f"{r['peak_gb']:.2f} | {est} | {block} | {early} | {r['pgmpy_bad']} |"
                 )
             print(rows[-1], flush=True)
@@ -684,7 +723,8 @@ def problems_section(began: float) -> str:
             "features were enumerated (jointree: at a cut before the last level; separator: "
             "from the prefix message alone).",
             "",
-            "| problem | route | result | - | seconds | peak RSS GB | estimate s / bytes | "
+            "| problem | route | result | positives as auto's | seconds | peak RSS GB | "
+            "estimate s / bytes | "
             "largest block (features) | decided early | pgmpy disagreements |",
             "|---|---|---|---|---|---|---|---|---|---|",
             *rows,
