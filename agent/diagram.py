@@ -739,20 +739,44 @@ def _str_list(value: Any) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+_DENSE_KEYS = 1 << 16
+"""Key spaces up to this size are counted (:func:`unique_rows`), larger ones sorted."""
+
+
 def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of a small non-negative (or -1) int matrix and each row's index in them.
 
-    Rows are packed into one int64 key when they fit (much faster to sort than rows).
+    Rows are packed into one int64 key when they fit (much faster to sort than rows); when
+    every key fits :data:`_DENSE_KEYS` and the rows are at least a quarter as many as the
+    possible keys (a large table of few small values, such as the decision bits of a
+    separator's sub-classifiers) they are counted instead of sorted, column by column
+    without an int64 copy of the rows (a quarter of the memory on binary rows; on small
+    tables the counting arrays would cost more than the sort).
 
     Returns
     -------
     uniq : ndarray of shape (n_unique, width)
     inverse : ndarray of shape (n_rows,)
     """
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
     n, width = rows.shape
     if n == 0:
-        return rows, np.zeros(0, dtype=np.int64)
+        return np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if rows.dtype.kind in "iu":
+        base = int(rows.max()) + 2
+        space = base**width
+        if space <= _DENSE_KEYS and space <= 4 * n and int(rows.min()) >= -1:
+            key = np.zeros(n, dtype=np.int32)
+            for j in range(width):
+                key *= base
+                key += rows[:, j]
+                key += 1
+            present = np.bincount(key, minlength=space) > 0
+            first = np.full(space, -1, dtype=np.int64)
+            first[key[::-1]] = np.arange(n - 1, -1, -1)
+            idmap = np.cumsum(present) - 1
+            uniq = np.ascontiguousarray(rows[first[present]], dtype=np.int64)
+            return uniq, idmap[key]
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
     base = int(rows.max()) + 2
     if width * np.log2(base) < 62:
         key = np.zeros(n, dtype=np.int64)

@@ -18,13 +18,19 @@ nodes, inputs per state, ties, both routes' seconds, and every input against pgm
 joint; ``bench/bn_compile.py argmax`` runs only these (seconds) and writes their own section.
 
 The UAI problems of ``shared/data/bn/problems.json`` (``bench/bn_compile.py problems``,
-its own section): each case and route (auto, and jointree forced) in a fresh process under
+its own section): each case and route (auto; the separator forced at the cut the planner
+ranks next, for a second positive count over other shared variables; jointree forced) in a
+fresh process under
 4 GiB / 120 s (``--max-memory`` and ``--max-seconds``, the wall-clock limit holding while it
 runs): seconds and peak RSS against the route's estimate, the largest feature block the
 jointree route enumerated at once, the share of inputs it decided early, and for compiled
 cases :data:`PROBLEM_CHECKS` random inputs against pgmpy's VariableElimination.
 
 Run: ``.venv/bin/python bench/bn_compile.py``; writes its section of bench/RESULTS.md.
+``.venv/bin/python bench/bn_compile.py compare MAIN``: every row above (reference rows,
+past-enumeration rows, hidden-variable rows) compiled by this checkout and by the checkout
+at ``MAIN`` (with its own ``.venv``), alternately, each in a fresh process; seconds side by
+side and their ratio, flagged past :data:`COMPARE_LIMIT`; its own section.
 ``.venv/bin/python bench/bn_compile.py exact``: only the cost of exact decisions on the
 reference rows, with and without the post-pass in one run; its own section.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import resource
 import statistics
 import subprocess
@@ -54,7 +61,8 @@ from bn_synthetic import chain_tan, naive_bayes
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn import compile as bn_compile
-from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
+from boxwatch.offline.bn import plan as bn_plan
+from boxwatch.offline.bn.classifier import ClassifierSpec, dfs_order, resolve_spec
 from boxwatch.offline.bn.compile import CompileResult, compile_classifier
 from boxwatch.offline.bn.exact import ErrorBound, Refinement
 from boxwatch.offline.bn.io import Network, load_network
@@ -88,9 +96,23 @@ EXACT_REPEATS = 15
 ARGMAX = {"child": ("child", "Disease"), "alarm": ("alarm", "INTUBATION")}
 ARGMAX_HEADING = "## bn_compile argmax (bench/bn_compile.py argmax)"
 PROBLEMS_HEADING = "## bn_compile problems.json (bench/bn_compile.py problems)"
-PROBLEM_ROUTES = ("auto", "jointree")
+PROBLEM_ROUTES = ("auto", "other cut", "jointree")
 PROBLEM_CHECKS = 1000
 PROBLEM_WALL = 150  # seconds before a case's process is stopped from outside
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process in GiB: ``VmHWM`` of /proc/self/status, which a
+    new program starts afresh (``ru_maxrss`` carries the forking parent's peak across exec,
+    so a case run from a large bench process would report the bench's memory)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024**2
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
 def median_seconds(network, spec, method: str) -> tuple[float, CompileResult]:
@@ -235,7 +257,7 @@ def big_case(kind: str, n: int) -> dict:
     start = time.perf_counter()
     result = compile_classifier(network, spec)
     seconds = time.perf_counter() - start
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    peak_gb = peak_rss_gb()
     d = result.diagram
     X = np.random.default_rng(1).integers(0, 2, size=(10_000, n))
     cols = [d.features.index(f) for f in feats]
@@ -340,10 +362,10 @@ def hidden_case(name: str) -> dict:
         return {
             "refused": str(exc),
             "seconds": time.perf_counter() - start,
-            "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+            "peak_gb": peak_rss_gb(),
         }
     seconds = time.perf_counter() - start
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    peak_gb = peak_rss_gb()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         uniform_bad, sampled_bad = disagreements_with_pgmpy(
@@ -395,7 +417,7 @@ def plan_rows() -> list[str]:
 
     cases = {name: hidden_spec(name) for name in HIDDEN}
     network, _ = cases["munin1"]
-    dfs = default_order(network, "DIFFN_SEV", network.leaves())[:7]
+    dfs = dfs_order(network, "DIFFN_SEV", network.leaves())[:7]
     cases["munin1, first 7 leaves of the DFS order"] = (
         network,
         ClassifierSpec("DIFFN_SEV", "MILD", 0.5, features=dfs),
@@ -409,7 +431,9 @@ def plan_rows() -> list[str]:
             _expression(factors, keep), *[t for _, t in factors], optimize="greedy"
         )
         start = time.perf_counter()
-        planned = plan_joint(network, resolved, max_memory=HIDDEN_MEMORY).contraction
+        # no memory limit: plan_joint skips planning a joint table that cannot fit (hepar2)
+        planned = plan_joint(network, resolved, max_memory=math.inf).contraction
+        assert planned is not None
         rows.append(
             f"| {name} | {float(greedy.opt_cost):.3g} / "
             f"{float(greedy.largest_intermediate):.3g} | "
@@ -494,7 +518,6 @@ def argmax_rows() -> list[str]:
 def argmax_section(began: float) -> str:
     """The argmax section of RESULTS.md (threshold rows of the same networks beside)."""
     rows = argmax_rows()
-    rows = problem_rows()
     return "\n".join(
         [
             machine_line(run_summary(began)),
@@ -553,19 +576,40 @@ def problem_case(name: str, method: str) -> dict:
                     estimate=plan.estimate,
                     diagram=d,
                 )
+            elif method == "other cut":  # a second split: its own shared variables
+                plan = _second_cut(network, spec)
+                out["estimate"] = plan.estimate.text()
+                out["estimate_s"], out["estimate_b"] = plan.estimate.seconds, plan.estimate.bytes
+                deadline = Deadline(HIDDEN_SECONDS, network.source, start)
+                built = bn_compile._compile_separator(
+                    network, spec, plan, max_memory=HIDDEN_MEMORY, deadline=deadline
+                )
+                d = built.diagram
+                result = SimpleNamespace(
+                    seconds=time.perf_counter() - start,
+                    method=f"separator, cut after {plan.cut.k}",
+                    nodes=d.n_nodes,
+                    positives=d.counts()[d.positive],
+                    estimate=plan.estimate,
+                    diagram=d,
+                    early_inputs=built.early_inputs,
+                )
             else:
                 result = compile_classifier(
                     network, spec, max_memory=HIDDEN_MEMORY, max_seconds=HIDDEN_SECONDS
                 )
     except (CompileLimitError, ConfigError, MemoryError) as exc:
         out.update(refused=str(exc).replace("|", "/"), seconds=time.perf_counter() - start)
-        out.update(peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2)
-        out.update(largest_block=stats.largest_block, early=stats.early_inputs)
+        out.update(peak_gb=peak_rss_gb())
+        out.update(
+            largest_block=stats.largest_block,
+            early=stats.early_inputs if method == "jointree" else None,
+        )
         out.update(messages=max(stats.messages or [0]))
         return out
     out.update(
         seconds=result.seconds,
-        peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        peak_gb=peak_rss_gb(),
         method=result.method,
         nodes=result.nodes,
         positives=result.positives,
@@ -573,7 +617,7 @@ def problem_case(name: str, method: str) -> dict:
         estimate_s=result.estimate.seconds,
         estimate_b=result.estimate.bytes,
         largest_block=stats.largest_block,
-        early=stats.early_inputs,
+        early=stats.early_inputs if method == "jointree" else result.early_inputs,
         messages=max(stats.messages or [0]),
     )
     d = result.diagram
@@ -599,10 +643,23 @@ def problem_case(name: str, method: str) -> dict:
     return out
 
 
+def _second_cut(network: Network, spec) -> bn_plan.SeparatorPlan:
+    """The separator plan ranked next after the one the planner picks (another cut)."""
+    n = len(spec.order)
+    chosen = bn_plan.plan_separator(network, spec, max_memory=HIDDEN_MEMORY)
+    others = [
+        bn_plan._plan_cut(network, bn_plan.cut_at(network, spec, k), n, HIDDEN_MEMORY)
+        for k in range(1, n)
+        if k != chosen.cut.k
+    ]
+    return min(others, key=lambda p: bn_plan._rank(p, HIDDEN_MEMORY))
+
+
 def problem_rows() -> list[str]:
     """One row per problems.json case and route, each in a fresh process."""
     rows = []
     for problem in json.loads((SHARED / "problems.json").read_text()):
+        first: int | None = None  # positives by the first route (auto)
         for method in PROBLEM_ROUTES:
             try:
                 text = subprocess.run(
@@ -631,16 +688,21 @@ def problem_rows() -> list[str]:
                 else "-"
             )
             block = r.get("largest_block") or "-"
-            early = f"{r['early'] / r['inputs']:.1%}" if r.get("largest_block") else "-"
+            early = f"{r['early'] / r['inputs']:.1%}" if r.get("early") is not None else "-"
             if "refused" in r:
                 rows.append(
                     f"| {problem['name']} | {method} | not compiled: {r['refused'][:300]} | - | "
                     f"{r['seconds']:.1f} | {r['peak_gb']:.2f} | {est} | {block} | {early} | - |"
                 )
             else:
+                if first is None:
+                    first, same = r["positives"], "-"
+                else:
+                    same = "yes" if r["positives"] == first else "NO"
                 rows.append(
                     f"| {problem['name']} | {method} -> {r['method']} | {r['nodes']:,} nodes, "
-                    f"{r['positives']:,} of {r['inputs']:,} positive | - | {r['seconds']:.2f} | "
+                    f"{r['positives']:,} of {r['inputs']:,} positive | {same} | "
+                    f"{r['seconds']:.2f} | "
                     f"{r['peak_gb']:.2f} | {est} | {block} | {early} | {r['pgmpy_bad']} |"
                 )
             print(rows[-1], flush=True)
@@ -654,12 +716,15 @@ def problems_section(began: float) -> str:
         [
             machine_line(run_summary(began)),
             "",
-            "Each case and route in a fresh process, --max-memory 4 GiB, --max-seconds 120 "
+            "Each case and route in a fresh process (the machine shared with other work, "
+            "load average above), --max-memory 4 GiB, --max-seconds 120 "
             f"(checked while running); pgmpy: disagreements on {PROBLEM_CHECKS} random inputs "
-            "with VariableElimination. Early: share of the inputs the jointree route decided "
-            "at a cut before the last level.",
+            "with VariableElimination. Early: share of the inputs decided before their last "
+            "features were enumerated (jointree: at a cut before the last level; separator: "
+            "from the prefix message alone).",
             "",
-            "| problem | route | result | - | seconds | peak RSS GB | estimate s / bytes | "
+            "| problem | route | result | positives as auto's | seconds | peak RSS GB | "
+            "estimate s / bytes | "
             "largest block (features) | decided early | pgmpy disagreements |",
             "|---|---|---|---|---|---|---|---|---|---|",
             *rows,
@@ -667,11 +732,137 @@ def problems_section(began: float) -> str:
     )
 
 
+COMPARE_HEADING = "## bn_compile against main (bench/bn_compile.py compare MAIN)"
+COMPARE_LIMIT = 1.5  # a row this much slower than the baseline's is flagged
+# Runs in either checkout (only APIs both have): one row's compile, figures as JSON.
+COMPARE_CODE = r"""
+import json, statistics, sys, time
+from pathlib import Path
+root, kind, name, method = sys.argv[1:5]
+sys.path.insert(0, str(Path(root) / "tests"))
+from boxwatch.offline.bn.classifier import ClassifierSpec
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.plan import CompileLimitError
+shared = Path(root).resolve().parent / "shared" / "data" / "bn"
+kw, repeats = {}, 1
+if kind == "ref":
+    from bn_reference import REFERENCE_CLASSIFIERS
+    network, spec = REFERENCE_CLASSIFIERS[name].load(shared)
+    repeats = 9
+elif kind == "big":
+    from bn_synthetic import chain_tan, naive_bayes
+    n = int("".join(ch for ch in name if ch.isdigit()))
+    network = (naive_bayes if name.startswith("nb") else chain_tan)(n, seed=0)
+    spec = ClassifierSpec("C", "pos", 0.5, features=[f"x{i}" for i in range(n)])
+else:
+    file, cls, positive, n_leaves, threshold = json.loads(sys.argv[5])
+    network = load_network(shared / file)
+    spec = ClassifierSpec(cls, positive, threshold, features=network.leaves()[:n_leaves])
+    kw = {"max_memory": 4 << 30, "max_seconds": 120.0}
+times, out = [], {}
+for _ in range(repeats):
+    start = time.perf_counter()
+    try:
+        r = compile_classifier(network, spec, method=method, **kw)
+        out = {"method": r.method, "nodes": r.nodes, "positives": r.positives}
+    except CompileLimitError:
+        out = {"method": "refused", "nodes": None, "positives": None}
+    times.append(time.perf_counter() - start)
+out["seconds"] = statistics.median(times)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]  # fresh per program
+out["peak_gb"] = int(hwm[0].split()[1]) / 1024**2
+print(json.dumps(out))
+"""
+
+
+def compare_case(root: Path, kind: str, name: str, method: str) -> dict:
+    """One row compiled by the checkout at ``root`` (its own .venv), in a fresh process."""
+    extra = [json.dumps(HIDDEN[name])] if kind == "hidden" else []
+    text = subprocess.run(
+        [str(root / ".venv" / "bin" / "python"), "-c", COMPARE_CODE, str(root), kind, name]
+        + [method, *extra],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def compare_section(baseline: Path, began: float) -> str:
+    """Every existing row by this checkout and by ``baseline`` (main), alternately."""
+    here = Path(__file__).resolve().parents[1]
+    cases = [("ref", name, m) for name in REFERENCE_CLASSIFIERS for m in ("joint", "decompose")]
+    cases += [("big", "nb40", "auto"), ("big", "tan30", "auto")]
+    cases += [("hidden", name, "auto") for name in HIDDEN]
+    rows, worst = [], 0.0
+    for kind, name, method in cases:
+        base = compare_case(baseline, kind, name, method)
+        mine = compare_case(here, kind, name, method)
+        ratio = mine["seconds"] / base["seconds"]
+        worst = max(worst, ratio)
+        same = (
+            "yes"
+            if (mine["positives"], mine["method"])
+            == (
+                base["positives"],
+                base["method"],
+            )
+            else "NO"
+        )
+        flag = f" (over {COMPARE_LIMIT}x)" if ratio > COMPARE_LIMIT else ""
+        rows.append(
+            f"| {name} | {method} | {base['method']} / {mine['method']} | "
+            f"{base['nodes']} / {mine['nodes']} | {base['positives']} / {mine['positives']} "
+            f"({same}) | {base['seconds']:.4f} | {mine['seconds']:.4f} | {ratio:.2f}{flag} | "
+            f"{base['peak_gb']:.2f} / {mine['peak_gb']:.2f} |"
+        )
+        print(rows[-1], flush=True)
+    return "\n".join(
+        [
+            machine_line(run_summary(began)),
+            "",
+            f"Baseline: {baseline} at {_commit(baseline)}; this checkout at {_commit(here)}. "
+            "Each row in a fresh process per checkout, the baseline first; reference rows "
+            "median of 9, the others one run (hidden rows under 4 GiB / 120 s, parsing "
+            f"excluded). Slowest ratio {worst:.2f} (limit {COMPARE_LIMIT}). The machine is "
+            "shared with other work (load average above): sub-10 ms rows move by 10-40% "
+            "between runs.",
+            "",
+            "| case | method | route main / here | nodes main / here | positives main / here "
+            "(same) | main s | here s | here / main | peak RSS GB main / here |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def _commit(root: Path) -> str:
+    """Short commit of the checkout at ``root`` (``+`` when its tree has changes)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return head + ("+" if dirty else "")
+
+
 def main() -> None:
     """Run every case (or one large case when given ``KIND N``) and write RESULTS.md."""
     if len(sys.argv) == 2 and sys.argv[1] == "problems":
         text = problems_section(time.perf_counter())
         write_section(PROBLEMS_HEADING, text)
+        print(text)
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "compare":
+        text = compare_section(Path(sys.argv[2]).resolve(), time.perf_counter())
+        write_section(COMPARE_HEADING, text)
         print(text)
         return
     if len(sys.argv) == 4 and sys.argv[1] == "problem":

@@ -81,3 +81,26 @@ def random_dag(
         chosen = sorted(rng.choice(i, size=k, replace=False)) if k else []
         parents[v] = tuple(names[j] for j in chosen)
     return _network(f"random_dag_{n_variables}_{seed}", names, states, parents, rng, floor)
+
+
+def qmr(
+    n_roots: int, n_features: int, *, seed: int, per_feature: int = 2, floor: float = 0.05
+) -> Network:
+    """QMR-like network: class ``C`` and hidden roots ``h0 ..`` over feature leaves ``f0 ..``.
+
+    Each feature has ``per_feature`` hidden roots as parents, drawn at random; ``f0`` and
+    ``f1`` also have the class. Roots are listed before features (file order), features in
+    index order, so a depth-first search from the class reaches the features by root, not by
+    how many roots they share (tcc4e's shape, small).
+    """
+    rng = np.random.default_rng(seed)
+    roots = [f"h{i}" for i in range(n_roots)]
+    feats = [f"f{i}" for i in range(n_features)]
+    states = {v: ("neg", "pos") if v == "C" else ("0", "1") for v in ["C", *roots, *feats]}
+    parents: dict[str, tuple[str, ...]] = {"C": (), **{h: () for h in roots}}
+    for i, f in enumerate(feats):
+        chosen = sorted(rng.choice(n_roots, size=per_feature, replace=False))
+        parents[f] = (*(("C",) if i < 2 else ()), *(roots[j] for j in chosen))
+    return _network(
+        f"qmr_{n_roots}_{n_features}_{seed}", ["C", *roots, *feats], states, parents, rng, floor
+    )

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from boxwatch.agent import diagram as diagram_mod
 from boxwatch.agent.artifact import build_artifact_bytes, load_artifact
 from boxwatch.agent.diagram import DecisionDiagram, RecordError
 from boxwatch.agent.errors import ArtifactError
@@ -259,3 +260,25 @@ def test_predict_accepts_state_names_and_records():
     names[4, 2] = "zz"
     with pytest.raises(RecordError, match=r"record 4: feature 'f2' has state 'zz'"):
         d.predict(names)
+
+
+@pytest.mark.parametrize(
+    ("shape", "high", "dtype"),
+    [
+        ((5000, 2), 2, np.uint8),
+        ((3000, 2), 40, np.int64),
+        ((400, 3), 6, np.int16),
+        ((900, 2), 300, np.int64),
+    ],
+)
+def test_unique_rows_counted_and_sorted_agree(monkeypatch, shape, high, dtype):
+    rows = np.random.default_rng(0).integers(-1, high, size=shape).astype(dtype)
+    if dtype == np.uint8:
+        rows = np.abs(rows).astype(dtype)
+    uniq, inverse = diagram_mod.unique_rows(rows)
+    assert uniq.dtype == np.int64 and inverse.dtype == np.int64
+    assert (uniq[inverse] == rows).all()
+    assert (np.diff([tuple(r) for r in uniq], axis=0) != 0).any(axis=1).all()  # distinct
+    monkeypatch.setattr(diagram_mod, "_DENSE_KEYS", 0)  # force the sorting path
+    sorted_uniq, sorted_inverse = diagram_mod.unique_rows(rows)
+    assert (uniq == sorted_uniq).all() and (inverse == sorted_inverse).all()

@@ -44,7 +44,9 @@ _CLASSIFIER_OPTIONS = (
         "--order",
         default=None,
         help="Comma-separated variable order of the diagram (default: features in "
-        "the order a depth-first search from the class first reaches them).",
+        "the order a depth-first search from the class first reaches them, or a greedy "
+        "order keeping few hidden variables between prefix and rest where its cuts are "
+        "cheaper).",
     ),
 )
 

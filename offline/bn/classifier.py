@@ -13,12 +13,16 @@ against a network (all problems at once) and fills in the defaults.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from boxwatch.agent.diagram import ARGMAX, DECISIONS, THRESHOLD
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.separator import prefix_side
+
+_SCALE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,30 @@ def default_features(network: Network, class_variable: str) -> tuple[str, ...]:
 def default_order(
     network: Network, class_variable: str, features: Sequence[str]
 ) -> tuple[str, ...]:
-    """Deterministic default order: features by first visit of a depth-first search.
+    """Deterministic default order: the depth-first order or the frontier order, whichever
+    has the cheaper cuts.
+
+    Both candidates are scored by :func:`cut_cost` (the states of the smallest separator
+    between each prefix and the rest, summed over the cuts); the frontier order
+    (:func:`frontier_order`) replaces the depth-first one (:func:`dfs_order`) only when it is
+    strictly cheaper, so a network where the depth-first order is as good keeps it. Without
+    hidden variables (every relevant variable is the class or a feature) the cuts hold no
+    hidden states and the depth-first order is kept without scoring.
+    """
+    dfs = dfs_order(network, class_variable, features)
+    keep = {class_variable, *features}
+    if len(dfs) < 3 or network.ancestors([*keep]) == keep:
+        return dfs
+    frontier = frontier_order(network, class_variable, features)
+    if frontier == dfs:
+        return dfs
+    if cut_cost(network, class_variable, frontier) < cut_cost(network, class_variable, dfs):
+        return frontier
+    return dfs
+
+
+def dfs_order(network: Network, class_variable: str, features: Sequence[str]) -> tuple[str, ...]:
+    """Features by first visit of a depth-first search.
 
     The search starts at the class variable and walks the undirected network graph,
     visiting neighbours as parents first, then children, each in file order. Features
@@ -109,6 +136,99 @@ def default_order(
         stack.extend(reversed([u for u in nbrs if u not in seen]))
     out.extend(f for f in network.variables if f in wanted and f not in seen)
     return tuple(out)
+
+
+def frontier_order(
+    network: Network, class_variable: str, features: Sequence[str]
+) -> tuple[str, ...]:
+    """Greedy order that keeps the frontier of open hidden variables small.
+
+    Depth-first search strands features on networks where many hidden roots each point at
+    a few features (QMR-like networks such as tcc4e): the features sharing a root end up far
+    apart and the cut between a prefix and the rest holds many roots. Here each feature's
+    *hidden neighbours* are its neighbours in the moral graph that are neither features nor
+    the class; the *frontier* of a prefix is the hidden neighbours of its features that are
+    also hidden neighbours of a feature still to come (they must be kept in any message
+    between the two). The features in the class's Markov blanket come first (once the
+    class's child features are in, fewer CPTs past the cut mention the class, which lets
+    the jointree route decide partial inputs early), then the rest;
+    within each group the next feature is the one leaving the smallest frontier (summed
+    ``log(states)``), ties broken by the most hidden neighbours already seen, then by the
+    depth-first order. Deterministic: the weights are integers (``log(states)`` scaled), so
+    no sum depends on the order a set is walked in.
+    """
+    dfs = dfs_order(network, class_variable, features)
+    rank = {f: i for i, f in enumerate(dfs)}
+    wanted = set(features)
+    hidden = {f: _hidden_neighbours(network, f, class_variable, wanted) for f in dfs}
+    weight = {h: round(math.log(network.card(h)) * _SCALE) for hs in hidden.values() for h in hs}
+    pending: dict[str, int] = {}
+    for hs in hidden.values():
+        for h in hs:
+            pending[h] = pending.get(h, 0) + 1
+    blanket = _hidden_neighbours(network, class_variable, None, set()) & wanted
+    groups = [[f for f in dfs if f in blanket], [f for f in dfs if f not in blanket]]
+    opened: set[str] = set()
+    out: list[str] = []
+    for group in groups:
+        rest = list(group)
+        while rest:
+            best = min(
+                rest, key=lambda f: _frontier_score(f, hidden, opened, pending, weight, rank)
+            )
+            rest.remove(best)
+            out.append(best)
+            opened |= hidden[best]
+            for h in hidden[best]:
+                pending[h] -= 1
+    return tuple(out)
+
+
+def _frontier_score(
+    f: str,
+    hidden: dict[str, set[str]],
+    opened: set[str],
+    pending: dict[str, int],
+    weight: dict[str, int],
+    rank: dict[str, int],
+) -> tuple[int, int, int]:
+    """Rank of ``f`` as the next feature of :func:`frontier_order` (smallest first): the
+    frontier it leaves, minus the hidden neighbours already seen, then depth-first rank."""
+    left = sum(weight[h] for h in opened | hidden[f] if pending[h] - (h in hidden[f]) > 0)
+    return (left, -len(hidden[f] & opened), rank[f])
+
+
+def _hidden_neighbours(
+    network: Network, var: str, class_variable: str | None, features: set[str]
+) -> set[str]:
+    """Moral-graph neighbours of ``var`` (parents, children, the children's other parents)
+    other than ``var``, the class and the features."""
+    near = set(network.parents[var])
+    for child in network.children(var):
+        near.add(child)
+        near.update(network.parents[child])
+    near.discard(var)
+    if class_variable is not None:
+        near.discard(class_variable)
+    return near - features
+
+
+def cut_cost(network: Network, class_variable: str, order: Sequence[str]) -> int:
+    """Sum over the cuts of ``order`` (after 1 .. n-1 features) of the states of the
+    minimum vertex separator between the prefix and the rest in the moral graph
+    (:func:`~boxwatch.offline.bn.separator.prefix_side`, the class left out).
+
+    The messages of the separator and jointree routes are as large as these separators, so
+    an order with cheaper cuts has cheaper routes. Computed from the CPT scopes alone.
+    """
+    order = list(order)
+    relevant = network.ancestors([class_variable, *order])
+    scopes = [(*network.parents[v], v) for v in network.variables if v in relevant]
+    total = 0
+    for k in range(1, len(order)):
+        _, cut = prefix_side(network, scopes, class_variable, order[:k], order[k:])
+        total += math.prod(network.card(v) for v in cut)
+    return total
 
 
 def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:

@@ -67,6 +67,7 @@ from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_ro
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.exact import (
+    ErrorBound,
     ExactBudget,
     ExactJoint,
     Refinement,
@@ -96,6 +97,7 @@ from boxwatch.offline.bn.plan import (
     refusal,
     relevant_factors,
     separator_error_bound,
+    upper_error_bound,
     within,
 )
 
@@ -162,6 +164,10 @@ class CompileResult:
     tie_pairs : dict of (str, str) to int
         Argmax only: for each pair of states (network order) the inputs on which both are
         within ``tie_tolerance`` of the largest posterior; pairs that never tie are left out.
+    early_inputs : int
+        Inputs decided before their last features were enumerated: by the separator route
+        from the prefix message alone (a prefix whose every completion has one decision),
+        by the jointree route at a cut before the last level.
     """
 
     diagram: DecisionDiagram
@@ -184,6 +190,7 @@ class CompileResult:
     decided: dict[str, int] | None = None
     tie_pairs: dict[tuple[str, str], int] | None = None
     tie_tolerance: float | None = None
+    early_inputs: int = 0
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -385,6 +392,7 @@ def compile_classifier(
         decided=counts,
         tie_pairs=_tie_pairs(diagram.terminals, built.tie_pairs),
         tie_tolerance=TIE_TOLERANCE if diagram.is_argmax else None,
+        early_inputs=built.early_inputs,
     )
 
 
@@ -406,6 +414,7 @@ class _Built:
     tie_pairs: np.ndarray | None = None
     exact_inputs: int = 0
     uncertified: int = 0
+    early_inputs: int = 0
 
 
 def _tie_pairs(
@@ -671,6 +680,24 @@ def _compile_separator(
     if not argmax:
         bound = separator_error_bound(network, plan)
         exact = ExactJoint(network, cls, spec.order)
+    # Prefixes whose sub-classifier is constant are decided from the prefix message alone
+    # (_constant_prefixes): only where the lower side does not mention the class, and where
+    # nothing can underflow (a float 0 is then an exact 0, so the impossible inputs of a
+    # settled prefix are counted exactly from the lower message's zero columns).
+    settles = (
+        not argmax
+        and all(cls not in scope for scope, _ in cut.lower)
+        and bound.abs_num == 0
+        and bound.abs_den == 0
+    )
+    if settles:
+        upper_bound = upper_error_bound(network, plan)
+        zero_columns = [
+            int(np.count_nonzero(~(lo[c, :, 0, :] > 0).any(axis=1))) for c in range(n_ctx)
+        ]
+        all_false = np.packbits(np.zeros((1, n_suf), dtype=bool), axis=1)
+        all_true = np.packbits(np.ones((1, n_suf), dtype=bool), axis=1)
+    settled = 0
     refined, budget = Refinement(), ExactBudget()
     # context index of every prefix (mixed radix over ctx, in prefix-grid order)
     grid = np.indices(cards[:k]).reshape(k, -1)
@@ -695,6 +722,18 @@ def _compile_separator(
             deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
             part = members[s : s + block]
             u = up[part]
+            whole = part
+            const = None
+            if settles:
+                const = _constant_prefixes(
+                    u, pos, threshold, upper_bound, all_possible=zero_columns[c] == 0
+                )
+                live = const < 0
+                if not live.all():
+                    n_neg = int(np.count_nonzero(const == 0))
+                    impossible += n_neg * zero_columns[c]
+                    settled += part.size - int(np.count_nonzero(live))
+                    part, u = part[live], u[live]
             if argmax:
                 probs = np.stack([u[:, z, :] @ l_states[z] for z in range(zc)])
                 _, codes, p, t, imp = _decide_argmax(probs)
@@ -705,7 +744,7 @@ def _compile_separator(
                 packed = np.ascontiguousarray(codes)
             else:
                 num = u[:, pos, :] @ l_states[pos]
-                den = u.reshape(part.size, -1) @ l_all
+                den = u.reshape(part.size, l_all.shape[0]) @ l_all
                 decision = np.empty(num.shape, dtype=bool)
                 impossible += int(np.count_nonzero(~(den > 0)))
                 refined.add(
@@ -722,6 +761,12 @@ def _compile_separator(
                     )
                 )
                 packed = np.ascontiguousarray(np.packbits(decision, axis=1))
+                if const is not None and part.size < whole.size:
+                    rows = np.empty((whole.size, packed.shape[1]), dtype=np.uint8)
+                    rows[const < 0] = packed
+                    rows[const == 0] = all_false
+                    rows[const == 1] = all_true
+                    packed, part = rows, whole
             keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             local = np.empty(first.size, dtype=np.int64)
@@ -744,12 +789,14 @@ def _compile_separator(
         len(patterns), -1
     )
     del patterns
+    table: np.ndarray
     if argmax:
         table = packed_rows.astype(np.int64).reshape(-1, *cards[k:])
     else:
-        bits = np.unpackbits(packed_rows, axis=1, count=n_suf).astype(bool)
-        table = np.where(bits, pos_sink, 1 - pos_sink).astype(np.int64).reshape(-1, *cards[k:])
-        del bits
+        table = np.unpackbits(packed_rows, axis=1, count=n_suf)  # sink ids 0 / 1, one byte
+        if pos_sink == 0:
+            table ^= 1
+        table = table.reshape(-1, *cards[k:])
     store = _NodeStore(len(terminals), cards, deadline)
     level_k_ids = store.bottom_up(table, k)
     prefix_table = level_k_ids[key_of_prefix].reshape(1, *cards[:k])
@@ -766,7 +813,33 @@ def _compile_separator(
         tie_pairs=pairs if argmax else None,
         exact_inputs=refined.exact_inputs,
         uncertified=refined.uncertified,
+        early_inputs=settled * n_suf,
     )
+
+
+def _constant_prefixes(
+    u: np.ndarray, pos: int, threshold: float, bound: ErrorBound, *, all_possible: bool
+) -> np.ndarray:
+    """Per prefix of a block: 0 when every completion is negative, 1 when every one is
+    positive, -1 when the completions have to be computed.
+
+    With a lower side free of the class, an input's exact margin ``P(pos, x) - T P(x)`` is
+    ``sum_z l(z, x) g(z)`` with ``g(z) = u(pos, z) - T sum_c u(c, z)`` and ``l >= 0``. Where
+    every ``g(z)`` is certainly negative (its float's sign outside ``bound``'s window) the
+    margin is negative wherever ``P(x) > 0``, and an input with ``P(x) = 0`` is decided
+    negative anyway. Where every ``g(z)`` is certainly positive the margin is positive
+    wherever ``P(x) > 0``, and ``all_possible`` (no completion column of the lower message
+    all zero) makes that every completion. No input so decided is a tie.
+    """
+    u_pos = u[:, pos, :]
+    u_all = u.sum(axis=1)
+    g = u_pos - threshold * u_all
+    sure = ~bound.undecided(u_pos, u_all, threshold, margin=g.copy())
+    out = np.full(u.shape[0], -1, dtype=np.int8)
+    out[(sure & (g < 0)).all(axis=1)] = 0
+    if all_possible:
+        out[(sure & (g > 0)).all(axis=1)] = 1
+    return out
 
 
 def _separator_locate(
@@ -1377,6 +1450,7 @@ def _compile_jointree(
         ties,
         impossible,
         tie_pairs=pairs if argmax else None,
+        early_inputs=stats.early_inputs,
     )
 
 

@@ -319,6 +319,22 @@ def separator_error_bound(network: Network, plan: SeparatorPlan) -> ErrorBound:
     return ErrorBound(k + shared, k + cut.shared_states, a, zc * a * 1.01)
 
 
+def upper_error_bound(network: Network, plan: SeparatorPlan) -> ErrorBound:
+    """Error bound of the margin ``u(pos, z) - t sum_c u(c, z)`` of the prefix message alone.
+
+    Where the lower side does not mention the class, an input's margin is
+    ``sum_z l(z, x) (u(pos, z) - t sum_c u(c, z))``: a prefix whose per-state margins all
+    have one sign decides every completion at once. ``u(pos, .)`` meets the CPTs'
+    conversions and the upper contraction's roundings; the sum over the class
+    ``card(C) - 1`` more.
+    """
+    cut = plan.cut
+    zc = network.card(cut.z[0])
+    k = len(cut.upper) + plan.up.roundings
+    a = absolute_error(network, cut.upper, plan.up.flops, {*cut.prefix, *cut.z})
+    return ErrorBound(k, k + zc - 1, a, zc * a * 1.01)
+
+
 def _separator_floor(cut: Cut) -> tuple[float, float]:
     """Bytes and seconds of a cut before its contractions are planned (a lower bound)."""
     inputs = cut.n_pre * cut.n_suf
@@ -333,8 +349,10 @@ def _separator_floor(cut: Cut) -> tuple[float, float]:
 
 
 def distinct_table_bytes(cut: Cut, count: int) -> float:
-    """Bytes of ``count`` distinct sub-classifiers once unpacked and sorted (~24 a cell)."""
-    return 24.0 * count * cut.n_suf
+    """Bytes of ``count`` distinct sub-classifiers once unpacked and merged into nodes: one
+    byte a cell for the decisions, and the first levels' keys, node ids and their
+    successors (12 bytes a cell measured on binary features; 16 allowed)."""
+    return 16.0 * count * cut.n_suf
 
 
 def _separator_estimate(cut: Cut, up: Contraction, lo: Contraction, n: int) -> Estimate:
