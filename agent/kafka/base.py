@@ -60,14 +60,6 @@ class IdlePacer:
             return False
         return time.monotonic() - self._last_record >= IDLE_AFTER_S
 
-    def wait_slot(self, timeout_s: float) -> bool:
-        """Sleep until the next slot, at most ``timeout_s``; whether the slot came (then the
-        one after it is set ``interval_s`` from now)."""
-        wait = self.until_slot()
-        if wait > 0:
-            time.sleep(min(wait, timeout_s))
-        return self.take_slot()
-
     def until_slot(self) -> float:
         """Seconds until the next fetch slot (0 when it has come)."""
         return max(self._next_slot - time.monotonic(), 0.0)
