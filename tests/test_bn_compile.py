@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import opt_einsum
 import pytest
 from bn_reference import REFERENCE_CLASSIFIERS
 from bn_synthetic import chain_tan, naive_bayes, random_dag
+from determinism import outputs_under_hash_seeds
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn import compile as bn_compile
@@ -449,16 +447,7 @@ def test_plans_do_not_depend_on_string_hashing():
         "print(plan_joint(net, spec, max_memory=1e9).contraction.path,\n"
         "      plan_separator(net, spec, max_memory=1e9).estimate)\n"
     )
-    outs = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(Path(__file__).parent)},
-        ).stdout
-        for seed in ("1", "2", "3")
-    }
+    outs = outputs_under_hash_seeds(code)
     assert len(outs) == 1, outs
 
 

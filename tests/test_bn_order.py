@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from bn_synthetic import chain_tan, qmr
+from determinism import outputs_under_hash_seeds
 
 from boxwatch.offline.bn import compile as bn_compile
 from boxwatch.offline.bn import plan as bn_plan
@@ -81,16 +77,7 @@ def test_the_default_order_does_not_depend_on_string_hashing():
         "    net = qmr(8, 12, seed=seed)\n"
         "    print(default_order(net, 'C', feats), frontier_order(net, 'C', feats))\n"
     )
-    outs = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(Path(__file__).parent)},
-        ).stdout
-        for seed in ("1", "2", "3")
-    }
+    outs = outputs_under_hash_seeds(code)
     assert len(outs) == 1, outs
 
 
