@@ -216,6 +216,21 @@ def test_auto_needs_two_known_classes_checked_before_the_build(demo):
     prepare(load_config(write(work, {**bad, "layers": ["logits"]}, "one_listed")))
 
 
+def _choose_halves(path, infos, output: str, x: np.ndarray, y: np.ndarray):
+    """The build's layer choice on a small model: even rows train, odd rows validate."""
+    return layer_choice.choose_layers(
+        lambda names: open_tap(path, names),
+        infos,
+        output=output,
+        pooling="flatten",
+        preprocess=lambda v: v,
+        train=(x[::2], y[::2]),
+        validation=(x[1::2], y[1::2]),
+        n_classes=3,
+        params={"tau": [1.0, 0.2]},
+    )
+
+
 @pytest.mark.slow
 def test_screening_leaves_out_copies_and_wide_layers_and_picks_per_block(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
@@ -263,17 +278,7 @@ def test_screening_leaves_out_copies_and_wide_layers_and_picks_per_block(tmp_pat
         )
     monkeypatch.setattr(layer_choice, "MAX_FEATURES", 20)
     infos = open_tap(path).candidates()
-    choice = layer_choice.choose_layers(
-        lambda names: open_tap(path, names),
-        infos,
-        output="logits",
-        pooling="flatten",
-        preprocess=lambda v: v,
-        train=(x[::2], y[::2]),
-        validation=(x[1::2], y[1::2]),
-        n_classes=3,
-        params={"tau": [1.0, 0.2]},
-    )
+    choice = _choose_halves(path, infos, "logits", x, y)
     why = {c["layer"]: c["reason"] for c in choice.candidates}
     assert why["/conv/Conv_output_0"].startswith("32 features > 20")
     flats = [name for name in why if "Flatten" in name]
@@ -333,17 +338,7 @@ def test_torch_export_program_output_and_blocks(tmp_path):
     tap = open_tap(path)
     infos = tap.candidates()
     assert output_layer(tap, infos, 3) == "out"
-    choice = layer_choice.choose_layers(
-        lambda names: open_tap(path, names),
-        infos,
-        output="out",
-        pooling="flatten",
-        preprocess=lambda v: v,
-        train=(x[::2], y[::2]),
-        validation=(x[1::2], y[1::2]),
-        n_classes=3,
-        params={"tau": [1.0, 0.2]},
-    )
+    choice = _choose_halves(path, infos, "out", x, y)
     rows = {c["layer"]: c for c in choice.candidates}
     assert all(rows[n]["rank"] for n in ("conv", "act", "pool", "fc", "relu", "out"))
     # conv/act and fc/relu are blocks: one of each, and pool; the output is left out.
