@@ -47,7 +47,7 @@ def build_example(
     raw["monitor"]["tau"] = list(taus)
     if without == "model":
         for key in ("model", "classes", "layers", "data", "monitor"):
-            raw.pop(key)
+            raw.pop(key, None)
     elif without is not None:
         raw.pop(without)
     config.write_text(yaml.safe_dump(raw, sort_keys=False))

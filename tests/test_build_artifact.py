@@ -74,7 +74,12 @@ def test_build_report_and_inspect(example, tmp_path):
         mon["calibration"]["unknown_acceptance"]
     )
     spec = art.json("monitors/boxes.json")
-    assert spec["version"] == 3 and spec["score"] == "fused" and spec["contrast_layers"]
+    assert (
+        spec["version"] == 4
+        and spec["energy_scale"] > 0
+        and spec["score"] == "fused"
+        and spec["contrast_layers"]
+    )
     m = re.search(r'id="operating-point-2-acceptance"[^>]*>([^<]+)<', html)
     assert m and float(m.group(1)) == pytest.approx(
         mon["operating_points"][2]["acceptance"], abs=1e-3
@@ -82,7 +87,9 @@ def test_build_report_and_inspect(example, tmp_path):
     info = json.loads(run("inspect", str(out), "--json").stdout)
     contents = info["contents"]
     assert contents["classes"] == [str(d) for d in range(8)]
-    assert contents["layers"] == ["/act1/Relu_output_0", "/act2/Relu_output_0"]
+    # The demo leaves `layers` out: auto monitors the input and the layers it chose.
+    assert contents["layers"] == mon["layers"] and contents["layers"][0] == "input"
+    assert len(mon["layers"]) == 3
     assert contents["bn"]["class"] == "CreditWorthiness"
     assert {r["id"]: r["verdict"] for r in contents["rules"]} == {
         r["id"]: r["verdict"] for r in summary["bn"]["rules"]

@@ -203,6 +203,15 @@ GOOD_SPLIT = {"correct_known": {"accept": 0.95, "uncertainty": 0.0, "reject": 0.
         ),
         (
             "tau_at_edge",
+            _monitor_summary(
+                tau={"a": [0.1, 0.1], "b": [0.1, 0.1]},
+                tau_auroc={"a": [0.80, 0.90, 0.95], "b": [0.8, 0.9, 0.92]},
+            ),
+            GOOD_SPLIT,
+            [50, 50],
+        ),
+        (
+            "tau_at_edge",
             _monitor_summary(tau_selection="f1", tau={"a": [0.1, 1.0], "b": [0.1, 0.5]}),
             GOOD_SPLIT,
             [50, 50],
@@ -215,3 +224,13 @@ def test_each_warning_fires_on_its_case_only(name, summary, split, counts):
     got = emitted.warnings(summary, split, 0.95, counts)
     assert [w["name"] for w in got] == [name]
     assert emitted.warnings(_monitor_summary(), GOOD_SPLIT, 0.95, [50, 50]) == []
+
+
+def test_finest_tau_taken_by_the_tolerance_tie_break_is_not_at_the_edge():
+    """Held-out-class selection takes the finest tau within its tolerance of the best
+    AUROC: that pick alone is no sign that the candidate list is too narrow."""
+    summary = _monitor_summary(
+        tau={"a": [0.1, 0.1], "b": [0.1, 0.1]},
+        tau_auroc={"a": [0.80, 0.951, 0.953], "b": [0.8, 0.97, 0.97]},
+    )
+    assert emitted.warnings(summary, GOOD_SPLIT, 0.95, [50, 50]) == []

@@ -174,7 +174,7 @@ def test_fused_runtime_round_trips_and_older_members_still_load():
     with pytest.raises(ArtifactError, match="contrast layers"):
         BoxRuntime.from_members({"monitors/boxes.json": bad}, members)
     with pytest.raises(ArtifactError, match="version"):
-        BoxRuntime.from_members({"monitors/boxes.json": dict(spec, version=4)}, members)
+        BoxRuntime.from_members({"monitors/boxes.json": dict(spec, version=5)}, members)
 
 
 @pytest.mark.skipif(boxes_module._NATIVE is None, reason="the native box kernel is not built")

@@ -49,7 +49,7 @@ def demo(tmp_path_factory):
     config = write_build_config(work)
     raw = yaml.safe_load(config.read_text())
     raw.pop("bn")
-    raw.pop("layers")
+    raw.pop("layers", None)
     raw["monitor"]["tau"] = [1.0, 0.2, 0.05]
     for spec in raw["data"].values():
         spec["path"] = str(work / spec["path"])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
 
+from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.boxes import ACCEPT, REJECT, UNCERTAIN, BoxRuntime, normalize_features
 from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.members import BOXES_PREFIX
@@ -310,7 +311,7 @@ def test_confidence_floor_takes_its_share_and_accepts_the_target():
     assert 0.15 - 2 / n <= np.mean(v[right] == REJECT) <= 0.15 + 2 / n
     conf = np.exp(vlogits - vlogits.max(1, keepdims=True))
     conf = 1 / conf.sum(1)
-    score = mon.outlier_score(vacts, vpred)
+    score = mon.outlier_score(vacts, vpred, logits=vlogits)
     within = score <= cal.threshold
     np.testing.assert_array_equal(v == REJECT, ~within)
     np.testing.assert_array_equal(v == UNCERTAIN, within & (conf < cal.confidence_floor))
@@ -322,7 +323,7 @@ def test_confidence_floor_takes_its_share_and_accepts_the_target():
         ),
     ):
         assert mon.calibration_.confidence_floor is None
-        v = mon.predict(vacts, vpred).combined
+        v = mon.predict(vacts, vpred, logits=vlogits).combined
         assert not np.any(v == UNCERTAIN) and np.mean(v[right] == ACCEPT) >= 0.8
 
 
@@ -347,14 +348,20 @@ def test_confidence_floor_fails_closed_and_reads_probabilities():
 
 def test_monitors_built_before_the_confidence_rule_keep_their_bad_box_verdicts():
     """A format-2 calibrated monitor (no ``uncertainty`` key) still emits uncertainty
-    inside a bad box, as when it was built; format 3 records the confidence rule."""
+    inside a bad box, as when it was built; format 3 records the confidence rule and
+    format 4 the energy term."""
     acts, y, pred = synthetic(12, n=400)
     logits = synthetic_logits(pred, 4)
     mon = BoxMonitor(tau=1.0, max_clusters=1).fit(acts, y, pred, logits=logits)
     members = mon.to_members()
     spec = members[f"{BOXES_PREFIX}.json"]
-    assert spec["version"] == 3 and spec["uncertainty"] == "confidence"
-    old = {k: v for k, v in spec.items() if k not in ("uncertainty", "confidence_floor", "output")}
+    assert spec["version"] == 4 and spec["uncertainty"] == "confidence"
+    assert spec["energy_scale"] > 0
+    old = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("uncertainty", "confidence_floor", "output", "energy_center", "energy_scale")
+    }
     old["version"] = 2
     legacy = BoxRuntime.from_members({**members, f"{BOXES_PREFIX}.json": old}, members)
     assert legacy.uncertainty == "bad-box" and legacy.confidence_floor is None
@@ -374,6 +381,69 @@ def test_monitors_built_before_the_confidence_rule_keep_their_bad_box_verdicts()
         BoxRuntime.from_members(
             {**members, f"{BOXES_PREFIX}.json": {**spec, "uncertainty": "vibes"}}, members
         )
+
+
+def test_energy_term_weighs_weak_logits_and_fails_closed():
+    """With logits, the fused score gains the energy term ``max(0, E - centre) / scale``
+    (``ENERGY_TERMS`` times in the quadratic mean, E = -logsumexp(logits)): the same
+    activations score higher under weak logits; a NaN logit rejects; the term travels in
+    box format 4 and a bad one is refused; without it the score is the format-3 one."""
+    acts, y, pred = synthetic(12, n=600)
+    logits = synthetic_logits(pred, 1)
+    vacts, vy, vpred = synthetic(13, n=600)
+    vlogits = synthetic_logits(vpred, 2)
+    mon = BoxMonitor(target_acceptance=0.9).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+    )
+    rt = mon.runtime_
+    assert rt.has_energy_term() and rt.energy_scale > 0
+    right = vy == vpred
+    energy = -np.log(np.exp(vlogits[right]).sum(axis=1))
+    assert rt.energy_center == pytest.approx(np.median(energy))
+    with pytest.raises(ValueError, match="logits"):
+        mon.outlier_score(vacts, vpred)
+    score = mon.outlier_score(vacts, vpred, logits=vlogits)
+    dist = rt.layer_scores(vacts, vpred)
+    con = rt.contrast_layer_scores(vacts, vpred)
+    e_all = -np.log(np.exp(vlogits).sum(axis=1))
+    terms = [dist[k] / rt.score_scales[k] for k in rt.score_layers]
+    terms += [con[k] / rt.contrast_scales[k] for k in rt.contrast_layers]
+    terms += [np.maximum(e_all - rt.energy_center, 0) / rt.energy_scale] * boxes_module.ENERGY_TERMS
+    np.testing.assert_allclose(score, np.sqrt(np.mean(np.square(terms), axis=0)), atol=1e-12)
+    # Same activations, weak logits (all equal and low): a higher score, never a lower one.
+    weak = np.full_like(vlogits, vlogits.min() - 5)
+    weak_score = mon.outlier_score(vacts, vpred, logits=weak)
+    assert np.all(weak_score >= score) and np.mean(weak_score > score) > 0.9
+    nan = vlogits.copy()
+    nan[:5, 0] = np.nan
+    assert np.all(np.isinf(mon.outlier_score(vacts, vpred, logits=nan)[:5]))
+    assert np.all(mon.predict(vacts, vpred, logits=nan).combined[:5] == REJECT)
+    # Format 4 round trip; a bad term is refused; a format-3 member has no term.
+    members = mon.to_members()
+    spec = members[f"{BOXES_PREFIX}.json"]
+    assert spec["version"] == 4
+    back = BoxRuntime.from_members(members, members)
+    np.testing.assert_array_equal(back.scores(vacts, vpred, logits=vlogits), score)
+    for bad in (0.0, -1.0, float("nan"), "1", None, True):
+        with pytest.raises(ArtifactError, match="energy_scale"):
+            BoxRuntime.from_members(
+                {**members, spec_name(): {**spec, "energy_scale": bad}}, members
+            )
+    v3 = {k: v for k, v in spec.items() if k not in ("energy_center", "energy_scale")}
+    legacy = BoxRuntime.from_members({**members, spec_name(): {**v3, "version": 3}}, members)
+    assert not legacy.has_energy_term()
+    off = BoxMonitor(target_acceptance=0.9, energy_term=False).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+    )
+    assert not off.runtime_.has_energy_term()
+    assert off.to_members()[f"{BOXES_PREFIX}.json"]["version"] == 3
+    np.testing.assert_allclose(
+        off.outlier_score(vacts, vpred), legacy.scores(vacts, vpred), rtol=1e-12
+    )
+
+
+def spec_name() -> str:
+    return f"{BOXES_PREFIX}.json"
 
 
 def test_coverage_selection_still_calibrates_on_validation():

@@ -125,6 +125,7 @@ SCHEMA: dict[str, Any] = {
                 "score_layers": _NAMES,
                 "score": {"enum": list(vocab.SCORES)},
                 "score_mean": {"enum": list(vocab.SCORE_MEANS)},
+                "energy_term": {"type": "boolean"},
                 "contrast_layers": {"oneOf": [_NAMES, {"const": "auto"}]},
                 "contrast_classes": {"type": "integer", "minimum": 0},
                 "target_acceptance": {

@@ -26,6 +26,7 @@ from boxwatch.agent.boxes import ACCEPT, VERDICT_NAMES, BoxRuntime, model_confid
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, MODEL_SPEC, ModelResult, MonitorRuntime
 from boxwatch.offline.build.config import MONITOR_WARNINGS
+from boxwatch.offline.monitors.estimator import SELECTION_TOLERANCE
 from boxwatch.offline.monitors.evaluation import (
     acceptance_threshold,
     auroc,
@@ -35,12 +36,30 @@ from boxwatch.offline.monitors.evaluation import (
 
 UNKNOWN_LABEL = -1
 RUN_BATCH = 8192  # rows per run_model call (the demo's sets fit in one)
+
+
+def _edge_is_best(taus: list[float], aurocs: list[float | None] | None) -> bool:
+    """Whether the finest or coarsest tau beats every other candidate's held-out-class
+    AUROC by more than the selection's tolerance (a wider list might do better still).
+
+    Picking the finest tau is the selection's tie-break among AUROCs within the tolerance
+    of the best, so a pick at the edge alone says nothing about the list.
+    """
+    if not aurocs or len(aurocs) != len(taus) or len(taus) < 3:
+        return False
+    values = [v if v is not None else float("-inf") for v in aurocs]
+    edges = {taus.index(max(taus)), taus.index(min(taus))}
+    inner = max(v for i, v in enumerate(values) if i not in edges)
+    return any(values[i] > inner + SELECTION_TOLERANCE for i in edges)
+
+
 # Warnings (names accepted by ``policy.fail_on``), what each one means.
 WARNINGS: dict[str, str] = {
     "low_known_acceptance": "the emitted verdicts accept less than target_acceptance minus "
     "3 points of the correctly classified known validation inputs",
-    "tau_at_edge": "the chosen tau is the finest or the coarsest candidate for most layers "
-    "(selection f1: most class-layer pairs): widen the candidate list",
+    "tau_at_edge": "the finest or the coarsest candidate tau scores best for most layers, "
+    "beyond the held-out-class selection's tolerance (selection f1: is chosen for most "
+    "class-layer pairs): widen the candidate list",
     "empty_contrast": "score: fused, but no layer made the contrast term: the score is the "
     "distance score alone",
     "few_training_inputs": "a class has fewer than max(10, its good boxes in a layer) "
@@ -270,9 +289,15 @@ def warnings(
         per_layer = summary_monitor.get("tau") or {}
         if method == "f1":
             picks = [float(t) for v in per_layer.values() for t in v]
+            at_edge = sum(t in edges for t in picks)
         else:
             picks = [float(v[0]) for v in per_layer.values() if v]
-        at_edge = sum(t in edges for t in picks)
+            aurocs = summary_monitor.get("tau_auroc") or {}
+            at_edge = sum(
+                _edge_is_best(taus, aurocs.get(layer)) if layer in aurocs else v[0] in edges
+                for layer, v in per_layer.items()
+                if v
+            )
         if picks and at_edge > len(picks) / 2:
             unit = "class-layer pairs" if method == "f1" else "layers"
             out.append(

@@ -129,6 +129,7 @@ def fit_monitors(
         score_layers=params.get("score_layers"),
         score=params.get("score", "fused"),
         score_mean=params.get("score_mean", "quadratic"),
+        energy_term=params.get("energy_term", True),
         contrast_layers=params.get("contrast_layers", "auto"),
         contrast_classes=params.get("contrast_classes", 1),
         random_state=params.get("random_state", 0),
@@ -169,6 +170,11 @@ def fit_monitors(
         "layers": list(mi.layers),
         "taus": taus,
         "tau": {layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
+        # Held-out-class selection: each layer's AUROC per candidate (the tau_at_edge check).
+        "tau_auroc": {
+            layer: [_finite(float(v)) for v in values]
+            for layer, values in ((monitor.selection_ or {}).get("auroc") or {}).items()
+        },
         # Without validation data fit() falls back to the coverage search.
         "tau_selection": (
             "fixed" if tau != "auto" else estimator_selection if has_val else "coverage"
@@ -196,6 +202,7 @@ def fit_monitors(
                 mi,
                 acts,
                 preds,
+                logits,
                 y,
                 eval_acts,
                 eval_true,
@@ -229,7 +236,7 @@ def fit_monitors(
 
 
 def _evaluation(
-    monitor, mi, acts, preds, y, eval_acts, eval_true, eval_pred, taus, n_classes, params
+    monitor, mi, acts, preds, logits, y, eval_acts, eval_true, eval_pred, taus, n_classes, params
 ) -> dict[str, Any]:
     """Per-tau outcome curves and the score's detection figures (the emitted verdicts'
     outcome counts come from the agent's runtime, :mod:`.emitted`)."""
@@ -260,8 +267,10 @@ def _evaluation(
         }
     out: dict[str, Any] = {"curves": curves}
     if "unknown" in acts and "validation" in acts:
-        known = monitor.outlier_score(acts["validation"], preds["validation"])
-        unknown = monitor.outlier_score(acts["unknown"], preds["unknown"])
+        known = monitor.outlier_score(
+            acts["validation"], preds["validation"], logits=logits["validation"]
+        )
+        unknown = monitor.outlier_score(acts["unknown"], preds["unknown"], logits=logits["unknown"])
         det = detection(known, unknown, target_acceptance=params.get("target_acceptance", 0.95))
         finite = np.concatenate([known[np.isfinite(known)], unknown[np.isfinite(unknown)]])
         hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0

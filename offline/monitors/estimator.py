@@ -30,6 +30,7 @@ from boxwatch.agent.boxes import (
     contrast_scores,
     layer_verdicts,
     model_confidence,
+    model_energy,
     normalize_features,
     verdict_names,
 )
@@ -39,7 +40,23 @@ from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
 from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, outcome_counts
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
-DEFAULT_TAUS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01)
+DEFAULT_TAUS: tuple[float, ...] = (
+    1.0,
+    0.9,
+    0.8,
+    0.7,
+    0.6,
+    0.5,
+    0.4,
+    0.3,
+    0.2,
+    0.1,
+    0.05,
+    0.01,
+    0.005,
+    0.002,
+    0.001,
+)
 DEFAULT_TARGET_ACCEPTANCE = 0.95
 # Without validation data, ``combine="calibrated"`` holds out this share of the training
 # inputs (stratified by label) to calibrate on: boxes always contain their own training
@@ -66,6 +83,12 @@ class MonitorValueError(ConfigError, ValueError):
 # A layer joins the fused score's contrast term when its held-out-class AUROC reaches this:
 # "nearer another class's boxes" only means something where the layer separates classes.
 CONTRAST_MIN_AUROC = 0.9
+# In the quadratic mean a contrast term is scaled to this (not 1) at the target quantile of
+# the calibration population: it weighs half a distance term. Measured on the detection
+# suite (bench/RESULTS.md): at full weight it caught the model's errors on more cells but
+# let more near unknowns through (up to 5 points more on MNIST without 4 and 9); without
+# it, the reverse.
+CONTRAST_WEIGHT = 0.5
 # Held-out-class AUROCs saturate near 1 on a well-trained network; among taus within this
 # of the best, the finest is taken (finer boxes score better, shared/FACTS.md).
 SELECTION_TOLERANCE = 0.005
@@ -292,7 +315,8 @@ class BoxMonitor(BaseEstimator):
         needs unknown inputs labelled -1; ties: the larger tau). ``"coverage"`` ignores
         the validation data for tau (it still calibrates) and runs the coverage search.
     taus : sequence of float, default=DEFAULT_TAUS
-        Candidates for ``tau="auto"`` (the paper's 12 values 1.0 ... 0.01).
+        Candidates for ``tau="auto"``: the paper's 12 values 1.0 ... 0.01, then 0.005,
+        0.002 and 0.001 (finer boxes: fewer near-distribution unknowns inside them).
     combine : {"calibrated", "any", "majority", "all"}, default="calibrated"
         How the per-layer verdicts and the score make the emitted verdict (see
         :meth:`boxwatch.agent.boxes.BoxRuntime.verdicts`). ``"calibrated"``: *reject* when
@@ -333,6 +357,12 @@ class BoxMonitor(BaseEstimator):
         layer's training range (often the input grid: other data sets) is not averaged
         away by layers that look familiar; ``"arithmetic"``, the mean of the distance terms
         plus the mean of the contrast terms (monitors built before box format 3).
+    energy_term : bool, default=True
+        With ``score="fused"``, ``score_mean="quadratic"`` and logits given to ``fit``: one
+        more term of the score, the model's energy (``-logsumexp`` of the logits) above its
+        median on the calibration population, scaled like the other terms. Unknown inputs
+        whose features still lie near some box often have weak logits for every class;
+        ignored when the model outputs probabilities (their scale is gone).
     contrast_layers : sequence of str or "auto", default="auto"
         Layers of the contrast term. ``"auto"``: the score layers whose held-out-class
         AUROC reaches ``CONTRAST_MIN_AUROC`` (all score layers without that selection).
@@ -389,6 +419,7 @@ class BoxMonitor(BaseEstimator):
         score_layers: Sequence[str] | None = None,
         score: str = "fused",
         score_mean: str = "quadratic",
+        energy_term: bool = True,
         contrast_layers: Sequence[str] | str = "auto",
         contrast_classes: int = 1,
         max_clusters: int = 64,
@@ -409,6 +440,7 @@ class BoxMonitor(BaseEstimator):
         self.score_layers = score_layers
         self.score = score
         self.score_mean = score_mean
+        self.energy_term = energy_term
         self.contrast_layers = contrast_layers
         self.contrast_classes = contrast_classes
         self.max_clusters = max_clusters
@@ -856,31 +888,52 @@ class BoxMonitor(BaseEstimator):
         self._check_data(activations_by_layer, None, y_pred, self.layers_, "predict", logits=logits)
         if logits is None and self.runtime_.needs_logits():
             raise MonitorValueError(
-                "predict: this monitor has a confidence floor (fitted with logits): "
-                "pass the model's logits= for the same inputs"
+                "predict: this monitor reads the model's output (a confidence floor or an "
+                "energy term, fitted with logits): pass the model's logits= for the same inputs"
             )
         combined, per_layer = self.runtime_.verdicts(activations_by_layer, y_pred, logits=logits)
         return Verdicts(combined=combined, per_layer=per_layer)
 
-    def score_samples(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
+    def score_samples(
+        self,
+        activations_by_layer: Activations,
+        y_pred: np.ndarray,
+        logits: np.ndarray | None = None,
+    ) -> np.ndarray:
         """scikit-learn's sign: ``-outlier_score``, the lower, the more abnormal."""
-        return -self.outlier_score(activations_by_layer, y_pred)
+        return -self.outlier_score(activations_by_layer, y_pred, logits=logits)
 
-    def outlier_score(self, activations_by_layer: Activations, y_pred: np.ndarray) -> np.ndarray:
+    def outlier_score(
+        self,
+        activations_by_layer: Activations,
+        y_pred: np.ndarray,
+        logits: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Out-of-box score, shape (n_samples,): higher is more unusual (the agent's score).
 
         Per score layer: Euclidean distance of the (normalised) activation to the nearest
         good box of the predicted class (0 inside), divided by the layer's calibration
         scale; the layers' values are averaged. With ``score="fused"`` the mean of the
         contrast layers' scaled contrast terms is added and non-finite scores become
-        ``inf``. Computed from the stored boxes only, as the agent does.
+        ``inf``. With an energy term (``energy_term``), ``logits`` for the same inputs are
+        required. Computed from the stored boxes only, as the agent does.
         """
         self._check_fitted()
         y_pred = np.asarray(y_pred)
         self._check_data(
-            activations_by_layer, None, y_pred, self.runtime_.score_layers, "outlier_score"
+            activations_by_layer,
+            None,
+            y_pred,
+            self.runtime_.score_layers,
+            "outlier_score",
+            logits=logits,
         )
-        return self.runtime_.scores(activations_by_layer, y_pred)
+        if logits is None and self.runtime_.has_energy_term():
+            raise MonitorValueError(
+                "outlier_score: this monitor's score has an energy term (fitted with logits): "
+                "pass the model's logits= for the same inputs"
+            )
+        return self.runtime_.scores(activations_by_layer, y_pred, logits=logits)
 
     def calibrate(
         self,
@@ -901,8 +954,10 @@ class BoxMonitor(BaseEstimator):
         (``y_true_known == y_pred_known``) when labels are given, else every known input.
         Each score layer's scale (and each contrast layer's, ``score="fused"``) is set to
         the ``target_acceptance`` quantile of its values on that population (so terms weigh
-        alike). With ``combine="calibrated"`` and ``logits_known``, the score threshold
-        keeps ``1 - (1 - target_acceptance) * (1 - confidence_share)`` of the population, and the
+        alike; with the quadratic mean a contrast layer's scale is that quantile divided by
+        ``CONTRAST_WEIGHT``, and the energy term's is set the same way from its median).
+        With ``combine="calibrated"`` and ``logits_known``, the score threshold keeps
+        ``1 - (1 - target_acceptance) * (1 - confidence_share)`` of the population, and the
         confidence floor is the highest at which the *emitted* verdicts still accept
         ``target_acceptance`` of it (the rest of the budget goes to *uncertainty*). Without
         logits (or with ``confidence_share=0``) there is no floor and the threshold alone
@@ -948,11 +1003,23 @@ class BoxMonitor(BaseEstimator):
         contrast = None
         if rt.score == "fused":
             contrast = rt.contrast_layer_scores(acts_pop, y_pop)
+            weight = CONTRAST_WEIGHT if rt.score_mean == "quadratic" else 1.0
             rt.contrast_scales = {
-                layer: _scale(c, target_acceptance) for layer, c in contrast.items()
+                layer: _scale(c, target_acceptance) / weight for layer, c in contrast.items()
             }
-        combined = rt.combine_scores(per_layer, contrast)
         pop_logits = None if logits_known is None else np.asarray(logits_known)[rows]
+        rt.energy_center, rt.energy_scale = None, None
+        if (
+            self.energy_term
+            and pop_logits is not None
+            and rt.output == "logits"
+            and rt.score == "fused"
+            and rt.score_mean == "quadratic"
+        ):
+            rt.energy_center, rt.energy_scale = _energy_reference(
+                model_energy(pop_logits), target_acceptance
+            )
+        combined = rt.combine_scores(per_layer, contrast, energy=rt.energy(pop_logits, len(rows)))
         rt.confidence_floor = None
         if self.combine == "calibrated":
             rt.uncertainty = "confidence"
@@ -1000,7 +1067,11 @@ class BoxMonitor(BaseEstimator):
             unknown_acceptance=unknown_rate,
             n_known=len(rows),
             n_unknown=n_unknown,
-            scales={**scales, **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()}},
+            scales={
+                **scales,
+                **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()},
+                **({"energy": rt.energy_scale} if rt.energy_scale is not None else {}),
+            },
             known_split=known_split,
             population=population,
             confidence_floor=rt.confidence_floor,
@@ -1017,6 +1088,22 @@ class BoxMonitor(BaseEstimator):
         """Artifact members for the agent (see :meth:`BoxRuntime.to_members`)."""
         self._check_fitted()
         return self.runtime_.to_members(prefix)
+
+
+def _energy_reference(
+    energy: np.ndarray, target_acceptance: float
+) -> tuple[float | None, float | None]:
+    """Centre (median) and scale (``target_acceptance`` quantile minus the median) of the
+    energy on the calibration population; ``(None, None)`` (no term) when they do not
+    give a positive finite scale."""
+    finite = energy[np.isfinite(energy)]
+    if len(finite) < 2:
+        return None, None
+    center = float(np.median(finite))
+    scale = float(acceptance_threshold(finite, target_acceptance)) - center
+    if not (np.isfinite(scale) and scale > 0):
+        return None, None
+    return center, scale
 
 
 def _confidence_floor(confidence: np.ndarray, need: int) -> float | None:
