@@ -76,7 +76,7 @@ from _results import machine_line, write_section
 from monitors import CACHE, DATA, read_idx
 from threadpoolctl import threadpool_limits
 
-from boxwatch.agent.boxes import ACCEPT, box_kernel, normalize_features
+from boxwatch.agent.boxes import ACCEPT, box_kernel, model_energy, normalize_features
 from boxwatch.agent.taps import OnnxTap, open_tap
 from boxwatch.offline.build import layer_choice
 from boxwatch.offline.monitors.estimator import BoxMonitor
@@ -263,9 +263,7 @@ def msp(logits: np.ndarray) -> np.ndarray:
 
 
 def energy(logits: np.ndarray) -> np.ndarray:
-    lg = logits.astype(np.float64)
-    m = lg.max(1)
-    return -(m + np.log(np.exp(lg - m[:, None]).sum(1)))
+    return model_energy(logits)
 
 
 def knn_kth(train: np.ndarray, query: np.ndarray, k: int = 50) -> np.ndarray:

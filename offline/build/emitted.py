@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.artifact import Artifact
-from boxwatch.agent.boxes import ACCEPT, VERDICT_NAMES, BoxRuntime, model_confidence
+from boxwatch.agent.boxes import (
+    ACCEPT,
+    VERDICT_NAMES,
+    BoxRuntime,
+    model_confidence,
+    model_energy,
+)
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, MODEL_SPEC, ModelResult, MonitorRuntime
 from boxwatch.offline.build.config import MONITOR_WARNINGS
@@ -170,10 +176,9 @@ def msp_score(logits: np.ndarray) -> np.ndarray:
 
 
 def energy_score(logits: np.ndarray) -> np.ndarray:
-    """Energy, ``-logsumexp(logits)`` (higher = less like the training data)."""
-    z = np.asarray(logits, np.float64)
-    m = z.max(axis=1)
-    return -(m + np.log(np.exp(z - m[:, None]).sum(axis=1)))
+    """Energy, ``-logsumexp(logits)`` (higher = less like the training data): the agent's
+    own :func:`~boxwatch.agent.boxes.model_energy`, which the box score's energy term uses."""
+    return model_energy(logits)
 
 
 BASELINES = {"msp": msp_score, "energy": energy_score}
