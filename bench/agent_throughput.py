@@ -60,8 +60,8 @@ from boxwatch.agent.service import build_agent
 from boxwatch.demo import write_build_config
 from boxwatch.embedded_broker import EmbeddedBroker
 from boxwatch.examples import example_path
-from boxwatch.offline.build.config import load_config
-from boxwatch.offline.build.pipeline import build, prepare
+from boxwatch.offline.release.config import load_config
+from boxwatch.offline.release.pipeline import build, prepare
 
 HEADING = "## agent_throughput (bench/agent_throughput.py)"
 PARTITIONS = 6
@@ -367,8 +367,8 @@ def cnn_monitor_fraction() -> dict[str, float] | None:
     returns None when either is absent.
     """
     from boxwatch.agent.taps import OnnxTap
-    from boxwatch.offline.build.datasets import read_idx
     from boxwatch.offline.monitors.estimator import BoxMonitor
+    from boxwatch.offline.release.datasets import read_idx
 
     root = Path(__file__).resolve().parents[1]
     data, model = root.parent / "shared" / "data" / "mnist", root / "bench" / ".cache" / "cnn.onnx"

@@ -36,7 +36,7 @@ seeds 0 and 1; one recipe: Adam lr 1e-3, batch 64, ``EPOCHS`` epochs. Cached in
 keys.
 
 Detectors: the box monitor as a build config with the required keys only makes it: layers
-chosen by ``layers: auto`` (the build's own choice, ``offline/build/layer_choice.py``, on the
+chosen by ``layers: auto`` (the build's own choice, ``offline/release/layer_choice.py``, on the
 train part and the validation inputs: known inputs only; the model input on a 7x7 grid plus the best
 layer of each of the 3 best blocks), every ``BoxMonitor`` parameter at its default
 (calibrated verdicts, fused score with the quadratic mean, tau by held-out class, a
@@ -78,9 +78,9 @@ from threadpoolctl import threadpool_limits
 
 from boxwatch.agent.boxes import ACCEPT, box_kernel, model_energy, normalize_features
 from boxwatch.agent.taps import OnnxTap, open_tap
-from boxwatch.offline.build import layer_choice
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc
+from boxwatch.offline.release import layer_choice
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 PAIR_SEED = 2323  # fixed before any figure of the suite was looked at

@@ -2,7 +2,7 @@
 
 Per cell (data set, held-out pair, architecture, seed) of ``bench/detection.py``, with its
 cached ONNX model and its data split: the build's layer choice
-(:func:`boxwatch.offline.build.layer_choice.choose_layers`, known inputs only: the 80%
+(:func:`boxwatch.offline.release.layer_choice.choose_layers`, known inputs only: the 80%
 train part and the 20% holdout) ranks every candidate tap (``model.pooling: flatten``, the
 build's default); then box monitors with the fused score (tau by held-out class, calibrated
 on the correct holdout inputs at 95%) are fitted on up to 4,000 training inputs for the
@@ -39,9 +39,9 @@ from monitors import CACHE
 
 from boxwatch.agent.boxes import ACCEPT
 from boxwatch.agent.taps import open_tap
-from boxwatch.offline.build import layer_choice
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.evaluation import auroc
+from boxwatch.offline.release import layer_choice
 
 DEVELOPMENT = (
     "mnist:25:mlp:0 mnist:25:cnn:0 fashion:24:mlp:0 fashion:24:cnn:0 mnist:18:mlp:1 "

@@ -59,9 +59,9 @@ def build_example(workdir: Path) -> tuple[Path, Path, dict[str, Any]]:
     from boxwatch.agent.artifact import write_artifact
     from boxwatch.agent.keys import load_private_key
     from boxwatch.commands.console import progress_bar, summary_table
-    from boxwatch.offline.build.config import load_config
-    from boxwatch.offline.build.pipeline import build, prepare
-    from boxwatch.offline.build.report import write_report
+    from boxwatch.offline.release.config import load_config
+    from boxwatch.offline.release.pipeline import build, prepare
+    from boxwatch.offline.release.report import write_report
 
     private, public = workdir / "keys" / "demo.key", workdir / "keys" / "demo.pub"
     generate_keypair(private, public, force=True)

@@ -6,6 +6,6 @@ subpackages, each with a short public API in its ``__init__``:
 * :mod:`.bn` -- Bayesian-network classifiers: read, compile to a decision diagram, verify;
 * :mod:`.monitors` -- the box-monitor estimator and its parts (tau-k-means, coverage,
   evaluation);
-* :mod:`.build` -- the release-pipeline build: config, data sets, BN and monitor stages,
+* :mod:`.release` -- the release-pipeline build: config, data sets, BN and monitor stages,
   report.
 """

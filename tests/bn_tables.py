@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from bn_reference import REFERENCE_CLASSIFIERS
+from locations import SHARED_BN
 
 from boxwatch.agent.diagram import DecisionDiagram
 
@@ -142,7 +143,7 @@ def brute_monotone(
     return True
 
 
-DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"
+DATA = SHARED_BN
 
 
 def compile_reference(name: str):

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import yaml
 from kafka import KafkaConsumer, KafkaProducer
+from locations import ROOT
 
 from boxwatch.agent.artifact import build_artifact_bytes, load_artifact, write_artifact
 from boxwatch.agent.keys import load_private_key, load_trusted_keys
 from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.embedded_broker import free_loopback_port
 
-ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 TOPICS = {
     "inputs": "r.inputs",

@@ -20,9 +20,9 @@ from boxwatch.commands.console import (
     progress_bar,
     summary_table,
 )
-from boxwatch.offline.build.config import load_config
-from boxwatch.offline.build.pipeline import build, check_out_path, prepare
-from boxwatch.offline.build.report import write_report
+from boxwatch.offline.release.config import load_config
+from boxwatch.offline.release.pipeline import build, check_out_path, prepare
+from boxwatch.offline.release.report import write_report
 
 KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
 

@@ -135,8 +135,8 @@ def _auto_row(mark: dict[str, Any]) -> dict[str, Any]:
 def _choice(model: Path, config: Path, pooling: str | None) -> tuple[Any, str]:
     """The build's layer choice for ``config`` (its model must be ``model``)."""
     # The offline builder is imported only here: listing layers needs the agent's taps alone.
-    from boxwatch.offline.build.config import load_config
-    from boxwatch.offline.build.pipeline import choose_layers, prepare_model
+    from boxwatch.offline.release.config import load_config
+    from boxwatch.offline.release.pipeline import choose_layers, prepare_model
 
     cfg = load_config(config)
     configured = cfg.resolve(cfg.section("model").get("path", ""))

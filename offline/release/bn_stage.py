@@ -1,0 +1,236 @@
+"""The BN half of a build: read the network, compile the classifier, verify rules and queries.
+
+The artifact receives the diagram, the rules in the gate's form (``bn/rules.json``: premise
+as state indices, conclusion as class states, verdict) and the full verification report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from boxwatch.agent.diagram import DecisionDiagram
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.gate import RuleEntry, encode_rules
+from boxwatch.agent.inputs import show_path
+from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
+from boxwatch.offline.bn.compile import compile_classifier, spec_terminals
+from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard, parse_size
+from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
+from boxwatch.offline.bn.verify import BNVerifier
+from boxwatch.offline.release.config import BuildConfig
+
+DEFAULT_COUNTEREXAMPLES = 10
+
+
+@dataclass
+class BNInputs:
+    """A validated BN section: network, resolved classifier spec, parsed rules and queries."""
+
+    file: Path
+    network: Network
+    spec: ResolvedSpec
+    rules: Spec
+    counterexamples: int
+    max_memory: int | None = None
+
+
+@dataclass
+class BNOutcome:
+    """Compiled diagram, gate rules, verification report, and their summaries."""
+
+    diagram: DecisionDiagram
+    gate_rules: list[dict[str, Any]]
+    verification: dict[str, Any]
+    contents: dict[str, Any]
+    rule_verdicts: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def schema_for(network: Network, spec: ResolvedSpec) -> ClassifierSchema:
+    """What rule files are checked against: the classifier's features, class and terminals."""
+    terminals = spec_terminals(network, spec)
+    features = {f: network.states[f] for f in spec.order}
+    others = [v for v in network.variables if v not in features and v != spec.class_variable]
+    return ClassifierSchema(features, spec.class_variable, terminals, others, spec.decision)
+
+
+def prepare(cfg: BuildConfig) -> BNInputs:
+    """Read the network and rule files of ``cfg['bn']``; raise all problems at once."""
+    b = cfg.section("bn")
+    path = cfg.resolve(b["file"])
+    if not path.is_file():
+        raise ConfigError(f"bn.file: {show_path(path)}: no such file")
+    decision = b.get("decision", "threshold")
+    if decision == "threshold" and not {"positive", "threshold"} <= set(b):
+        raise ConfigError(
+            "bn: positive and threshold are required with decision: threshold "
+            "(or set decision: argmax)"
+        )
+    if decision == "argmax" and {"positive", "threshold"} & set(b):
+        raise ConfigError(
+            "bn: positive and threshold apply to decision: threshold only; "
+            "decision: argmax decides the most probable class state"
+        )
+    try:
+        limit = parse_size(b["max_memory"]) if "max_memory" in b else default_max_memory()
+    except ValueError:
+        limit = default_max_memory()  # reported below
+    try:
+        with memory_guard(limit):  # parsing is held to the same bound as compiling
+            network = load_network(path, max_memory=limit)
+    except MemoryError:
+        raise ConfigError(
+            f"bn.file: {show_path(path)}: out of memory while reading it "
+            f"(limit {format_bytes(limit)}); raise bn.max_memory"
+        ) from None
+    spec = resolve_spec(
+        network,
+        ClassifierSpec(
+            class_variable=b["class"],
+            positive=b.get("positive"),
+            threshold=float(b["threshold"]) if "threshold" in b else None,
+            features=b.get("features"),
+            order=b.get("order"),
+            decision=decision,
+        ),
+    )
+    schema = schema_for(network, spec)
+    problems: list[str] = []
+    max_memory = None
+    if "max_memory" in b:
+        try:
+            max_memory = parse_size(b["max_memory"])
+        except ValueError as exc:
+            problems.append(f"bn.max_memory: {exc}")
+    merged = Spec()
+    for key in ("rules", "fmo"):
+        if key not in b:
+            continue
+        rpath = cfg.resolve(b[key])
+        if not rpath.is_file():
+            problems.append(f"bn.{key}: {rpath}: no such file")
+            continue
+        try:
+            part = load_spec(rpath, schema, default_order=merged.state_order)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        merged.rules += part.rules
+        merged.queries += part.queries
+        merged.state_order.update(part.state_order)
+    if problems:
+        raise ConfigError(problems)
+    return BNInputs(
+        path,
+        network,
+        spec,
+        merged,
+        int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)),
+        max_memory,
+    )
+
+
+# Fields that depend on timing (seconds; which exact engine answered first under a time
+# budget): dropped from the artifact, which must be byte-identical across rebuilds.
+_UNREPRODUCIBLE = ("seconds", "engine")
+
+
+def _reproducible(value: Any) -> Any:
+    """``value`` without the timing-dependent fields, recursively."""
+    if isinstance(value, dict):
+        return {k: _reproducible(v) for k, v in value.items() if k not in _UNREPRODUCIBLE}
+    if isinstance(value, list):
+        return [_reproducible(v) for v in value]
+    return value
+
+
+def run(bn: BNInputs) -> BNOutcome:
+    """Compile and verify; everything deterministic."""
+    result = compile_classifier(bn.network, bn.spec, max_memory=bn.max_memory)
+    d = result.diagram
+    with BNVerifier(d, network=bn.network) as verifier:
+        report = verifier.verify(bn.rules, counterexamples=bn.counterexamples)
+    schema = ClassifierSchema.from_diagram(d, bn.network.variables)
+    gate_rules = encode_rules(
+        RuleEntry(rule.name, rule.premise, rule.conclusion, res.verdict)
+        for rule, res in zip(bn.rules.rules, report.rules, strict=True)
+    )
+    verification = _reproducible(report.to_dict())
+    figures = result.summary()
+    rules_summary = []
+    for rule, res in zip(bn.rules.rules, report.rules, strict=True):
+        rules_summary.append(
+            {
+                "id": rule.name,
+                "premise": rule.to_dict(schema)["premise"],
+                "conclusion": ", ".join(rule.conclusion),
+                "verdict": res.verdict,
+                "violations": res.violating_inputs,
+                "probability": res.violating_probability,
+                "counterexamples": [
+                    {
+                        f: [c.fixed[f]]
+                        if f in c.fixed
+                        else list(
+                            rule.to_dict(schema)["premise"].get(f, d.states[d.features.index(f)])
+                        )
+                        for f in d.features
+                    }
+                    for c in res.counterexamples
+                ],
+            }
+        )
+    fmo = [
+        {
+            "id": m.query,
+            "feature": m.feature,
+            "kind": m.kind,
+            "verdict": m.verdict,
+            "reason": m.reason,
+            "given": q.to_dict(schema)["given"],
+            "witness": m.witness.to_dict() if m.witness else None,
+        }
+        for q, m in zip(bn.rules.queries, report.monotonicity, strict=True)
+    ]
+    summary = {
+        "file": str(bn.file),
+        "class": d.class_variable,
+        "decision": d.decision,
+        "positive": d.positive,
+        "threshold": d.threshold,
+        "features": sorted(d.features),
+        "order": list(d.features),
+        "terminals": list(d.terminals),
+        "decided": figures["decided"],
+        "tie_pairs": figures["tie_pairs"],
+        "states": {f: list(s) for f, s in zip(d.features, d.states, strict=True)},
+        "nodes": figures["nodes"],
+        "nodes_quasi": figures["nodes_quasi"],
+        "positives": figures["positives"],
+        "inputs": figures["inputs"],
+        "ties": figures["ties"],
+        "exact_inputs": figures["exact_inputs"],
+        "certified": figures["certified"],
+        "seconds": round(figures["seconds"], 4),
+        "rules": rules_summary,
+        "fmo": fmo,
+    }
+    contents = {
+        "class": d.class_variable,
+        "positive": d.positive,
+        "threshold": d.threshold,
+        "features": list(d.features),
+        "nodes": d.n_nodes,
+        "ties": figures["ties"],
+    }
+    if d.is_argmax:
+        contents["decision"] = d.decision
+        contents["states"] = list(d.terminals)
+    verdicts = [
+        {"id": r["id"], "verdict": r["verdict"], "violations": r["violations"]}
+        for r in rules_summary
+    ]
+    return BNOutcome(d, gate_rules, verification, contents, verdicts, summary)

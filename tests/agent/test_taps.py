@@ -1,0 +1,289 @@
+"""Layer taps: ONNX and torch.export paths agree, names are checked, pooling, CLI ``layers``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from locations import ROOT
+from onnx import numpy_helper
+
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.taps import OnnxTap, TorchTap, list_layers, open_tap, pool, resolve_threads
+from boxwatch.commands.layers import layers as layers_cmd
+
+DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*torch.jit.load.*:DeprecationWarning",
+    "ignore:.*LeafSpec.*:FutureWarning",
+    "ignore:.*legacy TorchScript-based ONNX export.*:DeprecationWarning",
+)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.act = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(4 * 4 * 4, 6)
+        self.relu = nn.ReLU()
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.pool(self.act(self.conv(x)))
+        return self.out(self.relu(self.fc(h.flatten(1))))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The same seeded model as ONNX (legacy exporter, one file) and as a torch.export program."""
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    folder = tmp_path_factory.mktemp("models")
+    example = torch.zeros(2, 1, 8, 8)
+    onnx_path, pt2, scripted = folder / "cnn.onnx", folder / "cnn.pt2", folder / "cnn.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # legacy exporter / TorchScript notices
+        torch.onnx.export(
+            model,
+            (example,),
+            str(onnx_path),
+            dynamo=False,
+            input_names=["input"],
+            output_names=["logits"],
+            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+            opset_version=17,
+        )
+        batch = torch.export.Dim("batch", min=1)
+        program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}})
+        torch.export.save(program, str(pt2))
+        torch.jit.save(torch.jit.script(model), str(scripted))
+    return model, onnx_path, pt2, scripted
+
+
+@pytest.mark.slow  # exports the model three ways (~5-8 s, shared by the tests using `exported`)
+def test_onnx_and_torch_paths_give_the_same_activations(exported):
+    model, onnx_path, pt2, _ = exported
+    x = np.random.default_rng(0).normal(size=(5, 1, 8, 8)).astype(np.float32)
+    pooling = {"pool": "avg", "relu": "flatten"}
+    tt = TorchTap(pt2, ["pool", "relu"], pooling=pooling)
+    ot = OnnxTap(
+        onnx_path,
+        ["/pool/MaxPool_output_0", "/relu/Relu_output_0"],
+        pooling={"/pool/MaxPool_output_0": "avg", "/relu/Relu_output_0": "flatten"},
+    )
+    lt, at = tt.run(x)
+    lo, ao = ot.run(x)
+    np.testing.assert_allclose(lt, lo, atol=1e-5)
+    np.testing.assert_allclose(at["pool"], ao["/pool/MaxPool_output_0"], atol=1e-5)
+    np.testing.assert_allclose(at["relu"], ao["/relu/Relu_output_0"], atol=1e-5)
+    assert at["pool"].shape == (5, 4) and at["relu"].shape == (5, 6)
+    # And both equal the eager model's own intermediate values.
+    with torch.no_grad():
+        h = model.pool(model.act(model.conv(torch.from_numpy(x))))
+    np.testing.assert_allclose(ao["/pool/MaxPool_output_0"], h.mean(dim=(2, 3)).numpy(), atol=1e-5)
+    flat = OnnxTap(onnx_path, ["/pool/MaxPool_output_0"]).run(x)[1]["/pool/MaxPool_output_0"]
+    np.testing.assert_allclose(flat, h.flatten(1).numpy(), atol=1e-5)
+
+
+def test_onnx_tap_on_digits_model_matches_its_weights():
+    x = np.random.default_rng(1).random((7, 64)).astype(np.float32)
+    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "/act2/Relu"], threads=1)
+    logits, acts = tap.run(x)
+    plain = ort.InferenceSession(str(DIGITS_MODEL), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(logits, plain.run(None, {"input": x})[0], atol=1e-6)
+    weights = {
+        t.name: numpy_helper.to_array(t) for t in onnx.load(str(DIGITS_MODEL)).graph.initializer
+    }
+    w1, b1 = weights["fc1.weight"], weights["fc1.bias"]
+    np.testing.assert_allclose(acts["/act1/Relu_output_0"], np.maximum(x @ w1.T + b1, 0), atol=1e-5)
+    assert acts["/act2/Relu"].shape == (7, 32)  # node name = its first output
+
+
+@pytest.mark.slow
+def test_unknown_layers_fail_with_the_valid_names(exported):
+    _, onnx_path, pt2, _ = exported
+    with pytest.raises(ConfigError) as err:
+        OnnxTap(onnx_path, ["nope", "/relu/Relu_output_0", "also-nope"])
+    assert len(err.value.problems) == 2 and "/relu/Relu_output_0" in str(err.value)
+    with pytest.raises(ConfigError, match="valid layers: .*'fc'"):
+        TorchTap(pt2, ["fc9"])
+
+
+@pytest.mark.slow
+def test_listing_layers_with_shapes(exported):
+    _, onnx_path, pt2, scripted = exported
+    onnx_layers = {info.name: info for info in list_layers(onnx_path)}
+    assert onnx_layers["/pool/MaxPool_output_0"].shape == (None, 4, 4, 4)
+    assert onnx_layers["/pool/MaxPool_output_0"].n_features("avg") == 4
+    assert onnx_layers["/pool/MaxPool_output_0"].n_features("flatten") == 64
+    torch_layers = {info.name: info for info in list_layers(pt2)}
+    assert torch_layers["pool"].shape == (None, 4, 4, 4)
+    assert torch_layers["fc"].shape == (None, 6)
+    assert {"conv", "act", "pool", "fc", "relu", "out"} <= set(torch_layers)
+    assert {info.name for info in list_layers(scripted)} >= {"conv", "fc"}
+    # Issue 29: the module's class, not unflatten's InterpreterModule.
+    assert torch_layers["conv"].kind == "Conv2d" and torch_layers["fc"].kind == "Linear"
+    assert torch_layers["pool"].kind == "MaxPool2d"
+    assert all(info.calls == 1 for info in torch_layers.values())
+
+
+class Twice(nn.Module):
+    """``fc1`` (and ``act``) called twice per forward pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.act, self.out = nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.act(self.fc1(self.act(self.fc1(x)))))
+
+
+def test_repeated_module_calls_are_listed_and_the_last_call_is_tapped(tmp_path):
+    torch.manual_seed(0)
+    model = Twice().eval()
+    pt2 = tmp_path / "twice.pt2"
+    batch = torch.export.Dim("batch", min=1)
+    program = torch.export.export(model, (torch.zeros(2, 4),), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(program, str(pt2))
+    infos = {info.name: info for info in list_layers(pt2)}
+    assert (infos["fc1"].kind, infos["fc1"].calls) == ("Linear", 2)
+    assert (infos["out"].kind, infos["out"].calls) == ("Linear", 1)
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    _, acts = TorchTap(pt2, ["fc1"]).run(x)
+    with torch.no_grad():
+        first = model.fc1(torch.from_numpy(x))
+        second = model.fc1(model.act(first))
+    np.testing.assert_allclose(acts["fc1"], second.numpy(), rtol=1e-5, atol=1e-6)
+    result = CliRunner().invoke(layers_cmd, [str(pt2)])
+    assert result.exit_code == 0, result.output
+    assert "InterpreterModule" not in result.output
+    assert "fc1 (2x)" in result.stderr and "last call" in result.stderr
+    rows = json.loads(CliRunner().invoke(layers_cmd, [str(pt2), "--json"]).stdout)["layers"]
+    assert {r["name"]: r["calls"] for r in rows}["fc1"] == 2
+
+
+@pytest.mark.slow
+def test_model_input_of_each_format(exported):
+    _, onnx_path, pt2, scripted = exported
+    assert open_tap(onnx_path).input.as_dict() == {
+        "name": "input",
+        "shape": [None, 1, 8, 8],
+        "dtype": "float32",
+    }
+    assert open_tap(pt2).input.as_dict() == {
+        "name": "x",
+        "shape": [None, 1, 8, 8],
+        "dtype": "float32",
+    }
+    assert open_tap(scripted).input.as_dict() == {"name": None, "shape": [], "dtype": None}
+    res = CliRunner().invoke(layers_cmd, [str(scripted)])
+    assert res.exit_code == 0 and res.stdout.startswith(
+        "input: not declared, shape not declared, dtype not declared"
+    )
+
+
+@pytest.mark.slow
+def test_torchscript_refuses_hooks_clearly(exported):
+    *_, scripted = exported
+    with pytest.raises(ConfigError, match="torch.export"):
+        TorchTap(scripted, ["fc"])
+    logits, acts = TorchTap(scripted).run(np.zeros((2, 1, 8, 8), np.float32))
+    assert logits.shape == (2, 3) and acts == {}
+
+
+def test_options_are_checked(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="pooling"):
+        OnnxTap(DIGITS_MODEL, ["logits"], pooling="median")
+    with pytest.raises(ConfigError, match="not tapped"):
+        OnnxTap(DIGITS_MODEL, ["logits"], pooling={"other": "avg"})
+    with pytest.raises(ConfigError, match="unknown model format"):
+        open_tap(tmp_path / "model.h5")
+    with pytest.raises(ConfigError, match="no such model"):
+        open_tap(tmp_path / "missing.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ConfigError, match="not a readable ONNX"):
+        OnnxTap(bad)
+    monkeypatch.setenv("BOXWATCH_ORT_THREADS", "3")
+    assert resolve_threads(None) == 3 and resolve_threads(2) == 2
+    monkeypatch.setenv("BOXWATCH_ORT_THREADS", "many")
+    with pytest.raises(ConfigError, match="BOXWATCH_ORT_THREADS"):
+        resolve_threads(None)
+
+
+def test_pool_reduces_conv_maps():
+    x = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    assert pool(x, "flatten").shape == (2, 12)
+    np.testing.assert_array_equal(pool(x, "avg"), x.mean(axis=(2, 3)))
+    np.testing.assert_array_equal(pool(x, "max"), x.max(axis=(2, 3)))
+    np.testing.assert_array_equal(pool(x[:, :, 0, 0], "avg"), x[:, :, 0, 0])
+
+
+def test_cli_layers():
+    runner = CliRunner()
+    res = runner.invoke(layers_cmd, [str(DIGITS_MODEL)])
+    assert res.exit_code == 0, res.output
+    assert "/act1/Relu_output_0" in res.stdout and "(?, 64)" in res.stdout
+    assert res.stdout.splitlines()[0] == "input: input, shape (?, 64), dtype float32"
+    res = runner.invoke(layers_cmd, [str(DIGITS_MODEL), "--json"])
+    data = json.loads(res.stdout)
+    assert data["input"] == {"name": "input", "shape": [None, 64], "dtype": "float32"}
+    assert [row["features"] for row in data["layers"] if row["name"] == "logits"] == [8]
+    # Registered as a lazy verb of the main command, which decides the exit codes.
+    from boxwatch.cli import cli
+
+    res = runner.invoke(cli, ["layers", "/nonexistent/model.onnx"])
+    assert res.exit_code == 2 and "no such model" in res.stderr
+
+    res = runner.invoke(cli, ["layers", str(DIGITS_MODEL), "--pooling", "avg"])
+    assert res.exit_code == 0 and "logits" in res.stdout
+
+
+def test_grid_pooling_averages_cells_per_channel():
+    """``grid``: block means over at most 7 cells per spatial axis, channels kept apart."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 3, 28, 14)).astype(np.float32)
+    out = pool(x, "grid")
+    want = x.reshape(2, 3, 7, 4, 7, 2).mean(axis=(3, 5)).reshape(2, -1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    # Uneven sizes: cells of 1 or 2 rows still cover every pixel once (the total is kept).
+    y = rng.normal(size=(1, 1, 10, 5)).astype(np.float32)
+    cells = pool(y, "grid").reshape(7, 5)
+    assert cells.shape == (7, 5)
+    edges = np.linspace(0, 10, 8).round().astype(int)
+    sizes = np.diff(edges)
+    np.testing.assert_allclose((cells * sizes[:, None]).sum(axis=0), y[0, 0].sum(axis=0), rtol=1e-5)
+    assert pool(x[:, :, 0, 0], "grid").shape == (2, 3)  # no spatial axes: unchanged
+
+
+@pytest.mark.slow
+def test_the_model_input_is_a_layer_in_both_taps(exported):
+    """``input`` taps what the model receives, in ONNX and torch alike, and is listed first."""
+    _, onnx_path, pt2, _ = exported
+    x = np.random.default_rng(4).normal(size=(3, 1, 8, 8)).astype(np.float32)
+    for tap in (
+        OnnxTap(onnx_path, ["input", "/fc/Gemm_output_0"], pooling={"input": "grid"}),
+        TorchTap(pt2, ["input", "fc"], pooling={"input": "grid"}),
+    ):
+        logits, acts = tap.run(x)
+        assert logits.shape == (3, 3)
+        # 8 pixels in 7 cells: one cell of 2 rows (and columns), six of 1.
+        edges = np.linspace(0, 8, 8).round().astype(int)
+        rows = np.add.reduceat(x, edges[:-1], axis=2) / np.diff(edges)[None, None, :, None]
+        want = np.add.reduceat(rows, edges[:-1], axis=3) / np.diff(edges)[None, None, None, :]
+        np.testing.assert_allclose(acts["input"], want.reshape(3, -1), rtol=1e-5)
+        first = tap.candidates()[0]
+        assert first.name == "input" and first.kind == "Input"
+        assert first.shape == (None, 1, 8, 8) and first.n_features("grid") == 49
+    flat = OnnxTap(onnx_path, ["input"]).run(x)[1]["input"]
+    np.testing.assert_array_equal(flat, x.reshape(3, -1))

@@ -1,0 +1,357 @@
+"""Reading networks: BIF, .bif.gz, Hugin .net, XMLBIF and pgmpy models; errors name lines."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import warnings
+
+import numpy as np
+import pytest
+from bn_synthetic import random_dag
+from locations import SHARED_BN
+
+from boxwatch.agent.errors import ConfigError
+from boxwatch.offline.bn.io import (
+    Network,
+    from_pgmpy,
+    load_network,
+    parse_bif,
+    parse_net,
+    parse_uai,
+    read_uai,
+    write_bif,
+)
+
+SHARED = SHARED_BN
+
+BIF = """\
+// a comment
+network test { property author = me; }
+variable A { type discrete [ 2 ] { yes, no }; property position = (1, 2); }
+variable B { type discrete [ 3 ] { <7.5, >=7.5, "odd name" }; }
+variable C { type discrete [ 2 ] { t, f }; }
+/* block
+   comment */
+probability ( A ) { table 0.3, 0.7; }
+probability ( B | A ) {
+  (yes) 0.1, 0.2, 0.7;
+  (no) 0.5, 0.25, 0.25;
+}
+probability ( C | A, B ) {
+  default 0.5, 0.5;
+  (yes, <7.5) 0.9, 0.1;
+  (no, "odd name") 0.2, 0.8;
+}
+"""
+
+NET = """\
+% Hugin comment
+net { node_size = (80 40); }
+node A { label = "A"; position = (10 20); states = ("yes" "no"); }
+discrete node B { states = ("x" "y" "z"); }
+potential ( A ) { data = ( 0.3 0.7 ); }
+potential ( B | A ) { data = ((0.1 0.2 0.7) (0.5 0.25 0.25)); }
+"""
+
+
+def assert_same(a: Network, b: Network) -> None:
+    assert set(a.variables) == set(b.variables)
+    for v in a.variables:
+        assert a.states[v] == b.states[v], v
+        assert a.parents[v] == b.parents[v], v
+        np.testing.assert_allclose(a.cpts[v], b.cpts[v], err_msg=v)
+
+
+def test_bif_syntax_variants():
+    net = parse_bif(BIF)
+    assert net.name == "test"
+    assert net.states["B"] == ("<7.5", ">=7.5", "odd name")
+    assert net.parents["C"] == ("A", "B")
+    np.testing.assert_allclose(net.cpts["B"], [[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]])
+    assert net.cpts["C"][0, 0].tolist() == [0.9, 0.1]
+    assert net.cpts["C"][1, 2].tolist() == [0.2, 0.8]
+    assert net.cpts["C"][0, 1].tolist() == [0.5, 0.5]
+    assert net.leaves() == ("C",)
+
+
+def test_bif_table_for_a_conditional_lists_the_child_slowest():
+    text = BIF.replace(
+        "(yes) 0.1, 0.2, 0.7;\n  (no) 0.5, 0.25, 0.25;", "table 0.1, 0.5, 0.2, 0.25, 0.7, 0.25;"
+    )
+    np.testing.assert_allclose(parse_bif(text).cpts["B"], parse_bif(BIF).cpts["B"])
+
+
+def test_bif_reads_pgmpy_writer_output():
+    from pgmpy.readwrite import BIFWriter
+
+    net = random_dag(6, seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        text = str(BIFWriter(net.to_pgmpy()))
+    assert_same(parse_bif(text), net)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("(yes) 0.1, 0.2, 0.7;", "(yes) 0.1, 0.2;", r":10: 'B' entry has 2 values, expected 3"),
+        ("(yes) 0.1, 0.2, 0.7;", "(maybe) 0.1, 0.2, 0.7;", r":10: 'maybe' is not a state of 'A'"),
+        ("probability ( B | A )", "probability ( B | Z )", r":9: 'B' has undeclared parent"),
+        ("(no) 0.5, 0.25, 0.25;", "", r":9: probability of 'B' has no entry for parents \(no\)"),
+        ("0.5, 0.25, 0.25", "0.5, 0.25, x", r":11: expected a number, found 'x'"),
+        ("[ 3 ]", "[ 4 ]", r":4: variable 'B' declares \[4\] states but lists 3"),
+        ("table 0.3, 0.7;", "table 0.3, 0.6;", r":3: probabilities of 'A' sum to 0.9"),
+        ("probability ( A ) { table 0.3, 0.7; }", "", r":3: variable 'A' has no probability"),
+        ("variable C", "varible C", r":5: expected 'network', 'variable' or 'probability'"),
+        (
+            "probability ( A ) { table 0.3, 0.7; }",
+            "probability ( A | C ) { table 0.3, 0.3, 0.7, 0.7; }",
+            "cycle",
+        ),
+    ],
+)
+def test_bif_errors_name_file_line_and_problem(old, new, message):
+    assert old in BIF
+    with pytest.raises(ConfigError, match="net.bif" + ".*" + message):
+        parse_bif(BIF.replace(old, new, 1), where="net.bif")
+
+
+def test_bif_truncated_file():
+    with pytest.raises(ConfigError, match=r"x.bif:\d+: unexpected end of file"):
+        parse_bif(BIF[:-30], where="x.bif")
+
+
+def test_hugin_net_matches_pgmpy(tmp_path):
+    from pgmpy.readwrite import NETReader
+
+    path = tmp_path / "small.net"
+    path.write_text(NET)
+    ours = load_network(path)
+    assert ours.states["A"] == ("yes", "no")
+    np.testing.assert_allclose(ours.cpts["B"], [[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(ours, from_pgmpy(NETReader(str(path)).get_model()))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("(0.5 0.25 0.25)", "(0.5 0.25)", r":6: data for 'B' has 5 numbers, expected 6"),
+        ("discrete node B", "continuous node B", r":4: continuous nodes are not supported"),
+        ('states = ("x" "y" "z");', 'label = "B";', r":4: node 'B' has no 'states"),
+        ("( 0.3 0.7 )", "( 0.3 0.7 ", r":5: expected a number, found ';'"),
+    ],
+)
+def test_hugin_errors_name_file_line_and_problem(old, new, message):
+    assert old in NET
+    with pytest.raises(ConfigError, match="n.net" + ".*" + message):
+        parse_net(NET.replace(old, new, 1), where="n.net")
+
+
+def test_xmlbif_round_trip_through_pgmpy_writer(tmp_path):
+    from pgmpy.readwrite import XMLBIFWriter
+
+    net = random_dag(7, seed=3)
+    path = tmp_path / "net.xml"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        XMLBIFWriter(net.to_pgmpy()).write(str(path))
+    assert_same(load_network(path), net)
+    broken = tmp_path / "broken.xml"
+    broken.write_text(path.read_text().replace("</VARIABLE>", "</VARIABLES>", 1))
+    with pytest.raises(ConfigError, match=r"broken.xml:\d+: XML error"):
+        load_network(broken)
+
+
+def test_gzip_and_path_errors(tmp_path):
+    gz = tmp_path / "net.bif.gz"
+    gz.write_bytes(gzip.compress(BIF.encode()))
+    assert_same(load_network(gz), parse_bif(BIF))
+    bad = tmp_path / "bad.bif.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(ConfigError, match="bad.bif.gz: not a valid gzip"):
+        load_network(bad)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_network(tmp_path / "missing.bif")
+    other = tmp_path / "net.csv"
+    other.write_text("a,b")
+    with pytest.raises(ConfigError, match="unknown network format"):
+        load_network(other)
+    with pytest.raises(ConfigError, match="expected a path or a pgmpy"):
+        load_network(42)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_write_bif_round_trips_exactly(seed):
+    net = random_dag(8, seed=seed)
+    back = parse_bif(write_bif(net))
+    for v in net.variables:
+        assert back.parents[v] == net.parents[v] and back.states[v] == net.states[v]
+        assert np.array_equal(back.cpts[v], net.cpts[v])
+    with pytest.raises(ConfigError, match="names that BIF cannot hold"):
+        write_bif(
+            Network("n", ("a,b",), {"a,b": ("x", "y")}, {"a,b": ()}, {"a,b": np.array([0.5, 0.5])})
+        )
+
+
+def test_pgmpy_round_trip():
+    net = random_dag(9, seed=11)
+    assert_same(from_pgmpy(net.to_pgmpy()), net)
+    assert_same(load_network(net.to_pgmpy()), net)
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data/bn (absent in a plain clone)")
+@pytest.mark.parametrize("name", ["child", "alarm", "credit"])
+def test_shared_networks_parse_like_pgmpy(name):
+    from pgmpy.readwrite import BIFReader, NETReader
+
+    path = SHARED / (f"{name}.net" if name == "credit" else f"{name}.bif.gz")
+    ours = load_network(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "credit":
+            model = NETReader(str(path)).get_model()
+        else:
+            model = BIFReader(string=gzip.decompress(path.read_bytes()).decode()).get_model()
+    assert_same(ours, from_pgmpy(model))
+
+
+# ---------------------------------------------------------------------------- UAI
+def uai_text(net: Network) -> str:
+    """UAI text of a network whose variables are ``var_<i>`` with states ``"0"``, ``"1"``..."""
+    index = {v: i for i, v in enumerate(net.variables)}
+    lines = ["BAYES", str(len(net.variables))]
+    lines.append(" ".join(str(net.card(v)) for v in net.variables))
+    lines.append(str(len(net.variables)))
+    for v in net.variables:
+        scope = [*net.parents[v], v]
+        lines.append(" ".join(str(x) for x in [len(scope), *(index[u] for u in scope)]))
+    lines.append("")
+    for v in net.variables:
+        table = net.cpts[v]
+        lines.append(str(table.size))
+        for row in table.reshape(-1, table.shape[-1]):
+            lines.append(" " + " ".join(repr(float(x)) for x in row))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def renamed(net: Network) -> Network:
+    """``net`` with variables ``var_<i>`` and states ``"0"``, ``"1"``... (UAI's names)."""
+    name = {v: f"var_{i}" for i, v in enumerate(net.variables)}
+    return Network(
+        net.name,
+        tuple(name[v] for v in net.variables),
+        {name[v]: tuple(str(j) for j in range(net.card(v))) for v in net.variables},
+        {name[v]: tuple(name[p] for p in net.parents[v]) for v in net.variables},
+        {name[v]: net.cpts[v] for v in net.variables},
+    )
+
+
+UAI = """\
+BAYES
+3
+2 3 2
+3
+1 0
+2 0 1
+3 0 1 2
+
+2
+ 0.3 0.7
+6
+ 0.1 0.2 0.7
+ 0.5 0.25 0.25
+12
+ 0.9 0.1  0.5 0.5  0.5 0.5
+ 0.5 0.5  0.5 0.5  0.2 0.8
+"""
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_uai_reads_the_same_network_as_bif(tmp_path, seed):
+    net = renamed(random_dag(9, seed=seed))
+    plain = tmp_path / "net.uai"
+    plain.write_text(uai_text(net))
+    packed = tmp_path / "net.uai.gz"
+    packed.write_bytes(gzip.compress(uai_text(net).encode()))
+    bif = parse_bif(write_bif(net))
+    for path in (plain, packed):
+        ours = load_network(path)
+        assert ours.variables == net.variables
+        assert_same(ours, bif)
+        for v in net.variables:
+            assert np.array_equal(ours.cpts[v], bif.cpts[v])
+
+
+def test_uai_layout_parents_then_child_fastest():
+    net = parse_uai(UAI)
+    assert net.variables == ("var_0", "var_1", "var_2")
+    assert net.states["var_1"] == ("0", "1", "2")
+    assert net.parents["var_2"] == ("var_0", "var_1")
+    assert net.cpts["var_1"][1].tolist() == [0.5, 0.25, 0.25]
+    assert net.cpts["var_2"][1, 2].tolist() == [0.2, 0.8]
+    assert net.cpts["var_2"][0, 0].tolist() == [0.9, 0.1]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("BAYES", "MARKOV", r":1: expected 'BAYES'"),
+        ("2 3 2", "2 x 2", r":3: expected the number of states of variable 1"),
+        ("3\n1 0", "2\n1 0", r":4: 2 functions for 3 variables"),
+        ("2 0 1\n", "2 0 0\n", r":6: function 1 names a variable twice"),
+        ("2 0 1\n", "2 1 0\n", r":6: functions 0 and 1 are both CPTs of var_0"),
+        ("3 0 1 2", "3 0 1 9", r":7: expected a variable index"),
+        ("6\n 0.1", "5\n 0.1", r":11: table of function 1 \(var_1\) declares 5 entries"),
+        ("0.25 0.25\n12", "0.25 0.35\n12", r":11: probabilities of 'var_1' sum to 1\.1, not 1"),
+        ("0.5 0.25", "0.5 zz", r":13: table of function 1 \(var_1\): 'zz' is not a number"),
+        (" 0.3 0.7", " 0.3 -0.7", r":9: probabilities of 'var_0' must be finite and >= 0"),
+        ("0.2 0.8\n", "0.2 0.8 1\n", r":16: unexpected '1' after the last table"),
+        (
+            "0.2 0.8\n",
+            "0.2\n",
+            r":14: table of function 2 \(var_2\) has 11 of its 12 entries before the end",
+        ),
+        ("2\n 0.3", "99999999999999999999\n 0.3", r":9: expected the number of entries"),
+    ],
+)
+def test_uai_errors_name_file_line_and_problem(old, new, message):
+    assert old in UAI
+    with pytest.raises(ConfigError, match=r"<uai>" + message):
+        parse_uai(UAI.replace(old, new, 1))
+
+
+def test_uai_cycle_empty_and_bounded_reading(tmp_path):
+    cyclic = UAI.replace("1 0\n2 0 1", "2 1 0\n2 0 1", 1).replace(
+        "2\n 0.3 0.7", "6\n 0.3 0.7 0.3 0.7 0.3 0.7"
+    )
+    with pytest.raises(ConfigError, match="cycle"):
+        parse_uai(cyclic)
+    with pytest.raises(ConfigError, match="empty file"):
+        parse_uai("")
+    bomb = tmp_path / "bomb.uai.gz"
+    bomb.write_bytes(gzip.compress(UAI.encode() + b" " * 5000))
+    with pytest.raises(ConfigError, match=r"bomb.uai.gz: more than 4,096 bytes"):
+        read_uai(bomb, max_bytes=4096)
+    bad = tmp_path / "bad.uai.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(ConfigError, match="bad.uai.gz: not a valid gzip"):
+        load_network(bad)
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data/bn (absent in a plain clone)")
+def test_every_shared_problem_network_loads():
+    problems = json.loads((SHARED / "problems.json").read_text())
+    assert problems
+    for problem in problems:
+        net = load_network(SHARED / problem["network"])
+        assert problem["class"] in net.variables
+        assert problem["positive"] in net.states[problem["class"]]
+        assert set(problem["features"]) <= set(net.variables), problem["name"]
+        assert all(net.states[v] == ("0", "1") for v in net.variables)

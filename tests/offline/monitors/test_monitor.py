@@ -1,0 +1,478 @@
+"""BoxMonitor (offline estimator): fitting, verdicts, scores, tau selection, calibration,
+round trip to the agent runtime, evaluation outcomes, and the bundled digits model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from locations import ROOT
+from sklearn.exceptions import NotFittedError
+
+from boxwatch.agent import boxes as boxes_module
+from boxwatch.agent.boxes import ACCEPT, REJECT, UNCERTAIN, BoxRuntime, normalize_features
+from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.members import BOXES_PREFIX
+from boxwatch.agent.taps import OnnxTap
+from boxwatch.offline.monitors.estimator import BoxMonitor, build_sweep
+from boxwatch.offline.monitors.evaluation import (
+    Outcomes,
+    auroc,
+    detection,
+    outcome_counts,
+    outcomes_per_class,
+    tau_curves,
+)
+
+DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"
+
+# Table 1 of the paper: layer-2 features, true labels and predictions (class 1 -> 0, 2 -> 1).
+TABLE1 = np.array(
+    [
+        (0.078, 0.062),
+        (0.222, 0.162),
+        (0.69, 0.61),
+        (0.79, 0.71),
+        (0.289, 0.281),
+        (0.389, 0.381),
+        (0.566, 0.614),
+        (0.666, 0.714),
+    ]
+)
+TABLE1_TRUE = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+TABLE1_PRED = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+
+
+def synthetic(seed=0, n=300, d=6, n_classes=3):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, size=n)
+    centres = np.random.default_rng(100).normal(
+        scale=4.0, size=(n_classes, d)
+    )  # same for every seed
+    acts = {
+        "a": centres[y] + rng.normal(size=(n, d)),
+        "b": np.abs(centres[y][:, :3] + rng.normal(size=(n, 3))),
+    }
+    pred = np.where(rng.random(n) < 0.9, y, rng.integers(0, n_classes, size=n))
+    return acts, y, pred
+
+
+def test_fit_on_table1_reproduces_example6():
+    # The paper's reading (combine="any"): boxes from every training input, no hold-out.
+    mon = BoxMonitor(["l2"], tau=0.7, normalize="none", combine="any").fit(
+        {"l2": TABLE1}, TABLE1_TRUE, TABLE1_PRED
+    )
+    good_lo, good_hi = mon.runtime_.good["l2"].boxes_of(0)
+    order = np.argsort(good_lo[:, 0])
+    np.testing.assert_allclose(good_lo[order], [[0.078, 0.062], [0.69, 0.61]], rtol=1e-6)
+    np.testing.assert_allclose(good_hi[order], [[0.222, 0.162], [0.79, 0.71]], rtol=1e-6)
+    v = mon.predict({"l2": np.array([(0.14, 0.13), (0.58, 0.56)])}, np.array([0, 0]))
+    assert v.names().tolist() == ["accept", "reject"]
+
+
+def test_every_good_training_point_is_in_a_box_of_its_class():
+    acts, y, pred = synthetic()
+    for normalize in ("none", "l2"):
+        mon = BoxMonitor(tau=0.1, normalize=normalize, max_clusters=8, combine="any").fit(
+            acts, y, pred
+        )
+        good = y == pred
+        v = mon.predict({k: a[good] for k, a in acts.items()}, pred[good])
+        for layer in ("a", "b"):
+            assert np.all(v.per_layer[layer] != REJECT)
+        assert np.all(mon.outlier_score({k: a[good] for k, a in acts.items()}, pred[good]) == 0)
+        bad = ~good  # bad training points sit in a bad box: never plain accept
+        vb = mon.predict({k: a[bad] for k, a in acts.items()}, pred[bad])
+        assert np.all(vb.per_layer["a"] != ACCEPT)
+
+
+def test_fit_is_deterministic_and_seed_is_used():
+    acts, y, pred = synthetic(1)
+    m1 = BoxMonitor(tau=0.05, max_clusters=8, random_state=3).fit(acts, y, pred)
+    m2 = BoxMonitor(tau=0.05, max_clusters=8, random_state=3).fit(acts, y, pred)
+    for layer in ("a", "b"):
+        np.testing.assert_array_equal(m1.runtime_.good[layer].lo, m2.runtime_.good[layer].lo)
+        np.testing.assert_array_equal(m1.runtime_.bad[layer].hi, m2.runtime_.bad[layer].hi)
+    assert _members_equal(m1.to_members(), m2.to_members())
+    m3 = BoxMonitor(tau=0.05, max_clusters=8, random_state=4).fit(acts, y, pred)
+    assert m3.tau_["a"].tolist() == m1.tau_["a"].tolist()
+
+
+def _members_equal(a, b):
+    if a.keys() != b.keys() or a["monitors/boxes.json"] != b["monitors/boxes.json"]:
+        return False
+    return all(np.array_equal(a[k][n], b[k][n]) for k in a if k.endswith(".npz") for n in a[k])
+
+
+def test_combine_rule_and_per_layer_tau_mapping():
+    acts, y, pred = synthetic(2)
+    mon = BoxMonitor(tau={"a": 0.5, "b": [0.1, 0.2, 0.3]}, combine="all").fit(acts, y, pred)
+    np.testing.assert_array_equal(mon.tau_["a"], [0.5] * 3)
+    np.testing.assert_array_equal(mon.tau_["b"], [0.1, 0.2, 0.3])
+    v = mon.predict(acts, pred)
+    per = np.stack([v.per_layer["a"], v.per_layer["b"]])
+    assert np.all((v.combined == REJECT) == np.all(per == REJECT, axis=0))
+    assert np.all((v.combined == ACCEPT) == np.all(per == ACCEPT, axis=0))
+
+
+def test_auto_tau_by_validation_f1():
+    acts, y, pred = synthetic(3)
+    vacts, vy, vpred = synthetic(4, n=200)
+    rng = np.random.default_rng(0)
+    unknown = {
+        "a": rng.normal(scale=6, size=(150, 6)),
+        "b": np.abs(rng.normal(scale=6, size=(150, 3))),
+    }
+    val = (
+        {k: np.vstack([vacts[k], unknown[k]]) for k in vacts},
+        np.concatenate([vy, np.full(150, -1)]),
+        np.concatenate([vpred, rng.integers(0, 3, 150)]),
+    )
+    taus = (1.0, 0.5, 0.1, 0.01)
+    mon = BoxMonitor(tau="auto", taus=taus, selection="f1", max_clusters=8).fit(
+        acts, y, pred, validation=val
+    )
+    for layer in ("a", "b"):
+        table = mon.selection_["f1"][layer]
+        assert table.shape == (4, 3)
+        best = table.max(axis=0)
+        chosen_rows = [taus.index(t) for t in mon.tau_[layer]]
+        np.testing.assert_allclose(table[chosen_rows, range(3)], best)
+        # Cross-check one entry against the evaluation module.
+        sweep = build_sweep(
+            acts, y, pred, layers=["a", "b"], taus=taus, n_classes=3, max_clusters=8
+        )
+        verdicts = sweep.verdicts(val[0], val[2])[layer][mon.tau_[layer][0]]
+        assert outcomes_per_class(verdicts, val[1], val[2], 3)[0].f1 == pytest.approx(best[0])
+
+
+def test_auto_tau_without_validation_uses_coverage_search():
+    acts, y, pred = synthetic(5, n=300)
+    mon = BoxMonitor(tau="auto", max_clusters=4, eps_ival=0.05).fit(acts, y, pred)
+    assert mon.selection_ is None
+    for layer in ("a", "b"):
+        assert np.all((mon.tau_[layer] >= 0) & (mon.tau_[layer] <= 1))
+
+
+def test_calibrate_reaches_target_and_measures_unknowns():
+    acts, y, pred = synthetic(6)
+    mon = BoxMonitor(tau=0.05, max_clusters=8).fit(acts, y, pred)
+    kacts, _, kpred = synthetic(7, n=300)
+    rng = np.random.default_rng(1)
+    uacts = {
+        "a": rng.normal(scale=8, size=(300, 6)),
+        "b": np.abs(rng.normal(scale=8, size=(300, 3))),
+    }
+    upred = rng.integers(0, 3, 300)
+    cal = mon.calibrate(
+        kacts, kpred, target_acceptance=0.9, acts_unknown=uacts, y_pred_unknown=upred
+    )
+    sk = mon.outlier_score(kacts, kpred)
+    assert np.mean(sk <= cal.threshold) >= 0.9
+    assert cal.known_acceptance == pytest.approx(np.mean(sk <= cal.threshold))
+    su = mon.outlier_score(uacts, upred)
+    assert cal.unknown_acceptance == pytest.approx(np.mean(su <= cal.threshold))
+    assert cal.unknown_acceptance < 0.5
+    np.testing.assert_array_equal(mon.decide(uacts, upred), su <= cal.threshold)
+    # The agent runtime rebuilt from the members reproduces scores and decisions.
+    rt = BoxRuntime.from_members(mon.to_members(), mon.to_members())
+    np.testing.assert_array_equal(rt.scores(uacts, upred), su)
+    assert rt.threshold == cal.threshold
+
+
+def test_score_grows_with_distance_from_boxes():
+    acts, y, pred = synthetic(8)
+    mon = BoxMonitor(["a"], tau=0.1, normalize="none").fit(acts, y, pred)
+    far = {"a": acts["a"][:50] * 50.0}
+    near = {"a": acts["a"][:50]}
+    assert np.all(mon.outlier_score(far, pred[:50]) >= mon.outlier_score(near, pred[:50]) - 1e-12)
+
+
+def test_config_errors_name_every_problem():
+    acts, y, pred = synthetic(9, n=100)
+    with pytest.raises(ConfigError) as err:
+        BoxMonitor(["a", "zz"], combine="vote", normalize="zscore").fit(acts, y, pred)
+    text = str(err.value)
+    assert "combine='vote'" in text and "normalize='zscore'" in text and "zz" in text
+    with pytest.raises(NotFittedError, match="not fitted"):
+        BoxMonitor().predict(acts, pred)
+    with pytest.raises(ValueError, match="rows"):
+        BoxMonitor(tau=0.5).fit({"a": acts["a"][:10]}, y, pred)
+
+
+def test_outcome_counts_follow_table2():
+    verdicts = np.array([ACCEPT, REJECT, UNCERTAIN, ACCEPT, REJECT, UNCERTAIN, ACCEPT])
+    y_true = np.array([0, 0, 0, 1, -1, 2, 1])
+    y_pred = np.array([0, 0, 0, 0, 0, 0, 1])
+    counts = outcome_counts(verdicts, y_true, y_pred, 3)
+    assert counts[0].tolist() == [1, 1, 1, 1, 1, 1]
+    assert counts[1].tolist() == [1, 0, 0, 0, 0, 0]
+    o = Outcomes(*counts[0])
+    assert o.precision == 0.5 and o.recall == pytest.approx(1 / 3) and o.f1 == pytest.approx(0.4)
+    curves = tau_curves({0.1: verdicts, 0.5: verdicts}, y_true, y_pred, 3)
+    assert list(curves) == [0.5, 0.1]
+
+
+def test_auroc_and_fpr():
+    assert auroc(np.array([0, 1, 2]), np.array([3, 4])) == 1.0
+    assert auroc(np.array([1, 1]), np.array([1, 1])) == 0.5
+    d = detection(np.arange(100), np.array([50, 96, 200]))
+    assert d.threshold == 94 and d.fpr == pytest.approx(1 / 3)
+
+
+def test_digits_model_monitor_flags_unseen_digits():
+    """The bundled MLP (digits 0-7): monitors on both hidden layers, 8 and 9 as unknowns."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    known = digits.target < 8
+    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "/act2/Relu_output_0"])
+    logits, acts = tap.run(x)
+    pred = logits.argmax(1)
+    idx = np.flatnonzero(known)
+    train, held = idx[::2], idx[1::2]
+    mon = BoxMonitor(tau=0.05, max_clusters=8, random_state=0).fit(
+        {k: a[train] for k, a in acts.items()}, digits.target[train], pred[train], n_classes=8
+    )
+    unk = np.flatnonzero(~known)
+    cal = mon.calibrate(
+        {k: a[held] for k, a in acts.items()},
+        pred[held],
+        target_acceptance=0.95,
+        acts_unknown={k: a[unk] for k, a in acts.items()},
+        y_pred_unknown=pred[unk],
+    )
+    sk = mon.outlier_score({k: a[held] for k, a in acts.items()}, pred[held])
+    su = mon.outlier_score({k: a[unk] for k, a in acts.items()}, pred[unk])
+    assert auroc(sk, su) > 0.85
+    # 0.61 with the default quadratic score mean (0.55 with the arithmetic one, whose AUROC
+    # is lower): 8 and 9 drawn in 8x8 pixels are near unknowns for a 0-7 model.
+    assert cal.unknown_acceptance < 0.65
+
+
+def test_defaults_fit_calibrate_and_predict():
+    """BoxMonitor() with defaults: combine="calibrated", calibrated inside fit on a held-out
+    share of train (no validation) or on the validation data, and the emitted verdicts
+    accept target_acceptance of the correctly classified calibration inputs."""
+    acts, y, pred = synthetic(10, n=400)
+    mon = BoxMonitor().fit(acts, y, pred)
+    assert mon.combine == "calibrated" and mon.target_acceptance == 0.95
+    held = mon.calibration_rows_
+    assert 0.15 * len(y) <= len(held) <= 0.25 * len(y)
+    v = mon.predict({k: a[held] for k, a in acts.items()}, pred[held])
+    right = y[held] == pred[held]
+    cal = mon.calibration_
+    assert cal.population == "correctly classified known" and cal.n_known == right.sum()
+    assert cal.known_acceptance == pytest.approx(np.mean(v.combined[right] == ACCEPT))
+    assert cal.known_acceptance >= 0.95
+    # With validation data: calibrated on its correctly classified known rows.
+    vacts, vy, vpred = synthetic(11, n=300)
+    mon = BoxMonitor(target_acceptance=0.9).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    assert len(mon.calibration_rows_) == 0
+    v = mon.predict(vacts, vpred).combined
+    right = vy == vpred
+    assert mon.calibration_.known_acceptance == pytest.approx(np.mean(v[right] == ACCEPT))
+    assert mon.calibration_.known_acceptance >= 0.9
+    assert mon.calibration_.known_split["accept"] == mon.calibration_.known_acceptance
+
+
+def synthetic_logits(pred, seed, n_classes=3):
+    """Logits whose argmax is ``pred``, with margins spread from near-ties to sure."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(len(pred), n_classes))
+    z[np.arange(len(pred)), pred] = z.max(axis=1) + rng.exponential(1.0, size=len(pred))
+    return z
+
+
+def test_confidence_floor_takes_its_share_and_accepts_the_target():
+    """With logits, calibration splits the unaccepted budget: the score threshold rejects,
+    a confidence floor gives *uncertainty* to ``confidence_share`` of it; the emitted
+    verdicts still accept ``target_acceptance`` of the correct known inputs (issue 23)."""
+    acts, y, pred = synthetic(12, n=600)
+    logits = synthetic_logits(pred, 1)
+    vacts, vy, vpred = synthetic(13, n=600)
+    vlogits = synthetic_logits(vpred, 2)
+    mon = BoxMonitor(target_acceptance=0.8, confidence_share=0.25).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+    )
+    cal = mon.calibration_
+    assert cal.confidence_floor is not None and 0 < cal.confidence_floor < 1
+    with pytest.raises(ValueError, match="logits"):
+        mon.predict(vacts, vpred)
+    v = mon.predict(vacts, vpred, logits=vlogits).combined
+    right = vy == vpred
+    n = right.sum()
+    assert cal.known_acceptance == pytest.approx(np.mean(v[right] == ACCEPT))
+    assert 0.8 <= cal.known_acceptance <= 0.8 + 2 / n
+    # The floor's share: a quarter of the 20% budget, the rest rejected by the score.
+    assert 0.05 - 2 / n <= np.mean(v[right] == UNCERTAIN) <= 0.05 + 2 / n
+    assert 0.15 - 2 / n <= np.mean(v[right] == REJECT) <= 0.15 + 2 / n
+    conf = np.exp(vlogits - vlogits.max(1, keepdims=True))
+    conf = 1 / conf.sum(1)
+    score = mon.outlier_score(vacts, vpred, logits=vlogits)
+    within = score <= cal.threshold
+    np.testing.assert_array_equal(v == REJECT, ~within)
+    np.testing.assert_array_equal(v == UNCERTAIN, within & (conf < cal.confidence_floor))
+    # No floor without logits, or with confidence_share=0: the score alone accepts.
+    for mon in (
+        BoxMonitor(target_acceptance=0.8).fit(acts, y, pred, validation=(vacts, vy, vpred)),
+        BoxMonitor(target_acceptance=0.8, confidence_share=0).fit(
+            acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+        ),
+    ):
+        assert mon.calibration_.confidence_floor is None
+        v = mon.predict(vacts, vpred, logits=vlogits).combined
+        assert not np.any(v == UNCERTAIN) and np.mean(v[right] == ACCEPT) >= 0.8
+
+
+def test_confidence_floor_fails_closed_and_reads_probabilities():
+    """A NaN output never passes the floor; probability rows are read as they are."""
+    acts, y, pred = synthetic(14, n=600)
+    logits = synthetic_logits(pred, 3)
+    mon = BoxMonitor().fit(acts, y, pred, logits=logits)
+    rt = mon.runtime_
+    assert rt.output == "logits" and rt.confidence_floor is not None
+    bad = logits.copy()
+    bad[:5, 0] = np.nan
+    v, _per = rt.verdicts(acts, pred, logits=bad)
+    assert not np.any(v[:5] == ACCEPT)
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    pmon = BoxMonitor().fit(acts, y, pred, logits=probs)
+    assert pmon.runtime_.output == "probabilities"
+    # Same inputs, same ranking by confidence: the same floor in probability units.
+    assert pmon.calibration_.confidence_floor == pytest.approx(mon.calibration_.confidence_floor)
+
+
+def test_monitors_built_before_the_confidence_rule_keep_their_bad_box_verdicts():
+    """A format-2 calibrated monitor (no ``uncertainty`` key) still emits uncertainty
+    inside a bad box, as when it was built; format 3 records the confidence rule and
+    format 4 the energy term."""
+    acts, y, pred = synthetic(12, n=400)
+    logits = synthetic_logits(pred, 4)
+    mon = BoxMonitor(tau=1.0, max_clusters=1).fit(acts, y, pred, logits=logits)
+    members = mon.to_members()
+    spec = members[f"{BOXES_PREFIX}.json"]
+    assert spec["version"] == 4 and spec["uncertainty"] == "confidence"
+    assert spec["energy_scale"] > 0
+    old = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("uncertainty", "confidence_floor", "output", "energy_center", "energy_scale")
+    }
+    old["version"] = 2
+    legacy = BoxRuntime.from_members({**members, f"{BOXES_PREFIX}.json": old}, members)
+    assert legacy.uncertainty == "bad-box" and legacy.confidence_floor is None
+    v, _per = legacy.verdicts(acts, pred)
+    in_bad = np.logical_or.reduce(
+        [
+            legacy.bad[layer].contains(normalize_features(acts[layer], legacy.normalize), pred)
+            for layer in legacy.layers
+        ]
+    )
+    scores = legacy.scores(acts, pred)
+    within = scores <= legacy.threshold
+    assert np.any(within & in_bad)
+    np.testing.assert_array_equal(v == UNCERTAIN, within & in_bad)
+    # An unknown rule in a format-3 member is refused, not guessed.
+    with pytest.raises(ArtifactError, match="uncertainty"):
+        BoxRuntime.from_members(
+            {**members, f"{BOXES_PREFIX}.json": {**spec, "uncertainty": "vibes"}}, members
+        )
+
+
+def test_energy_term_weighs_weak_logits_and_fails_closed():
+    """With logits, the fused score gains the energy term ``max(0, E - centre) / scale``
+    (``ENERGY_TERMS`` times in the quadratic mean, E = -logsumexp(logits)): the same
+    activations score higher under weak logits; a NaN logit rejects; the term travels in
+    box format 4 and a bad one is refused; without it the score is the format-3 one."""
+    acts, y, pred = synthetic(12, n=600)
+    logits = synthetic_logits(pred, 1)
+    vacts, vy, vpred = synthetic(13, n=600)
+    vlogits = synthetic_logits(vpred, 2)
+    mon = BoxMonitor(target_acceptance=0.9).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+    )
+    rt = mon.runtime_
+    assert rt.has_energy_term() and rt.energy_scale > 0
+    right = vy == vpred
+    energy = -np.log(np.exp(vlogits[right]).sum(axis=1))
+    assert rt.energy_center == pytest.approx(np.median(energy))
+    with pytest.raises(ValueError, match="logits"):
+        mon.outlier_score(vacts, vpred)
+    score = mon.outlier_score(vacts, vpred, logits=vlogits)
+    dist = rt.layer_scores(vacts, vpred)
+    con = rt.contrast_layer_scores(vacts, vpred)
+    e_all = -np.log(np.exp(vlogits).sum(axis=1))
+    terms = [dist[k] / rt.score_scales[k] for k in rt.score_layers]
+    terms += [con[k] / rt.contrast_scales[k] for k in rt.contrast_layers]
+    terms += [np.maximum(e_all - rt.energy_center, 0) / rt.energy_scale] * boxes_module.ENERGY_TERMS
+    np.testing.assert_allclose(score, np.sqrt(np.mean(np.square(terms), axis=0)), atol=1e-12)
+    # Same activations, weak logits (all equal and low): a higher score, never a lower one.
+    weak = np.full_like(vlogits, vlogits.min() - 5)
+    weak_score = mon.outlier_score(vacts, vpred, logits=weak)
+    assert np.all(weak_score >= score) and np.mean(weak_score > score) > 0.9
+    nan = vlogits.copy()
+    nan[:5, 0] = np.nan
+    assert np.all(np.isinf(mon.outlier_score(vacts, vpred, logits=nan)[:5]))
+    assert np.all(mon.predict(vacts, vpred, logits=nan).combined[:5] == REJECT)
+    # Format 4 round trip; a bad term is refused; a format-3 member has no term.
+    members = mon.to_members()
+    spec = members[f"{BOXES_PREFIX}.json"]
+    assert spec["version"] == 4
+    back = BoxRuntime.from_members(members, members)
+    np.testing.assert_array_equal(back.scores(vacts, vpred, logits=vlogits), score)
+    for bad in (0.0, -1.0, float("nan"), "1", None, True):
+        with pytest.raises(ArtifactError, match="energy_scale"):
+            BoxRuntime.from_members(
+                {**members, spec_name(): {**spec, "energy_scale": bad}}, members
+            )
+    v3 = {k: v for k, v in spec.items() if k not in ("energy_center", "energy_scale")}
+    legacy = BoxRuntime.from_members({**members, spec_name(): {**v3, "version": 3}}, members)
+    assert not legacy.has_energy_term()
+    off = BoxMonitor(target_acceptance=0.9, energy_term=False).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+    )
+    assert not off.runtime_.has_energy_term()
+    assert off.to_members()[f"{BOXES_PREFIX}.json"]["version"] == 3
+    np.testing.assert_allclose(
+        off.outlier_score(vacts, vpred), legacy.scores(vacts, vpred), rtol=1e-12
+    )
+
+
+def spec_name() -> str:
+    return f"{BOXES_PREFIX}.json"
+
+
+def test_coverage_selection_still_calibrates_on_validation():
+    acts, y, pred = synthetic(14, n=300)
+    vacts, vy, vpred = synthetic(15, n=200)
+    mon = BoxMonitor(selection="coverage", max_clusters=4, eps_ival=0.05).fit(
+        acts, y, pred, validation=(vacts, vy, vpred)
+    )
+    assert mon.selection_ is None and len(mon.calibration_rows_) == 0
+    assert mon.calibration_.n_known == int(np.sum(vy == vpred))
+
+
+def test_quadratic_score_mean_is_the_rms_of_the_scaled_terms():
+    """Default ``score_mean="quadratic"``: one far-off term is not averaged away; the
+    artifact member carries the rule (format 3), and the arithmetic mean is still read."""
+    acts, y, pred = synthetic(21, n=500)
+    vacts, vy, vpred = synthetic(22, n=300)
+    mon = BoxMonitor().fit(acts, y, pred, validation=(vacts, vy, vpred))
+    rt = mon.runtime_
+    assert rt.score_mean == "quadratic" and rt.score == "fused"
+    dist = rt.layer_scores(vacts, vpred)
+    con = rt.contrast_layer_scores(vacts, vpred)
+    terms = [dist[k] / rt.score_scales[k] for k in rt.score_layers] + [
+        con[k] / rt.contrast_scales[k] for k in rt.contrast_layers
+    ]
+    want = np.sqrt(np.mean(np.square(terms), axis=0))
+    want[~np.isfinite(want)] = np.inf
+    np.testing.assert_allclose(mon.outlier_score(vacts, vpred), want)
+    members = mon.to_members()
+    back = BoxRuntime.from_members(members, members)
+    assert back.score_mean == "quadratic"
+    np.testing.assert_array_equal(back.scores(vacts, vpred), rt.scores(vacts, vpred))
+    arith = BoxMonitor(score_mean="arithmetic").fit(acts, y, pred, validation=(vacts, vy, vpred))
+    assert not np.allclose(arith.outlier_score(vacts, vpred), want)
