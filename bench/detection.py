@@ -41,13 +41,14 @@ train part and the validation inputs: known inputs only; the model input on a 7x
 layer of each of the 3 best blocks), every ``BoxMonitor`` parameter at its default
 (calibrated verdicts, fused score with the quadratic mean, tau by held-out class, a
 confidence floor and an energy term from the logits), fitted with the validation inputs, so calibrated on
-the correct validation inputs at ``TARGET``; and the baselines MSP, energy, ReAct (energy of the logits recomputed from
-penultimate features clipped at their 90th training percentile), KNN (k=50, L2-normalised)
-and class-conditional Mahalanobis (shared covariance). KNN and Mahalanobis take one layer,
-chosen per cell on the validation inputs without unknown inputs: the layer where they score
-lowest against their own class compared with the other classes (AUROC of the score against
-the score with the input's own class removed, as the box monitor's held-out-class
-selection does).
+the correct validation inputs at ``TARGET``; and every baseline of the table
+``offline/monitors/baselines.py`` (``BASELINES``): MSP, energy, ReAct (energy of the logits
+recomputed from penultimate features clipped at their 90th training percentile), KNN (k=50,
+L2-normalised) and class-conditional Mahalanobis (shared covariance). The baselines on
+features (KNN, Mahalanobis) take one layer, chosen per cell on the validation inputs without
+unknown inputs: the layer where they score lowest against their own class compared with the
+other classes (AUROC of the score against the score with the input's own class removed, as
+the box monitor's held-out-class selection does; KNN on 1,000 of them).
 
 Per cell and detector: near and far unknowns accepted, AUROC (known test vs near), share of
 the misclassified known test inputs accepted, inputs/s (scoring from activations). A box
@@ -76,8 +77,15 @@ from _results import machine_line, write_section
 from monitors import CACHE, DATA, read_idx
 from threadpoolctl import threadpool_limits
 
-from boxwatch.agent.boxes import ACCEPT, box_kernel, model_energy, normalize_features
+from boxwatch.agent.boxes import ACCEPT, box_kernel
 from boxwatch.agent.taps import OnnxTap, open_tap
+from boxwatch.offline.monitors.baselines import (
+    BASELINES,
+    ClassScorer,
+    OnFeatures,
+    OnLogits,
+    held_out_class_auroc,
+)
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc
 from boxwatch.offline.release import layer_choice
@@ -109,6 +117,9 @@ TAPS = {
 }
 PENULTIMATE = "fc2"
 FEATURE_LAYERS = {"cnn": ("conv2", "fc1", "fc2"), "mlp": ("fc1", "fc2")}
+# Baselines that compare each input with every training input: their layer choice sees
+# 1,000 validation inputs and their rate 2,000 known test inputs (the others: all of them).
+SAMPLED: dict[str, tuple[int | None, int]] = {"knn": (1000, 2000)}
 TRAINED: list[str] = []  # cache keys of the models trained (not loaded) in this run
 # Seconds each model's training took, recorded beside its weights when trained, so a warm run
 # can also report what the cold one costs (this run's time + the loaded models' training).
@@ -252,66 +263,6 @@ def tap_all(tap: OnnxTap, taps: dict[str, str], x: np.ndarray) -> dict[str, np.n
         for short, tensor in taps.items():
             acts[short].append(lg if tensor == "logits" else a[tensor])
     return {k: np.concatenate(v).reshape(len(x), -1) for k, v in acts.items()}
-
-
-# --- baselines: higher score = more unusual -------------------------------------------------
-
-
-def msp(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64) - logits.max(1, keepdims=True)
-    return -np.exp(z).max(1) / np.exp(z).sum(1)
-
-
-def energy(logits: np.ndarray) -> np.ndarray:
-    return model_energy(logits)
-
-
-def knn_kth(train: np.ndarray, query: np.ndarray, k: int = 50) -> np.ndarray:
-    """Negative cosine similarity to the k-th nearest L2-normalised training feature."""
-    out = np.empty(len(query))
-    for s in range(0, len(query), 2000):
-        sim = query[s : s + 2000] @ train.T
-        out[s : s + 2000] = -np.partition(sim, -k, axis=1)[:, -k]
-    return out
-
-
-class Mahalanobis:
-    """Class-conditional Mahalanobis distances with a shared covariance (Lee et al. 2018)."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, n_classes: int) -> None:
-        x = x.astype(np.float64)
-        self.means = np.stack([x[y == c].mean(0) for c in range(n_classes)])
-        centred = x - self.means[y]
-        cov = centred.T @ centred / len(x) + 1e-6 * np.eye(x.shape[1])
-        self.precision = np.linalg.inv(cov)
-
-    def per_class(self, q: np.ndarray) -> np.ndarray:
-        q = q.astype(np.float64)
-        a = np.einsum("ij,jk,ik->i", q, self.precision, q)[:, None]
-        b = q @ self.precision @ self.means.T
-        c = np.einsum("cj,jk,ck->c", self.means, self.precision, self.means)[None, :]
-        return a - 2 * b + c
-
-    def score(self, q: np.ndarray) -> np.ndarray:
-        return self.per_class(q).min(1)
-
-
-def held_out_class_auroc_maha(m: Mahalanobis, q: np.ndarray, y: np.ndarray) -> float:
-    d = m.per_class(q)
-    other = d.copy()
-    other[np.arange(len(y)), y] = np.inf
-    return auroc(d.min(1), other.min(1))
-
-
-def held_out_class_auroc_knn(
-    train: np.ndarray, y_train: np.ndarray, q: np.ndarray, y: np.ndarray, k: int = 50
-) -> float:
-    known = knn_kth(train, q, k)
-    stand_in = np.empty(len(q))
-    for c in np.unique(y):
-        rows = y == c
-        stand_in[rows] = knn_kth(train[y_train != c], q[rows], k)
-    return auroc(known, stand_in)
 
 
 # --- the suite --------------------------------------------------------------------------------
@@ -505,8 +456,10 @@ def run_cell(
         )
     )
 
-    def matched(label: str, score: Callable[[str], np.ndarray], rate: float) -> Row:
-        s = {k: score(k) for k in ("known", "near", "far")}
+    def matched(label: str, on: str, fn: Callable[[np.ndarray], np.ndarray], n_rate: int) -> Row:
+        """Baseline ``fn`` on layer ``on`` (or ``logits``) at the matched operating point; its
+        rate on the first ``n_rate`` known test inputs."""
+        s = {k: fn(acts[k][on]) for k in ("known", "near", "far")}
         t = acceptance_threshold(s["known"][correct], share) if share > 0 else -np.inf
         return Row(
             label,
@@ -515,64 +468,40 @@ def run_cell(
             float(np.mean(s["far"] <= t)),
             float(np.mean(s["known"][~correct] <= t)) if (~correct).any() else float("nan"),
             auroc(s["known"], s["near"]),
-            rate,
+            rate_of(lambda: fn(acts["known"][on][:n_rate]), n_rate),
         )
 
-    n = len(y_kn)
-    rows.append(
-        matched(
-            "MSP",
-            lambda k: msp(acts[k]["logits"]),
-            rate_of(lambda: msp(acts["known"]["logits"]), n),
+    def feature_layer(baseline: OnFeatures, n_choice: int | None) -> tuple[str, ClassScorer]:
+        """The layer where ``baseline``, fitted on the train part, best tells the validation
+        inputs' own class from the others (known inputs only; ``n_choice``: that many of them,
+        drawn with ``SPLIT_SEED``)."""
+        fitted = {lay: baseline.fit(acts["train"][lay], y_tr) for lay in FEATURE_LAYERS[arch]}
+        pick = (
+            slice(None)
+            if n_choice is None
+            else np.random.default_rng(SPLIT_SEED).permutation(len(y_va))[:n_choice]
         )
-    )
-    rows.append(
-        matched(
-            "energy",
-            lambda k: energy(acts[k]["logits"]),
-            rate_of(lambda: energy(acts["known"]["logits"]), n),
-        )
-    )
-    clip = float(np.percentile(acts["train"][PENULTIMATE], 90))
-    w, b = weights["out.weight"].T.astype(np.float64), weights["out.bias"].astype(np.float64)
-
-    def react(k: str) -> np.ndarray:
-        return energy(np.minimum(acts[k][PENULTIMATE], clip) @ w + b)
-
-    rows.append(matched("ReAct", react, rate_of(lambda: react("known"), n)))
-    feature_layers = FEATURE_LAYERS[arch]
-    norm = {
-        s: {lay: normalize_features(acts[s][lay], "l2") for lay in feature_layers} for s in acts
-    }
-    sub = np.random.default_rng(SPLIT_SEED).permutation(len(y_va))[:1000]
-    knn_layer = max(
-        feature_layers,
-        key=lambda lay: held_out_class_auroc_knn(
-            norm["train"][lay], y_tr, norm["validation"][lay][sub], y_va[sub]
-        ),
-    )
-    rows.append(
-        matched(
-            f"KNN k=50 ({knn_layer})",
-            lambda k: knn_kth(norm["train"][knn_layer], norm[k][knn_layer]),
-            rate_of(
-                lambda: knn_kth(norm["train"][knn_layer], norm["known"][knn_layer][:2000]), 2000
+        best = max(
+            fitted,
+            key=lambda lay: held_out_class_auroc(
+                fitted[lay], acts["validation"][lay][pick], y_va[pick]
             ),
         )
-    )
-    maha = {lay: Mahalanobis(acts["train"][lay], y_tr, 8) for lay in feature_layers}
-    maha_layer = max(
-        feature_layers,
-        key=lambda lay: held_out_class_auroc_maha(maha[lay], acts["validation"][lay], y_va),
-    )
-    m = maha[maha_layer]
-    rows.append(
-        matched(
-            f"Mahalanobis ({maha_layer})",
-            lambda k: m.score(acts[k][maha_layer]),
-            rate_of(lambda: m.score(acts["known"][maha_layer]), n),
-        )
-    )
+        return best, fitted[best]
+
+    n = len(y_kn)
+    for name, baseline in BASELINES.items():  # every entry of the table, on what it needs
+        n_choice, n_rate = SAMPLED.get(name, (None, n))
+        if isinstance(baseline, OnLogits):
+            rows.append(matched(baseline.label, "logits", baseline.score, n_rate))
+        elif isinstance(baseline, OnFeatures):
+            lay, scorer = feature_layer(baseline, n_choice)
+            rows.append(matched(f"{baseline.label} ({lay})", lay, scorer.score, n_rate))
+        else:  # on the penultimate layer, with the output layer's weights
+            react = baseline.fit(
+                acts["train"][PENULTIMATE], weights["out.weight"].T, weights["out.bias"]
+            )
+            rows.append(matched(baseline.label, PENULTIMATE, react.score, n_rate))
     # The same monitor recalibrated on the pool holdout (the training part's writers): what a
     # validation set drawn unlike the deployment's inputs gives.
     mon.calibrate(
@@ -663,7 +592,7 @@ def main() -> None:
     for cell, acc, box, base, pool_share in summary:
         best_near = min(base, key=lambda r: r.near)
         best_far = min(base, key=lambda r: r.far)
-        msp_row = base[0]
+        msp_row = next(r for r in base if r.name == BASELINES["msp"].label)
         vn, vf, ve = (
             verdict(box.near, best_near.near),
             verdict(box.far, best_far.far),

@@ -22,15 +22,11 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.artifact import Artifact
-from boxwatch.agent.boxes import (
-    ACCEPT,
-    VERDICT_NAMES,
-    BoxRuntime,
-    model_confidence,
-    model_energy,
-)
+from boxwatch.agent.boxes import ACCEPT, VERDICT_NAMES, BoxRuntime
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, MODEL_SPEC, ModelResult, MonitorRuntime
+from boxwatch.offline.monitors.baselines import BASELINES as TABLE
+from boxwatch.offline.monitors.baselines import OnLogits, msp
 from boxwatch.offline.monitors.estimator import SELECTION_TOLERANCE
 from boxwatch.offline.monitors.evaluation import (
     acceptance_threshold,
@@ -169,19 +165,9 @@ def score_auroc(low: np.ndarray, high: np.ndarray) -> float | None:
     return _finite_or_none(auroc(_rank_scores(low), _rank_scores(high)))
 
 
-def msp_score(logits: np.ndarray) -> np.ndarray:
-    """Negative maximum softmax probability (higher = less confident): the agent's own
-    :func:`~boxwatch.agent.boxes.model_confidence`, negated."""
-    return -model_confidence(logits, "logits")
-
-
-def energy_score(logits: np.ndarray) -> np.ndarray:
-    """Energy, ``-logsumexp(logits)`` (higher = less like the training data): the agent's
-    own :func:`~boxwatch.agent.boxes.model_energy`, which the box score's energy term uses."""
-    return model_energy(logits)
-
-
-BASELINES = {"msp": msp_score, "energy": energy_score}
+# The baselines the build computes: the table's entries on the model's logits alone (the
+# build keeps no training features for the others), in table order.
+BASELINES: dict[str, OnLogits] = {name: b for name, b in TABLE.items() if isinstance(b, OnLogits)}
 
 
 def model_errors(y: np.ndarray, res: ModelResult, logits: np.ndarray | None) -> dict[str, Any]:
@@ -197,8 +183,8 @@ def model_errors(y: np.ndarray, res: ModelResult, logits: np.ndarray | None) -> 
         "auroc_msp": None,
     }
     if logits is not None:
-        msp = msp_score(logits)
-        out["auroc_msp"] = score_auroc(msp[right], msp[~right])
+        s = msp(logits)
+        out["auroc_msp"] = score_auroc(s[right], s[~right])
     return out
 
 
@@ -208,11 +194,11 @@ def baselines(
     accepted_share: float,
     test: tuple[np.ndarray, ModelResult, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
-    """MSP and energy at the threshold that accepts ``accepted_share`` of the correctly
-    classified known validation inputs (the monitor's own emitted accept share), beside the
-    box monitor's row: the share each accepts of misclassified known inputs, of each
-    unknown set and (``test``, at the validation threshold) of the test set's correct and
-    misclassified inputs."""
+    """Each baseline of :data:`BASELINES` at the threshold that accepts ``accepted_share`` of
+    the correctly classified known validation inputs (the monitor's own emitted accept
+    share), beside the box monitor's row: the share each accepts of misclassified known
+    inputs, of each unknown set and (``test``, at the validation threshold) of the test set's
+    correct and misclassified inputs."""
 
     def share(mask: np.ndarray) -> float | None:
         return float(np.mean(mask)) if len(mask) else None
@@ -234,7 +220,8 @@ def baselines(
     if test is not None:
         box["test"] = labelled(test[0], test[1], test[1].verdicts == ACCEPT)
     rows = [box]
-    for method, fn in BASELINES.items():
+    for method, baseline in BASELINES.items():
+        fn = baseline.score
         s = fn(logits)
         if not right.any() or accepted_share <= 0:
             t = -np.inf

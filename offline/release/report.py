@@ -61,6 +61,8 @@ from matplotlib.ticker import FuncFormatter
 
 from boxwatch.agent.atomic import write_atomic
 from boxwatch.agent.errors import BoxwatchError
+from boxwatch.offline.monitors.baselines import NEEDS
+from boxwatch.offline.release.emitted import BASELINES
 
 REPORT_NAME = "report.html"
 SUMMARY_NAME = "summary.json"
@@ -992,8 +994,9 @@ def _baselines(monitor: Mapping[str, Any]) -> str:
     if not rows_in:
         return out[0] + _omitted("baselines-omitted", "No baseline rows in the summary.")
     sets = list((rows_in[0].get("unknown") or {}).keys())
+    labels = [BASELINES[r["method"]].label for r in rows_in if r.get("method") in BASELINES]
     out.append(
-        "<p>Maximum softmax probability (MSP) and energy on the model's logits, each "
+        f"<p>The baselines ({_e(', '.join(labels))}; defined under what the columns mean), each "
         "with the threshold that accepts the same share of correctly classified known "
         "validation inputs as the box monitor's emitted verdicts; the share each "
         "accepts of misclassified known inputs and of every unknown set (lower is "
@@ -1085,11 +1088,7 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "prediction); 0.5 is chance, 1 perfect",
     ),
     ("threshold", "inputs whose score exceeds it are rejected (combine: calibrated)"),
-    (
-        "MSP / energy",
-        "baseline scores from the model's logits alone: minus the maximum "
-        "softmax probability, minus log-sum-exp of the logits",
-    ),
+    *((b.label, f"baseline on {NEEDS[b.needs]}: {b.description}") for b in BASELINES.values()),
     ("\u03c4", "the clustering parameter: smaller \u03c4 gives more, tighter boxes"),
 )
 
