@@ -837,7 +837,7 @@ class BoxRuntime:
             unsure = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         else:
             unsure = self.unsure(logits, len(y_pred))
-        within = np.isfinite(scores) & (scores <= self.threshold)  # NaN never accepts
+        within = self.decide(scores)
         combined = np.where(within, np.where(unsure, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
 
