@@ -168,7 +168,12 @@ def test_public_api_names_resolve():
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
 
 
-LAZY_FACES = ("boxwatch.agent", "boxwatch.offline.bn", "boxwatch.offline.monitors")
+LAZY_FACES = (
+    "boxwatch.agent",
+    "boxwatch.offline.bn",
+    "boxwatch.offline.monitors",
+    "boxwatch.offline.release",
+)
 
 
 def _type_checking_imports(package: str) -> dict[str, str]:
