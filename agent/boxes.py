@@ -30,7 +30,7 @@ NORMALIZATIONS = vocab.NORMALIZATIONS
 SCORES = vocab.SCORES
 UNCERTAINTY_RULES = vocab.UNCERTAINTY_RULES
 SCORE_MEANS = vocab.SCORE_MEANS
-OUTPUT_KINDS = vocab.OUTPUT_KINDS
+MODEL_OUTPUTS = vocab.MODEL_OUTPUTS
 FORMAT = "boxwatch.boxes"
 # 1: the distance score; 2 adds the fused score (``score``, ``contrast_layers``,
 # ``contrast_scales``, ``contrast_classes``); 3 adds the confidence rule for uncertainty
@@ -110,8 +110,8 @@ def model_confidence(outputs: np.ndarray, kind: str = "logits") -> np.ndarray:
     """
     z = np.asarray(outputs, dtype=np.float64)
     z = z.reshape(len(z), -1)
-    if kind not in OUTPUT_KINDS:
-        raise ConfigError(f"output={kind!r}: expected one of {OUTPUT_KINDS}")
+    if kind not in MODEL_OUTPUTS:
+        raise ConfigError(f"output={kind!r}: expected one of {MODEL_OUTPUTS}")
     if z.shape[1] == 0:
         return np.full(len(z), np.nan)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -837,7 +837,7 @@ class BoxRuntime:
             unsure = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         else:
             unsure = self.unsure(logits, len(y_pred))
-        within = np.isfinite(scores) & (scores <= self.threshold)  # NaN never accepts
+        within = self.decide(scores)
         combined = np.where(within, np.where(unsure, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
 
@@ -1065,7 +1065,7 @@ class BoxRuntime:
             if (
                 score_mean not in SCORE_MEANS
                 or uncertainty not in UNCERTAINTY_RULES
-                or output not in OUTPUT_KINDS
+                or output not in MODEL_OUTPUTS
                 or not (floor is None or (isinstance(floor, float | int) and np.isfinite(floor)))
             ):
                 raise ArtifactError(

@@ -1,13 +1,15 @@
 """The artifact's member names: the one place that spells them.
 
-The builder writes these members and the agent reads them (``tests/test_members.py``
+The builder writes these members and the agent reads them (``tests/agent/test_members.py``
 checks that nobody else spells them out):
 
 * :data:`MODEL_SPEC` -- model format, input preprocessing, pooling, monitored layers,
   class names and model version;
 * :data:`BOXES_PREFIX` ``.json`` + ``.npz`` -- the fitted box monitors;
 * :data:`DIAGRAM_META` + :data:`DIAGRAM_ARRAYS` -- the compiled BN classifier;
-* :data:`RULES` -- verified rules for the gate (format: :mod:`boxwatch.agent.gate`).
+* :data:`RULES` -- verified rules for the gate (format: :mod:`boxwatch.agent.gate`);
+* :data:`VERIFICATION` -- the BN's full verification report (classifier, rules,
+  monotonicity), for whoever audits the artifact; the agent does not read it.
 """
 
 from __future__ import annotations
@@ -20,3 +22,4 @@ DIAGRAM_NPZ = "diagram.npz"
 DIAGRAM_META = DIAGRAM_PREFIX + DIAGRAM_JSON
 DIAGRAM_ARRAYS = DIAGRAM_PREFIX + DIAGRAM_NPZ
 RULES = DIAGRAM_PREFIX + "rules.json"
+VERIFICATION = DIAGRAM_PREFIX + "verification.json"

@@ -2,8 +2,9 @@
 
 Names follow ``boxwatch_agent_<name>_<unit>``; counters end in ``_total``; durations are
 ``_seconds`` histograms. Label values come from small known sets: verdicts, gate outcomes,
-invalid-record reasons (:data:`INVALID_REASONS`), and the class / layer names of the loaded
-artifact. Tests pass their own ``CollectorRegistry``.
+output kinds (:data:`~boxwatch.agent.vocab.AGENT_OUTPUTS`), invalid-record reasons
+(:data:`INVALID_REASONS`), and the class / layer names of the loaded artifact. Tests pass
+their own ``CollectorRegistry``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from boxwatch import __version__
 from boxwatch.agent.boxes import box_kernel
-from boxwatch.agent.vocab import DEAD_LETTER_REASONS, GATE_OUTCOMES, VERDICTS
+from boxwatch.agent.vocab import AGENT_OUTPUTS, DEAD_LETTER_REASONS, GATE_OUTCOMES, VERDICTS
 
 INPUT_KINDS = ("model", "bn")
-OUTPUT_KINDS = ("verdict", "gate", "dead_letter", "capture", "release", "review")
 INVALID_REASONS = DEAD_LETTER_REASONS
 RELOAD_RESULTS = ("success", "failure", "refused_rollback")
 
@@ -177,7 +177,7 @@ class AgentMetrics:
         """Create the fixed-label series at zero so rates and alerts see them from the start."""
         for kind in INPUT_KINDS:
             self.inputs.labels(kind)
-        for kind in OUTPUT_KINDS:
+        for kind in AGENT_OUTPUTS:
             self.outputs.labels(kind)
             self.outputs_omitted.labels(kind)
             self.outputs_dropped.labels(kind)

@@ -53,6 +53,8 @@ class ModelResult:
     monitor_seconds: float
     # Inputs outside the preprocessed training range (None: the artifact records no range).
     out_of_range: np.ndarray | None = None
+    # The score within the calibrated threshold (None: the monitor has no threshold).
+    accepted: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,12 @@ class MonitorRuntime:
             }
         if scores is None:
             scores = np.full(len(predicted), np.nan)
+        accepted = None if self.boxes.threshold is None else self.boxes.decide(scores)
         outside = None if self.input_range is None else self.input_range.outside(pre)
         t2 = time.perf_counter()
-        return ModelResult(predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1, outside)
+        return ModelResult(
+            predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1, outside, accepted
+        )
 
 
 def _non_finite_rows(

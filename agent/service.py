@@ -356,10 +356,6 @@ class Agent:
         layer_names = {layer: verdict_names(v) for layer, v in res.layer_verdicts.items()}
         classes = rt.classes
         predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted.tolist()]
-        boxes = rt.boxes
-        accepted = (
-            boxes.decide(res.scores) if boxes is not None and boxes.threshold is not None else None
-        )
         timings = {
             "inference_ms": round(res.inference_seconds * 1e3, 3),
             "monitor_ms": round(res.monitor_seconds * 1e3, 3),
@@ -374,7 +370,7 @@ class Agent:
             verdicts=verdict_list,
             layers={layer: v.tolist() for layer, v in layer_names.items()},
             scores=np.asarray(res.scores, dtype=np.float64).tolist(),
-            accepted=None if accepted is None else accepted.tolist(),
+            accepted=None if res.accepted is None else res.accepted.tolist(),
             artifact_id=rt.artifact_id,
             model_version=rt.model_version,
             timings=timings,

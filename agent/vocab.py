@@ -44,9 +44,9 @@ UNCERTAINTY_RULES = ("confidence", "bad-box")
 threshold: the model's confidence below a calibrated floor, or (artifacts built before
 it) a bad box of the predicted class."""
 
-OUTPUT_KINDS = ("logits", "probabilities")
-"""How a model's output reads: logits (confidence = top softmax probability) or rows that
-already are class probabilities (confidence = the top one)."""
+MODEL_OUTPUTS = ("logits", "probabilities")
+"""What a model outputs (a box monitor's ``output``): logits (confidence = top softmax
+probability) or rows that already are class probabilities (confidence = the top one)."""
 
 POOLINGS = ("flatten", "avg", "max", "grid")
 """How a convolutional layer's maps (or an image input) become features."""
@@ -56,6 +56,10 @@ SELECTIONS = ("held-out-class", "f1", "coverage")
 
 INPUT_DTYPES = ("float32", "float64", "float16", "uint8", "int64")
 """Model input dtypes the preprocessing accepts."""
+
+AGENT_OUTPUTS = ("verdict", "gate", "dead_letter", "capture", "release", "review")
+"""The records the agent produces, by kind (``Output.kind``, label ``kind`` of
+``boxwatch_agent_outputs_total`` and of the omitted and dropped outputs' counters)."""
 
 DEAD_LETTER_REASONS = (
     "not_json",

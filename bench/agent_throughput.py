@@ -57,7 +57,7 @@ from boxwatch.agent.kafka import LIBRARIES
 from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.agent.service import build_agent
-from boxwatch.demo import write_build_config
+from boxwatch.commands.demo import write_build_config
 from boxwatch.embedded_broker import EmbeddedBroker
 from boxwatch.examples import example_path
 from boxwatch.offline.release.config import load_config

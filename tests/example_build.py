@@ -9,7 +9,7 @@ import yaml
 
 from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.keys import generate_keypair, load_private_key
-from boxwatch.demo import write_build_config
+from boxwatch.commands.demo import write_build_config
 from boxwatch.examples import example_path
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, prepare

@@ -17,12 +17,30 @@ rational decisions near the threshold), :mod:`.rules` (the rule language),
 :mod:`.cnf` (diagram to CNF) and :mod:`.verify` (rules and monotonicity).
 """
 
-from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
-from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
-from boxwatch.offline.bn.io import Network, load_network
-from boxwatch.offline.bn.plan import CompileLimitError
-from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
-from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
+from typing import TYPE_CHECKING
+
+from boxwatch.agent.lazy import lazy_exports
+
+# The public names, by the module that defines them, each imported when first read: the
+# rule language and the readers do not load the compiler's or the SAT solver's modules.
+_EXPORTS = {
+    "classifier": ("ClassifierSpec", "resolve_spec"),
+    "compile": ("METHODS", "CompileResult", "compile_classifier"),
+    "io": ("Network", "load_network"),
+    "plan": ("CompileLimitError",),
+    "rules": ("ClassifierSchema", "Spec", "load_spec"),
+    "verify": ("BNVerifier", "VerificationReport"),
+}
+
+if TYPE_CHECKING:
+    from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+    from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
+    from boxwatch.offline.bn.io import Network, load_network
+    from boxwatch.offline.bn.plan import CompileLimitError
+    from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
+    from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
+else:
+    __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "METHODS",

@@ -12,6 +12,19 @@ Modules: :mod:`.estimator` (:class:`BoxMonitor`), :mod:`.taukmeans` (tau-k-means
 monitor is compared with).
 """
 
-from boxwatch.offline.monitors.estimator import DEFAULT_TAUS, BoxMonitor, BoxSweep, build_sweep
+from typing import TYPE_CHECKING
+
+from boxwatch.agent.lazy import lazy_exports
+
+# The public names, by the module that defines them, each imported when first read: the
+# tau-k-means, coverage and evaluation modules do not load the estimator.
+_EXPORTS = {
+    "estimator": ("DEFAULT_TAUS", "BoxMonitor", "BoxSweep", "build_sweep"),
+}
+
+if TYPE_CHECKING:
+    from boxwatch.offline.monitors.estimator import DEFAULT_TAUS, BoxMonitor, BoxSweep, build_sweep
+else:
+    __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["DEFAULT_TAUS", "BoxMonitor", "BoxSweep", "build_sweep"]

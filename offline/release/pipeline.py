@@ -31,7 +31,7 @@ from boxwatch.agent.artifact import (
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.inputs import one_line, quote
 from boxwatch.agent.keys import key_id
-from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES
+from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES, VERIFICATION
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
 from boxwatch.agent.taps import LayerInfo, Tap, open_tap
@@ -459,7 +459,7 @@ def build(
         timings["bn"] = time.perf_counter() - t0
         members.update(bn_out.diagram.to_members(DIAGRAM_PREFIX))
         members[RULES] = bn_out.gate_rules
-        members[f"{DIAGRAM_PREFIX}verification.json"] = bn_out.verification
+        members[VERIFICATION] = bn_out.verification
         contents["bn"] = bn_out.contents
         contents["rules"] = bn_out.rule_verdicts
         summary["bn"] = bn_out.summary

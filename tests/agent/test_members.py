@@ -14,19 +14,31 @@ from boxwatch.agent.errors import ArtifactError
 from boxwatch.agent.gate import RuleEntry, RuleGate, decode_rules, encode_rules
 
 NAMES = {v for k, v in vars(members).items() if k.isupper() and isinstance(v, str) and "/" in v}
+# A member's file name alone, as in f"{DIAGRAM_PREFIX}rules.json", spells it too.
+FILE_NAMES = tuple(sorted({name.rsplit("/", 1)[-1] for name in NAMES if "." in name}))
+
+
+def _spelled(value: object) -> bool:
+    return isinstance(value, str) and (value in NAMES or value.endswith(FILE_NAMES))
 
 
 def test_member_names_are_spelled_only_by_their_owner():
-    assert {"model/spec.json", "bn/rules.json", "monitors/boxes", "bn/"} <= NAMES
+    assert {"model/spec.json", "bn/rules.json", "bn/verification.json", "monitors/boxes"} <= NAMES
+    assert "bn/" in NAMES
     found = []
     for folder in ("agent", "offline", "boxwatch", "examples"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path == ROOT / "agent" / "members.py":
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Constant) and node.value in NAMES:
+                if isinstance(node, ast.Constant) and _spelled(node.value):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert found == []
+
+
+def test_the_scan_finds_a_file_name_in_an_f_string():
+    tree = ast.parse('members[f"{DIAGRAM_PREFIX}verification.json"] = report')
+    assert any(isinstance(n, ast.Constant) and _spelled(n.value) for n in ast.walk(tree))
 
 
 RULES = [

@@ -34,6 +34,7 @@ def test_owned_vocabularies_are_tuples_of_distinct_names():
 
 def test_users_hold_the_owners_objects():
     assert metrics.VERDICTS is vocab.VERDICTS and boxes.VERDICT_NAMES is vocab.VERDICTS
+    assert metrics.AGENT_OUTPUTS is vocab.AGENT_OUTPUTS
     assert metrics.GATE_OUTCOMES is vocab.GATE_OUTCOMES is gate.OUTCOME_NAMES
     assert metrics.INVALID_REASONS is vocab.DEAD_LETTER_REASONS
     assert base.LIBRARIES is vocab.KAFKA_LIBRARIES and boxes.KERNELS is vocab.BOX_KERNELS
@@ -42,7 +43,7 @@ def test_users_hold_the_owners_objects():
     assert estimator.SELECTIONS is vocab.SELECTIONS
     assert boxes.SCORE_MEANS is vocab.SCORE_MEANS
     assert boxes.UNCERTAINTY_RULES is vocab.UNCERTAINTY_RULES
-    assert boxes.OUTPUT_KINDS is vocab.OUTPUT_KINDS
+    assert boxes.MODEL_OUTPUTS is vocab.MODEL_OUTPUTS
     assert preprocessing.DTYPES is vocab.INPUT_DTYPES
 
 
@@ -78,6 +79,8 @@ def test_metric_label_values_are_the_owners():
     assert _label_values(registry, prefix + "invalid_records", "reason") == set(
         vocab.DEAD_LETTER_REASONS
     )
+    for counter in ("outputs", "outputs_payload_omitted", "outputs_dropped"):
+        assert _label_values(registry, prefix + counter, "kind") == set(vocab.AGENT_OUTPUTS)
     verdicts = {
         v
         for m_ in registry.collect()

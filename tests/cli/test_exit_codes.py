@@ -130,7 +130,7 @@ def test_missing_artifact_key_and_model_files_exit_2_in_every_verb(tmp_path, key
 def test_missing_key_and_model_files_in_build_artifact(tmp_path, keys):
     import yaml
 
-    from boxwatch.demo import write_build_config
+    from boxwatch.commands.demo import write_build_config
 
     config = write_build_config(tmp_path / "ex")
     gone = str(tmp_path / "missing")

@@ -212,7 +212,7 @@ def test_demo_counts_beyond_the_example_are_sent_in_turn_and_said():
     """Issue 29, point 9: ``demo --known N`` above the held-out digits is not capped silently."""
     import numpy as np
 
-    from boxwatch.demo import take_inputs
+    from boxwatch.commands.demo import take_inputs
 
     x = np.arange(12.0).reshape(6, 2)
     rows, note = take_inputs(x, 4, "known digits")

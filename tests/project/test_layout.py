@@ -1,13 +1,19 @@
 """The design card's rules, checked: agent never imports offline or heavy libraries, every
-package is declared, and no module imports itself back through others (lazy imports included)."""
+package is declared, no module imports itself back through others (lazy imports included),
+and package faces import their modules only when a name is read."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import json
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from locations import ROOT
 
 HEAVY = {"sklearn", "pgmpy", "pysat", "torch", "matplotlib", "opt_einsum", "scipy"}
@@ -160,6 +166,59 @@ def test_public_api_names_resolve():
     ):
         for name in package.__all__:
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
+
+
+LAZY_FACES = (
+    "boxwatch.agent",
+    "boxwatch.offline.bn",
+    "boxwatch.offline.monitors",
+    "boxwatch.offline.release",
+)
+
+
+def _type_checking_imports(package: str) -> dict[str, str]:
+    """Name -> defining submodule, from the ``if TYPE_CHECKING:`` block of a package face."""
+    init = importlib.import_module(package).__file__
+    assert init is not None
+    found = {}
+    for node in ast.parse(Path(init).read_text()).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module, ast.unparse(imp)
+                for alias in imp.names:
+                    found[alias.name] = imp.module.removeprefix(f"{package}.")
+    return found
+
+
+def test_lazy_faces_table_type_checking_imports_and_all_agree():
+    for package in LAZY_FACES:
+        face = importlib.import_module(package)
+        table = {name: module for module, names in face._EXPORTS.items() for name in names}
+        assert _type_checking_imports(package) == table, package
+        assert sorted(face.__all__) == sorted(table), package
+
+
+def test_importing_the_agent_errors_loads_no_loop_kafka_or_prometheus():
+    """The builder and the CLI import ``boxwatch.agent.errors``; that must stay light."""
+    code = "import sys, json, boxwatch.agent.errors; print(json.dumps(sorted(sys.modules)))"
+    loaded = set(
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            ).stdout
+        )
+    )
+    heavy = {"kafka", "confluent_kafka", "prometheus_client", "onnxruntime", "numpy"}
+    assert {m.split(".")[0] for m in loaded} & heavy == set()
+    assert {"boxwatch.agent.service", "boxwatch.agent.kafka"} & loaded == set()
+    assert "boxwatch.agent.errors" in loaded
+
+
+def test_a_lazy_face_refuses_an_unknown_name():
+    import boxwatch.agent
+
+    with pytest.raises(AttributeError, match="has no attribute 'load_nothing'"):
+        boxwatch.agent.load_nothing  # noqa: B018
 
 
 def test_no_pickle_on_the_agent_path():

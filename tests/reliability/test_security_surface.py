@@ -466,7 +466,7 @@ def test_build_signs_unlisted_external_weights_and_the_agent_checks_them(tmp_pat
     import yaml
 
     from boxwatch.agent.runtime import load_runtime
-    from boxwatch.demo import write_build_config
+    from boxwatch.commands.demo import write_build_config
     from boxwatch.examples import example_path
     from boxwatch.offline.release.config import load_config
     from boxwatch.offline.release.pipeline import build, prepare

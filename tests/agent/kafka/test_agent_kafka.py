@@ -188,6 +188,7 @@ def test_agent_round_trip(example, broker, kafka, library):
         assert v["verdict"] == names[i]
         assert v["predicted_class"] == offline.classes[res.predicted[i]]
         assert v["score"] == pytest.approx(float(res.scores[i]), abs=1e-5)
+        assert v["score_accepted"] == (None if res.accepted is None else bool(res.accepted[i]))
         for layer, lv in res.layer_verdicts.items():
             assert v["layers"][layer] == verdict_names(lv)[i]
         assert v["artifact_id"] == offline.artifact_id

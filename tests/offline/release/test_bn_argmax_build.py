@@ -22,6 +22,7 @@ from boxwatch.agent.artifact import load_artifact, write_artifact
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.keys import generate_keypair, load_private_key, load_trusted_keys
+from boxwatch.agent.members import VERIFICATION
 from boxwatch.agent.service import build_agent
 from boxwatch.cli import EXIT_OK, cli
 from boxwatch.offline.bn.io import Network, write_bif
@@ -146,7 +147,7 @@ def test_artifact_members_carry_the_argmax_classifier(built):
     }
     verdicts = {r["id"]: r["verdict"] for r in rules}
     assert set(verdicts.values()) == {"holds", "violated"}
-    verification = art.json("bn/verification.json")
+    verification = art.json(VERIFICATION)
     assert verification["classifier"]["decision"] == "argmax"
     assert {m["query"]: m["verdict"] for m in verification["monotonicity"]}.keys() == {
         "oxygen_up",

@@ -20,7 +20,7 @@ from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.agent.taps import open_tap
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
 from boxwatch.commands.console import summary_table
-from boxwatch.demo import write_build_config
+from boxwatch.commands.demo import write_build_config
 from boxwatch.offline.release import layer_choice
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import (
