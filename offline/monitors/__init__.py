@@ -8,7 +8,8 @@
 
 Modules: :mod:`.estimator` (:class:`BoxMonitor`), :mod:`.taukmeans` (tau-k-means clusters),
 :mod:`.coverage` (resolution-box coverage and the tau search), :mod:`.evaluation`
-(outcome counts, AUROC, thresholds).
+(outcome counts, AUROC, thresholds), :mod:`.params` (parameter domains: validation and
+config schema).
 """
 
 from boxwatch.offline.monitors.estimator import DEFAULT_TAUS, BoxMonitor, BoxSweep, build_sweep
