@@ -505,17 +505,17 @@ class BoxMonitor(BaseEstimator):
         layers they name that are not monitored (``layers``)."""
         bad = validate_params(self._parameter_constraints, self.get_params(deep=False))
         problems = list(bad.values())
-        if self.score_layers is not None and "score_layers" not in bad:
+        if "score_layers" not in bad and self.score_layers is not None:
             for name in self.score_layers:
                 if name not in layers:
                     problems.append(f"score layer {name!r} is not monitored; monitored: {layers}")
-        if self.contrast_layers != "auto" and "contrast_layers" not in bad:
+        if "contrast_layers" not in bad and self.contrast_layers != "auto":
             for name in self.contrast_layers:
                 if name not in layers:
                     problems.append(
                         f"contrast layer {name!r} is not monitored; monitored: {layers}"
                     )
-        if isinstance(self.tau, Mapping) and "tau" not in bad:
+        if "tau" not in bad and isinstance(self.tau, Mapping):
             for name in self.tau:
                 if name not in layers:
                     problems.append(f"tau given for unknown layer {name!r}; monitored: {layers}")

@@ -239,12 +239,12 @@ def _alternatives(words: Any) -> str:
 
 def show(value: Any) -> str:
     """A value as a message shows it: strings quoted, numpy scalars as plain numbers, lists
-    element by element, capped at :data:`SHOWN_CHARS` characters."""
+    (and arrays) element by element, capped at :data:`SHOWN_CHARS` characters."""
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if _is_list(value):
+        text = f"array({show(value.tolist())})"
+    elif _is_list(value):
         text = "[" + ", ".join(show(v) for v in value) + "]"
     else:
         text = repr(value)
