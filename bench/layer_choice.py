@@ -126,11 +126,7 @@ def run_cell(cell: str, data: dict, cache: Path) -> dict[str, dict[str, float]]:
                 validation=({n: acts["holdout"][n] for n in names}, y_ho, pred["holdout"]),
             )
             ok = pred["holdout"] == y_ho
-            mon.calibrate(
-                {n: acts["holdout"][n][ok] for n in names},
-                pred["holdout"][ok],
-                target_acceptance=0.95,
-            )
+            mon.calibrate({n: acts["holdout"][n][ok] for n in names}, pred["holdout"][ok])
         sub = {s: {n: acts[s][n] for n in names} for s in ("known", "near", "far")}
         score = {s: mon.outlier_score(sub[s], pred[s]) for s in sub}
         accept = {s: mon.predict(sub[s], pred[s]).combined == ACCEPT for s in sub}

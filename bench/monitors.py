@@ -343,7 +343,7 @@ def main() -> None:
                 random_state=SEED,
                 calibration_share=0,
             ).fit(a_tr, y_tr, p_tr)
-        cal = mon.calibrate(a_ho, p_ho, target_acceptance=0.95)
+        cal = mon.calibrate(a_ho, p_ho)
         rate, sk = best_of(lambda mon=mon: mon.outlier_score(a_te, p_te), len(p_te))
         su = mon.outlier_score({k: v[fa_test] for k, v in a_fa.items()}, p_fa[fa_test])
         d = detection(sk, su)

@@ -8,8 +8,9 @@
 
 Modules: :mod:`.estimator` (:class:`BoxMonitor`), :mod:`.taukmeans` (tau-k-means clusters),
 :mod:`.coverage` (resolution-box coverage and the tau search), :mod:`.evaluation`
-(outcome counts, AUROC, thresholds), :mod:`.baselines` (the table of baseline detectors the
-monitor is compared with).
+(outcome counts, AUROC, thresholds), :mod:`.params` (parameter domains: validation and
+config schema), :mod:`.baselines` (the table of baseline detectors the monitor is compared
+with).
 """
 
 from typing import TYPE_CHECKING

@@ -12,7 +12,7 @@ import numbers
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -37,7 +37,23 @@ from boxwatch.agent.boxes import (
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.members import BOXES_PREFIX
 from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
-from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc, outcome_counts
+from boxwatch.offline.monitors.evaluation import (
+    DEFAULT_TARGET_ACCEPTANCE,
+    acceptance_threshold,
+    auroc,
+    outcome_counts,
+)
+from boxwatch.offline.monitors.params import (
+    Boolean,
+    Constraint,
+    Interval,
+    Names,
+    Numbers,
+    Options,
+    PerName,
+    RandomStates,
+    validate_params,
+)
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
 DEFAULT_TAUS: tuple[float, ...] = (
@@ -57,7 +73,6 @@ DEFAULT_TAUS: tuple[float, ...] = (
     0.002,
     0.001,
 )
-DEFAULT_TARGET_ACCEPTANCE = 0.95
 # Without validation data, ``combine="calibrated"`` holds out this share of the training
 # inputs (stratified by label) to calibrate on: boxes always contain their own training
 # inputs, so calibrating on them would put the threshold at 0.
@@ -73,6 +88,8 @@ DEFAULT_CONFIDENCE_SHARE = 0.05
 # [0, 1] and every row sums to 1 within this.
 PROBABILITY_ROW_TOLERANCE = 1e-3
 SELECTIONS = vocab.SELECTIONS
+# tau-k-means stops growing k when the relative inertia gain drops below tau: a share.
+_TAU = Interval(numbers.Real, 0, 1, closed="both")
 
 
 class MonitorValueError(ConfigError, ValueError):
@@ -294,6 +311,9 @@ def _sweep_layer(
 class BoxMonitor(BaseEstimator):
     """Resolution-box runtime monitor of a classifier, one sub-monitor per class and layer.
 
+    Each parameter's domain is declared in ``_parameter_constraints``; ``fit`` reports every
+    value outside it at once (:class:`MonitorValueError`).
+
     Parameters
     ----------
     layers : sequence of str or None, default=None
@@ -327,7 +347,7 @@ class BoxMonitor(BaseEstimator):
         verdicts accept ``target_acceptance`` of correctly classified known inputs. ``"any"`` / ``"majority"`` / ``"all"`` combine the per-layer box verdicts
         only (strict: they accept far fewer known inputs; the threshold then only serves
         :meth:`decide`).
-    target_acceptance : float, default=0.95
+    target_acceptance : float in (0, 1), default=0.95
         Share of correctly classified known calibration inputs whose emitted verdict is
         *accept* (``fit`` calibrates with it; :meth:`calibrate` takes it by default).
     confidence_share : float, default=0.05
@@ -376,7 +396,7 @@ class BoxMonitor(BaseEstimator):
         k-means restarts per k.
     eps_cov, eps_ival : float, default=0.01
         Algorithm 1 thresholds for the coverage search.
-    random_state : int, RandomState or None, default=0
+    random_state : int in [0, 2**32 - 1], RandomState or None, default=0
         Seeds every k-means fit.
 
     Attributes
@@ -404,6 +424,36 @@ class BoxMonitor(BaseEstimator):
         The boxes of every swept tau (the candidates with ``tau="auto"`` and validation
         data), kept for per-tau evaluation curves.
     """
+
+    # Each parameter's domain (offline/monitors/params.py): ``fit`` reports every value
+    # outside it, and the build config's ``monitor`` schema is generated from it.
+    _parameter_constraints: ClassVar[dict[str, list[Constraint | None]]] = {
+        "layers": [Names(), None],
+        "tau": [
+            _TAU,
+            PerName([_TAU, Numbers(_TAU)], key="layer"),
+            Options(("auto",)),
+        ],
+        "taus": [Numbers(_TAU)],
+        "selection": [Options(SELECTIONS)],
+        "combine": [Options(COMBINE_RULES)],
+        "target_acceptance": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "confidence_share": [Interval(numbers.Real, 0, 1, closed="left")],
+        "calibration_share": [Interval(numbers.Real, 0, 1, closed="left")],
+        "normalize": [Options(NORMALIZATIONS)],
+        "score_layers": [Names(), None],
+        "score": [Options(SCORES)],
+        "score_mean": [Options(vocab.SCORE_MEANS)],
+        "energy_term": [Boolean()],
+        "contrast_layers": [Names(), Options(("auto",))],
+        "contrast_classes": [Interval(numbers.Integral, 0, None, closed="left")],
+        "max_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "eps_cov": [Interval(numbers.Real, 0, None, closed="left")],
+        # The coverage search bisects until its interval is narrower than this.
+        "eps_ival": [Interval(numbers.Real, 0, None, closed="neither")],
+        "random_state": [RandomStates(), None],
+    }
 
     def __init__(
         self,
@@ -451,52 +501,24 @@ class BoxMonitor(BaseEstimator):
         self.random_state = random_state
 
     def _check_params(self, layers: list[str]) -> list[str]:
-        problems = []
-        if self.combine not in COMBINE_RULES:
-            problems.append(f"combine={self.combine!r}: expected one of {COMBINE_RULES}")
-        if not 0 < float(self.target_acceptance) <= 1:
-            problems.append(f"target_acceptance={self.target_acceptance} should lie in (0, 1]")
-        if not 0 <= float(self.confidence_share) < 1:
-            problems.append(f"confidence_share={self.confidence_share} should lie in [0, 1)")
-        if not 0 <= float(self.calibration_share) < 1:
-            problems.append(f"calibration_share={self.calibration_share} should lie in [0, 1)")
-        if self.normalize not in NORMALIZATIONS:
-            problems.append(f"normalize={self.normalize!r}: expected one of {NORMALIZATIONS}")
-        if not self.taus or any(not 0 <= float(t) <= 1 for t in self.taus):
-            problems.append(f"taus={list(self.taus)}: need a non-empty list of values in [0, 1]")
-        if int(self.contrast_classes) < 0:
-            problems.append(f"contrast_classes={self.contrast_classes} should be >= 0")
-        if int(self.max_clusters) < 1:
-            problems.append(f"max_clusters={self.max_clusters} should be >= 1")
-        if self.selection not in SELECTIONS:
-            problems.append(f"selection={self.selection!r}: expected one of {SELECTIONS}")
-        if self.score not in SCORES:
-            problems.append(f"score={self.score!r}: expected one of {SCORES}")
-        if self.score_mean not in vocab.SCORE_MEANS:
-            problems.append(f"score_mean={self.score_mean!r}: expected one of {vocab.SCORE_MEANS}")
-        for name in self.score_layers or []:
-            if name not in layers:
-                problems.append(f"score layer {name!r} is not monitored; monitored: {layers}")
-        if isinstance(self.contrast_layers, str):
-            if self.contrast_layers != "auto":
-                problems.append(
-                    f"contrast_layers={self.contrast_layers!r}: expected 'auto' or layers"
-                )
-        else:
+        """Every problem with the parameters: values outside their declared domains, then
+        layers they name that are not monitored (``layers``)."""
+        bad = validate_params(self._parameter_constraints, self.get_params(deep=False))
+        problems = list(bad.values())
+        if "score_layers" not in bad and self.score_layers is not None:
+            for name in self.score_layers:
+                if name not in layers:
+                    problems.append(f"score layer {name!r} is not monitored; monitored: {layers}")
+        if "contrast_layers" not in bad and self.contrast_layers != "auto":
             for name in self.contrast_layers:
                 if name not in layers:
                     problems.append(
                         f"contrast layer {name!r} is not monitored; monitored: {layers}"
                     )
-        if isinstance(self.tau, str):
-            if self.tau != "auto":
-                problems.append(f"tau={self.tau!r}: expected a float, a mapping or 'auto'")
-        elif isinstance(self.tau, Mapping):
+        if "tau" not in bad and isinstance(self.tau, Mapping):
             for name in self.tau:
                 if name not in layers:
                     problems.append(f"tau given for unknown layer {name!r}; monitored: {layers}")
-        elif not 0 <= float(self.tau) <= 1:
-            problems.append(f"tau={self.tau} should lie in [0, 1]")
         return problems
 
     def _check_data(
@@ -569,15 +591,11 @@ class BoxMonitor(BaseEstimator):
         y_true, y_pred = np.asarray(y_true).astype(np.int64), np.asarray(y_pred).astype(np.int64)
         if len(y_pred) == 0:
             raise MonitorValueError("fit: no inputs (y_pred is empty)")
-        random_state = check_random_state(self.random_state)
-        # Resolved once: an int seeds every draw as before; None or a RandomState gives one
-        # seed, so the sweep and the tau search draw the same sequence whatever the order.
-        seed = (
-            int(self.random_state)
-            if isinstance(self.random_state, numbers.Integral)
-            else int(random_state.randint(np.iinfo(np.int32).max))
+        layers = (
+            list(self.layers)
+            if isinstance(self.layers, list | tuple)  # else None, or a value _check_params reports
+            else sorted(activations_by_layer)
         )
-        layers = list(self.layers) if self.layers is not None else sorted(activations_by_layer)
         problems = self._check_params(layers)
         if validation is not None:
             if len(validation) not in (3, 4):
@@ -599,6 +617,14 @@ class BoxMonitor(BaseEstimator):
                     problems += exc.problems
         self._check_data(
             activations_by_layer, y_true, y_pred, layers, "fit", problems, logits=logits
+        )
+        random_state = check_random_state(self.random_state)
+        # Resolved once: an int seeds every draw as before; None or a RandomState gives one
+        # seed, so the sweep and the tau search draw the same sequence whatever the order.
+        seed = (
+            int(self.random_state)
+            if isinstance(self.random_state, numbers.Integral)
+            else int(random_state.randint(np.iinfo(np.int32).max))
         )
         k = int(n_classes) if n_classes is not None else int(max(y_true.max(), y_pred.max())) + 1
         if len(y_pred) == 0 or y_pred.min() < 0 or y_pred.max() >= k:
@@ -976,8 +1002,9 @@ class BoxMonitor(BaseEstimator):
         self._check_fitted()
         if target_acceptance is None:
             target_acceptance = float(self.target_acceptance)
-        if not 0 < target_acceptance <= 1:
-            raise MonitorValueError(f"target_acceptance={target_acceptance} should lie in (0, 1]")
+        bad = validate_params(self._parameter_constraints, {"target_acceptance": target_acceptance})
+        if bad:
+            raise MonitorValueError(list(bad.values()))
         y_pred_known = np.asarray(y_pred_known).astype(np.int64)
         rt = self.runtime_
         self._check_data(acts_known, y_true_known, y_pred_known, self.layers_, "calibrate (known)")
@@ -1158,15 +1185,16 @@ def _held_out_auroc(
 ) -> float:
     """AUROC of one layer's score term, known inputs against held-out-class stand-ins.
 
-    Each term is scaled by its 95% quantile on the known inputs; non-finite values count
-    as the highest scores; the contrast looks at every other class. Assumes valid input.
+    Each term is scaled by its quantile at the default target acceptance (95%) on the known
+    inputs, whatever the monitor's target; non-finite values count as the highest scores;
+    the contrast looks at every other class. Assumes valid input.
     """
 
     def term(own: np.ndarray, other: np.ndarray) -> np.ndarray:
-        out = own / _scale(own_known, 0.95)
+        out = own / _scale(own_known, DEFAULT_TARGET_ACCEPTANCE)
         if fused:
             out = out + contrast_scores(own, other) / _scale(
-                contrast_scores(own_known, other_known), 0.95
+                contrast_scores(own_known, other_known), DEFAULT_TARGET_ACCEPTANCE
             )
         return np.where(np.isfinite(out), out, np.inf)
 

@@ -26,6 +26,9 @@ from scipy.stats import rankdata
 from boxwatch.agent.boxes import ACCEPT, REJECT, UNCERTAIN
 
 OUTCOMES = ("tn", "fp", "mn", "fn", "tp", "mp")
+# The operating point: accept this share of the correctly classified known inputs (FPR@95
+# for a score). BoxMonitor's ``target_acceptance`` defaults to it.
+DEFAULT_TARGET_ACCEPTANCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,9 @@ def auroc(scores_known: np.ndarray, scores_unknown: np.ndarray) -> float:
     return float((ranks[len(k) :].sum() - len(u) * (len(u) + 1) / 2) / (len(k) * len(u)))
 
 
-def acceptance_threshold(scores_known: np.ndarray, target_acceptance: float = 0.95) -> float:
+def acceptance_threshold(
+    scores_known: np.ndarray, target_acceptance: float = DEFAULT_TARGET_ACCEPTANCE
+) -> float:
     """Smallest observed threshold t with ``mean(scores_known <= t) >= target_acceptance``."""
     s = np.sort(np.asarray(scores_known, np.float64).ravel())
     if len(s) == 0 or not 0 < target_acceptance <= 1:
@@ -152,7 +157,10 @@ def acceptance_threshold(scores_known: np.ndarray, target_acceptance: float = 0.
 
 
 def detection(
-    scores_known: np.ndarray, scores_unknown: np.ndarray, *, target_acceptance: float = 0.95
+    scores_known: np.ndarray,
+    scores_unknown: np.ndarray,
+    *,
+    target_acceptance: float = DEFAULT_TARGET_ACCEPTANCE,
 ) -> Detection:
     """AUROC and the unknown acceptance (FPR) at ``target_acceptance`` of known inputs."""
     t = acceptance_threshold(scores_known, target_acceptance)

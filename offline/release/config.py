@@ -15,6 +15,8 @@ import jsonschema
 from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml_file, one_line, quote, show_path
+from boxwatch.offline.monitors.estimator import BoxMonitor
+from boxwatch.offline.monitors.params import json_schema
 
 _PATH = {"type": "string", "minLength": 1}
 _NAMES = {
@@ -112,6 +114,9 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
+                # Written here, not generated: the config's tau is its own form (one tau above
+                # 0, the candidate list, or "search"), which the monitor stage maps onto
+                # BoxMonitor's tau and taus.
                 "tau": {
                     "oneOf": [
                         _TAU,
@@ -119,22 +124,25 @@ SCHEMA: dict[str, Any] = {
                         {"const": "search"},
                     ]
                 },
-                "selection": {"enum": list(vocab.SELECTIONS)},
-                "combine": {"enum": list(vocab.COMBINE_RULES)},
-                "normalize": {"enum": list(vocab.NORMALIZATIONS)},
-                "score_layers": _NAMES,
-                "score": {"enum": list(vocab.SCORES)},
-                "score_mean": {"enum": list(vocab.SCORE_MEANS)},
-                "energy_term": {"type": "boolean"},
-                "contrast_layers": {"oneOf": [_NAMES, {"const": "auto"}]},
-                "contrast_classes": {"type": "integer", "minimum": 0},
-                "target_acceptance": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "exclusiveMaximum": 1,
+                # The rest are BoxMonitor's parameters, set as they are, with the domains it
+                # declares (its defaults apply when a key is omitted).
+                **{
+                    name: json_schema(BoxMonitor._parameter_constraints[name])
+                    for name in (
+                        "selection",
+                        "combine",
+                        "normalize",
+                        "score_layers",
+                        "score",
+                        "score_mean",
+                        "energy_term",
+                        "contrast_layers",
+                        "contrast_classes",
+                        "target_acceptance",
+                        "confidence_share",
+                        "random_state",
+                    )
                 },
-                "confidence_share": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                "random_state": {"type": "integer"},
             },
         },
         "bn": {
