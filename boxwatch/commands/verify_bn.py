@@ -16,7 +16,7 @@ from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_er
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport

@@ -12,8 +12,7 @@ from bn_synthetic import random_dag
 from locations import SHARED_BN
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn.io import (
-    Network,
+from boxwatch.offline.bn.formats import (
     from_pgmpy,
     load_network,
     parse_bif,
@@ -22,6 +21,7 @@ from boxwatch.offline.bn.io import (
     read_uai,
     write_bif,
 )
+from boxwatch.offline.bn.network import Network
 
 SHARED = SHARED_BN
 
