@@ -139,8 +139,7 @@ def compile_bn(
 ) -> None:
     """Compile a BN classifier into an exact ordered decision diagram and report its size.
 
-    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml), Hugin (.net) or UAI (.uai, .uai.gz)
-    network. The figures (reduced and quasi-reduced node counts, positives, ties, the
+    FILE is a network file: {formats}. The figures (reduced and quasi-reduced node counts, positives, ties, the
     route's estimate) go to stdout.
 
     Decisions are exact: the diagram is P(class = positive | x) >= T with every CPT

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import one_line, quote
-from boxwatch.offline.bn.formats.common import Budget, Tokens, finish
+from boxwatch.offline.bn.formats.common import (
+    Budget,
+    NetworkFormat,
+    Tokens,
+    finish,
+    read_network_text,
+)
 from boxwatch.offline.bn.network import Network, text_table
 
 
@@ -245,3 +252,12 @@ def write_bif(network: Network) -> str:
             lines.append(f"  ({key}) {', '.join(repr(float(x)) for x in table[idx])};")
         lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def read_bif(path: Path, max_memory: float | None = None) -> Network:
+    """Read a BIF file, gzipped when its name ends in ``.gz``; ``max_memory`` bounds
+    its text and tables."""
+    return read_network_text(path, parse_bif, max_memory)
+
+
+FORMAT = NetworkFormat("BIF", (".bif", ".bif.gz"), read_bif)

@@ -1,17 +1,27 @@
-"""What the network readers share: memory bounds, the tokenizer of BIF and Hugin text, and
-the final checks (completeness, CPT sums, acyclicity) that make a :class:`Network`."""
+"""What the network readers share: the record a format module declares, the bounded reading
+of a text file, memory bounds, the tokenizer of BIF and Hugin text, and the final checks
+(completeness, CPT sums, acyclicity) that make a :class:`Network`."""
 
 from __future__ import annotations
 
 import bisect
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.inputs import quote, size_text
+from boxwatch.agent.inputs import (
+    quote,
+    read_bounded,
+    read_gzip_bounded,
+    show_path,
+    size_text,
+)
 from boxwatch.offline.bn.limits import default_max_memory
 from boxwatch.offline.bn.network import Network
 
@@ -26,6 +36,51 @@ CPT_SHARE = 4
 CPT_FLOOR = 16 << 20
 """...but at least this much: small tables are never what exhausts memory (a tiny
 ``--max-memory`` is then refused by the compiler's route estimates, naming them)."""
+
+
+@dataclass(frozen=True)
+class NetworkFormat:
+    """One network file format, declared by its module as ``FORMAT``: a row of
+    :data:`boxwatch.offline.bn.formats.FORMATS`."""
+
+    name: str
+    """What help texts and errors call it (``BIF``, ``Hugin``)."""
+    suffixes: tuple[str, ...]
+    """The lower-case file-name endings it is read from, ``.gz`` variants included."""
+    read: Callable[[Path, float | None], Network]
+    """Reads a file of the format: ``read(path, max_memory)``."""
+
+
+class TextParser(Protocol):
+    """A parser of a text format: ``parse(text, where=..., max_memory=...)``."""
+
+    def __call__(self, text: str, *, where: str, max_memory: float | None) -> Network: ...
+
+
+def read_network_text(path: Path, parse: TextParser, max_memory: float | None) -> Network:
+    """Read a text network file (gzipped when its name ends in ``.gz``) and ``parse`` it.
+
+    Bounded before it allocates: the file (and a ``.gz`` file's decompressed stream) may
+    have ``max_memory / TEXT_SHARE`` bytes. Text is UTF-8 (latin-1 is accepted for old Hugin
+    files); NUL bytes are refused.
+    """
+    where = show_path(path)
+    limit = default_max_memory() if max_memory is None else int(max_memory)
+    cap = max(1 << 20, limit // TEXT_SHARE)
+    if path.name.lower().endswith(".gz"):
+        raw = read_gzip_bounded(path, cap, max_compressed=cap, what="file")
+    else:
+        raw = read_bounded(path, cap, what="file")
+    if b"\0" in raw:
+        raise ConfigError(
+            f"{where}: holds NUL bytes: not a network text file (UTF-16? save it as UTF-8)"
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    del raw
+    return parse(text, where=where, max_memory=limit)
 
 
 class Budget:

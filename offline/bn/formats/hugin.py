@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import quote
-from boxwatch.offline.bn.formats.common import Budget, Tokens, finish
+from boxwatch.offline.bn.formats.common import (
+    Budget,
+    NetworkFormat,
+    Tokens,
+    finish,
+    read_network_text,
+)
 from boxwatch.offline.bn.network import Network, text_table
 
 
@@ -142,3 +149,12 @@ def _net_potential(t: Tokens, var: str) -> tuple[int, list[float]]:
     if values is None:
         raise t.error(f"potential of {var!r} has no 'data = (...);'", data_line)
     return data_line, values
+
+
+def read_net(path: Path, max_memory: float | None = None) -> Network:
+    """Read a Hugin ``.net`` file, gzipped when its name ends in ``.gz``; ``max_memory`` bounds
+    its text and tables."""
+    return read_network_text(path, parse_net, max_memory)
+
+
+FORMAT = NetworkFormat("Hugin", (".net", ".net.gz"), read_net)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn.formats.common import finish
+from boxwatch.offline.bn.formats.common import NetworkFormat, finish
 from boxwatch.offline.bn.network import Network
 
 UAI_MAX_BYTES = 256 << 20
@@ -146,3 +146,11 @@ def _is_float(tok: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _read(path: Path, _max_memory: float | None) -> Network:
+    """:func:`read_uai` with its own bounds (:data:`UAI_MAX_BYTES`), whatever ``max_memory``."""
+    return read_uai(path)
+
+
+FORMAT = NetworkFormat("UAI", (".uai", ".uai.gz"), _read)

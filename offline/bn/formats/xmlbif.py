@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import xml.parsers.expat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import quote
-from boxwatch.offline.bn.formats.common import Budget, finish
+from boxwatch.offline.bn.formats.common import Budget, NetworkFormat, finish, read_network_text
 from boxwatch.offline.bn.network import Network, text_table
 
 
@@ -138,3 +139,12 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>", max_memory: float | None
         cpts[var] = np.asarray(values, dtype=np.float64).reshape(shape)
         texts[var] = text_table(numbers, shape)
     return finish(name, tuple(order), states, parents, cpts, where, lines, texts)
+
+
+def read_xmlbif(path: Path, max_memory: float | None = None) -> Network:
+    """Read an XMLBIF file, gzipped when its name ends in ``.gz``; ``max_memory`` bounds
+    its text and tables."""
+    return read_network_text(path, parse_xmlbif, max_memory)
+
+
+FORMAT = NetworkFormat("XMLBIF", (".xml", ".xml.gz", ".xmlbif", ".xmlbif.gz"), read_xmlbif)
