@@ -16,7 +16,8 @@ from typing import Any
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml, load_yaml_file, quote, show_path
-from boxwatch.agent.vocab import BOX_KERNELS, GATE_ACTIONS, GATE_OUTCOMES, KAFKA_LIBRARIES
+from boxwatch.agent.kafka.clients import LIBRARIES, libraries_text
+from boxwatch.agent.vocab import BOX_KERNELS, GATE_ACTIONS, GATE_OUTCOMES
 
 
 def _str(v: Any) -> str:
@@ -88,7 +89,7 @@ def _port_address(v: str) -> str | None:
 
 
 def _library(v: str) -> str | None:
-    return None if v in KAFKA_LIBRARIES else f"must be {' or '.join(KAFKA_LIBRARIES)}"
+    return None if v in LIBRARIES else f"must be {' or '.join(LIBRARIES)}"
 
 
 def _box_kernel(v: str) -> str | None:
@@ -148,9 +149,7 @@ SETTINGS: tuple[Setting, ...] = (
         "BOXWATCH_KAFKA_LIBRARY",
         _str,
         "kafka-python",
-        "Kafka client library: `kafka-python` (pure Python, always installed) or "
-        "`confluent-kafka` (librdkafka, several times faster; "
-        "`pip install 'boxwatch[confluent]'`).",
+        f"Kafka client library: {libraries_text()}.",
         _library,
     ),
     Setting(

@@ -21,6 +21,11 @@ class ConfigError(BoxwatchError):
         super().__init__("; ".join(self.problems))
 
 
+class MissingDependencyError(BoxwatchError):
+    """An optional dependency the configuration chose is not installed; the message names
+    the extra that installs it. Every CLI verb exits 3 for it (``boxwatch.cli`` decides)."""
+
+
 class MissingFileError(BoxwatchError):
     """An input file the user named does not exist.
 

@@ -24,7 +24,8 @@ BOX_KERNELS = ("native", "numpy")
 """Box-test implementations; the setting ``box_kernel`` also takes ``auto``."""
 
 KAFKA_LIBRARIES = ("kafka-python", "confluent-kafka")
-"""Kafka clients behind ``kafka.library``."""
+"""Kafka clients behind ``kafka.library``; :data:`boxwatch.agent.kafka.clients.LIBRARIES` has
+one row (its adapter) for each, in this order (a test checks)."""
 
 COMBINE_RULES = ("any", "majority", "all", "calibrated")
 """How a box monitor combines its layers' verdicts."""

@@ -65,8 +65,9 @@ from boxwatch.offline.bn import plan as bn_plan
 from boxwatch.offline.bn.classifier import ClassifierSpec, dfs_order, resolve_spec
 from boxwatch.offline.bn.compile import CompileResult, compile_classifier
 from boxwatch.offline.bn.exact import ErrorBound, Refinement
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import format_bytes
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.plan import (
     CompileLimitError,
     _expression,
@@ -742,7 +743,7 @@ root, kind, name, method = sys.argv[1:5]
 sys.path.insert(0, str(Path(root) / "tests"))
 from boxwatch.offline.bn.classifier import ClassifierSpec
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.plan import CompileLimitError
 shared = Path(root).resolve().parent / "shared" / "data" / "bn"
 kw, repeats = {}, 1

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import machine_line, run_summary, write_section
 
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.plan import Factor, cut_at, plan_contraction, unit_factors
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bn"

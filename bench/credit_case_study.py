@@ -36,7 +36,8 @@ from _results import write_section
 
 from boxwatch.offline.bn.classifier import ClassifierSpec
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec, parse_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
 
@@ -89,7 +90,7 @@ def learn_models(
     from pgmpy.estimators import BayesianEstimator, MaximumLikelihoodEstimator, TreeSearch
     from pgmpy.models import DiscreteBayesianNetwork
 
-    from boxwatch.offline.bn.io import from_pgmpy
+    from boxwatch.offline.bn.formats import from_pgmpy
 
     names = {v: list(s) for v, s in states.items()}
     out = []

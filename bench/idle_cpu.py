@@ -29,12 +29,12 @@ from _results import machine_line, run_summary, write_section  # noqa: E402
 from kafka_helpers import create_topics  # noqa: E402
 from reliability_helpers import TOPICS, AgentProcess, write_agent_config  # noqa: E402
 
+from boxwatch.agent.kafka import LIBRARIES  # noqa: E402
 from boxwatch.embedded_broker import EmbeddedBroker, available_kinds  # noqa: E402
 
 SECTION = "## idle CPU (bench/idle_cpu.py)"
 LIMIT = 0.05
 SETTLE_S = 3.0
-LIBRARIES = ("kafka-python", "confluent-kafka")
 
 
 def cpu_seconds(pid: int) -> float:

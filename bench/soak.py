@@ -47,6 +47,7 @@ from reliability_helpers import (  # noqa: E402
     write_agent_config,
 )
 
+from boxwatch.agent.kafka import LIBRARIES  # noqa: E402
 from boxwatch.embedded_broker import EmbeddedBroker  # noqa: E402
 
 SECTION = "## soak (bench/soak.py)"
@@ -85,7 +86,7 @@ def main() -> int:
     ap.add_argument("--broker", choices=("noida", "tansu"), default="noida")
     ap.add_argument(
         "--library",
-        choices=("kafka-python", "confluent-kafka"),
+        choices=list(LIBRARIES),
         default="kafka-python",
         help="the agent's Kafka client library",
     )

@@ -24,7 +24,12 @@ from typing import Any
 import click
 
 from boxwatch import __version__
-from boxwatch.agent.errors import BoxwatchError, ConfigError, MissingFileError
+from boxwatch.agent.errors import (
+    BoxwatchError,
+    ConfigError,
+    MissingDependencyError,
+    MissingFileError,
+)
 from boxwatch.commands.artifact import inspect, verify_artifact
 from boxwatch.commands.console import (
     EXIT_CODES,
@@ -58,8 +63,9 @@ def outcome(exc: BaseException) -> tuple[int, tuple[str, ...]]:
     """The exit code and the stderr lines for a verb that ended by raising ``exc``.
 
     A :class:`VerbExit` keeps its code, except that a missing input file (its cause) is a
-    usage error in every verb; a boxwatch error no verb handled is a usage error; Ctrl-C is
-    130; anything else is a bug: one line and :data:`EXIT_INTERNAL`.
+    usage error in every verb; a missing optional dependency is :data:`EXIT_MISSING_EXTRA`;
+    a boxwatch error no verb handled is a usage error; Ctrl-C is 130; anything else is a
+    bug: one line and :data:`EXIT_INTERNAL`.
     """
     if isinstance(exc, VerbExit) and exc.code in EXIT_CODES:
         if isinstance(exc.__cause__, MissingFileError):
@@ -67,6 +73,8 @@ def outcome(exc: BaseException) -> tuple[int, tuple[str, ...]]:
         return exc.code, exc.lines
     if isinstance(exc, KeyboardInterrupt | click.Abort):
         return EXIT_INTERRUPTED, ("interrupted",)
+    if isinstance(exc, MissingDependencyError):
+        return EXIT_MISSING_EXTRA, (f"error: {exc}",)
     if isinstance(exc, ConfigError):
         return EXIT_USAGE, tuple(f"error: {p}" for p in exc.problems)
     if isinstance(exc, BoxwatchError):

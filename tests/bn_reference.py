@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxwatch.offline.bn.classifier import ClassifierSpec
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.network import Network
 
 
 @dataclass(frozen=True)

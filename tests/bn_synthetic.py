@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.network import Network
 
 
 def _cpt(rng: np.random.Generator, shape: Sequence[int], floor: float) -> np.ndarray:

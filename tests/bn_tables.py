@@ -154,7 +154,7 @@ def compile_reference(name: str):
     import pytest
 
     from boxwatch.offline.bn.compile import compile_classifier
-    from boxwatch.offline.bn.io import load_network
+    from boxwatch.offline.bn.formats import load_network
 
     path = DATA / f"{name}.bif.gz"
     if not path.is_file():

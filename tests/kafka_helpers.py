@@ -18,17 +18,19 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.consumer.fetcher import ConsumerRecord
 
-# The agent's client libraries (kafka.library); confluent-kafka is skipped when absent.
+from boxwatch.agent.kafka import LIBRARIES
+
+# The agent's client libraries (kafka.library), from its table; one not installed is skipped.
 AGENT_LIBRARIES = [
-    pytest.param("kafka-python", id="kafka-python"),
     pytest.param(
-        "confluent-kafka",
-        id="confluent-kafka",
+        name,
+        id=name,
         marks=pytest.mark.skipif(
-            importlib.util.find_spec("confluent_kafka") is None,
-            reason="confluent-kafka not installed (pip install 'boxwatch[confluent]')",
+            importlib.util.find_spec(lib.requires) is None,
+            reason=f"{name} not installed ({lib.install})",
         ),
-    ),
+    )
+    for name, lib in LIBRARIES.items()
 ]
 
 CONSUMER_SETTINGS: dict[str, Any] = {

@@ -1,12 +1,12 @@
 """Kafka behind one small interface: record and output types, and the configured client.
 
-``kafka.library`` picks ``kafka-python`` (:mod:`.kafka_python`) or ``confluent-kafka``
-(:mod:`.confluent`); both adapters implement :mod:`.base`'s protocols, and
-:mod:`.clients` opens the configured one. :mod:`.headers` holds the header rules both share.
+``kafka.library`` picks a client library from :data:`.clients.LIBRARIES` (``kafka-python``:
+:mod:`.kafka_python`, ``confluent-kafka``: :mod:`.confluent`); each adapter implements
+:mod:`.base`'s protocols, and :mod:`.clients` imports and opens the configured one only.
+:mod:`.headers` holds the header rules they share.
 """
 
 from boxwatch.agent.kafka.base import (
-    LIBRARIES,
     AgentConsumer,
     AgentProducer,
     Consumed,
@@ -16,6 +16,7 @@ from boxwatch.agent.kafka.base import (
     Record,
 )
 from boxwatch.agent.kafka.clients import (
+    LIBRARIES,
     ensure_topics,
     library,
     make_consumer,

@@ -1,8 +1,9 @@
-"""The agent's view of Kafka: one small interface, two client libraries behind it.
+"""The agent's view of Kafka: one small interface, the client libraries behind it.
 
-``kafka.library`` picks the library: ``kafka-python`` (pure Python, the default, always
-installed) or ``confluent-kafka`` (librdkafka; ``pip install 'boxwatch[confluent]'``,
-several times faster). Both give the agent the same things: a consumer that returns
+``kafka.library`` picks the library from :data:`boxwatch.agent.kafka.clients.LIBRARIES`:
+``kafka-python`` (pure Python, the default, always installed) or ``confluent-kafka``
+(librdkafka; ``pip install 'boxwatch[confluent]'``, several times faster). Each adapter
+gives the agent the same things (:class:`ClientAdapter`): a consumer that returns
 micro-batches of :class:`Record`-like objects, pauses and resumes all its partitions
 (also those a rebalance hands out while paused), commits given offsets synchronously and
 reports lag; a producer that delivers a list of outputs with acks=all and says which were
@@ -15,12 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 from boxwatch.agent.errors import BoxwatchError
-from boxwatch.agent.vocab import KAFKA_LIBRARIES
 
-LIBRARIES = KAFKA_LIBRARIES
 FLUSH_SLICE_S = 0.2  # a flush waits in slices this long, so a stop request ends it
 # Idle parking: after IDLE_AFTER_S without a record (once partitions are assigned), the
 # consumer pauses its partitions and, at slots IDLE_FETCH_INTERVAL_S apart, asks the broker
@@ -175,3 +175,31 @@ class AgentProducer(Protocol):
 
     def close(self, timeout_s: float) -> None:
         """Flush what is queued (up to ``timeout_s``) and close."""
+
+
+class ConsumerFactory(Protocol):
+    """How an adapter opens its consumer: subscribed to ``topics``, with the rebalance
+    callbacks."""
+
+    def __call__(
+        self,
+        cfg: Mapping[str, Any],
+        topics: list[str],
+        *,
+        on_assign: PartitionsCallback | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> AgentConsumer: ...
+
+
+@dataclass(frozen=True)
+class ClientAdapter:
+    """What one client library's adapter module gives the agent, as its ``ADAPTER``."""
+
+    consumer: ConsumerFactory
+    """Opens the agent's consumer."""
+    producer: Callable[[Mapping[str, Any]], AgentProducer]
+    """Opens the agent's producer (acks=all, per-partition order kept)."""
+    list_topics: Callable[[Mapping[str, Any]], set[str]]
+    """The topics the broker has."""
+    create_topics: Callable[[Mapping[str, Any], list[str], int], None]
+    """Creates the named topics with this many partitions each."""

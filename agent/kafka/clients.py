@@ -1,33 +1,104 @@
-"""Choosing and opening the configured Kafka client: consumer, producer, topic checks."""
+"""Choosing and opening the configured Kafka client: the table of client libraries,
+consumer, producer, topic checks.
+
+:data:`LIBRARIES` maps each ``kafka.library`` name to its adapter, named as
+``"module:attribute"`` and imported only when that library is chosen (so confluent-kafka
+stays optional: importing this package never imports it); the dispatch, the error for a
+library that is not installed, the config's validation and its help text come from it. A
+new library is one adapter module (a :class:`~.base.ClientAdapter` as ``ADAPTER``), one row
+here and its name in :data:`boxwatch.agent.vocab.KAFKA_LIBRARIES`.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.kafka.base import AgentConsumer, AgentProducer, PartitionsCallback
+from boxwatch.agent.errors import ConfigError, MissingDependencyError
+from boxwatch.agent.kafka.base import (
+    AgentConsumer,
+    AgentProducer,
+    ClientAdapter,
+    PartitionsCallback,
+)
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 0.5  # one TCP connect attempt per bootstrap server
 PROBE_INTERVAL_S = 0.5
 
 
+@dataclass(frozen=True)
+class ClientLibrary:
+    """One Kafka client library the agent can use: a row of :data:`LIBRARIES`."""
+
+    adapter: str
+    """``"module:attribute"`` of its :class:`~.base.ClientAdapter`, imported when chosen."""
+    requires: str
+    """The module the library itself installs (imported to tell whether it is there)."""
+    extra: str | None
+    """The boxwatch extra that installs it; ``None`` for a core dependency."""
+    about: str
+    """What it is, in a few words, for the help text."""
+
+    @property
+    def install(self) -> str:
+        """How to install it: a pip command, or that it always is."""
+        return f"pip install 'boxwatch[{self.extra}]'" if self.extra else "always installed"
+
+
+LIBRARIES: dict[str, ClientLibrary] = {
+    "kafka-python": ClientLibrary(
+        adapter="boxwatch.agent.kafka.kafka_python:ADAPTER",
+        requires="kafka",
+        extra=None,
+        about="pure Python",
+    ),
+    "confluent-kafka": ClientLibrary(
+        adapter="boxwatch.agent.kafka.confluent:ADAPTER",
+        requires="confluent_kafka",
+        extra="confluent",
+        about="librdkafka, several times faster",
+    ),
+}
+"""``kafka.library`` name -> library, in the order help texts list them; the names are
+:data:`boxwatch.agent.vocab.KAFKA_LIBRARIES` (a test checks)."""
+
+
+def libraries_text() -> str:
+    """The libraries for the ``kafka.library`` help text: each name, what it is and how it
+    is installed."""
+    named = []
+    for name, lib in LIBRARIES.items():
+        how = f"; `{lib.install}`" if lib.extra else f", {lib.install}"
+        named.append(f"`{name}` ({lib.about}{how})")
+    return ", ".join(named[:-1]) + " or " + named[-1]
+
+
 def library(cfg: Mapping[str, Any]) -> str:
-    """The configured client library; a clear error when it is not installed."""
+    """The configured client library; :class:`MissingDependencyError` when an optional one
+    is not installed."""
     name = cfg["kafka.library"]
-    if name == "confluent-kafka":
+    lib = LIBRARIES[name]
+    if lib.extra is not None:
         try:
-            import confluent_kafka  # noqa: F401
+            importlib.import_module(lib.requires)
         except ImportError:
-            raise ConfigError(
-                "kafka.library is confluent-kafka but it is not installed "
-                "(pip install 'boxwatch[confluent]')"
+            raise MissingDependencyError(
+                f"kafka.library is {name} but it is not installed ({lib.install})"
             ) from None
     return name
+
+
+def adapter(cfg: Mapping[str, Any]) -> ClientAdapter:
+    """The configured library's adapter; its module is imported on first use."""
+    module, _, attribute = LIBRARIES[library(cfg)].adapter.partition(":")
+    found: ClientAdapter = getattr(importlib.import_module(module), attribute)
+    return found
 
 
 def make_consumer(
@@ -38,24 +109,12 @@ def make_consumer(
     on_revoke: PartitionsCallback | None = None,
 ) -> AgentConsumer:
     """The agent's consumer, subscribed to ``topics`` with the rebalance callbacks."""
-    if library(cfg) == "confluent-kafka":
-        from boxwatch.agent.kafka.confluent import ConfluentConsumer
-
-        return ConfluentConsumer(cfg, topics, on_assign=on_assign, on_revoke=on_revoke)
-    from boxwatch.agent.kafka.kafka_python import KafkaPythonConsumer
-
-    return KafkaPythonConsumer(cfg, topics, on_assign=on_assign, on_revoke=on_revoke)
+    return adapter(cfg).consumer(cfg, topics, on_assign=on_assign, on_revoke=on_revoke)
 
 
 def make_producer(cfg: Mapping[str, Any]) -> AgentProducer:
     """The agent's producer (acks=all, per-partition order kept)."""
-    if library(cfg) == "confluent-kafka":
-        from boxwatch.agent.kafka.confluent import ConfluentProducer
-
-        return ConfluentProducer(cfg)
-    from boxwatch.agent.kafka.kafka_python import KafkaPythonProducer
-
-    return KafkaPythonProducer(cfg)
+    return adapter(cfg).producer(cfg)
 
 
 def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
@@ -64,19 +123,16 @@ def ensure_topics(cfg: Mapping[str, Any], topics: Iterable[str]) -> list[str]:
     Returns the topics created. Raises :class:`ConfigError` naming the missing topics.
     """
     wanted = sorted(set(topics))
-    if library(cfg) == "confluent-kafka":
-        from boxwatch.agent.kafka.confluent import create_topics, list_topics
-    else:
-        from boxwatch.agent.kafka.kafka_python import create_topics, list_topics
+    client = adapter(cfg)
     where = cfg["kafka.bootstrap_servers"]
-    missing = [t for t in wanted if t not in list_topics(cfg)]
+    missing = [t for t in wanted if t not in client.list_topics(cfg)]
     if not missing:
         return []
     if not cfg["kafka.create_topics"]:
         raise ConfigError(
             f"topics missing on {where}: {missing} (create them, or set kafka.create_topics: true)"
         )
-    create_topics(cfg, missing, cfg["kafka.partitions"])
+    client.create_topics(cfg, missing, cfg["kafka.partitions"])
     return missing
 
 

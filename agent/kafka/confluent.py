@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
+    ClientAdapter,
     Consumed,
     DeliveryFailure,
     IdlePacer,
@@ -578,3 +579,13 @@ class ConfluentProducer:
 
     def close(self, timeout_s: float) -> None:
         self.raw.flush(timeout_s)
+
+
+ADAPTER = ClientAdapter(
+    consumer=ConfluentConsumer,
+    producer=ConfluentProducer,
+    list_topics=list_topics,
+    create_topics=create_topics,
+)
+"""This library behind the agent's Kafka interface (a row of
+:data:`boxwatch.agent.kafka.clients.LIBRARIES` names it)."""

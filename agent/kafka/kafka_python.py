@@ -41,6 +41,7 @@ from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import (
     FLUSH_SLICE_S,
     IDLE_CHECK_TIMEOUT_S,
+    ClientAdapter,
     Consumed,
     DeliveryFailure,
     IdlePacer,
@@ -503,3 +504,13 @@ class KafkaPythonProducer:
             if sender is not None:
                 sender.force_close()
                 sender.join(timeout=1.0)
+
+
+ADAPTER = ClientAdapter(
+    consumer=KafkaPythonConsumer,
+    producer=KafkaPythonProducer,
+    list_topics=list_topics,
+    create_topics=create_topics,
+)
+"""This library behind the agent's Kafka interface (a row of
+:data:`boxwatch.agent.kafka.clients.LIBRARIES` names it)."""

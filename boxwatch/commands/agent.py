@@ -92,7 +92,8 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
       boxwatch agent --artifact model.bwa --public-key ci.pub --model model.onnx \\
           --bootstrap-servers kafka:9092
     Exit codes: 0 stopped cleanly; 1 artifact refused; 2 configuration or topic error, or a
-    missing artifact, key or model file; 70 internal error.
+    missing artifact, key or model file; 3 the configured Kafka library (kafka.library) is
+    not installed; 70 internal error.
     """
     with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor
         faulthandler.enable()  # a native crash (onnxruntime, librdkafka) leaves its stacks

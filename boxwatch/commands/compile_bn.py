@@ -18,7 +18,7 @@ from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
-from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.plan import CompileLimitError
 
@@ -139,8 +139,7 @@ def compile_bn(
 ) -> None:
     """Compile a BN classifier into an exact ordered decision diagram and report its size.
 
-    FILE is a BIF (.bif, .bif.gz), XMLBIF (.xml), Hugin (.net) or UAI (.uai, .uai.gz)
-    network. The figures (reduced and quasi-reduced node counts, positives, ties, the
+    FILE is a network file: {formats}. The figures (reduced and quasi-reduced node counts, positives, ties, the
     route's estimate) go to stdout.
 
     Decisions are exact: the diagram is P(class = positive | x) >= T with every CPT

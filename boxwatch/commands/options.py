@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from boxwatch.offline.bn.classifier import ClassifierSpec
+from boxwatch.offline.bn.formats import formats_text
 from boxwatch.offline.bn.limits import MEMORY_SHARE, parse_size
 
 _CLASSIFIER_OPTIONS = (
@@ -52,7 +53,9 @@ _CLASSIFIER_OPTIONS = (
 
 
 def classifier_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """FILE, --class, --decision, --positive, --threshold, --features and --order."""
+    """FILE, --class, --decision, --positive, --threshold, --features and --order; the
+    command's help names FILE's formats where it says ``{formats}`` (from the readers' table)."""
+    command.__doc__ = (command.__doc__ or "").replace("{formats}", formats_text())
     for decorate in reversed(_CLASSIFIER_OPTIONS):
         command = decorate(command)
     return command

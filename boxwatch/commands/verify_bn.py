@@ -16,7 +16,7 @@ from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_er
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.io import load_network
+from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
@@ -131,10 +131,10 @@ def verify_bn(
 ) -> None:
     """Verify if-then rules and monotonicity of a BN classifier, exhaustively.
 
-    Compiles FILE (BIF, .bif.gz, XMLBIF or Hugin .net) into its exact decision diagram,
-    encodes it into CNF and asks a SAT solver. A violated rule is reported with the exact
-    number of violating inputs, their probability under the network, and K compact
-    counterexamples (features not listed may take any value the premise allows).
+    Compiles FILE into its exact decision diagram, encodes it into CNF and asks a SAT
+    solver. A violated rule is reported with the exact number of violating inputs, their
+    probability under the network, and K compact counterexamples (features not listed may
+    take any value the premise allows). FILE is a network file: {formats}.
 
     Exit status: 0 every rule and query holds; 1 some are violated; 2 invalid input (every
     problem of the rule files is listed, one per line).

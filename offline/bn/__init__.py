@@ -10,7 +10,8 @@
     child = compile_classifier(load_network("child.bif.gz"),
                                ClassifierSpec("Disease", decision="argmax"))
 
-Modules: :mod:`.io` (BIF, XMLBIF, Hugin readers), :mod:`.classifier` (what is decided),
+Modules: :mod:`.network` (the one form every reader makes), :mod:`.formats` (the readers, one
+module per file format), :mod:`.classifier` (what is decided),
 :mod:`.elimination`, :mod:`.separator`, :mod:`.plan` and :mod:`.limits` (sizing a compilation
 before running it), :mod:`.compile` (the routes), :mod:`.exact` (float error bounds and exact
 rational decisions near the threshold), :mod:`.rules` (the rule language),
@@ -26,7 +27,8 @@ from boxwatch.agent.lazy import lazy_exports
 _EXPORTS = {
     "classifier": ("ClassifierSpec", "resolve_spec"),
     "compile": ("METHODS", "CompileResult", "compile_classifier"),
-    "io": ("Network", "load_network"),
+    "formats": ("load_network",),
+    "network": ("Network",),
     "plan": ("CompileLimitError",),
     "rules": ("ClassifierSchema", "Spec", "load_spec"),
     "verify": ("BNVerifier", "VerificationReport"),
@@ -35,7 +37,8 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
     from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
-    from boxwatch.offline.bn.io import Network, load_network
+    from boxwatch.offline.bn.formats import load_network
+    from boxwatch.offline.bn.network import Network
     from boxwatch.offline.bn.plan import CompileLimitError
     from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
     from boxwatch.offline.bn.verify import BNVerifier, VerificationReport

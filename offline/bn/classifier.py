@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from boxwatch.agent.diagram import ARGMAX, DECISIONS, THRESHOLD
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.separator import prefix_side
 
 _SCALE = 1 << 20

@@ -78,8 +78,9 @@ from boxwatch.offline.bn.exact import (
     refine,
     unique_keys,
 )
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.plan import (
     SEPARATOR_BLOCK_CELLS,
     SEPARATOR_DISTINCT_GUESS,

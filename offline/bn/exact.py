@@ -1,7 +1,7 @@
 """Exact decisions: a float error bound per route, and exact rational arithmetic inside it.
 
 The classifier a network defines is ``P(C = positive | x) >= T`` with the CPT numbers as
-written in the file (:meth:`~boxwatch.offline.bn.io.Network.exact_cpt`) and ``T`` the
+written in the file (:meth:`~boxwatch.offline.bn.network.Network.exact_cpt`) and ``T`` the
 decimal the user wrote (:func:`exact_threshold`). The routes compute ``P(C, x)`` in float64;
 each knows how many roundings every term of its sums can meet, which gives a rigorous bound
 on the float margin's error (:class:`ErrorBound`; the derivation is in
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.network import Network
 
 U = 2.0**-53
 """Unit roundoff of float64 (round to nearest)."""

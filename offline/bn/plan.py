@@ -20,8 +20,8 @@ from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ResolvedSpec
 from boxwatch.offline.bn.elimination import HEURISTICS, elimination_path
 from boxwatch.offline.bn.exact import ErrorBound, absolute_error, contraction_roundings
-from boxwatch.offline.bn.io import Network
 from boxwatch.offline.bn.limits import format_bytes, format_seconds
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.separator import prefix_side
 
 Factor = tuple[tuple[str, ...], np.ndarray]

@@ -19,7 +19,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
-from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.network import Network
 
 _SCALE = 1 << 20
 _INF = 1 << 62

@@ -283,7 +283,7 @@ class VerificationReport:
 class FeatureMarginal:
     """Exact probability of feature regions under a BN, P(X_i in S_i for all i).
 
-    Built from a :class:`boxwatch.offline.bn.io.Network`: the joint table over the features
+    Built from a :class:`boxwatch.offline.bn.network.Network`: the joint table over the features
     is computed once (one tensor contraction) while it has at most ``joint_limit`` entries;
     beyond it each region is one contraction of the CPTs with indicator vectors (exact
     inference with soft evidence).

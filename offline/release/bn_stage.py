@@ -16,8 +16,9 @@ from boxwatch.agent.gate import RuleEntry, encode_rules
 from boxwatch.agent.inputs import show_path
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier, spec_terminals
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard, parse_size
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier
 from boxwatch.offline.release.config import BuildConfig

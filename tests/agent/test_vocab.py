@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from boxwatch.agent import boxes, config, gate, metrics, preprocessing, taps, vocab
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.kafka import base
+from boxwatch.agent.kafka import clients
 from boxwatch.agent.outputs import dead_letter_output
 from boxwatch.agent.records import BadRecord
 from boxwatch.offline.monitors import estimator
@@ -37,7 +37,7 @@ def test_users_hold_the_owners_objects():
     assert metrics.AGENT_OUTPUTS is vocab.AGENT_OUTPUTS
     assert metrics.GATE_OUTCOMES is vocab.GATE_OUTCOMES is gate.OUTCOME_NAMES
     assert metrics.INVALID_REASONS is vocab.DEAD_LETTER_REASONS
-    assert base.LIBRARIES is vocab.KAFKA_LIBRARIES and boxes.KERNELS is vocab.BOX_KERNELS
+    assert tuple(clients.LIBRARIES) == vocab.KAFKA_LIBRARIES and boxes.KERNELS is vocab.BOX_KERNELS
     assert boxes.COMBINE_RULES is vocab.COMBINE_RULES and boxes.SCORES is vocab.SCORES
     assert boxes.NORMALIZATIONS is vocab.NORMALIZATIONS and taps.POOLINGS is vocab.POOLINGS
     assert estimator.SELECTIONS is vocab.SELECTIONS

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from locations import SHARED_BN
 
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
-from boxwatch.offline.bn.io import write_bif
+from boxwatch.offline.bn.formats import write_bif
 
 SHARED = SHARED_BN
 JSON_KEYS = {

@@ -10,8 +10,9 @@ from click.testing import CliRunner
 from locations import ROOT
 
 from boxwatch.agent import artifact as art
+from boxwatch.agent.errors import MissingDependencyError
 from boxwatch.agent.keys import generate_keypair, load_private_key
-from boxwatch.cli import EXIT_INTERNAL, EXIT_USAGE, LAZY_COMMANDS, cli
+from boxwatch.cli import EXIT_INTERNAL, EXIT_MISSING_EXTRA, EXIT_USAGE, LAZY_COMMANDS, cli, outcome
 from boxwatch.commands.console import EXIT_CODES
 
 
@@ -88,6 +89,11 @@ def test_an_unexpected_exception_is_an_internal_error(verb, monkeypatch, tmp_pat
     lines = result.stderr.strip().splitlines()
     assert lines[-1] == "error: RuntimeError: boom second line -- internal error, please report"
     assert "Traceback" not in result.output
+
+
+def test_a_missing_optional_dependency_exits_3():
+    error = MissingDependencyError("kafka.library is x but it is not installed")
+    assert outcome(error) == (EXIT_MISSING_EXTRA, (f"error: {error}",))
 
 
 def test_the_internal_error_code_is_documented():

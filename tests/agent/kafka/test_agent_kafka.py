@@ -296,6 +296,29 @@ def test_agent_cli_refuses_bad_artifact_or_model(example, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_agent_cli_exits_3_when_the_chosen_library_is_not_installed(example, monkeypatch):
+    import sys
+
+    from click.testing import CliRunner
+
+    from boxwatch.agent.kafka import LIBRARIES
+    from boxwatch.cli import EXIT_MISSING_EXTRA, cli
+
+    monkeypatch.setitem(sys.modules, LIBRARIES["confluent-kafka"].requires, None)
+    args = ["agent", "--artifact", str(example.artifact), "--model", str(example.model)]
+    args += ["--public-key", str(example.public_key)]
+    # A bootstrap address without a port is not probed (the library would judge it), so the
+    # agent goes straight on to the topics, where the client library is first needed.
+    result = CliRunner(env={"BOXWATCH_KAFKA_LIBRARY": "confluent-kafka"}).invoke(
+        cli, [*args, "--bootstrap-servers", "no-port"]
+    )
+    assert result.exit_code == EXIT_MISSING_EXTRA, result.output
+    assert result.stderr.strip().splitlines() == [
+        "error: kafka.library is confluent-kafka but it is not installed "
+        "(pip install 'boxwatch[confluent]')"
+    ]
+
+
 def _quiet(consumer) -> None:
     """Poll until the consumer is parked (its partitions paused for idleness), then a little
     longer with no record."""

@@ -25,7 +25,8 @@ from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec
 from boxwatch.offline.bn.cnf import encode_diagram
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.rules import ClassifierSchema, MonotonicityQuery, Rule, parse_spec
 from boxwatch.offline.bn.verify import BNVerifier
 

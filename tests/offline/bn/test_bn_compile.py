@@ -24,7 +24,8 @@ from boxwatch.offline.bn import plan as bn_plan
 from boxwatch.offline.bn.classifier import ClassifierSpec, default_order, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.elimination import HEURISTICS, elimination_path
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.plan import CompileLimitError
 
 SHARED = SHARED_BN

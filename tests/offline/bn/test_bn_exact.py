@@ -23,7 +23,7 @@ from boxwatch.offline.bn.exact import (
     mixed_radix,
     unique_keys,
 )
-from boxwatch.offline.bn.io import load_network, parse_bif, parse_net, parse_xmlbif, write_bif
+from boxwatch.offline.bn.formats import load_network, parse_bif, parse_net, parse_xmlbif, write_bif
 from boxwatch.offline.bn.plan import (
     joint_error_bound,
     plan_joint,

@@ -1,4 +1,5 @@
-"""Reading networks: BIF, .bif.gz, Hugin .net, XMLBIF and pgmpy models; errors name lines."""
+"""Reading networks: BIF, .bif.gz, Hugin .net, XMLBIF, UAI and pgmpy models; errors name lines;
+the table of formats drives the choice by suffix, its errors and the help texts."""
 
 from __future__ import annotations
 
@@ -9,19 +10,25 @@ import warnings
 import numpy as np
 import pytest
 from bn_synthetic import random_dag
-from locations import SHARED_BN
+from click.testing import CliRunner
+from locations import ROOT, SHARED_BN
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.offline.bn.io import (
-    Network,
+from boxwatch.cli import cli
+from boxwatch.offline.bn.formats import (
+    FORMATS,
+    format_of,
+    formats_text,
     from_pgmpy,
     load_network,
     parse_bif,
     parse_net,
     parse_uai,
+    parse_xmlbif,
     read_uai,
     write_bif,
 )
+from boxwatch.offline.bn.network import Network
 
 SHARED = SHARED_BN
 
@@ -355,3 +362,83 @@ def test_every_shared_problem_network_loads():
         assert problem["positive"] in net.states[problem["class"]]
         assert set(problem["features"]) <= set(net.variables), problem["name"]
         assert all(net.states[v] == ("0", "1") for v in net.variables)
+
+
+XMLBIF = """\
+<?xml version="1.0"?>
+<BIF VERSION="0.3"><NETWORK><NAME>n</NAME>
+<VARIABLE TYPE="nature"><NAME>A</NAME><OUTCOME>yes</OUTCOME><OUTCOME>no</OUTCOME></VARIABLE>
+<VARIABLE TYPE="nature"><NAME>B</NAME><OUTCOME>x</OUTCOME><OUTCOME>y</OUTCOME><OUTCOME>z</OUTCOME>
+</VARIABLE>
+<DEFINITION><FOR>A</FOR><TABLE>0.3 0.7</TABLE></DEFINITION>
+<DEFINITION><FOR>B</FOR><GIVEN>A</GIVEN><TABLE>0.1 0.2 0.7 0.5 0.25 0.25</TABLE></DEFINITION>
+</NETWORK></BIF>
+"""
+SAMPLES = {
+    "BIF": (BIF, parse_bif),
+    "XMLBIF": (XMLBIF, parse_xmlbif),
+    "Hugin": (NET, parse_net),
+    "UAI": (UAI, parse_uai),
+}
+"""A small file of each format and its parser: a new format needs a sample here."""
+
+
+def test_every_format_has_a_sample():
+    assert SAMPLES.keys() == FORMATS.keys()
+
+
+def test_each_format_is_declared_by_its_own_module():
+    modules = {fmt.read.__module__ for fmt in FORMATS.values()}
+    assert len(modules) == len(FORMATS)
+    for name, fmt in FORMATS.items():
+        assert fmt.name == name and fmt.suffixes
+        assert all(s.startswith(".") and s == s.lower() for s in fmt.suffixes), name
+
+
+def test_no_suffix_ends_another_formats_suffix():
+    """The choice by suffix does not depend on the table's order."""
+    for fmt in FORMATS.values():
+        for other in FORMATS.values():
+            if other is not fmt:
+                clash = [s for s in fmt.suffixes if s.endswith(other.suffixes)]
+                assert clash == [], (fmt.name, other.name)
+
+
+@pytest.mark.parametrize(
+    ("name", "suffix"), [(f.name, s) for f in FORMATS.values() for s in f.suffixes]
+)
+def test_every_suffix_of_every_format_is_read(tmp_path, name, suffix):
+    text, parse = SAMPLES[name]
+    path = tmp_path / f"Net{suffix.upper()}"
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    assert format_of(path) is FORMATS[name]
+    assert_same(load_network(path), parse(text))
+
+
+def test_an_unknown_suffix_names_the_file_and_every_format(tmp_path):
+    path = tmp_path / "net.bif.txt"
+    with pytest.raises(ConfigError) as err:
+        load_network(path)  # refused by its name: the file is never opened
+    message = str(err.value)
+    assert message.startswith(f"{path}: unknown network format; expected ")
+    assert message.endswith(formats_text())
+    for fmt in FORMATS.values():
+        assert fmt.name in message and all(s in message for s in fmt.suffixes)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("verb", ["compile-bn", "verify-bn"])
+def test_help_names_every_format(verb):
+    res = CliRunner().invoke(cli, [verb, "--help"])
+    assert res.exit_code == 0, res.output
+    assert formats_text() in _words(res.output)
+    assert "{formats}" not in res.output
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/build-config.md", "docs/yaml.md"])
+def test_docs_name_every_format(doc):
+    assert formats_text() in _words((ROOT / doc).read_text()), f"{doc}: list {formats_text()}"

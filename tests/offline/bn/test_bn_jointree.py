@@ -20,7 +20,8 @@ from boxwatch.offline.bn.compile import (
     _compile_jointree,
     compile_classifier,
 )
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.plan import CompileLimitError
 
 SHARED = SHARED_BN

@@ -82,7 +82,7 @@ def test_guard_turns_an_oversized_allocation_into_memory_error():
 def _bn_config(tmp_path, max_memory: str) -> object:
     from bn_synthetic import random_dag
 
-    from boxwatch.offline.bn.io import write_bif
+    from boxwatch.offline.bn.formats import write_bif
     from boxwatch.offline.release.config import load_config
 
     (tmp_path / "net.bif").write_text(write_bif(random_dag(6, seed=3, floor=0.01)))

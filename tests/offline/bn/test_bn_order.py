@@ -17,7 +17,7 @@ from boxwatch.offline.bn.classifier import (
     resolve_spec,
 )
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.network import Network
 
 FEATURES = [f"f{i}" for i in range(12)]
 

@@ -13,7 +13,8 @@ from boxwatch.offline.bn import compile as bn_compile
 from boxwatch.offline.bn import plan as bn_plan
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
-from boxwatch.offline.bn.io import Network, load_network
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.separator import prefix_side
 
 SHARED = SHARED_BN

@@ -148,7 +148,7 @@ def credit_schema():
     path = DATA / "credit.net"
     if not path.is_file():
         pytest.skip(f"{path} is absent (../shared data not available)")
-    from boxwatch.offline.bn.io import load_network
+    from boxwatch.offline.bn.formats import load_network
 
     net = load_network(path)
     features = {v: net.states[v] for v in net.variables if v != "CreditWorthiness"}

@@ -16,7 +16,7 @@ from bn_tables import (
     table_of,
 )
 
-from boxwatch.offline.bn.io import Network
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.rules import MonotonicityQuery, Rule
 from boxwatch.offline.bn.verify import BNVerifier
 

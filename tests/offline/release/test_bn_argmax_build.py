@@ -25,7 +25,8 @@ from boxwatch.agent.keys import generate_keypair, load_private_key, load_trusted
 from boxwatch.agent.members import VERIFICATION
 from boxwatch.agent.service import build_agent
 from boxwatch.cli import EXIT_OK, cli
-from boxwatch.offline.bn.io import Network, write_bif
+from boxwatch.offline.bn.formats import write_bif
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, prepare
 

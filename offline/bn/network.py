@@ -1,0 +1,175 @@
+"""A discrete Bayesian network as the compiler reads it: the one form every reader makes.
+
+Numbers as written: beside each float table a reader keeps the CPT's numbers as the decimal
+strings of the file (:attr:`Network.texts`, one object array per CPT, references to the
+tokens the tokenizer made anyway); :meth:`Network.exact_cpt` turns them into the exact
+rationals they denote, lazily, when the compiler has to decide an input exactly
+(:mod:`boxwatch.offline.bn.exact`). The numbers are used as written and never renormalised:
+:data:`~boxwatch.offline.bn.formats.common.CPT_SUM_TOLERANCE` is a validation check on the
+rows' sums, nothing more. A reader of another format keeps its value tokens the same way: the
+strings in file order, :func:`text_table` to shape them, ``texts=`` to :class:`Network`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+
+def text_table(texts: Sequence[str], shape: Sequence[int]) -> np.ndarray:
+    """A CPT's numbers as written (decimal strings, file order) as an object array of
+    ``shape``: what a reader passes as ``texts=`` to :class:`Network`."""
+    out = np.empty(len(texts), dtype=object)
+    out[:] = list(texts)
+    return out.reshape(tuple(shape))
+
+
+def exact_value(text: str) -> Fraction:
+    """The rational a number's decimal string denotes (``"0.98"`` is 49/50, not the float)."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return Fraction(float(text))
+
+
+_PLAIN_DECIMALS = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?: (?:[0-9]+\.?[0-9]*|\.[0-9]+))*")
+"""Space-separated plain decimals (no sign, no exponent)."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """A discrete Bayesian network: the only form the compiler reads.
+
+    Attributes
+    ----------
+    name : str
+    variables : tuple of str
+        Variables in file order.
+    states : dict of str to tuple of str
+        State names per variable, in file order (state index j is ``states[v][j]``).
+    parents : dict of str to tuple of str
+    cpts : dict of str to ndarray of shape (*parent_cards, card)
+        ``cpts[v][p1, ..., pk, j] = P(v = j | parents = (p1, ..., pk))``.
+    source : str
+        Where the network came from (a path, or ``"<pgmpy>"``).
+    texts : dict of str to object ndarray, optional
+        The CPT numbers as written in the file (decimal strings, same shapes as ``cpts``).
+        Absent (a network built in memory, or from pgmpy) or missing for a variable: each
+        float's shortest round-trip decimal (``repr``), the text :func:`write_bif` writes,
+        so a network and its BIF dump define the same exact classifier.
+    """
+
+    name: str
+    variables: tuple[str, ...]
+    states: Mapping[str, tuple[str, ...]]
+    parents: Mapping[str, tuple[str, ...]]
+    cpts: Mapping[str, np.ndarray]
+    source: str = "<memory>"
+    texts: Mapping[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    _exact: dict[str, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _scaled: dict[str, tuple[np.ndarray, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def exact_cpt(self, var: str) -> np.ndarray:
+        """``P(var | parents)`` as written: an object array of :class:`~fractions.Fraction`.
+
+        Built on first use and kept; the numbers are not renormalised.
+        """
+        table = self._exact.get(var)
+        if table is None:
+            text = self.texts.get(var) if self.texts is not None else None
+            if text is None:
+                floats = self.cpts[var].reshape(-1).tolist()
+                text = text_table([repr(x) for x in floats], self.cpts[var].shape)
+            flat = [exact_value(t) for t in text.reshape(-1).tolist()]
+            table = np.empty(len(flat), dtype=object)
+            table[:] = flat
+            table = table.reshape(self.cpts[var].shape)
+            self._exact[var] = table
+        return table
+
+    def scaled_cpt(self, var: str) -> tuple[np.ndarray, int]:
+        """:meth:`exact_cpt` times a common denominator ``D`` of its numbers: an object
+        array of Python ints, and ``D`` (exact arithmetic on integers, no gcd per step).
+
+        Plain decimal strings (``0.908257``) are read as digits over ``D = 10**k``, ``k``
+        their most decimal places, without a :class:`~fractions.Fraction` each; any other
+        text goes through :meth:`exact_cpt` (``D`` the least common denominator). Built on
+        first use and kept.
+        """
+        got = self._scaled.get(var)
+        if got is None:
+            shape = self.cpts[var].shape
+            text = self.texts.get(var) if self.texts is not None else None
+            words = text.reshape(-1).tolist() if text is not None else []
+            if words and _PLAIN_DECIMALS.fullmatch(" ".join(words)):
+                # plain decimals (the readers parsed each as a number): digits over 10**k
+                parts = [w.partition(".") for w in words]
+                k = max(len(f) for _, _, f in parts)
+                values = [int(a + f + "0" * (k - len(f))) for a, _, f in parts]
+                scale = 10**k
+            else:
+                flat = self.exact_cpt(var).reshape(-1).tolist()
+                scale = math.lcm(*(q.denominator for q in flat)) if flat else 1
+                values = [q.numerator * (scale // q.denominator) for q in flat]
+            ints = np.empty(len(values), dtype=object)
+            ints[:] = values
+            got = (ints.reshape(shape), scale)
+            self._scaled[var] = got
+        return got
+
+    def card(self, var: str) -> int:
+        """Number of states of ``var``."""
+        return len(self.states[var])
+
+    def children(self, var: str) -> tuple[str, ...]:
+        """Variables that have ``var`` as a parent, in file order."""
+        return tuple(v for v in self.variables if var in self.parents[v])
+
+    def leaves(self) -> tuple[str, ...]:
+        """Variables without children, in file order."""
+        has_child = {p for v in self.variables for p in self.parents[v]}
+        return tuple(v for v in self.variables if v not in has_child)
+
+    def ancestors(self, nodes: Sequence[str]) -> set[str]:
+        """``nodes`` and all their ancestors."""
+        out: set[str] = set()
+        stack = list(nodes)
+        while stack:
+            v = stack.pop()
+            if v not in out:
+                out.add(v)
+                stack.extend(self.parents[v])
+        return out
+
+    def to_pgmpy(self) -> Any:
+        """The same network as a pgmpy ``DiscreteBayesianNetwork`` (for exact inference)."""
+        from pgmpy.factors.discrete import TabularCPD
+        from pgmpy.models import DiscreteBayesianNetwork
+
+        model = DiscreteBayesianNetwork()
+        model.add_nodes_from(self.variables)
+        model.add_edges_from([(p, v) for v in self.variables for p in self.parents[v]])
+        for v in self.variables:
+            par = list(self.parents[v])
+            table = np.moveaxis(self.cpts[v], -1, 0).reshape(self.card(v), -1)
+            model.add_cpds(
+                TabularCPD(
+                    v,
+                    self.card(v),
+                    table,
+                    evidence=par or None,
+                    evidence_card=[self.card(p) for p in par] or None,
+                    state_names={u: list(self.states[u]) for u in [v, *par]},
+                )
+            )
+        return model
