@@ -1,0 +1,169 @@
+"""The build's records: summary.json round-trips through them, config sections refuse
+unknown keys and agree with the config schema, the monitor's defaults are the estimator's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+from example_build import build_example
+
+from boxwatch.offline.monitors.estimator import BoxMonitor
+from boxwatch.offline.release.config import SCHEMA
+from boxwatch.offline.release.records import (
+    BNSection,
+    BuildSpec,
+    BuildSummary,
+    DatasetSpec,
+    MetadataSection,
+    ModelSection,
+    MonitorSection,
+    PolicySection,
+)
+from boxwatch.offline.release.report import summary_json
+
+# The keys summary.json has had since issue 22, for a build with a model (validation and
+# unknown sets, layers auto) and a BN: a record that drops or renames one fails here.
+TOP_KEYS = {"artifact", "bn", "metadata", "model", "monitor", "policy", "timings"}
+MONITOR_KEYS = {
+    "baselines",
+    "boxes",
+    "calibration",
+    "calibration_set",
+    "contrast_layers",
+    "coverage",
+    "curves",
+    "detection",
+    "evaluation",
+    "layer_choice",
+    "layers",
+    "model_errors",
+    "operating_points",
+    "score",
+    "tau",
+    "tau_auroc",
+    "tau_selection",
+    "taus",
+    "verdicts",
+    "warnings",
+}
+BN_KEYS = {
+    "certified",
+    "class",
+    "decided",
+    "decision",
+    "exact_inputs",
+    "features",
+    "file",
+    "fmo",
+    "inputs",
+    "nodes",
+    "nodes_quasi",
+    "order",
+    "positive",
+    "positives",
+    "rules",
+    "seconds",
+    "states",
+    "terminals",
+    "threshold",
+    "tie_pairs",
+    "ties",
+}
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    return build_example(tmp_path_factory.mktemp("records"))
+
+
+def test_summary_json_holds_todays_keys(example):
+    data = json.loads(BuildSummary.from_dict(example.summary).to_json())
+    assert set(data) == TOP_KEYS
+    assert set(data["monitor"]) == MONITOR_KEYS
+    assert set(data["bn"]) == BN_KEYS
+    assert set(data["monitor"]["calibration"]) == {
+        "threshold",
+        "confidence_floor",
+        "target_acceptance",
+        "known_acceptance",
+        "unknown_acceptance",
+        "n_known",
+        "n_unknown",
+        "known_split",
+        "population",
+    }
+
+
+def test_summary_round_trips_through_json(example):
+    summary = BuildSummary.from_dict(example.summary)
+    assert summary.to_dict() == example.summary
+    text = summary.to_json()
+    assert json.loads(text) == example.summary
+    assert text == summary_json(example.summary)
+    back = BuildSummary.from_json(text)
+    assert back == summary
+    assert back.to_json() == text
+
+
+def test_bn_only_summary_round_trips(tmp_path):
+    summary = BuildSummary.from_dict(build_example(tmp_path, without="model").summary)
+    text = summary.to_json()
+    assert set(json.loads(text)) == TOP_KEYS - {"model", "monitor"}
+    assert BuildSummary.from_json(text).to_json() == text
+
+
+def test_summary_json_refuses_unknown_keys(example):
+    data = BuildSummary.from_dict(example.summary).to_dict()
+    data["monitor"]["calibration"]["extra"] = 1
+    with pytest.raises(msgspec.ValidationError, match=r"unknown field `extra`"):
+        BuildSummary.from_dict(data)
+
+
+def _properties(schema: dict) -> set[str]:
+    return set(schema["properties"])
+
+
+def _fields(record: type[msgspec.Struct]) -> set[str]:
+    return {f.encode_name for f in msgspec.structs.fields(record)}
+
+
+@pytest.mark.parametrize(
+    ("record", "schema"),
+    [
+        (BuildSpec, SCHEMA),
+        (MetadataSection, SCHEMA["properties"]["metadata"]),
+        (ModelSection, SCHEMA["properties"]["model"]),
+        (DatasetSpec, SCHEMA["properties"]["data"]["properties"]["train"]),
+        (MonitorSection, SCHEMA["properties"]["monitor"]),
+        (BNSection, SCHEMA["properties"]["bn"]),
+        (PolicySection, SCHEMA["properties"]["policy"]),
+    ],
+)
+def test_config_sections_have_the_schemas_keys_and_refuse_others(record, schema):
+    assert _fields(record) == _properties(schema)
+    with pytest.raises(msgspec.ValidationError, match="unknown field `surplus`"):
+        msgspec.convert({"surplus": 1}, record)
+
+
+def test_monitor_section_holds_what_was_given_and_the_estimator_the_defaults():
+    assert MonitorSection.from_raw(None).estimator_params() == {}
+    assert MonitorSection().estimator(None).get_params() == BoxMonitor().get_params()
+    section = MonitorSection.from_raw({"target_acceptance": 0.9, "tau": [0.1, 1, 0.1]})
+    assert section.confidence_share is msgspec.UNSET
+    params = section.estimator(["a"]).get_params()
+    assert params["target_acceptance"] == 0.9 and params["taus"] == [1.0, 0.1]
+    assert params["confidence_share"] == BoxMonitor().confidence_share
+    assert MonitorSection.from_raw({"tau": 0.2}).estimator(None).tau == 0.2
+    assert MonitorSection.from_raw({"tau": "search"}).estimator(None).tau == "auto"
+    only = MonitorSection.from_raw({"score": "distance", "combine": "any"})
+    assert only.estimator_params(only=("score",)) == {"score": "distance"}
+
+
+def test_written_to_sets_the_artifact_path_only(example):
+    summary = BuildSummary.from_dict(example.summary)
+    moved = summary.written_to(Path("out/model.bwa"))
+    assert moved.artifact.path == "out/model.bwa"
+    assert msgspec.structs.replace(moved.artifact, path=msgspec.UNSET) == summary.artifact
