@@ -17,12 +17,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+import numpy as np
 from msgspec import UNSET, Meta, UnsetType
 
+from boxwatch.agent.preprocessing import Preprocessing
+from boxwatch.agent.taps import Tap
 from boxwatch.offline.monitors.estimator import BoxMonitor
 
 DEFAULT_COUNTEREXAMPLES = 10
@@ -171,6 +175,30 @@ class BuildSpec(Section, frozen=True):
     monitor: MonitorSection = msgspec.field(default_factory=MonitorSection)
     bn: BNSection | None = None
     policy: PolicySection = msgspec.field(default_factory=PolicySection)
+
+
+# ----------------------------------------------------------------------------- stage outcomes
+
+
+LabelledData = tuple[np.ndarray, np.ndarray | None]
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """The model half of a validated config: the opened model and the loaded data sets."""
+
+    path: Path
+    files: list[tuple[str, Path]]  # (recorded name, real path): what the model digest covers
+    format: str
+    preprocessing: Preprocessing
+    pooling: str | dict[str, str]
+    layers: list[str]
+    classes: list[str]
+    tap: Tap
+    data: dict[str, LabelledData]  # by data set name: inputs, labels (None: unknown set)
+    # ``layers`` omitted or "auto": the layer choice picks them (build time); until then
+    # ``layers`` is empty and ``tap`` taps nothing.
+    auto: bool = False
 
 
 # ----------------------------------------------------------------------------- summary out

@@ -80,7 +80,7 @@ def example(tmp_path_factory):
 
 
 def test_summary_json_holds_todays_keys(example):
-    data = json.loads(BuildSummary.from_dict(example.summary).to_json())
+    data = json.loads(example.summary.to_json())
     assert set(data) == TOP_KEYS
     assert set(data["monitor"]) == MONITOR_KEYS
     assert set(data["bn"]) == BN_KEYS
@@ -98,25 +98,26 @@ def test_summary_json_holds_todays_keys(example):
 
 
 def test_summary_round_trips_through_json(example):
-    summary = BuildSummary.from_dict(example.summary)
-    assert summary.to_dict() == example.summary
+    summary = example.summary
     text = summary.to_json()
-    assert json.loads(text) == example.summary
-    assert text == summary_json(example.summary)
+    assert json.loads(text) == summary.to_dict()
+    assert text == json.dumps(summary.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
     back = BuildSummary.from_json(text)
     assert back == summary
     assert back.to_json() == text
+    assert BuildSummary.from_dict(summary.to_dict()) == summary
+    assert summary_json(summary.to_dict()) == text
 
 
 def test_bn_only_summary_round_trips(tmp_path):
-    summary = BuildSummary.from_dict(build_example(tmp_path, without="model").summary)
+    summary = build_example(tmp_path, without="model").summary
     text = summary.to_json()
     assert set(json.loads(text)) == TOP_KEYS - {"model", "monitor"}
     assert BuildSummary.from_json(text).to_json() == text
 
 
 def test_summary_json_refuses_unknown_keys(example):
-    data = BuildSummary.from_dict(example.summary).to_dict()
+    data = example.summary.to_dict()
     data["monitor"]["calibration"]["extra"] = 1
     with pytest.raises(msgspec.ValidationError, match=r"unknown field `extra`"):
         BuildSummary.from_dict(data)
@@ -163,7 +164,6 @@ def test_monitor_section_holds_what_was_given_and_the_estimator_the_defaults():
 
 
 def test_written_to_sets_the_artifact_path_only(example):
-    summary = BuildSummary.from_dict(example.summary)
-    moved = summary.written_to(Path("out/model.bwa"))
+    moved = example.summary.written_to(Path("out/model.bwa"))
     assert moved.artifact.path == "out/model.bwa"
-    assert msgspec.structs.replace(moved.artifact, path=msgspec.UNSET) == summary.artifact
+    assert msgspec.structs.replace(moved.artifact, path=msgspec.UNSET) == example.summary.artifact
