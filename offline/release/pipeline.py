@@ -59,7 +59,6 @@ from boxwatch.offline.release.records import (
     MonitorSummary,
     OperatingPoint,
     PolicyResult,
-    PolicySection,
     VerdictShares,
     VerdictsSummary,
 )
@@ -81,11 +80,16 @@ class Prepared:
 
 @dataclass
 class BuildOutcome:
-    """What a build produced: artifact bytes, the report's summary, failed policies."""
+    """What a build produced: the artifact bytes and its summary (which holds the policy's
+    verdict)."""
 
     artifact: bytes
     summary: BuildSummary
-    policy_failures: list[str] = field(default_factory=list)
+
+    @property
+    def policy_failures(self) -> list[str]:
+        """Why the artifact breaks the config's policy (empty: it passes)."""
+        return self.summary.policy.failed
 
 
 @dataclass
@@ -487,9 +491,7 @@ def build(
         bn=bn_summary,
         timings={k: round(v, 3) for k, v in parts.timings.items()},
     )
-    failures = policy_failures(spec.policy, summary)
-    verdict = PolicyResult(fail_on=list(spec.policy.fail_on), failed=failures)
-    return BuildOutcome(artifact, msgspec.structs.replace(summary, policy=verdict), failures)
+    return BuildOutcome(artifact, summary.judged(spec.policy))
 
 
 def _model_half(
@@ -727,41 +729,3 @@ def _train_counts(mi: ModelInputs, monitor: MonitorOutcome) -> list[int]:
     pred_train = monitor.logits["train"].argmax(axis=1)[fit_rows]
     y_train = np.asarray(train_y)[fit_rows]
     return [int(np.sum((y_train == c) & (pred_train == c))) for c in range(len(mi.classes))]
-
-
-def policy_failures(policy: PolicySection, summary: BuildSummary) -> list[str]:
-    """Human-readable reasons why the built artifact breaks ``policy`` (empty: none)."""
-    failed = []
-    fail_on = set(policy.fail_on)
-    bn = summary.bn if isinstance(summary.bn, BNSummary) else None
-    if "rule_violated" in fail_on and bn is not None:
-        bad = [r.id for r in bn.rules if r.verdict == "violated"]
-        if bad:
-            failed.append(f"rule_violated: {', '.join(bad)}")
-    if "fmo_violated" in fail_on and bn is not None:
-        bad = [q.id for q in bn.fmo if q.verdict == "violated"]
-        if bad:
-            failed.append(f"fmo_violated: {', '.join(bad)}")
-    if "bn_ties" in fail_on and bn is not None and bn.ties:
-        failed.append(f"bn_ties: {bn.ties} inputs have a posterior exactly T")
-    mon = summary.monitor if isinstance(summary.monitor, MonitorSummary) else None
-    ev = mon.evaluation.combined if mon and isinstance(mon.evaluation, Evaluation) else None
-    for key, limit, name in (
-        ("min_recall", policy.min_recall, "recall"),
-        ("min_precision", policy.min_precision, "precision"),
-    ):
-        value = None if ev is None else getattr(ev, name)
-        if limit is not None and (value is None or value < limit):
-            failed.append(f"{key}: {name} {value} < {limit}")
-    limit = policy.max_unknown_acceptance
-    if limit is not None:
-        points = mon.operating_points if mon else []
-        over = [f"{p.set} {p.acceptance:.4g}" for p in points if p.acceptance > limit]
-        if not points:
-            failed.append("max_unknown_acceptance: no unknown set to measure")
-        elif over:
-            failed.append(f"max_unknown_acceptance: {', '.join(over)} > {limit}")
-    for warning in mon.warnings if mon and mon.warnings else []:
-        if warning.name in fail_on:
-            failed.append(f"{warning.name}: {warning.message}")
-    return failed

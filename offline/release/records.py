@@ -9,7 +9,7 @@ and the defaults that belong to the config itself; the box monitor's parameters 
 The summary records are what ``summary.json`` holds, field for field: :meth:`BuildSummary.to_json`
 writes it and :meth:`BuildSummary.from_json` reads it back. A field typed ``... | UnsetType``
 is absent from the JSON when the build has nothing to say (no validation set, no unknown
-set, ...).
+set, ...). The summary owns the policy's verdict (:meth:`BuildSummary.policy_failures`).
 """
 
 from __future__ import annotations
@@ -547,6 +547,48 @@ class BuildSummary(Record, frozen=True):
     monitor: MonitorSummary | UnsetType = UNSET
     bn: BNSummary | UnsetType = UNSET
     timings: Annotated[dict[str, float], _d("seconds by step")] | UnsetType = UNSET
+
+    def policy_failures(self, policy: PolicySection) -> list[str]:
+        """Human-readable reasons why the built artifact breaks ``policy`` (empty: none)."""
+        failed = []
+        fail_on = set(policy.fail_on)
+        bn = self.bn if isinstance(self.bn, BNSummary) else None
+        if "rule_violated" in fail_on and bn is not None:
+            bad = [r.id for r in bn.rules if r.verdict == "violated"]
+            if bad:
+                failed.append(f"rule_violated: {', '.join(bad)}")
+        if "fmo_violated" in fail_on and bn is not None:
+            bad = [q.id for q in bn.fmo if q.verdict == "violated"]
+            if bad:
+                failed.append(f"fmo_violated: {', '.join(bad)}")
+        if "bn_ties" in fail_on and bn is not None and bn.ties:
+            failed.append(f"bn_ties: {bn.ties} inputs have a posterior exactly T")
+        mon = self.monitor if isinstance(self.monitor, MonitorSummary) else None
+        ev = mon.evaluation.combined if mon and isinstance(mon.evaluation, Evaluation) else None
+        for key, limit, name in (
+            ("min_recall", policy.min_recall, "recall"),
+            ("min_precision", policy.min_precision, "precision"),
+        ):
+            value = None if ev is None else getattr(ev, name)
+            if limit is not None and (value is None or value < limit):
+                failed.append(f"{key}: {name} {value} < {limit}")
+        limit = policy.max_unknown_acceptance
+        if limit is not None:
+            points = mon.operating_points if mon else []
+            over = [f"{p.set} {p.acceptance:.4g}" for p in points if p.acceptance > limit]
+            if not points:
+                failed.append("max_unknown_acceptance: no unknown set to measure")
+            elif over:
+                failed.append(f"max_unknown_acceptance: {', '.join(over)} > {limit}")
+        for warning in mon.warnings if mon and mon.warnings else []:
+            if warning.name in fail_on:
+                failed.append(f"{warning.name}: {warning.message}")
+        return failed
+
+    def judged(self, policy: PolicySection) -> BuildSummary:
+        """This summary with ``policy``'s verdict on it (``policy.failed``)."""
+        verdict = PolicyResult(fail_on=list(policy.fail_on), failed=self.policy_failures(policy))
+        return msgspec.structs.replace(self, policy=verdict)
 
     def written_to(self, path: str | Path) -> BuildSummary:
         """This summary with the path the artifact was written to (``artifact.path``)."""

@@ -1,5 +1,6 @@
 """The build's records: summary.json round-trips through them, config sections refuse
-unknown keys and agree with the config schema, the monitor's defaults are the estimator's."""
+unknown keys and agree with the config schema, the monitor's defaults are the estimator's,
+and the summary owns the policy's verdict."""
 
 from __future__ import annotations
 
@@ -161,6 +162,31 @@ def test_monitor_section_holds_what_was_given_and_the_estimator_the_defaults():
     assert MonitorSection.from_raw({"tau": "search"}).estimator(None).tau == "auto"
     only = MonitorSection.from_raw({"score": "distance", "combine": "any"})
     assert only.estimator_params(only=("score",)) == {"score": "distance"}
+
+
+def test_policy_failures_are_the_summarys_verdict(example):
+    summary = example.summary
+    assert summary.policy_failures(PolicySection()) == []
+    mon = summary.monitor
+    worst = max(p.acceptance for p in mon.operating_points)
+    recall = mon.evaluation.combined.recall
+    policy = PolicySection(
+        fail_on=["rule_violated", "bn_ties"],
+        min_recall=1,
+        max_unknown_acceptance=worst / 2,
+    )
+    failed = summary.policy_failures(policy)
+    violated = [r.id for r in summary.bn.rules if r.verdict == "violated"]
+    assert failed[0] == f"rule_violated: {', '.join(violated)}"
+    assert failed[1] == f"min_recall: recall {recall} < 1"
+    assert failed[2].startswith("max_unknown_acceptance: ") and failed[2].endswith(f"> {worst / 2}")
+    assert len(failed) == 3  # no ties in the example's BN
+    judged = summary.judged(policy)
+    assert judged.policy.failed == failed and judged.policy.fail_on == policy.fail_on
+    bn_only = msgspec.structs.replace(summary, monitor=msgspec.UNSET)
+    assert bn_only.policy_failures(PolicySection(max_unknown_acceptance=0.5)) == [
+        "max_unknown_acceptance: no unknown set to measure"
+    ]
 
 
 def test_written_to_sets_the_artifact_path_only(example):
