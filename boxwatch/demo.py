@@ -73,7 +73,7 @@ def build_example(workdir: Path) -> tuple[Path, Path, BuildSummary]:
     artifact = workdir / "demo.bwa"
     write_artifact(artifact, outcome.artifact)
     summary = outcome.summary.written_to(artifact)
-    write_report(summary.to_dict(), workdir / "report")
+    write_report(summary, workdir / "report")
     click.echo(summary_table(summary.to_dict(), artifact), err=True)
     return artifact, public, summary
 

@@ -156,7 +156,7 @@ def test_test_set_is_reported_and_never_fitted(example, tmp_path):
     wrong = res.predicted != stream["y_known"]
     assert errors["verdicts"] == shares(res.verdicts[wrong])
     # The report shows the split, the model errors, the baselines and what columns mean.
-    page = render_report(tested.summary.to_dict())
+    page = render_report(tested.summary)
     values = dict(re.findall(r'id="([^"]+)" class="num" data-value="([^"]*)"', page))
     for j, (name, v) in enumerate(mon["verdicts"]["split"].items()):
         assert f'id="split-{j}-set">{name}<' in page
