@@ -7,9 +7,10 @@ and the defaults that belong to the config itself; the box monitor's parameters 
 :class:`~boxwatch.offline.monitors.estimator.BoxMonitor` alone (:meth:`MonitorSection.estimator`).
 
 The summary records are what ``summary.json`` holds, field for field: :meth:`BuildSummary.to_json`
-writes it and :meth:`BuildSummary.from_json` reads it back. A field typed ``... | UnsetType``
-is absent from the JSON when the build has nothing to say (no validation set, no unknown
-set, ...). The summary owns the policy's verdict (:meth:`BuildSummary.policy_failures`).
+writes it, :meth:`BuildSummary.from_json` reads it back, and its JSON schema
+(``docs/summary.schema.json``) is generated from them (:func:`summary_schema`). A field typed
+``... | UnsetType`` is absent from the JSON when the build has nothing to say (no validation
+set, no unknown set, ...). The report draws only from these records.
 """
 
 from __future__ import annotations
@@ -644,3 +645,19 @@ def _json_problems(obj: Any, where: str) -> Iterator[str]:
             yield from _json_problems(value, f"{where}[{i}]")
     else:
         yield f"{where} ({type(obj).__name__})"
+
+
+def summary_schema() -> dict[str, Any]:
+    """The JSON schema of ``summary.json``, generated from :class:`BuildSummary`."""
+    generated = msgspec.json.schema(BuildSummary)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "boxwatch build summary (summary.json)",
+        **generated,
+    }
+
+
+def summary_schema_text() -> str:
+    """:func:`summary_schema` as ``docs/summary.schema.json`` holds it (``tools/summary_schema.py``
+    writes it)."""
+    return json.dumps(summary_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

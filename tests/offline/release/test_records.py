@@ -1,15 +1,17 @@
-"""The build's records: summary.json round-trips through them, config sections refuse
-unknown keys and agree with the config schema, the monitor's defaults are the estimator's,
-and the summary owns the policy's verdict."""
+"""The build's records: summary.json round-trips through them, its committed schema is the
+generated one, config sections refuse unknown keys and agree with the config schema, the
+monitor's defaults are the estimator's, and the summary owns the policy's verdict."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import jsonschema
 import msgspec
 import pytest
 from example_build import build_example
+from locations import ROOT
 
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.release.config import SCHEMA
@@ -22,9 +24,12 @@ from boxwatch.offline.release.records import (
     ModelSection,
     MonitorSection,
     PolicySection,
+    summary_schema,
+    summary_schema_text,
 )
 from boxwatch.offline.release.report import summary_json
 
+SCHEMA_FILE = ROOT / "docs" / "summary.schema.json"
 # The keys summary.json has had since issue 22, for a build with a model (validation and
 # unknown sets, layers auto) and a BN: a record that drops or renames one fails here.
 TOP_KEYS = {"artifact", "bn", "metadata", "model", "monitor", "policy", "timings"}
@@ -122,6 +127,21 @@ def test_summary_json_refuses_unknown_keys(example):
     data["monitor"]["calibration"]["extra"] = 1
     with pytest.raises(msgspec.ValidationError, match=r"unknown field `extra`"):
         BuildSummary.from_dict(data)
+
+
+def test_committed_schema_is_the_generated_one():
+    assert SCHEMA_FILE.read_text(encoding="utf-8") == summary_schema_text(), (
+        "docs/summary.schema.json is out of date: run .venv/bin/python tools/summary_schema.py"
+    )
+
+
+def test_example_summary_is_valid_under_its_schema(example):
+    validator = jsonschema.Draft202012Validator(summary_schema())
+    data = json.loads(example.summary.to_json())
+    assert list(validator.iter_errors(data)) == []
+    data["monitor"]["operating_points"][0]["n"] = "many"
+    del data["metadata"]["name"]
+    assert len(list(validator.iter_errors(data))) == 2
 
 
 def _properties(schema: dict) -> set[str]:
