@@ -108,9 +108,9 @@ def build_artifact(
     try:
         outcome = build(prepared, private_key, created_at=created_at, progress=progress_bar)
         write_artifact(out, outcome.artifact)
-        outcome.summary["artifact"]["path"] = str(out)
+        summary = outcome.summary.written_to(out)
         if report_dir is not None:
-            write_report(outcome.summary, report_dir)
+            write_report(summary, report_dir)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
         _fail(config, exc.problems if isinstance(exc, ConfigError) else [str(exc)], exc)
     except MemoryError as exc:
@@ -119,7 +119,7 @@ def build_artifact(
             ["out of memory while reading the inputs (data sets too large for this machine)"],
             exc,
         )
-    click.echo(summary_table(outcome.summary, out))
+    click.echo(summary_table(summary.to_dict(), out))
     if report_dir is not None:
         click.echo(f"report: {report_dir / 'report.html'}", err=True)
     if outcome.policy_failures:

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -37,6 +37,9 @@ from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.commands.console import EXIT_FAILED, finish, progress_bar, summary_table
 from boxwatch.embedded_broker import KINDS, BrokerKind
 from boxwatch.examples import example_path
+
+if TYPE_CHECKING:  # the builder is imported where it is used (the demo's agent half is light)
+    from boxwatch.offline.release.records import BuildSummary
 
 TOPICS = {
     "inputs": "demo.inputs",
@@ -64,7 +67,7 @@ def write_build_config(workdir: Path) -> Path:
     return path
 
 
-def build_example(workdir: Path) -> tuple[Path, Path, dict[str, Any]]:
+def build_example(workdir: Path) -> tuple[Path, Path, BuildSummary]:
     """Key, config, artifact and report in ``workdir``; returns (artifact, public key, summary)."""
     from boxwatch.agent.artifact import write_artifact
     from boxwatch.agent.keys import load_private_key
@@ -78,10 +81,10 @@ def build_example(workdir: Path) -> tuple[Path, Path, dict[str, Any]]:
     outcome = build(prepare(load_config(config)), load_private_key(private), progress=progress_bar)
     artifact = workdir / "demo.bwa"
     write_artifact(artifact, outcome.artifact)
-    outcome.summary["artifact"]["path"] = str(artifact)
-    write_report(outcome.summary, workdir / "report")
-    click.echo(summary_table(outcome.summary, artifact), err=True)
-    return artifact, public, outcome.summary
+    summary = outcome.summary.written_to(artifact)
+    write_report(summary, workdir / "report")
+    click.echo(summary_table(summary.to_dict(), artifact), err=True)
+    return artifact, public, summary
 
 
 def credit_records(artifact: Any, n: int, seed: int = 1) -> list[bytes]:

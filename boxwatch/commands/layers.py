@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import POOLINGS, InputInfo, open_tap
@@ -82,7 +83,8 @@ def layers(model: Path, pooling: str | None, config: Path | None, as_json: bool)
             "layers": rows,
         }
         if choice is not None:
-            out["auto"] = {k: v for k, v in choice.as_dict().items() if k != "candidates"}
+            summary = msgspec.to_builtins(choice.summary())
+            out["auto"] = {k: v for k, v in summary.items() if k != "candidates"}
         click.echo(json.dumps(out, indent=2))
         return
     click.echo(f"{model}: {len(infos)} candidate layers (pooling={pooling})", err=True)

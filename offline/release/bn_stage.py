@@ -19,11 +19,10 @@ from boxwatch.offline.bn.compile import compile_classifier, spec_terminals
 from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard, parse_size
 from boxwatch.offline.bn.network import Network
-from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
-from boxwatch.offline.bn.verify import BNVerifier
+from boxwatch.offline.bn.rules import ClassifierSchema, Rule, Spec, load_spec
+from boxwatch.offline.bn.verify import BNVerifier, RuleResult
 from boxwatch.offline.release.config import BuildConfig
-
-DEFAULT_COUNTEREXAMPLES = 10
+from boxwatch.offline.release.records import BNSection, BNSummary, FmoSummary, RuleSummary, TiePair
 
 
 @dataclass
@@ -47,7 +46,7 @@ class BNOutcome:
     verification: dict[str, Any]
     contents: dict[str, Any]
     rule_verdicts: list[dict[str, Any]]
-    summary: dict[str, Any]
+    summary: BNSummary
 
 
 def schema_for(network: Network, spec: ResolvedSpec) -> ClassifierSchema:
@@ -59,58 +58,78 @@ def schema_for(network: Network, spec: ResolvedSpec) -> ClassifierSchema:
 
 
 def prepare(cfg: BuildConfig) -> BNInputs:
-    """Read the network and rule files of ``cfg['bn']``; raise all problems at once."""
-    b = cfg.section("bn")
-    path = cfg.resolve(b["file"])
+    """Read the network and rule files of ``cfg``'s ``bn`` section; raise all problems at once."""
+    b = cfg.spec.bn
+    assert b is not None  # the caller checked the config has a bn section
+    path = cfg.resolve(b.file)
     if not path.is_file():
         raise ConfigError(f"bn.file: {show_path(path)}: no such file")
-    decision = b.get("decision", "threshold")
-    if decision == "threshold" and not {"positive", "threshold"} <= set(b):
+    _check_decision(b)
+    network = _read_network(path, b)
+    spec = resolve_spec(
+        network,
+        ClassifierSpec(
+            class_variable=b.class_,
+            positive=b.positive,
+            threshold=None if b.threshold is None else float(b.threshold),
+            features=b.features,
+            order=b.order,
+            decision=b.decision,
+        ),
+    )
+    problems: list[str] = []
+    max_memory = None
+    if b.max_memory is not None:
+        try:
+            max_memory = parse_size(str(b.max_memory))
+        except ValueError as exc:
+            problems.append(f"bn.max_memory: {exc}")
+    merged = _read_specs(cfg, b, schema_for(network, spec), problems)
+    if problems:
+        raise ConfigError(problems)
+    return BNInputs(path, network, spec, merged, b.counterexamples, max_memory)
+
+
+def _check_decision(b: BNSection) -> None:
+    """``positive`` and ``threshold`` go with ``decision: threshold`` only, and both."""
+    given = b.positive is not None, b.threshold is not None
+    if b.decision == "threshold" and not all(given):
         raise ConfigError(
             "bn: positive and threshold are required with decision: threshold "
             "(or set decision: argmax)"
         )
-    if decision == "argmax" and {"positive", "threshold"} & set(b):
+    if b.decision == "argmax" and any(given):
         raise ConfigError(
             "bn: positive and threshold apply to decision: threshold only; "
             "decision: argmax decides the most probable class state"
         )
+
+
+def _read_network(path: Path, b: BNSection) -> Network:
+    """The network file, parsed within the memory bound compiling will have."""
     try:
-        limit = parse_size(b["max_memory"]) if "max_memory" in b else default_max_memory()
+        limit = parse_size(str(b.max_memory)) if b.max_memory is not None else default_max_memory()
     except ValueError:
-        limit = default_max_memory()  # reported below
+        limit = default_max_memory()  # reported by prepare()
     try:
         with memory_guard(limit):  # parsing is held to the same bound as compiling
-            network = load_network(path, max_memory=limit)
+            return load_network(path, max_memory=limit)
     except MemoryError:
         raise ConfigError(
             f"bn.file: {show_path(path)}: out of memory while reading it "
             f"(limit {format_bytes(limit)}); raise bn.max_memory"
         ) from None
-    spec = resolve_spec(
-        network,
-        ClassifierSpec(
-            class_variable=b["class"],
-            positive=b.get("positive"),
-            threshold=float(b["threshold"]) if "threshold" in b else None,
-            features=b.get("features"),
-            order=b.get("order"),
-            decision=decision,
-        ),
-    )
-    schema = schema_for(network, spec)
-    problems: list[str] = []
-    max_memory = None
-    if "max_memory" in b:
-        try:
-            max_memory = parse_size(b["max_memory"])
-        except ValueError as exc:
-            problems.append(f"bn.max_memory: {exc}")
+
+
+def _read_specs(
+    cfg: BuildConfig, b: BNSection, schema: ClassifierSchema, problems: list[str]
+) -> Spec:
+    """The rules and FMO files, merged (their problems added to ``problems``)."""
     merged = Spec()
-    for key in ("rules", "fmo"):
-        if key not in b:
+    for key, relative in (("rules", b.rules), ("fmo", b.fmo)):
+        if relative is None:
             continue
-        rpath = cfg.resolve(b[key])
+        rpath = cfg.resolve(relative)
         if not rpath.is_file():
             problems.append(f"bn.{key}: {rpath}: no such file")
             continue
@@ -122,16 +141,7 @@ def prepare(cfg: BuildConfig) -> BNInputs:
         merged.rules += part.rules
         merged.queries += part.queries
         merged.state_order.update(part.state_order)
-    if problems:
-        raise ConfigError(problems)
-    return BNInputs(
-        path,
-        network,
-        spec,
-        merged,
-        int(b.get("counterexamples", DEFAULT_COUNTEREXAMPLES)),
-        max_memory,
-    )
+    return merged
 
 
 # Fields that depend on timing (seconds; which exact engine answered first under a time
@@ -159,66 +169,46 @@ def run(bn: BNInputs) -> BNOutcome:
         RuleEntry(rule.name, rule.premise, rule.conclusion, res.verdict)
         for rule, res in zip(bn.rules.rules, report.rules, strict=True)
     )
-    verification = _reproducible(report.to_dict())
     figures = result.summary()
-    rules_summary = []
-    for rule, res in zip(bn.rules.rules, report.rules, strict=True):
-        rules_summary.append(
-            {
-                "id": rule.name,
-                "premise": rule.to_dict(schema)["premise"],
-                "conclusion": ", ".join(rule.conclusion),
-                "verdict": res.verdict,
-                "violations": res.violating_inputs,
-                "probability": res.violating_probability,
-                "counterexamples": [
-                    {
-                        f: [c.fixed[f]]
-                        if f in c.fixed
-                        else list(
-                            rule.to_dict(schema)["premise"].get(f, d.states[d.features.index(f)])
-                        )
-                        for f in d.features
-                    }
-                    for c in res.counterexamples
-                ],
-            }
-        )
+    rules = [
+        _rule_summary(rule, res, schema, d)
+        for rule, res in zip(bn.rules.rules, report.rules, strict=True)
+    ]
     fmo = [
-        {
-            "id": m.query,
-            "feature": m.feature,
-            "kind": m.kind,
-            "verdict": m.verdict,
-            "reason": m.reason,
-            "given": q.to_dict(schema)["given"],
-            "witness": m.witness.to_dict() if m.witness else None,
-        }
+        FmoSummary(
+            id=m.query,
+            feature=m.feature,
+            kind=m.kind,
+            verdict=m.verdict,
+            reason=m.reason,
+            given=q.to_dict(schema)["given"],
+            witness=m.witness.to_dict() if m.witness else None,
+        )
         for q, m in zip(bn.rules.queries, report.monotonicity, strict=True)
     ]
-    summary = {
-        "file": str(bn.file),
-        "class": d.class_variable,
-        "decision": d.decision,
-        "positive": d.positive,
-        "threshold": d.threshold,
-        "features": sorted(d.features),
-        "order": list(d.features),
-        "terminals": list(d.terminals),
-        "decided": figures["decided"],
-        "tie_pairs": figures["tie_pairs"],
-        "states": {f: list(s) for f, s in zip(d.features, d.states, strict=True)},
-        "nodes": figures["nodes"],
-        "nodes_quasi": figures["nodes_quasi"],
-        "positives": figures["positives"],
-        "inputs": figures["inputs"],
-        "ties": figures["ties"],
-        "exact_inputs": figures["exact_inputs"],
-        "certified": figures["certified"],
-        "seconds": round(figures["seconds"], 4),
-        "rules": rules_summary,
-        "fmo": fmo,
-    }
+    summary = BNSummary(
+        file=str(bn.file),
+        class_=d.class_variable,
+        decision=d.decision,
+        positive=d.positive,
+        threshold=d.threshold,
+        features=sorted(d.features),
+        order=list(d.features),
+        terminals=list(d.terminals),
+        decided=figures["decided"],
+        tie_pairs=[TiePair(states=p["states"], inputs=p["inputs"]) for p in figures["tie_pairs"]],
+        states={f: list(s) for f, s in zip(d.features, d.states, strict=True)},
+        nodes=figures["nodes"],
+        nodes_quasi=figures["nodes_quasi"],
+        positives=figures["positives"],
+        inputs=figures["inputs"],
+        ties=figures["ties"],
+        exact_inputs=figures["exact_inputs"],
+        certified=figures["certified"],
+        seconds=round(figures["seconds"], 4),
+        rules=rules,
+        fmo=fmo,
+    )
     contents = {
         "class": d.class_variable,
         "positive": d.positive,
@@ -230,8 +220,30 @@ def run(bn: BNInputs) -> BNOutcome:
     if d.is_argmax:
         contents["decision"] = d.decision
         contents["states"] = list(d.terminals)
-    verdicts = [
-        {"id": r["id"], "verdict": r["verdict"], "violations": r["violations"]}
-        for r in rules_summary
-    ]
+    verdicts = [{"id": r.id, "verdict": r.verdict, "violations": r.violations} for r in rules]
+    verification = _reproducible(report.to_dict())
     return BNOutcome(d, gate_rules, verification, contents, verdicts, summary)
+
+
+def _rule_summary(
+    rule: Rule, res: RuleResult, schema: ClassifierSchema, d: DecisionDiagram
+) -> RuleSummary:
+    """A rule's verdict, its violating inputs and counterexamples (every feature's states)."""
+    premise = rule.to_dict(schema)["premise"]
+    return RuleSummary(
+        id=rule.name,
+        premise=premise,
+        conclusion=", ".join(rule.conclusion),
+        verdict=res.verdict,
+        violations=res.violating_inputs,
+        probability=res.violating_probability,
+        counterexamples=[
+            {
+                f: [c.fixed[f]]
+                if f in c.fixed
+                else list(premise.get(f, d.states[d.features.index(f)]))
+                for f in d.features
+            }
+            for c in res.counterexamples
+        ],
+    )

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 
 from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml_file, one_line, quote, show_path
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.params import json_schema
+from boxwatch.offline.release.records import BuildSpec
 
 _PATH = {"type": "string", "minLength": 1}
 _NAMES = {
@@ -188,10 +190,15 @@ SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class BuildConfig:
-    """A schema-valid config with its file location (to resolve relative paths)."""
+    """A schema-valid config with its file location (to resolve relative paths).
+
+    ``raw`` is the config as written (what the manifest records); ``spec`` the same config
+    as typed records, one per section (:mod:`.records`).
+    """
 
     raw: dict[str, Any]
     path: Path
+    spec: BuildSpec
 
     def resolve(self, relative: str) -> Path:
         """A config path, relative to the config file's folder."""
@@ -199,6 +206,7 @@ class BuildConfig:
         return p if p.is_absolute() else (self.path.parent / p)
 
     def section(self, name: str) -> dict[str, Any]:
+        """A section as written (the raw mapping; empty when absent)."""
         return self.raw.get(name) or {}
 
 
@@ -216,7 +224,11 @@ def load_config(path: str | Path) -> BuildConfig:
     ]
     if problems:
         raise ConfigError(problems)
-    return BuildConfig(raw=raw, path=path.resolve())
+    try:
+        spec = msgspec.convert(raw, BuildSpec, strict=False)
+    except msgspec.ValidationError as exc:  # a record refuses what the schema let through
+        raise ConfigError(f"{where}: {exc}") from None
+    return BuildConfig(raw=raw, path=path.resolve(), spec=spec)
 
 
 def _where(err: jsonschema.ValidationError) -> str:

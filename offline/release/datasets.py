@@ -13,6 +13,7 @@ import math
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -30,6 +31,7 @@ from boxwatch.agent.inputs import (
     size_text,
 )
 from boxwatch.offline.bn.limits import default_max_memory
+from boxwatch.offline.release.records import DatasetSpec
 
 MAX_DIMS = 32
 """Dimensions a data set's array may declare (numpy's own limit is 64)."""
@@ -133,25 +135,25 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def load_dataset(
-    spec: dict, *, resolve, name: str, labelled: bool
+    spec: DatasetSpec, *, resolve: Callable[[str], Path], name: str, labelled: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Load one ``data.<name>`` entry of the build config (see docs/build-config.md)."""
-    path = resolve(spec["path"])
+    path = resolve(spec.path)
     where = f"data.{name} ({show_path(path)})"
     if not path.exists():
         raise ConfigError(f"{where}: no such file")
-    fmt = spec.get("format") or infer_format(path)
+    fmt = spec.format or infer_format(path)
     try:
         if fmt == "npz":
-            x, y = _load_npz(path, spec.get("x", "x"), spec.get("y", "y"), labelled)
+            y_key = "y" if spec.y is None else spec.y
+            x, y = _load_npz(path, spec.x, y_key, labelled)
         elif fmt == "idx":
             x = read_idx(path)
-            labels = spec.get("labels")
-            if labels is None and labelled:
+            if spec.labels is None and labelled:
                 raise ValueError("IDX images need 'labels: PATH' with the label file")
-            y = read_idx(resolve(labels)) if labels else None
+            y = read_idx(resolve(spec.labels)) if spec.labels else None
         else:
-            x, y = _load_csv(path, spec.get("y", "label"), labelled)
+            x, y = _load_csv(path, "label" if spec.y is None else spec.y, labelled)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except ConfigError as exc:  # the bounded readers name the file themselves
@@ -168,9 +170,9 @@ def load_dataset(
         if len(y) != len(x):
             raise ConfigError(f"{where}: {len(x)} inputs but {len(y)} labels")
         y = y.astype(np.int64)
-    if "limit" in spec:
-        x = x[: spec["limit"]]
-        y = None if y is None else y[: spec["limit"]]
+    if spec.limit is not None:
+        x = x[: spec.limit]
+        y = None if y is None else y[: spec.limit]
     if len(x) == 0:
         raise ConfigError(f"{where}: holds no inputs")
     return x, y

@@ -35,6 +35,14 @@ from boxwatch.offline.monitors.evaluation import (
     total,
 )
 from boxwatch.offline.release.config import MONITOR_WARNINGS
+from boxwatch.offline.release.records import (
+    BuildWarning,
+    Evaluation,
+    ModelErrors,
+    MonitorFit,
+    OutcomeRates,
+    VerdictShares,
+)
 
 UNKNOWN_LABEL = -1
 RUN_BATCH = 8192  # rows per run_model call (the demo's sets fit in one)
@@ -119,26 +127,27 @@ def run_sets(
     return out
 
 
-def shares(verdicts: np.ndarray) -> dict[str, Any]:
-    """``{"accept": share, "uncertainty": share, "reject": share, "n": count}``."""
+def shares(verdicts: np.ndarray) -> VerdictShares:
+    """The share of each emitted verdict among ``verdicts``, and their count."""
     v = np.asarray(verdicts)
-    out: dict[str, Any] = {
-        name: float(np.mean(v == code)) if len(v) else 0.0
-        for code, name in enumerate(VERDICT_NAMES)
-    }
-    out["n"] = len(v)
-    return out
+    return VerdictShares(
+        **{
+            name: float(np.mean(v == code)) if len(v) else 0.0
+            for code, name in enumerate(VERDICT_NAMES)
+        },
+        n=len(v),
+    )
 
 
 def split(
     labelled: Mapping[str, tuple[np.ndarray, ModelResult]],
     unknown: Mapping[str, ModelResult],
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, VerdictShares]:
     """The verdict split: correct / misclassified known (per labelled set) and each unknown set.
 
     ``labelled`` maps a prefix (``""`` for validation, ``"test:"``) to (labels, result).
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, VerdictShares] = {}
     for pre, (y, res) in labelled.items():
         right = res.predicted == y
         out[f"{pre}correct_known"] = shares(res.verdicts[right])
@@ -170,22 +179,22 @@ def score_auroc(low: np.ndarray, high: np.ndarray) -> float | None:
 BASELINES: dict[str, OnLogits] = {name: b for name, b in TABLE.items() if isinstance(b, OnLogits)}
 
 
-def model_errors(y: np.ndarray, res: ModelResult, logits: np.ndarray | None) -> dict[str, Any]:
+def model_errors(y: np.ndarray, res: ModelResult, logits: np.ndarray | None) -> ModelErrors:
     """The model's wrong predictions: their verdict split, and how well the box score and
     MSP rank wrong above right predictions (AUROC, 0.5 = no better than chance)."""
     right = res.predicted == y
-    out: dict[str, Any] = {
-        "n": len(y),
-        "n_misclassified": int((~right).sum()),
-        "error_rate": float(np.mean(~right)) if len(y) else None,
-        "verdicts": shares(res.verdicts[~right]),
-        "auroc_score": score_auroc(res.scores[right], res.scores[~right]),
-        "auroc_msp": None,
-    }
+    auroc_msp = None
     if logits is not None:
         s = msp(logits)
-        out["auroc_msp"] = score_auroc(s[right], s[~right])
-    return out
+        auroc_msp = score_auroc(s[right], s[~right])
+    return ModelErrors(
+        n=len(y),
+        n_misclassified=int((~right).sum()),
+        error_rate=float(np.mean(~right)) if len(y) else None,
+        verdicts=shares(res.verdicts[~right]),
+        auroc_score=score_auroc(res.scores[right], res.scores[~right]),
+        auroc_msp=auroc_msp,
+    )
 
 
 def baselines(
@@ -239,88 +248,113 @@ def baselines(
     return rows
 
 
-def outcome_table(y_true: np.ndarray, res: ModelResult, n_classes: int) -> dict[str, Any]:
+def outcome_table(y_true: np.ndarray, res: ModelResult, n_classes: int) -> Evaluation:
     """The six outcomes of the emitted verdicts (combined and per layer), as the summary keeps
     them (``evaluation``)."""
     pred = res.predicted
-    return {
-        "combined": total(outcomes_per_class(res.verdicts, y_true, pred, n_classes)).as_dict(),
-        "per_layer": {
-            layer: total(outcomes_per_class(v, y_true, pred, n_classes)).as_dict()
-            for layer, v in res.layer_verdicts.items()
-        },
-    }
+
+    def rates(verdicts: np.ndarray) -> OutcomeRates:
+        o = total(outcomes_per_class(verdicts, y_true, pred, n_classes))
+        return OutcomeRates(
+            tp=o.tp,
+            fp=o.fp,
+            tn=o.tn,
+            fn=o.fn,
+            mp=o.mp,
+            mn=o.mn,
+            precision=o.precision,
+            recall=o.recall,
+            f1=o.f1,
+        )
+
+    return Evaluation(
+        combined=rates(res.verdicts),
+        per_layer={layer: rates(v) for layer, v in res.layer_verdicts.items()},
+    )
 
 
 def warnings(
-    summary_monitor: Mapping[str, Any],
-    verdict_split: Mapping[str, Any],
+    fit: MonitorFit,
+    verdict_split: Mapping[str, VerdictShares],
     target: float,
     train_counts: Sequence[int],
     classes: Sequence[str] = (),
-) -> list[dict[str, str]]:
-    """The build's warnings, each ``{"name", "message"}`` (names in :data:`WARNINGS`).
+) -> list[BuildWarning]:
+    """The build's warnings (names in :data:`WARNINGS`), in that order.
 
-    ``train_counts``: correctly classified training inputs (those the boxes were fitted
-    on) per class; ``classes``: their names, for the messages.
+    ``target``: the monitor's target acceptance; ``train_counts``: correctly classified
+    training inputs (those the boxes were fitted on) per class; ``classes``: their names,
+    for the messages.
     """
-    out = []
-    correct = verdict_split.get("correct_known") or {}
-    if correct.get("n") and correct["accept"] < target - LOW_ACCEPTANCE_MARGIN:
-        out.append(
-            {
-                "name": "low_known_acceptance",
-                "message": f"the emitted verdicts accept {correct['accept']:.3f} of correctly "
-                f"classified known validation inputs; target {target:.3f}",
-            }
+    found = (
+        _low_known_acceptance(verdict_split.get("correct_known"), target),
+        _tau_at_edge(fit),
+        _empty_contrast(fit),
+        _few_training_inputs(fit, train_counts, classes),
+    )
+    return [w for w in found if w is not None]
+
+
+def _low_known_acceptance(correct: VerdictShares | None, target: float) -> BuildWarning | None:
+    if correct is None or not correct.n or correct.accept >= target - LOW_ACCEPTANCE_MARGIN:
+        return None
+    return BuildWarning(
+        name="low_known_acceptance",
+        message=f"the emitted verdicts accept {correct.accept:.3f} of correctly "
+        f"classified known validation inputs; target {target:.3f}",
+    )
+
+
+def _tau_at_edge(fit: MonitorFit) -> BuildWarning | None:
+    taus = [float(t) for t in fit.taus]
+    method = fit.tau_selection
+    if len(taus) < 2 or method not in ("held-out-class", "f1"):
+        return None
+    edges = {max(taus), min(taus)}
+    if method == "f1":
+        picks = [float(t) for v in fit.tau.values() for t in v]
+        at_edge = sum(t in edges for t in picks)
+    else:
+        picks = [float(v[0]) for v in fit.tau.values() if v]
+        aurocs = fit.tau_auroc or {}
+        at_edge = sum(
+            _edge_is_best(taus, aurocs[layer]) if layer in aurocs else v[0] in edges
+            for layer, v in fit.tau.items()
+            if v
         )
-    taus = [float(t) for t in summary_monitor.get("taus") or []]
-    method = summary_monitor.get("tau_selection")
-    if len(taus) > 1 and method in ("held-out-class", "f1"):
-        edges = {max(taus), min(taus)}
-        per_layer = summary_monitor.get("tau") or {}
-        if method == "f1":
-            picks = [float(t) for v in per_layer.values() for t in v]
-            at_edge = sum(t in edges for t in picks)
-        else:
-            picks = [float(v[0]) for v in per_layer.values() if v]
-            aurocs = summary_monitor.get("tau_auroc") or {}
-            at_edge = sum(
-                _edge_is_best(taus, aurocs.get(layer)) if layer in aurocs else v[0] in edges
-                for layer, v in per_layer.items()
-                if v
-            )
-        if picks and at_edge > len(picks) / 2:
-            unit = "class-layer pairs" if method == "f1" else "layers"
-            out.append(
-                {
-                    "name": "tau_at_edge",
-                    "message": f"tau is the finest ({min(taus):g}) or coarsest "
-                    f"({max(taus):g}) candidate for {at_edge} of {len(picks)} "
-                    f"{unit}",
-                }
-            )
-    if summary_monitor.get("score") == "fused" and not summary_monitor.get("contrast_layers"):
-        out.append(
-            {
-                "name": "empty_contrast",
-                "message": "score fused, but no layer reached the contrast term's AUROC "
-                "bar: the score is the distance score alone",
-            }
-        )
-    boxes = summary_monitor.get("boxes") or {}
+    if not picks or at_edge <= len(picks) / 2:
+        return None
+    unit = "class-layer pairs" if method == "f1" else "layers"
+    return BuildWarning(
+        name="tau_at_edge",
+        message=f"tau is the finest ({min(taus):g}) or coarsest ({max(taus):g}) candidate "
+        f"for {at_edge} of {len(picks)} {unit}",
+    )
+
+
+def _empty_contrast(fit: MonitorFit) -> BuildWarning | None:
+    if fit.score != "fused" or fit.contrast_layers:
+        return None
+    return BuildWarning(
+        name="empty_contrast",
+        message="score fused, but no layer reached the contrast term's AUROC "
+        "bar: the score is the distance score alone",
+    )
+
+
+def _few_training_inputs(
+    fit: MonitorFit, train_counts: Sequence[int], classes: Sequence[str]
+) -> BuildWarning | None:
     few = []
     for cls, n in enumerate(train_counts):
-        k = max([int((b.get("good") or [0] * (cls + 1))[cls]) for b in boxes.values()] + [0])
+        k = max([int(b.good[cls]) for b in fit.boxes.values() if cls < len(b.good)] + [0])
         need = max(MIN_TRAINING_INPUTS, k)
         if n < need:
             label = classes[cls] if cls < len(classes) else str(cls)
             few.append(f"class {label}: {n} < {need}")
-    if few:
-        out.append(
-            {
-                "name": "few_training_inputs",
-                "message": "correctly classified training inputs: " + "; ".join(few),
-            }
-        )
-    return out
+    if not few:
+        return None
+    return BuildWarning(
+        name="few_training_inputs",
+        message="correctly classified training inputs: " + "; ".join(few),
+    )

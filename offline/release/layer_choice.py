@@ -49,11 +49,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import INPUT_LAYER, LayerInfo, Tap
-from boxwatch.offline.monitors.estimator import DEFAULT_TAUS, BoxMonitor, _held_out_rows
+from boxwatch.offline.monitors.estimator import BoxMonitor, _held_out_rows
+from boxwatch.offline.release.records import (
+    LayerCandidate,
+    LayerChoiceSummary,
+    MonitorSection,
+    RowCounts,
+    candidate_taus,
+)
 
 AUTO = "auto"
 # Box monitors over wider layers are slow to fit and score; wider conv maps need pooling.
@@ -64,6 +72,9 @@ MAX_TRAIN_ROWS = 2000
 MAX_VALIDATION_ROWS = 1000
 N_CHOSEN = 3
 HELD_OUT_SHARE = 0.2
+# The monitor parameters of the config that apply to the ranking monitors (the others, such
+# as the calibration's, cannot change a held-out-class AUROC); the rest are the estimator's.
+RANKING_PARAMETERS = ("tau", "normalize", "score", "contrast_classes", "random_state")
 RULE = (
     f"the best candidate of each of the top {N_CHOSEN} blocks by held-out-class AUROC "
     "(known inputs only; the model's output left out)"
@@ -91,18 +102,18 @@ class LayerChoice:
             return dict(self.poolings)
         return {name: pooling_of(self.pooling, name) for name in self.layers}
 
-    def as_dict(self) -> dict[str, Any]:
+    def summary(self) -> LayerChoiceSummary:
         """The build summary's ``monitor.layer_choice`` section."""
-        return {
-            "mode": self.mode,
-            "rule": self.rule,
-            "layers": list(self.layers),
-            "set": self.set,
-            "rows": {"train": self.n_train, "validation": self.n_validation},
-            "pooling": self.layer_pooling(),
-            "seconds": round(self.seconds, 3),
-            "candidates": [dict(c) for c in self.candidates],
-        }
+        return LayerChoiceSummary(
+            mode="auto",
+            rule=self.rule,
+            layers=list(self.layers),
+            set=self.set,
+            rows=RowCounts(train=self.n_train, validation=self.n_validation),
+            pooling=self.layer_pooling(),
+            seconds=round(self.seconds, 3),
+            candidates=[msgspec.convert(c, LayerCandidate) for c in self.candidates],
+        )
 
 
 def pooling_of(pooling: str | Mapping[str, str], name: str) -> str:
@@ -175,14 +186,12 @@ def _extract(
     return np.concatenate(logits), {k: np.concatenate(v) for k, v in acts.items()}
 
 
-def ranking_taus(tau: Any) -> list[float]:
-    """The taus the ranking sweeps: the config's candidate list, its fixed value, else the
-    default list (``tau: search`` and no tau)."""
-    if isinstance(tau, list):
-        return sorted({float(t) for t in tau}, reverse=True)
-    if isinstance(tau, int | float) and not isinstance(tau, bool):
-        return [float(tau)]
-    return list(DEFAULT_TAUS)
+def ranking_taus(template: BoxMonitor) -> list[float]:
+    """The taus the ranking sweeps: the config's fixed tau, else its candidates (the
+    config's list, else the estimator's own)."""
+    if isinstance(template.tau, int | float) and not isinstance(template.tau, bool):
+        return [float(template.tau)]
+    return candidate_taus(template)
 
 
 def choose_layers(
@@ -195,7 +204,7 @@ def choose_layers(
     train: tuple[np.ndarray, np.ndarray],
     validation: tuple[np.ndarray, np.ndarray] | None,
     n_classes: int,
-    params: Mapping[str, Any],
+    params: MonitorSection | Mapping[str, Any],
     batch: int = 512,
 ) -> LayerChoice:
     """Pick the monitored layers from ``infos`` (a model's candidate taps, graph order).
@@ -203,11 +212,13 @@ def choose_layers(
     ``open_tap(names)`` opens the model with those layers tapped; ``preprocess`` maps raw
     inputs to model inputs; ``train`` and ``validation`` are labelled known inputs (no
     unknown data: the choice must not see it); ``params`` is the config's ``monitor``
-    section (tau, normalize, score, contrast_classes, random_state). Raises
+    section (record or raw mapping), of which :data:`RANKING_PARAMETERS` apply. Raises
     :class:`ConfigError` when nothing can be ranked. Deterministic for the same inputs.
     """
     start = time.perf_counter()
-    seed = int(params.get("random_state", 0))
+    section = params if isinstance(params, MonitorSection) else MonitorSection.from_raw(params)
+    template = section.estimator(None, only=RANKING_PARAMETERS)
+    seed = int(template.random_state)
     rng = np.random.RandomState(seed)
     screened = screen(infos, pooling)
     names = [info.name for info, reason in screened if reason is None]
@@ -241,7 +252,14 @@ def choose_layers(
     logits_fit, acts_fit = _extract(tap, x_fit, batch, preprocess)
     logits_val, acts_val = _extract(tap, x_val, batch, preprocess)
     pred_fit, pred_val = logits_fit.argmax(axis=1), logits_val.argmax(axis=1)
-    taus = ranking_taus(params.get("tau"))
+    taus = ranking_taus(template)
+    ranking = {
+        **template.get_params(),
+        "tau": "auto",
+        "taus": taus,
+        "selection": "held-out-class",
+        "combine": "calibrated",
+    }
     results: dict[str, dict[str, Any]] = {}
     kept: list[str] = []
     inputs = np.asarray(preprocess(x_fit), dtype=np.float32).reshape(len(x_fit), -1)
@@ -254,17 +272,7 @@ def choose_layers(
             results[name] = {"reason": f"same values as {twin}"}
             continue
         kept.append(name)
-        monitor = BoxMonitor(
-            [name],
-            tau="auto",
-            taus=taus,
-            selection="held-out-class",
-            combine="calibrated",
-            normalize=params.get("normalize", "l2"),
-            score=params.get("score", "fused"),
-            contrast_classes=params.get("contrast_classes", 1),
-            random_state=seed,
-        ).fit(
+        monitor = BoxMonitor(**{**ranking, "layers": [name]}).fit(
             {name: acts_fit[name]},
             y_fit,
             pred_fit,

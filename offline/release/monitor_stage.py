@@ -5,6 +5,10 @@ validation, or per class and layer by F1 with unknown inputs labelled -1
 (``selection: f1``), and calibrate the score threshold; the same inputs, with the unknown
 ones, give the report's curves and operating point. Without a validation set the coverage
 search picks tau and calibration uses the training inputs (the summary says so).
+
+The estimator is built from the config's ``monitor`` section
+(:meth:`~.records.MonitorSection.estimator`); every parameter the build needs afterwards
+(candidate taus, target acceptance, seed) is read back from it.
 """
 
 from __future__ import annotations
@@ -15,23 +19,72 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from boxwatch.agent.boxes import normalize_features
 from boxwatch.offline.monitors.coverage import coverage_at
-from boxwatch.offline.monitors.estimator import (
-    DEFAULT_CONFIDENCE_SHARE,
-    DEFAULT_TARGET_ACCEPTANCE,
-    DEFAULT_TAUS,
-    BoxMonitor,
-    build_sweep,
-)
+from boxwatch.offline.monitors.estimator import BoxMonitor, Calibration, build_sweep
 from boxwatch.offline.monitors.evaluation import detection, outcomes_per_class, total
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath
+from boxwatch.offline.release.records import (
+    Accuracy,
+    BoxCounts,
+    CalibrationSummary,
+    CoverageCurve,
+    DetectionSummary,
+    Histogram,
+    ModelInputs,
+    MonitorFit,
+    MonitorSection,
+    OutcomeCurve,
+    Shares,
+    candidate_taus,
+)
 
 UNKNOWN_LABEL = -1
 COVERAGE_MEASURE = "per-dimension geometric mean of the upper coverage bound r_u"
 HISTOGRAM_BINS = 30
-DEFAULT_COMBINE = "calibrated"
+HELD_OUT = "train (held out)"
+# What BoxMonitor.fit and calibrate take: activations by layer, labels, predictions, logits.
+FitData = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Tapped:
+    """One data set through the model: activations by layer, logits, predictions, labels."""
+
+    acts: dict[str, np.ndarray]
+    logits: np.ndarray
+    pred: np.ndarray
+    y: np.ndarray | None
+
+    def rows(self, idx: np.ndarray) -> Tapped:
+        """The rows ``idx`` of this set."""
+        return Tapped(
+            {k: v[idx] for k, v in self.acts.items()},
+            self.logits[idx],
+            self.pred[idx],
+            None if self.y is None else self.y[idx],
+        )
+
+    def with_unknown(self, unknown: Tapped) -> Tapped:
+        """This labelled set followed by ``unknown``'s inputs, labelled -1."""
+        return Tapped(
+            {k: np.concatenate([v, unknown.acts[k]]) for k, v in self.acts.items()},
+            np.concatenate([self.logits, unknown.logits]),
+            np.concatenate([self.pred, unknown.pred]),
+            np.concatenate([self.labels, np.full(len(unknown.pred), UNKNOWN_LABEL)]),
+        )
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The labels of a labelled set (train, validation)."""
+        assert self.y is not None
+        return self.y
+
+    def fit_data(self) -> FitData:
+        """(activations, labels, predictions, logits), as the estimator takes them."""
+        return self.acts, self.labels, self.pred, self.logits
 
 
 @dataclass
@@ -39,9 +92,9 @@ class MonitorOutcome:
     """The fitted monitor and what the artifact and report say about it."""
 
     monitor: BoxMonitor
-    accuracy: dict[str, float | None]
+    accuracy: Accuracy
     contents: dict[str, Any]
-    summary: dict[str, Any]
+    summary: MonitorFit
     logits: dict[str, np.ndarray] = field(default_factory=dict)
     calibration_rows: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -53,252 +106,266 @@ def _finite(v: float | None) -> float | None:
     return None if v is None or not np.isfinite(v) else float(v)
 
 
-def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: np.concatenate([a[k], b[k]]) for k in a}
+@dataclass(frozen=True)
+class _Sets:
+    """The tapped data sets a monitor is fitted, selected, calibrated and evaluated on."""
+
+    train: Tapped
+    validation: Tapped | None
+    unknown: Tapped | None  # data.unknown (the other unknown sets serve the emitted verdicts)
+    evaluation: Tapped | None  # validation inputs, then data.unknown's labelled -1
+
+    @classmethod
+    def of(cls, tapped: dict[str, Tapped]) -> _Sets:
+        validation, unknown = tapped.get("validation"), tapped.get("unknown")
+        evaluation = None
+        if validation is not None:
+            evaluation = validation if unknown is None else validation.with_unknown(unknown)
+        return cls(tapped["train"], validation, unknown, evaluation)
 
 
 def fit_monitors(
-    mi: Any, params: dict[str, Any], *, extract: Callable, progress=None
+    mi: ModelInputs,
+    params: MonitorSection,
+    *,
+    extract: Callable[..., tuple[np.ndarray, dict[str, np.ndarray]]],
+    progress: Any = None,
 ) -> MonitorOutcome:
     """Fit, select, calibrate and evaluate the box monitors of a validated model config."""
-    sets = {name: x for name, (x, _y) in mi.data.items()}
-    with (
-        progress(
-            "extracting activations", sum(len(x) for name, x in sets.items() if name != "test")
-        )
-        if progress
-        else nullcontext()
-    ) as bar:
-        acts, preds, logits = {}, {}, {}
-        for name, x in sets.items():
-            if name == "test":  # reported only (pipeline); never fitted or calibrated on
-                continue
-            logits[name], acts[name] = extract(mi, x, bar)
-            preds[name] = logits[name].argmax(axis=1)
-    n_classes = len(mi.classes)
-    y = {name: mi.data[name][1] for name in mi.data}
-    accuracy: dict[str, float | None] = {
-        name: float(np.mean(preds[name] == y[name]))
-        for name in ("train", "validation")
-        if name in y and y[name] is not None
-    }
-    tau_param = params.get("tau", list(DEFAULT_TAUS))
-    taus = sorted(
-        {float(t) for t in (tau_param if isinstance(tau_param, list) else DEFAULT_TAUS)},
-        reverse=True,
-    )
-    selection = params.get("selection", "held-out-class")
-    has_val = "validation" in acts
-    # The selection/evaluation set: validation inputs plus unknown ones labelled -1.
-    eval_acts, eval_true, eval_pred = None, None, None
-    if has_val:
-        eval_acts, eval_true, eval_pred = acts["validation"], y["validation"], preds["validation"]
-        if "unknown" in acts:
-            eval_acts = _concat(eval_acts, acts["unknown"])
-            eval_true = np.concatenate([eval_true, np.full(len(preds["unknown"]), UNKNOWN_LABEL)])
-            eval_pred = np.concatenate([eval_pred, preds["unknown"]])
-    if isinstance(tau_param, float | int):
-        tau: Any = float(tau_param)
-    else:
-        tau = "auto"
-    validation: tuple[Any, ...] | None = None
-    if has_val and tau == "auto" and selection == "f1":
-        eval_logits = logits["validation"]
-        if "unknown" in acts:
-            eval_logits = np.concatenate([eval_logits, logits["unknown"]])
-        validation = (eval_acts, eval_true, eval_pred, eval_logits)
-    elif has_val:  # held-out-class selection and calibration use known inputs only
-        validation = (
-            acts["validation"],
-            y["validation"],
-            preds["validation"],
-            logits["validation"],
-        )
-    target = float(params.get("target_acceptance", DEFAULT_TARGET_ACCEPTANCE))
-    # "coverage" (and "fixed" with a tau list, as before): the coverage search chooses tau.
-    estimator_selection = selection if selection in ("f1", "held-out-class") else "coverage"
-    monitor = BoxMonitor(
-        mi.layers,
-        tau=tau,
-        taus=taus,
-        selection=estimator_selection,
-        combine=params.get("combine", DEFAULT_COMBINE),
-        target_acceptance=target,
-        confidence_share=params.get("confidence_share", DEFAULT_CONFIDENCE_SHARE),
-        normalize=params.get("normalize", "l2"),
-        score_layers=params.get("score_layers"),
-        score=params.get("score", "fused"),
-        score_mean=params.get("score_mean", "quadratic"),
-        energy_term=params.get("energy_term", True),
-        contrast_layers=params.get("contrast_layers", "auto"),
-        contrast_classes=params.get("contrast_classes", 1),
-        random_state=params.get("random_state", 0),
-    ).fit(
-        acts["train"],
-        y["train"],
-        preds["train"],
-        validation=validation,
-        n_classes=n_classes,
-        logits=logits["train"],
-    )
-    held = monitor.calibration_rows_
-    if has_val:
-        calib_set = "validation"
-        calib = (acts["validation"], y["validation"], preds["validation"], logits["validation"])
-    elif len(held):
-        calib_set = "train (held out)"
-        calib = (
-            {k: v[held] for k, v in acts["train"].items()},
-            y["train"][held],
-            preds["train"][held],
-            logits["train"][held],
-        )
-    else:  # another combine rule without validation data: the score threshold only
-        calib_set = "train"
-        calib = (acts["train"], y["train"], preds["train"], logits["train"])
+    tapped = _tap_sets(mi, extract, progress)
+    sets = _Sets.of(tapped)
+    monitor = _fit(params.estimator(mi.layers), sets, len(mi.classes))
+    calib_set, calib = _calibration_set(sets.train, sets.validation, monitor.calibration_rows_)
     cal = monitor.calibrate(
-        calib[0],
-        calib[2],
-        target_acceptance=target,
-        acts_unknown=acts.get("unknown"),
-        y_pred_unknown=preds.get("unknown"),
-        y_true_known=calib[1],
-        logits_known=calib[3],
-        logits_unknown=logits.get("unknown"),
+        calib.acts,
+        calib.pred,
+        target_acceptance=float(monitor.target_acceptance),
+        acts_unknown=None if sets.unknown is None else sets.unknown.acts,
+        y_pred_unknown=None if sets.unknown is None else sets.unknown.pred,
+        y_true_known=calib.y,
+        logits_known=calib.logits,
+        logits_unknown=None if sets.unknown is None else sets.unknown.logits,
     )
-    summary: dict[str, Any] = {
-        "layers": list(mi.layers),
-        "taus": taus,
-        "tau": {layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
-        # Held-out-class selection: each layer's AUROC per candidate (the tau_at_edge check).
-        "tau_auroc": {
-            layer: [_finite(float(v)) for v in values]
-            for layer, values in ((monitor.selection_ or {}).get("auroc") or {}).items()
-        },
-        # Without validation data fit() falls back to the coverage search.
-        "tau_selection": (
-            "fixed" if tau != "auto" else estimator_selection if has_val else "coverage"
-        ),
-        "score": monitor.score,
-        "contrast_layers": list(monitor.contrast_layers_),
-        "calibration_set": calib_set,
-        "boxes": {
-            layer: {
-                "good": monitor.runtime_.good[layer].counts().tolist(),
-                "bad": monitor.runtime_.bad[layer].counts().tolist(),
-            }
-            for layer in mi.layers
-        },
-        "calibration": {
-            k: (_finite(v) if isinstance(v, float) else v)
-            for k, v in cal.as_dict().items()
-            if k != "scales"
-        },
-    }
-    if eval_acts is not None:
-        summary.update(
-            _evaluation(
-                monitor,
-                mi,
-                acts,
-                preds,
-                logits,
-                y,
-                eval_acts,
-                eval_true,
-                eval_pred,
-                taus,
-                n_classes,
-                params,
-            )
-        )
-    summary["coverage"] = _coverage(
-        monitor,
-        mi,
-        acts["train"],
-        y["train"],
-        preds["train"],
-        taus,
-        n_classes,
-        params.get("random_state", 0),
-    )
+    summary = _fit_summary(monitor, mi, sets, cal, calib_set)
     contents = {
-        "count": len(mi.layers) * n_classes,
-        "boxes": int(sum(sum(v["good"]) + sum(v["bad"]) for v in summary["boxes"].values())),
+        "count": len(mi.layers) * len(mi.classes),
+        "boxes": int(sum(sum(b.good) + sum(b.bad) for b in summary.boxes.values())),
         "combine": monitor.combine,
         "normalize": monitor.normalize,
         "score": monitor.score,
         "threshold": _finite(cal.threshold),
         "target_acceptance": cal.target_acceptance,
     }
-    rows = {"train": held} if calib_set == "train (held out)" else {}
-    return MonitorOutcome(monitor, accuracy, contents, summary, logits, rows)
+    rows = {"train": monitor.calibration_rows_} if calib_set == HELD_OUT else {}
+    logits = {name: s.logits for name, s in tapped.items()}
+    return MonitorOutcome(monitor, _accuracy(tapped), contents, summary, logits, rows)
 
 
-def _evaluation(
-    monitor, mi, acts, preds, logits, y, eval_acts, eval_true, eval_pred, taus, n_classes, params
-) -> dict[str, Any]:
-    """Per-tau outcome curves and the score's detection figures (the emitted verdicts'
+def _fit(monitor: BoxMonitor, sets: _Sets, n_classes: int) -> BoxMonitor:
+    """Fit ``monitor`` on the training inputs; validation inputs choose tau (with the unknown
+    ones for ``selection: f1``; known ones only for held-out-class selection)."""
+    validation = None
+    if sets.validation is not None:
+        f1 = monitor.tau == "auto" and monitor.selection == "f1"
+        chosen_on = sets.evaluation if f1 and sets.evaluation is not None else sets.validation
+        validation = chosen_on.fit_data()
+    train = sets.train
+    return monitor.fit(
+        train.acts,
+        train.labels,
+        train.pred,
+        validation=validation,
+        n_classes=n_classes,
+        logits=train.logits,
+    )
+
+
+def _fit_summary(
+    monitor: BoxMonitor, mi: ModelInputs, sets: _Sets, cal: Calibration, calib_set: str
+) -> MonitorFit:
+    """The summary of a fitted, calibrated monitor: taus, boxes, calibration, the per-tau
+    curves and the score's detection figures (with validation data), the coverage."""
+    taus = candidate_taus(monitor)
+    if monitor.tau != "auto":
+        tau_selection = "fixed"
+    else:  # without validation data fit() falls back to the coverage search
+        tau_selection = monitor.selection if sets.validation is not None else "coverage"
+    curves: dict[str, OutcomeCurve] | UnsetType = UNSET
+    detected: DetectionSummary | UnsetType = UNSET
+    if sets.validation is not None and sets.evaluation is not None:
+        curves = _curves(monitor, mi, sets.train, sets.evaluation, taus)
+        if sets.unknown is not None:
+            detected = _detection(monitor, sets.validation, sets.unknown, cal.target_acceptance)
+    return MonitorFit(
+        layers=list(mi.layers),
+        taus=taus,
+        tau={layer: [float(t) for t in monitor.tau_[layer]] for layer in mi.layers},
+        tau_auroc=_tau_auroc(monitor),
+        tau_selection=tau_selection,
+        score=monitor.score,
+        contrast_layers=list(monitor.contrast_layers_),
+        calibration_set=calib_set,
+        boxes={
+            layer: BoxCounts(
+                good=monitor.runtime_.good[layer].counts().tolist(),
+                bad=monitor.runtime_.bad[layer].counts().tolist(),
+            )
+            for layer in mi.layers
+        },
+        calibration=_calibration_summary(cal),
+        curves=curves,
+        detection=detected,
+        coverage=_coverage(monitor, mi, sets.train, taus, len(mi.classes)),
+    )
+
+
+def _tap_sets(mi: ModelInputs, extract: Callable[..., Any], progress: Any) -> dict[str, Tapped]:
+    """Every data set but ``test`` through the model (``test`` is only reported, by the
+    pipeline: never fitted or calibrated on)."""
+    names = [name for name in mi.data if name != "test"]
+    total_rows = sum(len(mi.data[name][0]) for name in names)
+    out = {}
+    with progress("extracting activations", total_rows) if progress else nullcontext() as bar:
+        for name in names:
+            x, y = mi.data[name]
+            logits, acts = extract(mi, x, bar)
+            out[name] = Tapped(acts, logits, logits.argmax(axis=1), y)
+    return out
+
+
+def _accuracy(sets: dict[str, Tapped]) -> Accuracy:
+    """The model's accuracy on the labelled training and validation sets."""
+
+    def accuracy(s: Tapped) -> float:
+        return float(np.mean(s.pred == s.y))
+
+    val = sets.get("validation")
+    return Accuracy(
+        train=accuracy(sets["train"]),
+        validation=UNSET if val is None or val.y is None else accuracy(val),
+    )
+
+
+def _calibration_set(
+    train: Tapped, validation: Tapped | None, held: np.ndarray
+) -> tuple[str, Tapped]:
+    """Where the score threshold is calibrated: the validation set, else the training rows
+    ``fit`` held out, else (a combine rule other than calibrated) the training set."""
+    if validation is not None:
+        return "validation", validation
+    if len(held):
+        return HELD_OUT, train.rows(held)
+    return "train", train
+
+
+def _calibration_summary(cal: Calibration) -> CalibrationSummary:
+    """The summary's ``calibration``: the calibration without its per-layer scales, non-finite
+    floats as None."""
+
+    def value(v: Any) -> Any:
+        return _finite(v) if isinstance(v, float) else v
+
+    return CalibrationSummary(
+        threshold=value(cal.threshold),
+        confidence_floor=value(cal.confidence_floor),
+        target_acceptance=value(cal.target_acceptance),
+        known_acceptance=value(cal.known_acceptance),
+        unknown_acceptance=value(cal.unknown_acceptance),
+        n_known=cal.n_known,
+        n_unknown=cal.n_unknown,
+        known_split=Shares(**cal.known_split),
+        population=cal.population,
+    )
+
+
+def _tau_auroc(monitor: BoxMonitor) -> dict[str, list[float | None]]:
+    """Held-out-class selection: each layer's AUROC per candidate tau (the tau_at_edge check)."""
+    selection = monitor.selection_ or {}
+    return {
+        layer: [_finite(float(v)) for v in values]
+        for layer, values in (selection.get("auroc") or {}).items()
+    }
+
+
+def _curves(
+    monitor: BoxMonitor, mi: ModelInputs, train: Tapped, evaluation: Tapped, taus: list[float]
+) -> dict[str, OutcomeCurve]:
+    """Per-tau outcome curves of each layer on the evaluation set (the emitted verdicts'
     outcome counts come from the agent's runtime, :mod:`.emitted`)."""
     sweep = monitor.sweep_
+    n_classes = len(mi.classes)
     if sweep.taus != taus:  # fit swept other taus (fixed tau, coverage selection)
         sweep = build_sweep(
-            acts["train"],
-            y["train"],
-            preds["train"],
+            train.acts,
+            train.labels,
+            train.pred,
             layers=mi.layers,
             taus=taus,
             n_classes=n_classes,
             normalize=monitor.normalize,
-            random_state=params.get("random_state", 0),
+            random_state=monitor.random_state,
         )
-    by_layer = sweep.verdicts(eval_acts, eval_pred)
+    by_layer = sweep.verdicts(evaluation.acts, evaluation.pred)
     curves = {}
     for layer in mi.layers:
         rows = [
-            total(outcomes_per_class(by_layer[layer][t], eval_true, eval_pred, n_classes))
+            total(
+                outcomes_per_class(
+                    by_layer[layer][t], evaluation.labels, evaluation.pred, n_classes
+                )
+            )
             for t in sweep.taus
         ]
-        curves[layer] = {
-            "taus": list(sweep.taus),
-            **{k: [getattr(r, k) for r in rows] for k in ("tp", "fp", "tn", "fn", "mp", "mn")},
-            "precision": [r.precision for r in rows],
-            "recall": [r.recall for r in rows],
-        }
-    out: dict[str, Any] = {"curves": curves}
-    if "unknown" in acts and "validation" in acts:
-        known = monitor.outlier_score(
-            acts["validation"], preds["validation"], logits=logits["validation"]
+        curves[layer] = OutcomeCurve(
+            taus=list(sweep.taus),
+            tp=[r.tp for r in rows],
+            fp=[r.fp for r in rows],
+            tn=[r.tn for r in rows],
+            fn=[r.fn for r in rows],
+            mp=[r.mp for r in rows],
+            mn=[r.mn for r in rows],
+            precision=[r.precision for r in rows],
+            recall=[r.recall for r in rows],
         )
-        unknown = monitor.outlier_score(acts["unknown"], preds["unknown"], logits=logits["unknown"])
-        det = detection(known, unknown, target_acceptance=params.get("target_acceptance", 0.95))
-        finite = np.concatenate([known[np.isfinite(known)], unknown[np.isfinite(unknown)]])
-        hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0
-        edges = np.linspace(0.0, max(hi, 1e-9), HISTOGRAM_BINS + 1)
-        out["detection"] = {
-            "auroc": _finite(det.auroc),
-            "fpr_at_95": _finite(det.fpr),
-            "histogram": {
-                "edges": edges.tolist(),
-                "known": np.histogram(np.clip(known, 0, hi), edges)[0].tolist(),
-                "unknown": np.histogram(np.clip(unknown, 0, hi), edges)[0].tolist(),
-            },
-        }
-    return out
+    return curves
 
 
-def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) -> dict[str, Any]:
+def _detection(
+    monitor: BoxMonitor, validation: Tapped, unknown: Tapped, target: float
+) -> DetectionSummary:
+    """How the score alone separates the validation inputs from ``data.unknown``."""
+    known = monitor.outlier_score(validation.acts, validation.pred, logits=validation.logits)
+    other = monitor.outlier_score(unknown.acts, unknown.pred, logits=unknown.logits)
+    det = detection(known, other, target_acceptance=target)
+    finite = np.concatenate([known[np.isfinite(known)], other[np.isfinite(other)]])
+    hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0
+    edges = np.linspace(0.0, max(hi, 1e-9), HISTOGRAM_BINS + 1)
+    return DetectionSummary(
+        auroc=_finite(det.auroc),
+        fpr_at_95=_finite(det.fpr),
+        histogram=Histogram(
+            edges=edges.tolist(),
+            known=np.histogram(np.clip(known, 0, hi), edges)[0].tolist(),
+            unknown=np.histogram(np.clip(other, 0, hi), edges)[0].tolist(),
+        ),
+    )
+
+
+def _coverage(
+    monitor: BoxMonitor, mi: ModelInputs, train: Tapped, taus: list[float], n_classes: int
+) -> dict[str, CoverageCurve]:
     """Coverage of each class's good boxes at every tau (the paper's Fig. 5).
 
     The ratio r_u underflows to 0 in tens of dimensions, so the curve plots its geometric
     mean per dimension, ``exp(log r_u / n_dims)``: 1 for one box over the whole data, and
     comparable across layers of different widths.
     """
-    rng = np.random.RandomState(random_state)
+    rng = np.random.RandomState(monitor.random_state)
+    y_true, y_pred = train.labels, train.pred
     out = {}
     per_class: list[list[float | None]]
     for layer in mi.layers:
-        x = np.asarray(acts[layer]).reshape(len(y_pred), -1)
+        x = np.asarray(train.acts[layer]).reshape(len(y_pred), -1)
         x = normalize_features(x, monitor.normalize)
         per_class = []
         for cls in range(n_classes):
@@ -310,5 +377,5 @@ def _coverage(monitor, mi, acts, y_true, y_pred, taus, n_classes, random_state) 
             path = TauKMeansPath(xs, random_state=seed)
             covs = [coverage_at(path, t) for t in taus]
             per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1)))) for c in covs])
-        out[layer] = {"taus": list(taus), "per_class": per_class, "measure": COVERAGE_MEASURE}
+        out[layer] = CoverageCurve(taus=list(taus), per_class=per_class, measure=COVERAGE_MEASURE)
     return out

@@ -12,17 +12,20 @@ import dataclasses
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from msgspec import UNSET, UnsetType
 from threadpoolctl import threadpool_limits
 
 from boxwatch import __version__
 from boxwatch.agent.artifact import (
+    Artifact,
     build_artifact_bytes,
     digest_files,
     load_artifact,
@@ -39,29 +42,31 @@ from boxwatch.offline.release import bn_stage, emitted, layer_choice
 from boxwatch.offline.release.config import BuildConfig
 from boxwatch.offline.release.datasets import load_dataset
 from boxwatch.offline.release.monitor_stage import MonitorOutcome, fit_monitors
+from boxwatch.offline.release.records import (
+    ArtifactSummary,
+    BaselineRow,
+    BNSummary,
+    BuildSpec,
+    BuildSummary,
+    Evaluation,
+    LabelledData,
+    LayerChoiceSummary,
+    Metadata,
+    ModelErrors,
+    ModelInputs,
+    ModelSummary,
+    MonitorSection,
+    MonitorSummary,
+    OperatingPoint,
+    PolicyResult,
+    VerdictShares,
+    VerdictsSummary,
+)
 
 # progress(label, total) -> a context manager whose value has .update(n) (click.progressbar).
 Progress = Callable[[str, int], Any]
 EXTRACT_BATCH = 512
 CONFIG_RULE = "listed in the build config"
-
-
-@dataclass
-class ModelInputs:
-    """The model half of a validated config."""
-
-    path: Path
-    files: list[tuple[str, Path]]  # (recorded name, real path): what the model digest covers
-    format: str
-    preprocessing: Preprocessing
-    pooling: str | dict[str, str]
-    layers: list[str]
-    classes: list[str]
-    tap: Tap
-    data: dict[str, tuple[np.ndarray, np.ndarray | None]]
-    # ``layers`` omitted or "auto": :func:`choose_layers` picks them (build time); until
-    # then ``layers`` is empty and ``tap`` taps nothing.
-    auto: bool = False
 
 
 @dataclass
@@ -75,11 +80,38 @@ class Prepared:
 
 @dataclass
 class BuildOutcome:
-    """What a build produced: artifact bytes, the report's summary, failed policies."""
+    """What a build produced: the artifact bytes and its summary (which holds the policy's
+    verdict)."""
 
     artifact: bytes
-    summary: dict[str, Any]
-    policy_failures: list[str] = field(default_factory=list)
+    summary: BuildSummary
+
+    @property
+    def policy_failures(self) -> list[str]:
+        """Why the artifact breaks the config's policy (empty: it passes)."""
+        return self.summary.policy.failed
+
+
+@dataclass
+class _Assembly:
+    """What the two halves add to the artifact as the build goes: members, the manifest's
+    ``contents``, and the seconds each step took."""
+
+    members: dict[str, Any] = field(default_factory=dict)
+    contents: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _ModelHalf:
+    """The model half of a build: the inputs with their final layers, the fitted monitor,
+    where the layers came from, and the model's record in the manifest."""
+
+    inputs: ModelInputs
+    monitor: MonitorOutcome
+    layer_choice: LayerChoiceSummary
+    record: dict[str, Any]
+    summary: ModelSummary
 
 
 def _collect(problems: list[str], step: Callable[[], Any]) -> Any:
@@ -100,8 +132,8 @@ def prepare(cfg: BuildConfig, out: Path | None = None) -> Prepared:
     ``--dry-run`` catches what would otherwise fail after the whole build.
     """
     problems: list[str] = check_out_path(out)
-    model = _checked_model(cfg, problems) if "model" in cfg.raw else None
-    bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if "bn" in cfg.raw else None
+    model = _checked_model(cfg, problems) if cfg.spec.model is not None else None
+    bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if cfg.spec.bn is not None else None
     if problems:
         raise ConfigError(problems)
     return Prepared(cfg, model, bn)
@@ -110,7 +142,7 @@ def prepare(cfg: BuildConfig, out: Path | None = None) -> Prepared:
 def prepare_model(cfg: BuildConfig, *, auto: bool = False) -> ModelInputs:
     """The model half of :func:`prepare` alone (``boxwatch layers --config``); ``auto``
     prepares it for ``layers: auto`` whatever the config's ``layers`` say."""
-    if "model" not in cfg.raw:
+    if cfg.spec.model is None:
         raise ConfigError(f"{cfg.path}: the config has no model section")
     problems: list[str] = []
     model = _checked_model(cfg, problems, auto=auto)
@@ -226,35 +258,64 @@ def _probe_model(model: ModelInputs) -> list[str]:
 def _prepare_model(
     cfg: BuildConfig, problems: list[str], *, auto: bool = False
 ) -> ModelInputs | None:
-    m = cfg.section("model")
+    spec = cfg.spec
+    m = spec.model
+    assert m is not None  # the callers checked
     before = len(problems)
     files = _collect(problems, lambda: _model_files(cfg))
-    path = files[0][1] if files else cfg.resolve(m["path"])
-    classes = list(cfg.raw.get("classes") or [])
-    raw_layers = cfg.raw.get("layers", layer_choice.AUTO)
-    auto = auto or raw_layers == layer_choice.AUTO
-    layers = [] if auto else list(raw_layers)
+    path = files[0][1] if files else cfg.resolve(m.path)
+    classes = list(spec.classes or [])
+    auto = auto or spec.layers == layer_choice.AUTO
+    layers = [] if auto else list(spec.layers)
     if not classes:
         problems.append("classes: the model section needs the list of class names")
-    if "data" not in cfg.raw:
+    if not spec.data:
         problems.append("data: the model section needs data.train (and ideally validation)")
-    pre_raw = m.get("preprocessing") or {}
-    if "shape" not in pre_raw:
+    if "shape" not in m.preprocessing:
         problems.append("model.preprocessing.shape: the input shape (without batch) is required")
     if len(problems) > before:
         return None
     preprocessing = _collect(
-        problems, lambda: Preprocessing.from_dict({**pre_raw, "input_name": m.get("input_name")})
+        problems,
+        lambda: Preprocessing.from_dict({**m.preprocessing, "input_name": m.input_name}),
     )
-    pooling = m.get("pooling", "flatten")
     tap = _collect(
         problems,
         lambda: open_tap(
-            path, layers, pooling=_tapped(pooling, layers) if auto else pooling, threads=1
+            path, layers, pooling=_tapped(m.pooling, layers) if auto else m.pooling, threads=1
         ),
     )
-    data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
-    for name, spec in cfg.section("data").items():
+    data = _load_data(cfg, preprocessing, classes, problems)
+    if "train" not in data and len(problems) == before:
+        problems.append("data.train: the model section needs training inputs")
+    if auto and tap is not None and len(problems) == before:
+        problems.extend(_check_auto(tap, m.pooling, data))
+    if len(problems) > before:
+        return None
+    return ModelInputs(
+        path=path,
+        files=files,
+        format=m.format,
+        preprocessing=preprocessing,
+        pooling=m.pooling,
+        layers=layers,
+        classes=classes,
+        tap=tap,
+        data=data,
+        auto=auto,
+    )
+
+
+def _load_data(
+    cfg: BuildConfig,
+    preprocessing: Preprocessing | None,
+    classes: list[str],
+    problems: list[str],
+) -> dict[str, LabelledData]:
+    """Every data set of the config that loads, checked against the model's input size and
+    the classes (the others' problems added to ``problems``)."""
+    data: dict[str, LabelledData] = {}
+    for name, spec in cfg.spec.data.items():
         loaded = _collect(
             problems,
             functools.partial(
@@ -277,28 +338,11 @@ def _prepare_model(
             bad = sorted({int(v) for v in y if v < 0 or v >= len(classes)})[:5]
             problems.append(f"data.{name}: labels {bad} are outside the {len(classes)} classes")
         data[name] = (x, y)
-    if "train" not in data and len(problems) == before:
-        problems.append("data.train: the model section needs training inputs")
-    if auto and tap is not None and len(problems) == before:
-        problems.extend(_check_auto(tap, pooling, data))
-    if len(problems) > before:
-        return None
-    return ModelInputs(
-        path=path,
-        files=files,
-        format=m.get("format", "onnx"),
-        preprocessing=preprocessing,
-        pooling=pooling,
-        layers=layers,
-        classes=classes,
-        tap=tap,
-        data=data,
-        auto=auto,
-    )
+    return data
 
 
 def _check_auto(
-    tap: Tap, pooling: str | dict[str, str], data: dict[str, tuple[np.ndarray, np.ndarray | None]]
+    tap: Tap, pooling: str | dict[str, str], data: dict[str, LabelledData]
 ) -> list[str]:
     """What ``layers: auto`` needs, checked before the build (``--dry-run`` too)."""
     problems = []
@@ -336,10 +380,13 @@ def _tapped(pooling: str | dict[str, str], names: Sequence[str]) -> str | dict[s
     return {name: layer_choice.pooling_of(pooling, name) for name in names}
 
 
-def choose_layers(model: ModelInputs, params: dict[str, Any]) -> layer_choice.LayerChoice:
+def choose_layers(
+    model: ModelInputs, params: MonitorSection | Mapping[str, Any]
+) -> layer_choice.LayerChoice:
     """``layers: auto``: the layers :mod:`.layer_choice` picks for ``model`` from its
     known inputs (train and validation; never ``data.unknown*``). ``params`` is the
-    config's ``monitor`` section. The build and ``boxwatch layers --config`` both call this.
+    config's ``monitor`` section (record or raw mapping). The build and ``boxwatch layers
+    --config`` both call this.
     """
     infos = model.tap.candidates()
     validation = model.data.get("validation")
@@ -367,10 +414,11 @@ def _model_files(cfg: BuildConfig) -> list[tuple[str, Path]]:
     ``model.external_data`` is optional; when given it must name exactly the files the
     ONNX graph references (see :func:`boxwatch.agent.runtime.model_files`).
     """
-    m = cfg.section("model")
-    declared = m.get("external_data")
+    m = cfg.spec.model
+    assert m is not None  # the callers checked
+    declared = m.external_data
     return model_files(
-        cfg.resolve(m["path"]),
+        cfg.resolve(m.path),
         declared=None if declared is None else [cfg.resolve(p) for p in declared],
     )
 
@@ -400,117 +448,112 @@ def build(
 ) -> BuildOutcome:
     """Run the whole build; deterministic for the same inputs, key and creation time."""
     cfg = prepared.cfg
-    epoch = resolve_created_at(created_at)
-    timings: dict[str, float] = {}
-    members: dict[str, Any] = {}
-    contents: dict[str, Any] = {}
-    summary: dict[str, Any] = {}
-    model_record = None
-    meta = cfg.section("metadata")
-    if prepared.model is not None:
-        mi = prepared.model
-        digest = digest_files(mi.files)
-        model_record = {"format": mi.format, **digest}
-        t0 = time.perf_counter()
-        if mi.auto:
-            with threadpool_limits(limits=1):
-                choice = choose_layers(mi, cfg.section("monitor"))
-            poolings = choice.layer_pooling()
-            mi = dataclasses.replace(
-                mi,
-                layers=choice.layers,
-                pooling=poolings,
-                tap=open_tap(mi.path, choice.layers, pooling=poolings, threads=1),
-            )
-            timings["layer choice"] = time.perf_counter() - t0
-            choice_summary = choice.as_dict()
-        else:
-            choice_summary = {"mode": "config", "layers": list(mi.layers), "rule": CONFIG_RULE}
-        t0 = time.perf_counter()
-        # Hundreds of small k-means fits: one BLAS/OpenMP thread is ~9x faster here than
-        # two threads contending (measured on the example: 1.6 s against 14.2 s).
-        with threadpool_limits(limits=1):
-            monitor = fit_monitors(mi, cfg.section("monitor"), extract=extract, progress=progress)
-        timings["monitors"] = time.perf_counter() - t0
-        members[MODEL_SPEC] = {
-            "format": mi.format,
-            "preprocessing": mi.preprocessing.to_dict(),
-            "pooling": mi.pooling,
-            "layers": mi.layers,
-            "classes": mi.classes,
-            "model_version": meta.get("model_version", "unknown"),
-            "input_range": input_range(mi).to_dict(),
-        }
-        members.update(monitor.members(BOXES_PREFIX))
-        contents.update(_monitor_contents(mi, monitor))
-        summary["model"] = {
-            "path": str(mi.path),
-            "format": mi.format,
-            "digest": digest["digest"],
-            "classes": mi.classes,
-            "layers": mi.layers,
-            "accuracy": monitor.accuracy,
-        }
-        summary["monitor"] = monitor.summary
-        summary["monitor"]["layer_choice"] = choice_summary
-    if prepared.bn is not None:
-        t0 = time.perf_counter()
-        bn_out = bn_stage.run(prepared.bn)
-        timings["bn"] = time.perf_counter() - t0
-        members.update(bn_out.diagram.to_members(DIAGRAM_PREFIX))
-        members[RULES] = bn_out.gate_rules
-        members[VERIFICATION] = bn_out.verification
-        contents["bn"] = bn_out.contents
-        contents["rules"] = bn_out.rule_verdicts
-        summary["bn"] = bn_out.summary
-    contents["model_version"] = meta.get("model_version", "unknown")
-    if prepared.model is not None:
+    spec = cfg.spec
+    parts = _Assembly()
+    half = None if prepared.model is None else _model_half(prepared.model, spec, parts, progress)
+    bn_summary = UNSET if prepared.bn is None else _bn_half(prepared.bn, parts)
+    parts.contents["model_version"] = spec.metadata.model_version
+    sign = functools.partial(
+        build_artifact_bytes,
+        private_key=private_key,
+        created_at=resolve_created_at(created_at),
+        model=None if half is None else half.record,
+        config=_config_record(cfg),
+    )
+    monitor_summary: MonitorSummary | UnsetType = UNSET
+    if half is not None:
         # What the agent will emit, from the members the artifact holds (signed once here
         # without the split, which the manifest then carries; the members do not change).
         t0 = time.perf_counter()
-        draft = load_artifact(
-            build_artifact_bytes(
-                members,
-                private_key=private_key,
-                created_at=epoch,
-                model=model_record,
-                config=_config_record(cfg),
-                contents=contents,
-            ),
-            None,
-        )
-        verdict_split = _emitted(mi, monitor, draft, summary["monitor"])
-        if verdict_split is not None:
-            contents["verdict_split"] = verdict_split
-        timings["emitted verdicts"] = time.perf_counter() - t0
-    artifact = build_artifact_bytes(
-        members,
-        private_key=private_key,
-        created_at=epoch,
-        model=model_record,
-        config=_config_record(cfg),
-        contents=contents,
-    )
+        draft = load_artifact(sign(parts.members, contents=parts.contents), None)
+        monitor_summary, verdict_split = _emitted(half, draft)
+        if verdict_split:
+            parts.contents["verdict_split"] = verdict_split
+        parts.timings["emitted verdicts"] = time.perf_counter() - t0
+    artifact = sign(parts.members, contents=parts.contents)
     built = load_artifact(artifact, None)  # the contract's own reading of what was written
-    failures = policy_failures(cfg.section("policy"), summary)
-    summary["metadata"] = {
-        "name": meta.get("name", cfg.path.stem),
-        "model_version": meta.get("model_version", "unknown"),
-        "builder_version": __version__,
-        "created_at": built.manifest["created_at"],
+    summary = BuildSummary(
+        metadata=Metadata(
+            name=cfg.path.stem if spec.metadata.name is None else spec.metadata.name,
+            model_version=spec.metadata.model_version,
+            builder_version=__version__,
+            created_at=built.manifest["created_at"],
+        ),
+        artifact=ArtifactSummary(
+            artifact_id=built.artifact_id,
+            key_id=key_id(private_key.public_key()),
+            sha256=hashlib.sha256(artifact).hexdigest(),
+            bytes=len(artifact),
+        ),
+        policy=PolicyResult(fail_on=list(spec.policy.fail_on)),
+        model=UNSET if half is None else half.summary,
+        monitor=monitor_summary,
+        bn=bn_summary,
+        timings={k: round(v, 3) for k, v in parts.timings.items()},
+    )
+    return BuildOutcome(artifact, summary.judged(spec.policy))
+
+
+def _model_half(
+    mi: ModelInputs, spec: BuildSpec, parts: _Assembly, progress: Progress | None
+) -> _ModelHalf:
+    """Choose the layers (``layers: auto``), fit the box monitors, add their members."""
+    digest = digest_files(mi.files)
+    if mi.auto:
+        t0 = time.perf_counter()
+        with threadpool_limits(limits=1):
+            choice = choose_layers(mi, spec.monitor)
+        poolings = choice.layer_pooling()
+        mi = dataclasses.replace(
+            mi,
+            layers=choice.layers,
+            pooling=poolings,
+            tap=open_tap(mi.path, choice.layers, pooling=poolings, threads=1),
+        )
+        parts.timings["layer choice"] = time.perf_counter() - t0
+        choice_summary = choice.summary()
+    else:
+        choice_summary = LayerChoiceSummary(mode="config", layers=list(mi.layers), rule=CONFIG_RULE)
+    t0 = time.perf_counter()
+    # Hundreds of small k-means fits: one BLAS/OpenMP thread is ~9x faster here than
+    # two threads contending (measured on the example: 1.6 s against 14.2 s).
+    with threadpool_limits(limits=1):
+        monitor = fit_monitors(mi, spec.monitor, extract=extract, progress=progress)
+    parts.timings["monitors"] = time.perf_counter() - t0
+    parts.members[MODEL_SPEC] = {
+        "format": mi.format,
+        "preprocessing": mi.preprocessing.to_dict(),
+        "pooling": mi.pooling,
+        "layers": mi.layers,
+        "classes": mi.classes,
+        "model_version": spec.metadata.model_version,
+        "input_range": input_range(mi).to_dict(),
     }
-    summary["artifact"] = {
-        "artifact_id": built.artifact_id,
-        "key_id": key_id(private_key.public_key()),
-        "sha256": hashlib.sha256(artifact).hexdigest(),
-        "bytes": len(artifact),
-    }
-    summary["policy"] = {
-        "fail_on": list(cfg.section("policy").get("fail_on", [])),
-        "failed": failures,
-    }
-    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return BuildOutcome(artifact, summary, failures)
+    parts.members.update(monitor.members(BOXES_PREFIX))
+    parts.contents.update(_monitor_contents(mi, monitor))
+    summary = ModelSummary(
+        path=str(mi.path),
+        format=mi.format,
+        digest=digest["digest"],
+        classes=mi.classes,
+        layers=mi.layers,
+        accuracy=monitor.accuracy,
+    )
+    record = {"format": mi.format, **digest}
+    return _ModelHalf(mi, monitor, choice_summary, record, summary)
+
+
+def _bn_half(bn: bn_stage.BNInputs, parts: _Assembly) -> BNSummary:
+    """Compile and verify the BN classifier, add its members."""
+    t0 = time.perf_counter()
+    bn_out = bn_stage.run(bn)
+    parts.timings["bn"] = time.perf_counter() - t0
+    parts.members.update(bn_out.diagram.to_members(DIAGRAM_PREFIX))
+    parts.members[RULES] = bn_out.gate_rules
+    parts.members[VERIFICATION] = bn_out.verification
+    parts.contents["bn"] = bn_out.contents
+    parts.contents["rules"] = bn_out.rule_verdicts
+    return bn_out.summary
 
 
 def input_range(mi: ModelInputs) -> InputRange:
@@ -534,15 +577,29 @@ def _monitor_contents(mi: ModelInputs, monitor: MonitorOutcome) -> dict[str, Any
     }
 
 
-def _emitted(
-    mi: ModelInputs, monitor: MonitorOutcome, draft: Any, mon: dict[str, Any]
-) -> dict[str, Any] | None:
-    """Run the agent's runtime on the build's data; fill the summary's emitted-verdict
-    sections (``verdicts``, ``evaluation``, ``operating_points``, ``model_errors``,
-    ``baselines``, ``warnings``) and return the manifest's ``verdict_split`` (None when no
-    labelled held-out inputs exist)."""
+@dataclass(frozen=True)
+class _HeldOut:
+    """The build's held-out data as the agent's runtime saw it."""
+
+    sets: dict[str, LabelledData]  # validation, the unknown sets, test: what was run
+    results: dict[str, ModelResult]
+    logits: dict[str, np.ndarray]  # the model's logits of each set
+    unknown_names: list[str]  # "unknown" first, then "unknown_*" by name
+
+    def labelled(self) -> dict[str, tuple[np.ndarray, ModelResult]]:
+        """The labelled sets by split prefix (``""`` validation, ``"test:"``): labels, result."""
+        return {
+            pre: (np.asarray(self.sets[name][1]), self.results[name])
+            for pre, name in (("", "validation"), ("test:", "test"))
+            if name in self.results and self.sets[name][1] is not None
+        }
+
+
+def _run_held_out(mi: ModelInputs, monitor: MonitorOutcome, draft: Artifact) -> _HeldOut:
+    """Run the agent's runtime (rebuilt from the draft artifact) on the validation inputs
+    (else the training rows held out for calibration), every unknown set and the test set."""
     runtime = emitted.agent_runtime(draft, mi.tap)
-    sets: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    sets: dict[str, LabelledData] = {}
     logits: dict[str, np.ndarray] = {}
     if "validation" in mi.data:
         sets["validation"] = mi.data["validation"]
@@ -563,104 +620,112 @@ def _emitted(
         sets["test"] = mi.data["test"]
     results = emitted.run_sets(runtime, sets)
     if "test" in results:
-        t_logits, _acts = extract(mi, mi.data["test"][0])
-        logits["test"] = t_logits
-    labelled = {
-        pre: (np.asarray(sets[name][1]), results[name])
-        for pre, name in (("", "validation"), ("test:", "test"))
-        if name in results and sets[name][1] is not None
-    }
-    unknown = {name: results[name] for name in unknown_names}
+        logits["test"], _acts = extract(mi, mi.data["test"][0])
+    return _HeldOut(sets, results, logits, unknown_names)
+
+
+def _emitted(half: _ModelHalf, draft: Artifact) -> tuple[MonitorSummary, dict[str, Any]]:
+    """Run the agent's runtime on the build's data; return the monitor's summary with the
+    emitted-verdict sections (``verdicts``, ``evaluation``, ``operating_points``,
+    ``model_errors``, ``baselines``, ``warnings``) and the manifest's ``verdict_split``
+    (empty when no labelled held-out inputs exist)."""
+    mi, monitor = half.inputs, half.monitor
+    held = _run_held_out(mi, monitor, draft)
+    labelled = held.labelled()
+    unknown = {name: held.results[name] for name in held.unknown_names}
     full = emitted.split(labelled, unknown)
     verdict_split = {k: v for k, v in full.items() if not k.startswith("test:")}
-    mon["verdicts"] = {"set": mon.get("calibration_set"), "split": full}
-    n_classes = len(mi.classes)
+    fit = monitor.summary
+    known_scores = np.zeros(0)
+    evaluation: Evaluation | UnsetType = UNSET
+    errors: dict[str, ModelErrors] | UnsetType = UNSET
+    baselines: list[BaselineRow] | UnsetType = UNSET
     if "" in labelled:
-        y_val, res_val = labelled[""]
-        known_scores = res_val.scores
-        if "unknown" in unknown:  # the evaluation set: validation + data.unknown (label -1)
-            u = unknown["unknown"]
-            joined = ModelResult(
-                predicted=np.concatenate([res_val.predicted, u.predicted]),
-                verdicts=np.concatenate([res_val.verdicts, u.verdicts]),
-                layer_verdicts={
-                    k: np.concatenate([v, u.layer_verdicts[k]])
-                    for k, v in res_val.layer_verdicts.items()
-                },
-                scores=np.concatenate([res_val.scores, u.scores]),
-                inference_seconds=0.0,
-                monitor_seconds=0.0,
-            )
-            y_eval = np.concatenate([y_val, np.full(len(u.predicted), emitted.UNKNOWN_LABEL)])
-            mon["evaluation"] = emitted.outcome_table(y_eval, joined, n_classes)
-        else:
-            mon["evaluation"] = emitted.outcome_table(y_val, res_val, n_classes)
-        mon["model_errors"] = {
-            "validation": emitted.model_errors(y_val, res_val, logits["validation"])
-        }
-        if "test:" in labelled:
-            y_t, res_t = labelled["test:"]
-            mon["model_errors"]["test"] = emitted.model_errors(y_t, res_t, logits.get("test"))
-        mon["baselines"] = emitted.baselines(
-            (y_val, res_val, logits["validation"]),
-            {name: (unknown[name], logits[name]) for name in unknown_names},
-            full["correct_known"]["accept"],
-            (*labelled["test:"], logits["test"]) if "test:" in labelled else None,
+        known_scores = labelled[""][1].scores
+        evaluation, errors, baselines = _labelled_checks(
+            held, labelled, unknown, full, len(mi.classes)
         )
-    else:
-        known_scores = np.zeros(0)
-    mon["operating_points"] = [
-        {
-            "set": name,
-            **{k: full[f"unknown:{name}"][k] for k in ("n", "accept", "uncertainty", "reject")},
-            "acceptance": full[f"unknown:{name}"]["accept"],
-            "auroc": emitted.score_auroc(known_scores, unknown[name].scores),
-        }
-        for name in unknown_names
+    operating_points = [
+        _operating_point(
+            name, full[f"unknown:{name}"], emitted.score_auroc(known_scores, unknown[name].scores)
+        )
+        for name in held.unknown_names
     ]
+    target = float(monitor.monitor.target_acceptance)
+    warnings = emitted.warnings(fit, verdict_split, target, _train_counts(mi, monitor), mi.classes)
+    summary = MonitorSummary(
+        **msgspec.structs.asdict(fit),
+        layer_choice=half.layer_choice,
+        verdicts=VerdictsSummary(set=fit.calibration_set, split=full),
+        operating_points=operating_points,
+        warnings=warnings,
+        evaluation=evaluation,
+        model_errors=errors,
+        baselines=baselines,
+    )
+    return summary, {k: msgspec.to_builtins(v) for k, v in verdict_split.items()}
+
+
+def _operating_point(name: str, shares: VerdictShares, auroc: float | None) -> OperatingPoint:
+    """What the emitted verdicts do with the unknown set ``name``: its split, the share
+    accepted (false accepts), and the score's AUROC against the known validation inputs."""
+    return OperatingPoint(
+        set=name,
+        n=shares.n,
+        accept=shares.accept,
+        uncertainty=shares.uncertainty,
+        reject=shares.reject,
+        acceptance=shares.accept,
+        auroc=auroc,
+    )
+
+
+def _labelled_checks(
+    held: _HeldOut,
+    labelled: dict[str, tuple[np.ndarray, ModelResult]],
+    unknown: dict[str, ModelResult],
+    full: dict[str, VerdictShares],
+    n_classes: int,
+) -> tuple[Evaluation, dict[str, ModelErrors], list[BaselineRow]]:
+    """What the labelled held-out inputs tell: the outcome table (validation + data.unknown),
+    the model's errors by set, and the baselines."""
+    y_val, res_val = labelled[""]
+    if "unknown" in unknown:  # the evaluation set: validation + data.unknown (label -1)
+        u = unknown["unknown"]
+        joined = ModelResult(
+            predicted=np.concatenate([res_val.predicted, u.predicted]),
+            verdicts=np.concatenate([res_val.verdicts, u.verdicts]),
+            layer_verdicts={
+                k: np.concatenate([v, u.layer_verdicts[k]])
+                for k, v in res_val.layer_verdicts.items()
+            },
+            scores=np.concatenate([res_val.scores, u.scores]),
+            inference_seconds=0.0,
+            monitor_seconds=0.0,
+        )
+        y_eval = np.concatenate([y_val, np.full(len(u.predicted), emitted.UNKNOWN_LABEL)])
+        evaluation = emitted.outcome_table(y_eval, joined, n_classes)
+    else:
+        evaluation = emitted.outcome_table(y_val, res_val, n_classes)
+    errors = {"validation": emitted.model_errors(y_val, res_val, held.logits["validation"])}
+    test = None
+    if "test:" in labelled:
+        y_t, res_t = labelled["test:"]
+        errors["test"] = emitted.model_errors(y_t, res_t, held.logits["test"])
+        test = (y_t, res_t, held.logits["test"])
+    rows = emitted.baselines(
+        (y_val, res_val, held.logits["validation"]),
+        {name: (unknown[name], held.logits[name]) for name in held.unknown_names},
+        full["correct_known"].accept,
+        test,
+    )
+    return evaluation, errors, msgspec.convert(rows, list[BaselineRow])
+
+
+def _train_counts(mi: ModelInputs, monitor: MonitorOutcome) -> list[int]:
+    """Correctly classified training inputs per class, of those the boxes were fitted on."""
     train_x, train_y = mi.data["train"]
     fit_rows = np.setdiff1d(np.arange(len(train_x)), monitor.calibration_rows.get("train", []))
     pred_train = monitor.logits["train"].argmax(axis=1)[fit_rows]
     y_train = np.asarray(train_y)[fit_rows]
-    counts = [int(np.sum((y_train == c) & (pred_train == c))) for c in range(n_classes)]
-    target = float((mon.get("calibration") or {}).get("target_acceptance") or 0.95)
-    mon["warnings"] = emitted.warnings(mon, verdict_split, target, counts, mi.classes)
-    return verdict_split or None
-
-
-def policy_failures(policy: dict[str, Any], summary: dict[str, Any]) -> list[str]:
-    """Human-readable reasons why the built artifact breaks the config's policy."""
-    failed = []
-    fail_on = set(policy.get("fail_on", []))
-    bn = summary.get("bn") or {}
-    if "rule_violated" in fail_on:
-        bad = [r["id"] for r in bn.get("rules", []) if r["verdict"] == "violated"]
-        if bad:
-            failed.append(f"rule_violated: {', '.join(bad)}")
-    if "fmo_violated" in fail_on:
-        bad = [q["id"] for q in bn.get("fmo", []) if q["verdict"] == "violated"]
-        if bad:
-            failed.append(f"fmo_violated: {', '.join(bad)}")
-    if "bn_ties" in fail_on and bn.get("ties"):
-        failed.append(f"bn_ties: {bn['ties']} inputs have a posterior exactly T")
-    ev = ((summary.get("monitor") or {}).get("evaluation") or {}).get("combined") or {}
-    for key, name in (("min_recall", "recall"), ("min_precision", "precision")):
-        if key in policy and (ev.get(name) is None or ev[name] < policy[key]):
-            failed.append(f"{key}: {name} {ev.get(name)} < {policy[key]}")
-    mon = summary.get("monitor") or {}
-    if "max_unknown_acceptance" in policy:
-        limit = policy["max_unknown_acceptance"]
-        points = mon.get("operating_points") or []
-        over = [
-            f"{p['set']} {p['acceptance']:.4g}"
-            for p in points
-            if p.get("acceptance") is None or p["acceptance"] > limit
-        ]
-        if not points:
-            failed.append("max_unknown_acceptance: no unknown set to measure")
-        elif over:
-            failed.append(f"max_unknown_acceptance: {', '.join(over)} > {limit}")
-    for warning in mon.get("warnings") or []:
-        if warning["name"] in fail_on:
-            failed.append(f"{warning['name']}: {warning['message']}")
-    return failed
+    return [int(np.sum((y_train == c) & (pred_train == c))) for c in range(len(mi.classes))]

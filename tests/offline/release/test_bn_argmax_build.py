@@ -107,7 +107,7 @@ class Built:
         outcome = build(
             prepare(load_config(self.config)), load_private_key(self.private), created_at=0
         )
-        self.summary = outcome.summary
+        self.summary = outcome.summary.to_dict()
         self.artifact = base / "triage.bwa"
         write_artifact(self.artifact, outcome.artifact)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 
+import msgspec
 import numpy as np
 import pytest
 import yaml
@@ -24,6 +25,7 @@ from boxwatch.examples import example_path
 from boxwatch.offline.release import emitted
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, prepare
+from boxwatch.offline.release.records import MonitorFit, VerdictShares
 from boxwatch.offline.release.report import render_report
 
 pytestmark = pytest.mark.slow
@@ -68,7 +70,7 @@ def test_no_monitor_section_accepts_90_percent_and_summary_equals_run_model(exam
         raw["policy"] = {"max_unknown_acceptance": 0.2}
 
     outcome, path = built(example, tmp_path, defaults)
-    mon = outcome.summary["monitor"]
+    mon = outcome.summary.to_dict()["monitor"]
     assert mon["calibration"]["target_acceptance"] == 0.95
     runtime = load_runtime(path, [str(example.public_key)], model_path=example.model)
     assert runtime.boxes.combine == "calibrated"
@@ -111,17 +113,17 @@ def test_policy_and_warnings_on_constructed_builds(example, tmp_path):
         raw["policy"] = {"fail_on": ["low_known_acceptance"]}
 
     outcome, _path = built(example, tmp_path, strict, "any")
-    names = [w["name"] for w in outcome.summary["monitor"]["warnings"]]
+    names = [w.name for w in outcome.summary.monitor.warnings]
     assert "low_known_acceptance" in names
-    split = outcome.summary["monitor"]["verdicts"]["split"]
-    assert split["correct_known"]["accept"] < 0.5
+    split = outcome.summary.monitor.verdicts.split
+    assert split["correct_known"].accept < 0.5
     failed = outcome.policy_failures
     assert any(f.startswith("low_known_acceptance:") for f in failed)
     # Few training inputs per class: few_training_inputs.
     outcome, _path = built(
         example, tmp_path, lambda raw: raw["data"]["train"].update(limit=60), "few"
     )
-    assert "few_training_inputs" in [w["name"] for w in outcome.summary["monitor"]["warnings"]]
+    assert "few_training_inputs" in [w.name for w in outcome.summary.monitor.warnings]
 
 
 def test_test_set_is_reported_and_never_fitted(example, tmp_path):
@@ -137,14 +139,14 @@ def test_test_set_is_reported_and_never_fitted(example, tmp_path):
         raw["monitor"] = dict(demo_monitor)
 
     plain, plain_path = built(example, tmp_path, demo, "plain")
-    assert plain.summary["monitor"]["warnings"] == []  # no warning fires on the demo
+    assert plain.summary.monitor.warnings == []  # no warning fires on the demo
     tested, tested_path = built(
         example, tmp_path, lambda raw: (demo(raw), with_test(raw)), "tested"
     )
     a, b = load_artifact(plain_path, None), load_artifact(tested_path, None)
     for member in ("monitors/boxes.json", "monitors/boxes.npz"):
         assert a.members[member] == b.members[member]
-    mon = tested.summary["monitor"]
+    mon = tested.summary.to_dict()["monitor"]
     assert "test:correct_known" in mon["verdicts"]["split"]
     assert "test:correct_known" not in b.contents["verdict_split"]
     errors = mon["model_errors"]["test"]
@@ -172,18 +174,29 @@ def test_test_set_is_reported_and_never_fitted(example, tmp_path):
 
 
 def _monitor_summary(**over):
+    """A fitted monitor's summary: two layers, two classes, three candidate taus."""
     base = {
+        "layers": ["a", "b"],
         "taus": [1.0, 0.5, 0.1],
         "tau_selection": "held-out-class",
         "tau": {"a": [0.5, 0.5], "b": [0.5, 0.5]},
         "score": "fused",
         "contrast_layers": ["a"],
-        "boxes": {"a": {"good": [2, 3]}, "b": {"good": [4, 2]}},
+        "calibration_set": "validation",
+        "boxes": {"a": {"good": [2, 3], "bad": [0, 0]}, "b": {"good": [4, 2], "bad": [0, 0]}},
+        "calibration": {
+            "threshold": 1.0,
+            "target_acceptance": 0.95,
+            "known_acceptance": 0.95,
+            "unknown_acceptance": None,
+            "n_known": 100,
+            "n_unknown": 0,
+        },
     }
-    return {**base, **over}
+    return msgspec.convert({**base, **over}, MonitorFit)
 
 
-GOOD_SPLIT = {"correct_known": {"accept": 0.95, "uncertainty": 0.0, "reject": 0.05, "n": 100}}
+GOOD_SPLIT = {"correct_known": VerdictShares(accept=0.95, uncertainty=0.0, reject=0.05, n=100)}
 
 
 @pytest.mark.parametrize(
@@ -192,7 +205,7 @@ GOOD_SPLIT = {"correct_known": {"accept": 0.95, "uncertainty": 0.0, "reject": 0.
         (
             "low_known_acceptance",
             _monitor_summary(),
-            {"correct_known": {"accept": 0.91, "uncertainty": 0.04, "reject": 0.05, "n": 100}},
+            {"correct_known": VerdictShares(accept=0.91, uncertainty=0.04, reject=0.05, n=100)},
             [50, 50],
         ),
         (
@@ -222,7 +235,7 @@ GOOD_SPLIT = {"correct_known": {"accept": 0.95, "uncertainty": 0.0, "reject": 0.
 )
 def test_each_warning_fires_on_its_case_only(name, summary, split, counts):
     got = emitted.warnings(summary, split, 0.95, counts)
-    assert [w["name"] for w in got] == [name]
+    assert [w.name for w in got] == [name]
     assert emitted.warnings(_monitor_summary(), GOOD_SPLIT, 0.95, [50, 50]) == []
 
 
