@@ -9,6 +9,7 @@ import yaml
 
 from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.keys import generate_keypair, load_private_key
+from boxwatch.agent.runtime import MonitorRuntime, load_runtime
 from boxwatch.demo import write_build_config
 from boxwatch.examples import example_path
 from boxwatch.offline.release.config import load_config
@@ -26,6 +27,10 @@ class ExampleArtifact:
     config: Path
     data: Path
     summary: dict
+
+    def runtime(self) -> MonitorRuntime:
+        """The verified runtime of this artifact and model, as the agent loads it."""
+        return load_runtime(self.artifact, [str(self.public_key)], model_path=self.model)
 
 
 def build_example(

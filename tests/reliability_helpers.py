@@ -39,6 +39,8 @@ TOPICS = {
     "gate": "r.gate",
     "dead_letter": "r.dlq",
 }
+MODEL_TOPICS = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
+"""``TOPICS`` of an agent that reads model inputs only."""
 # Fast group join for the test clients (FACTS.md).
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
@@ -125,6 +127,15 @@ def stream_rows(example: Any, n: int, seed: int = 0) -> np.ndarray:
     data = np.load(example.data / "stream.npz")
     pool = np.concatenate([data["x_known"], data["x_unknown"]])
     return pool[np.random.default_rng(seed).integers(0, len(pool), n)]
+
+
+def keyed_records(example: Any, n: int, prefix: str, seed: int) -> list[tuple[bytes, bytes, list]]:
+    """``n`` :func:`stream_rows` as (key, value, headers) binary records; id and key ``PREFIXi``."""
+    out = []
+    for i, row in enumerate(stream_rows(example, n, seed=seed)):
+        value, headers = tensor_record(f"{prefix}{i}", row)
+        out.append((f"{prefix}{i}".encode(), value, headers))
+    return out
 
 
 # -- the agent as a subprocess -------------------------------------------------------------------

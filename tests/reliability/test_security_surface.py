@@ -34,22 +34,10 @@ from boxwatch.agent import artifact as art
 from boxwatch.agent import runtime
 from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.http import AgentHTTPServer
-from boxwatch.agent.keys import key_id
 from boxwatch.cli import cli as cli_main
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE
 
 DEEP = 100_000
-
-
-@pytest.fixture(scope="module")
-def signing_key() -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.generate()
-
-
-@pytest.fixture(scope="module")
-def trusted(signing_key):
-    pub = signing_key.public_key()
-    return {key_id(pub): pub}
 
 
 @pytest.fixture(scope="module")
