@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 from kafka import KafkaConsumer, KafkaProducer
+from kafka_helpers import create_topics
 from locations import ROOT
 
 from boxwatch.agent.artifact import build_artifact_bytes, load_artifact, write_artifact
@@ -136,6 +137,20 @@ def keyed_records(example: Any, n: int, prefix: str, seed: int) -> list[tuple[by
         value, headers = tensor_record(f"{prefix}{i}", row)
         out.append((f"{prefix}{i}".encode(), value, headers))
     return out
+
+
+def create_model_topics(bootstrap: str, partitions: int = 2) -> None:
+    """Create the topics of a model-input agent on ``TOPICS``: inputs and verdicts with
+    ``partitions`` partitions, dead letters and gate records with one."""
+    create_topics(
+        bootstrap,
+        {
+            TOPICS["inputs"]: partitions,
+            TOPICS["verdicts"]: partitions,
+            TOPICS["dead_letter"]: 1,
+            TOPICS["gate"]: 1,
+        },
+    )
 
 
 # -- the agent as a subprocess -------------------------------------------------------------------
@@ -421,6 +436,11 @@ class OutputCollector(threading.Thread):
         self.error: BaseException | None = None
         self._halt = threading.Event()
         self._lock = threading.Lock()
+
+    @classmethod
+    def of_verdicts(cls, bootstrap: str) -> OutputCollector:
+        """A collector of the verdict topic of ``TOPICS``, counting verdict ids."""
+        return cls(bootstrap, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]])
 
     def run(self) -> None:
         consumer = None

@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kafka_helpers import create_topics
 from reliability_helpers import (
     MODEL_TOPICS,
     PYTHON,
@@ -23,6 +22,7 @@ from reliability_helpers import (
     OutputCollector,
     StreamProducer,
     artifact_id,
+    create_model_topics,
     resign,
     stream_rows,
     tensor_record,
@@ -172,6 +172,41 @@ def test_allow_rollback_accepts_an_older_artifact(example, agent_config_factory,
         assert agent.runtime.artifact_id == artifact_id(expected, example.public_key)
 
 
+class VerdictStream:
+    """Model inputs ``PREFIXi`` (rows of the example) sent in rounds to a running agent."""
+
+    def __init__(self, bootstrap: str, collector: OutputCollector, rows, prefix: str) -> None:
+        self.bootstrap, self.collector, self.rows, self.prefix = bootstrap, collector, rows, prefix
+        self.sent = 0
+
+    def send(self, n: int) -> None:
+        """Send ``n`` more inputs and wait until every input sent so far has its verdict."""
+        ids = [f"{self.prefix}{self.sent + i}" for i in range(n)]
+        recs = [
+            (rid.encode(), *tensor_record(rid, self.rows[i % len(self.rows)]))
+            for i, rid in enumerate(ids)
+        ]
+        p = StreamProducer(self.bootstrap, TOPICS["inputs"], recs)
+        p.start()
+        p.join(60)
+        assert p.error is None
+        self.sent += n
+        assert self.collector.wait_for(lambda col: col.count >= self.sent, timeout=60)
+
+
+def wait_reload(agent, result: str, count: float) -> dict:
+    """The agent's metrics once ``count`` reloads with ``result`` are counted (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = agent.scrape()
+        if m.get(f'{RELOADS}{{result="{result}"}}') == count:
+            return m
+        if not agent.alive:
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"no {result} reload counted ({count}):\n{agent.log_tail()}")
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(
@@ -179,10 +214,7 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(
 ):
     """SIGHUP: newer artifact swapped in; tampered kept out; older refused; rotated key ok."""
     broker = make_broker("noida").start()
-    create_topics(
-        broker.bootstrap_servers,
-        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
+    create_model_topics(broker.bootstrap_servers)
     live = tmp_path / "live.bwa"
     shutil.copyfile(example.artifact, live)
     a = artifact_id(example.artifact, example.public_key)
@@ -198,37 +230,17 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(
         topics=MODEL_TOPICS,
         public_keys=[str(example.public_key), str(key2[1])],
     )
-    collector = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    collector = OutputCollector.of_verdicts(broker.bootstrap_servers)
+    verdicts = VerdictStream(
+        broker.bootstrap_servers, collector, stream_rows(example, 100, seed=5), "h"
     )
-    rows = stream_rows(example, 100, seed=5)
-    sent = 0
-
-    def stream(n: int) -> None:
-        nonlocal sent
-        recs = [
-            (f"h{sent + i}".encode(), *tensor_record(f"h{sent + i}", rows[i % 100]))
-            for i in range(n)
-        ]
-        p = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], recs)
-        p.start()
-        p.join(60)
-        assert p.error is None
-        sent += n
-        assert collector.wait_for(lambda col: col.count >= sent, timeout=60)
 
     def reload_to(blob: bytes, result: str, count: float) -> dict:
         tmp = live.with_suffix(".tmp")
         tmp.write_bytes(blob)
         tmp.replace(live)
         agent.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = agent.scrape()
-            if m.get(f'{RELOADS}{{result="{result}"}}') == count:
-                return m
-            time.sleep(0.2)
-        raise AssertionError(f"no {result} reload counted:\n{agent.log_tail()}")
+        return wait_reload(agent, result, count)
 
     def active(m: dict) -> set[str]:
         return {
@@ -240,25 +252,25 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(
     try:
         collector.start()
         agent.start().wait_ready()
-        stream(50)
+        verdicts.send(50)
         assert active(reload_to(b_path.read_bytes(), "success", 1)) == {b}
-        stream(50)
+        verdicts.send(50)
         m = reload_to(bytes(tampered), "failure", 1)
         assert active(m) == {b} and agent.alive
-        stream(50)
+        verdicts.send(50)
         m = reload_to(example.artifact.read_bytes(), "refused_rollback", 1)
         assert active(m) == {b}
-        stream(50)
+        verdicts.send(50)
         m = reload_to(c_path.read_bytes(), "success", 2)
         assert active(m) == {c}
-        stream(50)
+        verdicts.send(50)
         assert agent.stop() == 0, agent.log_tail()
     finally:
         agent.kill()
         collector.stop()
     by_id = {v["id"]: v["artifact_id"] for v in collector.values[TOPICS["verdicts"]]}
     phases = [a, b, b, b, c]
-    for i in range(sent):
+    for i in range(verdicts.sent):
         assert by_id[f"h{i}"] == phases[i // 50], (i, by_id[f"h{i}"])
     log = agent.log_text()
     assert "artifact reload failed, keeping" in log and "artifact reload refused" in log
@@ -305,10 +317,7 @@ def test_sighup_hostile_candidates_keep_the_agent_serving(
     """Every hostile candidate on SIGHUP: counted as a failure, one log line, old artifact
     kept, /metrics still served and the stream still monitored; then a good one swaps in."""
     broker = make_broker("noida").start()
-    create_topics(
-        broker.bootstrap_servers,
-        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
+    create_model_topics(broker.bootstrap_servers)
     live = tmp_path / "live.bwa"
     shutil.copyfile(example.artifact, live)
     a = artifact_id(example.artifact, example.public_key)
@@ -318,24 +327,10 @@ def test_sighup_hostile_candidates_keep_the_agent_serving(
     agent = agent_process_factory(
         broker.bootstrap_servers, replace(example, artifact=live), topics=MODEL_TOPICS
     )
-    collector = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    collector = OutputCollector.of_verdicts(broker.bootstrap_servers)
+    verdicts = VerdictStream(
+        broker.bootstrap_servers, collector, stream_rows(example, 100, seed=7), "x"
     )
-    rows = stream_rows(example, 100, seed=7)
-    sent = 0
-
-    def stream(n: int) -> None:
-        nonlocal sent
-        recs = [
-            (f"x{sent + i}".encode(), *tensor_record(f"x{sent + i}", rows[i % 100]))
-            for i in range(n)
-        ]
-        p = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], recs)
-        p.start()
-        p.join(60)
-        assert p.error is None
-        sent += n
-        assert collector.wait_for(lambda col: col.count >= sent, timeout=60)
 
     def place(candidate) -> None:
         tmp = live.with_name("candidate")
@@ -353,37 +348,26 @@ def test_sighup_hostile_candidates_keep_the_agent_serving(
             live.unlink()
         os.replace(tmp, live)
 
-    def wait_reload(result: str, count: float) -> dict:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = agent.scrape()
-            if m.get(f'{RELOADS}{{result="{result}"}}') == count:
-                return m
-            if not agent.alive:
-                break
-            time.sleep(0.2)
-        raise AssertionError(f"no {result} reload counted ({count}):\n{agent.log_tail()}")
-
     failed_on: list[str] = []
     try:
         collector.start()
         agent.start().wait_ready()
-        stream(20)
+        verdicts.send(20)
         for i, (name, candidate) in enumerate(cases.items(), start=1):
             place(candidate)
             agent.signal(signal.SIGHUP)
             try:
-                m = wait_reload("failure", i)
+                m = wait_reload(agent, "failure", i)
             except AssertionError:
                 failed_on.append(name)
                 raise
             assert agent.alive and agent.readyz() == 200, (name, agent.log_tail())
             assert m.get(f'boxwatch_agent_artifact_info{{artifact_id="{a}"', 1) == 1 or m
-            stream(20)
+            verdicts.send(20)
         place(newer.read_bytes())
         agent.signal(signal.SIGHUP)
-        wait_reload("success", 1)
-        stream(20)
+        wait_reload(agent, "success", 1)
+        verdicts.send(20)
         assert agent.stop() == 0, agent.log_tail()
     finally:
         agent.kill()
@@ -391,7 +375,7 @@ def test_sighup_hostile_candidates_keep_the_agent_serving(
         if live.is_dir():
             live.rmdir()
     by_id = {v["id"]: v["artifact_id"] for v in collector.values[TOPICS["verdicts"]]}
-    assert {by_id[f"x{i}"] for i in range(sent - 20)} == {a}
+    assert {by_id[f"x{i}"] for i in range(verdicts.sent - 20)} == {a}
     log_lines = [ln for ln in agent.log_text().splitlines() if "artifact reload failed" in ln]
     assert len(log_lines) == len(cases), agent.log_tail(60)
     assert "Traceback" not in agent.log_text(), agent.log_tail(60)

@@ -12,7 +12,14 @@ import time
 
 import pytest
 from kafka_helpers import AGENT_LIBRARIES, create_topics, make_admin
-from reliability_helpers import MODEL_TOPICS, TOPICS, OutputCollector, StreamProducer, keyed_records
+from reliability_helpers import (
+    MODEL_TOPICS,
+    TOPICS,
+    OutputCollector,
+    StreamProducer,
+    create_model_topics,
+    keyed_records,
+)
 
 from boxwatch.embedded_broker import free_loopback_port
 
@@ -26,13 +33,6 @@ GiB = 1 << 30
 FAIL_S = float(os.environ.get("BOXWATCH_BACKPRESSURE_SECONDS", "30"))
 
 
-def _create(bootstrap: str) -> None:
-    create_topics(
-        bootstrap,
-        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
-
-
 def _missing(collectors: list[OutputCollector], ids: list[str]) -> list[str]:
     return [i for i in ids if not any(c.ids[TOPICS["verdicts"]][i] for c in collectors)]
 
@@ -44,7 +44,7 @@ def test_broker_outage_is_reported_and_survived(
     """noida stopped for 12 s mid-stream: connected=0, /readyz 503, then resume, nothing lost."""
     broker = make_broker("noida", port=free_loopback_port(), data_dir=tmp_path / "noida")
     broker.start()
-    _create(broker.bootstrap_servers)
+    create_model_topics(broker.bootstrap_servers)
     agent = agent_process_factory(
         broker.bootstrap_servers,
         topics=MODEL_TOPICS,
@@ -54,9 +54,7 @@ def test_broker_outage_is_reported_and_survived(
     n = 6_000
     records = keyed_records(example, n, "o", seed=2)
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    collector = OutputCollector.of_verdicts(broker.bootstrap_servers)
     producer = StreamProducer(
         broker.bootstrap_servers, TOPICS["inputs"], records, rate=300, deadline_s=180
     )
@@ -124,7 +122,7 @@ def test_backpressure_pauses_consumption_and_resumes(
     with backoff, RSS stays < 1 GB, and after the topic is back every input has its verdict.
     """
     broker = make_broker("noida").start()
-    _create(broker.bootstrap_servers)
+    create_model_topics(broker.bootstrap_servers)
     broker.set_auto_create_topics(False)
     agent = agent_process_factory(
         broker.bootstrap_servers,
@@ -135,9 +133,7 @@ def test_backpressure_pauses_consumption_and_resumes(
     n_before, n_during = 1_000, max(8_000, int(400 * 2 * FAIL_S))  # the stream outlasts the window
     records = keyed_records(example, n_before + n_during, "p", seed=2)
     ids = [k.decode() for k, _, _ in records]
-    first = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    first = OutputCollector.of_verdicts(broker.bootstrap_servers)
     second = None
     producer = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], records, rate=400)
     samples: list[dict] = []
@@ -176,9 +172,7 @@ def test_backpressure_pauses_consumption_and_resumes(
             )
             time.sleep(1.0)
         create_topics(broker.bootstrap_servers, {TOPICS["verdicts"]: 2})
-        second = OutputCollector(
-            broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-        )
+        second = OutputCollector.of_verdicts(broker.bootstrap_servers)
         second.start()
         producer.join(timeout=120 + FAIL_S)
         assert producer.error is None and producer.sent == len(records), producer.error
@@ -228,7 +222,7 @@ def test_polling_while_paused_never_skips_records(example, agent_factory, make_b
     from boxwatch.agent.kafka.kafka_python import _Listener
 
     broker = make_broker("noida").start()
-    _create(broker.bootstrap_servers)
+    create_model_topics(broker.bootstrap_servers)
     agent = agent_factory(
         example,
         topics=MODEL_TOPICS,

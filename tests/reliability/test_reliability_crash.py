@@ -12,13 +12,13 @@ import signal
 import time
 
 import pytest
-from kafka_helpers import create_topics
 from reliability_helpers import (
     MODEL_TOPICS,
     TOPICS,
     AgentProcess,
     OutputCollector,
     StreamProducer,
+    create_model_topics,
     keyed_records,
 )
 
@@ -55,18 +55,13 @@ def test_sigkill_at_random_moments_loses_nothing(
     twice on a loaded machine: the restarted member stayed assigned but was never served).
     """
     noida = tansu
-    create_topics(
-        noida.bootstrap_servers,
-        {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
+    create_model_topics(noida.bootstrap_servers, partitions=4)
     agent = agent_process_factory(
         noida.bootstrap_servers, topics=MODEL_TOPICS, batch__max_records=BATCH
     )
     records = keyed_records(example, N_CRASH, "c", seed=1)
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(
-        noida.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    collector = OutputCollector.of_verdicts(noida.bootstrap_servers)
     # Slow enough that all kills (each followed by a ~10 s session expiry) fall in the stream.
     producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=200)
     rng = random.Random(20261202)
@@ -122,10 +117,7 @@ def test_two_agents_split_partitions_and_the_survivor_takes_over(
     forever; Tansu reassigns after the 10 s session timeout like Apache Kafka.
     """
     noida = tansu
-    create_topics(
-        noida.bootstrap_servers,
-        {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
+    create_model_topics(noida.bootstrap_servers, partitions=4)
     agents = [
         agent_process_factory(
             noida.bootstrap_servers,
@@ -139,9 +131,7 @@ def test_two_agents_split_partitions_and_the_survivor_takes_over(
     n = 6_000
     records = keyed_records(example, n, "s", seed=1)
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(
-        noida.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    collector = OutputCollector.of_verdicts(noida.bootstrap_servers)
     producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=300)
 
     def assigned(agent: AgentProcess) -> set[str]:
