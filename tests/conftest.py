@@ -34,24 +34,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep a file's tests on one xdist worker when they share a module-scoped fixture.
-
-    With ``--dist loadgroup`` (the Makefile's setting) other tests spread one by one; a
-    costly module fixture (an exported model, a built release) is then built once, not once
-    per worker. A test that names its own ``xdist_group`` keeps it.
-    """
-    if getattr(config.option, "dist", "no") != "loadgroup":
-        return
-    for item in items:
-        defs = getattr(item, "_fixtureinfo", None)
-        if defs is None or item.get_closest_marker("xdist_group"):
-            continue
-        if any(d[-1].scope == "module" for d in defs.name2fixturedefs.values() if d):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
 # -- the example artifact and agents built from it -------------------------------------------
 @pytest.fixture(scope="session")
 def example_factory(

@@ -391,6 +391,7 @@ def _get(address: str, path: str = "/healthz") -> int:
         return resp.status
 
 
+@pytest.mark.slow
 def test_slow_connections_time_out_and_are_capped(tmp_path):
     srv = _server(timeout_s=0.5, max_connections=8)
     host, port = srv.address.rsplit(":", 1)
@@ -411,6 +412,7 @@ def test_slow_connections_time_out_and_are_capped(tmp_path):
         srv.stop()
 
 
+@pytest.mark.slow
 def test_dropped_clients_log_no_traceback(capfd, caplog):
     srv = _server()
     host, port = srv.address.rsplit(":", 1)

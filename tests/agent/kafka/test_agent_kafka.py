@@ -251,7 +251,9 @@ def test_unknown_client_option_or_unreachable_broker_is_one_clear_error(agent_co
     for make in (make_producer, lambda cfg: make_consumer(cfg, ["t"])):
         with pytest.raises(ConfigError, match="refused by .*no_such.option"):
             make(bad)
-    gone = agent_config(f"127.0.0.1:{free_loopback_port()}", kafka__library=library)
+    gone = agent_config(
+        f"127.0.0.1:{free_loopback_port()}", kafka__library=library, kafka__startup_timeout_s=2
+    )  # nobody listens there: two seconds of retries say as much as the default 30
     with pytest.raises(ConfigError, match="127.0.0.1"):
         build_agent(gone).check_topics()
 
