@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml setup.py agent/_boxkernel.c
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	# setuptools prints an informational notice on every editable install (not about this
-	# project: tests/test_packaging.py builds the wheel with warnings on and finds none).
+	# project: tests/project/test_packaging.py builds the wheel with warnings on and finds none).
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[offline,demo,dev]'
 	touch $@
 
