@@ -9,10 +9,12 @@ import yaml
 
 from boxwatch.agent.artifact import write_artifact
 from boxwatch.agent.keys import generate_keypair, load_private_key
+from boxwatch.agent.runtime import MonitorRuntime, load_runtime
 from boxwatch.commands.demo import write_build_config
 from boxwatch.examples import example_path
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, prepare
+from boxwatch.offline.release.records import BuildSummary
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,11 @@ class ExampleArtifact:
     model: Path
     config: Path
     data: Path
-    summary: dict
+    summary: BuildSummary
+
+    def runtime(self) -> MonitorRuntime:
+        """The verified runtime of this artifact and model, as the agent loads it."""
+        return load_runtime(self.artifact, [str(self.public_key)], model_path=self.model)
 
 
 def build_example(

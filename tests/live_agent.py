@@ -1,20 +1,18 @@
 """A real agent on a real embedded broker, for the deploy, alerting and status-page tests.
 
-The example artifact is built once per test session (cached by pytest's base temp folder)
-and shared by the test files that need it. :class:`LiveAgent` runs ``build_agent`` +
+The ``live_agent_factory`` fixture (conftest) makes one on the session's example artifact.
+:class:`LiveAgent` runs ``build_agent`` +
 ``serve`` + ``Agent.run`` in a thread (what ``boxwatch agent`` does) and streams a known mix
 of known digits, unknown inputs, BN records and malformed records through it.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +20,6 @@ import pytest
 from kafka_helpers import consume, create_topics, make_consumer, make_producer
 
 from boxwatch.agent.boxes import UNCERTAIN
-from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.agent.service import build_agent, serve
 from boxwatch.embedded_broker import EmbeddedBroker, available_kinds
@@ -30,20 +27,14 @@ from boxwatch.embedded_broker import EmbeddedBroker, available_kinds
 if TYPE_CHECKING:
     from example_build import ExampleArtifact
 
+    from boxwatch.agent.config import AgentConfig
+
 JOB = "boxwatch-agent"
 BAD_RECORDS: tuple[tuple[str, bytes, str], ...] = (
     ("inputs", b"{oops", "not_json"),
     ("inputs", b'{"id": "short", "input": [1, 2]}', "bad_shape"),
     ("bn_inputs", b'{"id": "z", "evidence": {"Nope": "x"}}', "unknown_variable"),
 )
-
-
-@functools.cache
-def example_artifact(base: Path) -> ExampleArtifact:
-    """The example artifact, built once per session under ``base`` (imports the builder)."""
-    from example_build import build_example
-
-    return build_example(base / "deploy-example")
 
 
 def start_broker() -> EmbeddedBroker:
@@ -70,29 +61,22 @@ class StreamOutcome:
         self.gate_counts = Counter(g["outcome"] for g in self.gates)
 
 
-class LiveAgent:
-    """An in-process agent on its own topics (prefix) of ``bootstrap``; HTTP on a free port."""
+ROLES = ("inputs", "bn_inputs", "verdicts", "gate", "dead_letter")
+"""The topic roles a live agent reads and writes."""
 
-    def __init__(self, example: ExampleArtifact, bootstrap: str, prefix: str) -> None:
+
+class LiveAgent:
+    """An in-process agent of ``example`` run with ``cfg`` (its broker, topics and address).
+
+    Made by the ``live_agent_factory`` fixture: on its own topics of one broker, HTTP on a
+    free port.
+    """
+
+    def __init__(self, example: ExampleArtifact, cfg: AgentConfig) -> None:
         self.example = example
-        self.bootstrap = bootstrap
-        self.topics = {
-            k: f"{prefix}.{k}" for k in ("inputs", "bn_inputs", "verdicts", "gate", "dead_letter")
-        }
-        self.cfg = load_agent_config(
-            None,
-            environ={},
-            overrides={
-                "artifact": str(example.artifact),
-                "public_keys": [str(example.public_key)],
-                "model": str(example.model),
-                "kafka.bootstrap_servers": bootstrap,
-                "kafka.group_id": f"{prefix}-agent",
-                "metrics.address": "127.0.0.1:0",
-                "batch.max_records": 64,
-                **{f"topics.{k}": v for k, v in self.topics.items()},
-            },
-        )
+        self.cfg = cfg
+        self.bootstrap = cfg["kafka.bootstrap_servers"]
+        self.topics = {role: cfg[f"topics.{role}"] for role in ROLES}
         self.agent = build_agent(self.cfg)
         self.http: Any = None
         self._thread: threading.Thread | None = None

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 from kafka import KafkaConsumer, KafkaProducer
+from kafka_helpers import create_topics
 from locations import ROOT
 
 from boxwatch.agent.artifact import build_artifact_bytes, load_artifact, write_artifact
@@ -39,6 +40,8 @@ TOPICS = {
     "gate": "r.gate",
     "dead_letter": "r.dlq",
 }
+MODEL_TOPICS = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
+"""``TOPICS`` of an agent that reads model inputs only."""
 # Fast group join for the test clients (FACTS.md).
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
@@ -125,6 +128,29 @@ def stream_rows(example: Any, n: int, seed: int = 0) -> np.ndarray:
     data = np.load(example.data / "stream.npz")
     pool = np.concatenate([data["x_known"], data["x_unknown"]])
     return pool[np.random.default_rng(seed).integers(0, len(pool), n)]
+
+
+def keyed_records(example: Any, n: int, prefix: str, seed: int) -> list[tuple[bytes, bytes, list]]:
+    """``n`` :func:`stream_rows` as (key, value, headers) binary records; id and key ``PREFIXi``."""
+    out = []
+    for i, row in enumerate(stream_rows(example, n, seed=seed)):
+        value, headers = tensor_record(f"{prefix}{i}", row)
+        out.append((f"{prefix}{i}".encode(), value, headers))
+    return out
+
+
+def create_model_topics(bootstrap: str, partitions: int = 2) -> None:
+    """Create the topics of a model-input agent on ``TOPICS``: inputs and verdicts with
+    ``partitions`` partitions, dead letters and gate records with one."""
+    create_topics(
+        bootstrap,
+        {
+            TOPICS["inputs"]: partitions,
+            TOPICS["verdicts"]: partitions,
+            TOPICS["dead_letter"]: 1,
+            TOPICS["gate"]: 1,
+        },
+    )
 
 
 # -- the agent as a subprocess -------------------------------------------------------------------
@@ -410,6 +436,11 @@ class OutputCollector(threading.Thread):
         self.error: BaseException | None = None
         self._halt = threading.Event()
         self._lock = threading.Lock()
+
+    @classmethod
+    def of_verdicts(cls, bootstrap: str) -> OutputCollector:
+        """A collector of the verdict topic of ``TOPICS``, counting verdict ids."""
+        return cls(bootstrap, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]])
 
     def run(self) -> None:
         consumer = None

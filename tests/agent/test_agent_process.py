@@ -3,19 +3,17 @@ the box-kernel setting."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 
 import numpy as np
 import pytest
 from consumed import Record
-from example_build import build_example
 from prometheus_client import generate_latest
 
 from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.boxes import box_kernel
-from boxwatch.agent.config import load_agent_config
-from boxwatch.agent.service import build_agent
 
 TOPICS = {
     "inputs": "in",
@@ -29,28 +27,14 @@ TOPICS = {
 }
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return build_example(tmp_path_factory.mktemp("process"))
+@pytest.fixture
+def make_agent(example, agent_factory):
+    """``make_agent(**settings)``: an agent of the example on this file's topics."""
+    return functools.partial(agent_factory, example, topics=TOPICS)
 
 
-def make_agent(example, **extra):
-    cfg = load_agent_config(
-        None,
-        environ={},
-        overrides={
-            "artifact": str(example.artifact),
-            "public_keys": [str(example.public_key)],
-            "model": str(example.model),
-            **{f"topics.{k}": v for k, v in TOPICS.items()},
-            **extra,
-        },
-    )
-    return build_agent(cfg)
-
-
-def test_capture_gets_every_rejected_or_uncertain_input(example):
-    agent = make_agent(example)
+def test_capture_gets_every_rejected_or_uncertain_input(example, make_agent):
+    agent = make_agent()
     data = np.load(example.data / "stream.npz")
     x = np.concatenate([data["x_known"][:40], data["x_unknown"][:40]])
     recs = [
@@ -70,9 +54,9 @@ def test_capture_gets_every_rejected_or_uncertain_input(example):
     assert len(verdicts) == len(x)
 
 
-def test_gate_policy_routes_records(example):
+def test_gate_policy_routes_records(make_agent):
     agent = make_agent(
-        example, gate_policy={"certified": "release", "blocked": "review", "unverified": "none"}
+        gate_policy={"certified": "release", "blocked": "review", "unverified": "none"}
     )
     d = agent.runtime.diagram
     rng = np.random.default_rng(5)
@@ -102,8 +86,8 @@ def test_gate_policy_routes_records(example):
 
 
 @pytest.mark.parametrize("store", [True, False])
-def test_dead_letters_keep_bytes_or_only_their_digest(example, store):
-    agent = make_agent(example, **{"dead_letter.store_payload": store})
+def test_dead_letters_keep_bytes_or_only_their_digest(make_agent, store):
+    agent = make_agent(dead_letter__store_payload=store)
     secret = b'{"id": "p1", "input": "name: Jane Doe"}'
     outs = agent.process([Record("in", 2, 7, secret, headers=[("trace", b"abc")])])
     assert len(outs) == 1 and outs[0].topic == "dlq"
@@ -124,7 +108,7 @@ def test_dead_letters_keep_bytes_or_only_their_digest(example, store):
     boxes_module._NATIVE is None,
     reason="the native box kernel is not built (no C compiler at install time)",
 )
-def test_box_kernel_setting_changes_the_implementation_not_the_verdicts(example):
+def test_box_kernel_setting_changes_the_implementation_not_the_verdicts(example, make_agent):
     data = np.load(example.data / "stream.npz")
     x = np.concatenate([data["x_known"][:100], data["x_unknown"][:100]])
     recs = [
@@ -134,13 +118,13 @@ def test_box_kernel_setting_changes_the_implementation_not_the_verdicts(example)
     bodies = {}
     try:
         for kernel in ("numpy", "native"):
-            agent = make_agent(example, box_kernel=kernel)
+            agent = make_agent(box_kernel=kernel)
             assert box_kernel() == kernel
             info = generate_latest(agent.metrics.registry).decode()
             assert f'box_kernel="{kernel}"' in info
             bodies[kernel] = [json.loads(o.value) for o in agent.process(recs) if o.topic == "v"]
     finally:
-        make_agent(example)  # box_kernel: auto
+        make_agent()  # box_kernel: auto
     assert box_kernel() == "native"
     strip = [{k: v for k, v in b.items() if k not in ("timings", "score")} for b in bodies["numpy"]]
     assert strip == [

@@ -15,17 +15,6 @@ from boxwatch.agent.errors import ArtifactError
 from boxwatch.agent.keys import key_id
 
 
-@pytest.fixture(scope="module")
-def signing_key() -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.generate()
-
-
-@pytest.fixture(scope="module")
-def trusted(signing_key):
-    pub = signing_key.public_key()
-    return {key_id(pub): pub}
-
-
 def small_members() -> dict:
     return {
         "monitors/meta.json": {"classes": ["a", "b"], "tau": 0.1},

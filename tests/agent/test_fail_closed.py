@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from example_build import build_example
 
 from boxwatch.agent.boxes import ACCEPT, REJECT, BoxRuntime, BoxSet
-from boxwatch.agent.runtime import load_runtime
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    example = build_example(tmp_path_factory.mktemp("fail-closed"))
-    return load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+def runtime(example):
+    return example.runtime()
 
 
 def _wide_open_runtime(combine: str) -> BoxRuntime:

@@ -11,63 +11,54 @@ import json
 
 import numpy as np
 import pytest
-from example_build import build_example
 
-from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.http import render_status_page
 from boxwatch.agent.kafka import Record
-from boxwatch.agent.metrics import AgentMetrics
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
-from boxwatch.agent.runtime import load_runtime
-from boxwatch.agent.service import Agent, BatchTally
+from boxwatch.agent.service import BatchTally
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return build_example(tmp_path_factory.mktemp("range"), without="bn")
-
-
-@pytest.fixture(scope="module")
-def runtime(example):
-    return load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+def runtime(model_example):
+    return model_example.runtime()
 
 
 def _x(example, name: str) -> np.ndarray:
     return np.load(example.data / f"{name}.npz")["x"].reshape(-1, 64).astype(np.float64)
 
 
-def test_the_build_records_the_preprocessed_training_range(example, runtime):
+def test_the_build_records_the_preprocessed_training_range(model_example, runtime):
     spec = runtime.artifact.json("model/spec.json")
     pre = Preprocessing.from_dict(spec["preprocessing"])
-    train = pre.apply(_x(example, "train")).reshape(-1, 64)
+    train = pre.apply(_x(model_example, "train")).reshape(-1, 64)
     assert spec["input_range"]["min"] == train.min(axis=0).tolist()
     assert spec["input_range"]["max"] == train.max(axis=0).tolist()
     assert runtime.input_range is not None
 
 
-def test_at_most_one_percent_of_validation_inputs_are_flagged(example, runtime):
-    val = _x(example, "validation")
+def test_at_most_one_percent_of_validation_inputs_are_flagged(model_example, runtime):
+    val = _x(model_example, "validation")
     res = runtime.run_model(val)
     assert res.out_of_range is not None
     assert res.out_of_range.mean() <= 0.01, res.out_of_range.mean()
 
 
-def test_inputs_already_scaled_are_all_flagged(example, runtime):
+def test_inputs_already_scaled_are_all_flagged(model_example, runtime):
     """The example's preprocessing divides by 16; inputs sent already in [0, 1] are all flagged."""
-    val = _x(example, "validation") / 16.0
+    val = _x(model_example, "validation") / 16.0
     res = runtime.run_model(val)
     assert res.out_of_range.all()
-    far = _x(example, "validation") * 16.0  # the other way: a model fed raw values scaled twice
+    far = _x(model_example, "validation") * 16.0  # the other way: raw values scaled twice
     assert runtime.run_model(far).out_of_range.all()
 
 
-def test_unit_floats_to_a_model_dividing_by_255(example):
+def test_unit_floats_to_a_model_dividing_by_255(model_example):
     """Raw 0-255 training pixels, preprocessing x/255; inputs sent as [0, 1] floats."""
     pre = Preprocessing(shape=(64,), scale=1 / 255)
-    raw_train = _x(example, "train") * (255 / 16)
-    raw_val = _x(example, "validation") * (255 / 16)
+    raw_train = _x(model_example, "train") * (255 / 16)
+    raw_val = _x(model_example, "validation") * (255 / 16)
     rng = InputRange.fit(pre.apply(raw_train))
     assert rng.outside(pre.apply(raw_val)).mean() <= 0.01
     assert rng.outside(pre.apply(raw_val / 255)).all()
@@ -75,19 +66,10 @@ def test_unit_floats_to_a_model_dividing_by_255(example):
     np.testing.assert_array_equal(again.outside(pre.apply(raw_val / 255)), True)
 
 
-def test_the_agent_counts_them_in_a_metric_and_on_the_status_page(example):
-    cfg = load_agent_config(
-        None,
-        environ={},
-        overrides={
-            "artifact": str(example.artifact),
-            "public_keys": [str(example.public_key)],
-            "model": str(example.model),
-        },
-    )
-    rt = load_runtime(cfg["artifact"], cfg["public_keys"], model_path=cfg["model"])
-    agent = Agent(cfg, rt, AgentMetrics())
-    val = _x(example, "validation")[:20] / 16.0
+def test_the_agent_counts_them_in_a_metric_and_on_the_status_page(model_example, agent_factory):
+    agent = agent_factory(model_example)
+    cfg = agent.cfg
+    val = _x(model_example, "validation")[:20] / 16.0
     records = [
         Record(
             cfg["topics.inputs"],

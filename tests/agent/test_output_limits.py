@@ -12,12 +12,10 @@ import json
 
 import pytest
 from consumed import Record
-from example_build import build_example
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from prometheus_client import generate_latest
 from reliability_helpers import parse_metrics
 
-from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.kafka import DeliveryFailure
 from boxwatch.agent.kafka.headers import (
     UNREADABLE,
@@ -33,14 +31,8 @@ from boxwatch.agent.outputs import (
     omit_payload,
     output_bytes,
 )
-from boxwatch.agent.service import build_agent
 
 TOPICS = {"inputs": "in", "bn_inputs": "bn", "verdicts": "v", "gate": "g", "dead_letter": "dlq"}
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return build_example(tmp_path_factory.mktemp("limits"))
 
 
 def test_headers_a_producer_cannot_write_are_named_and_never_carried():
@@ -137,29 +129,24 @@ class IdleConsumer:
         self.commits.append(dict(offsets))
 
 
-def _agent(example, **extra):
-    cfg = load_agent_config(
-        None,
-        environ={},
-        overrides={
-            "artifact": str(example.artifact),
-            "public_keys": [str(example.public_key)],
-            "model": str(example.model),
-            **{f"topics.{k}": v for k, v in TOPICS.items()},
-            **extra,
-        },
-    )
-    agent = build_agent(cfg)
-    agent._consumer = IdleConsumer()
-    return agent
+@pytest.fixture
+def make_agent(example, agent_factory):
+    """``make_agent(**settings)``: an agent of the example whose consumer only records commits."""
+
+    def make(**settings):
+        agent = agent_factory(example, topics=TOPICS, **settings)
+        agent._consumer = IdleConsumer()
+        return agent
+
+    return make
 
 
 def _metrics(agent):
     return parse_metrics(generate_latest(agent.metrics.registry).decode())
 
 
-def test_refused_outputs_are_retried_a_bounded_number_of_times_then_stubbed(example):
-    agent = _agent(example, max_output_bytes=50_000_000)  # nothing stubbed before sending
+def test_refused_outputs_are_retried_a_bounded_number_of_times_then_stubbed(make_agent):
+    agent = make_agent(max_output_bytes=50_000_000)  # nothing stubbed before sending
     agent._producer = producer = RefusingProducer(limit=100_000)
     outs = agent.process([Record("in", 0, 1, b"{" + b" " * 500_000), Record("in", 0, 2, b"{bad")])
     delivered = agent._deliver(outs)
@@ -171,8 +158,8 @@ def test_refused_outputs_are_retried_a_bounded_number_of_times_then_stubbed(exam
     assert m['boxwatch_agent_outputs_dropped_total{kind="dead_letter"}'] == 0
 
 
-def test_an_output_refused_even_as_a_stub_is_dropped_and_counted(example):
-    agent = _agent(example)
+def test_an_output_refused_even_as_a_stub_is_dropped_and_counted(make_agent):
+    agent = make_agent()
     agent._producer = producer = RefusingProducer(limit=0, refuse_all=True)
     outs = agent.process([Record("in", 0, 1, b"{bad")])
     assert agent._deliver(outs) == []
@@ -182,16 +169,16 @@ def test_an_output_refused_even_as_a_stub_is_dropped_and_counted(example):
     assert m['boxwatch_agent_outputs_payload_omitted_total{kind="dead_letter"}'] == 0
 
 
-def test_large_dead_letters_are_stubbed_before_sending(example):
-    agent = _agent(example, max_output_bytes=10_000)
+def test_large_dead_letters_are_stubbed_before_sending(make_agent):
+    agent = make_agent(max_output_bytes=10_000)
     agent._producer = producer = RefusingProducer(limit=20_000)
     outs = agent.process([Record("in", 0, 1, b"{" + b" " * 15_000)])
     delivered = agent._deliver(outs)
     assert producer.calls == 1 and OMITTED_HEADER in dict(delivered[0].headers)
 
 
-def test_metrics_count_what_was_delivered_not_what_was_processed(example):
-    agent = _agent(example)
+def test_metrics_count_what_was_delivered_not_what_was_processed(make_agent):
+    agent = make_agent()
     agent._producer = RefusingProducer(limit=0, refuse_all=True)
     agent._handle_batch([Record("in", 0, 1, b"{bad")])  # its dead letter is dropped
     m = _metrics(agent)

@@ -13,10 +13,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from live_agent import BAD_RECORDS, LiveAgent, example_artifact, start_broker
+from live_agent import BAD_RECORDS, start_broker
 from locations import ROOT
-
-from boxwatch.agent.runtime import load_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,14 +74,13 @@ def chromium(url: str, *args: str, profile: Path) -> subprocess.CompletedProcess
 
 
 @pytest.fixture(scope="module")
-def streamed(tmp_path_factory):
+def streamed(example, live_agent_factory):
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
-    example = example_artifact(tmp_path_factory.getbasetemp())
     broker = start_broker()
     agent = None
     try:
-        agent = LiveAgent(example, broker.bootstrap_servers, "status")
+        agent = live_agent_factory(broker.bootstrap_servers, "status")
         uncertain = agent.uncertain_rows(3)
         agent.start()
         outcome = agent.stream(n_known=40, n_unknown=20, n_bn=25, extra=uncertain)
@@ -103,7 +100,7 @@ def test_status_page_in_headless_chromium(streamed, tmp_path):
     page.feed(dump.stdout)
     text = {k: v.strip() for k, v in page.text.items()}
 
-    runtime = load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+    runtime = example.runtime()
     assert text["artifact-id"] == runtime.artifact_id
     assert {v["artifact_id"] for v in outcome.verdicts} == {runtime.artifact_id}
     assert {v["model_version"] for v in outcome.verdicts} == {text["model-version"]}

@@ -148,6 +148,7 @@ class Twice(nn.Module):
         return self.out(self.act(self.fc1(self.act(self.fc1(x)))))
 
 
+@pytest.mark.slow
 def test_repeated_module_calls_are_listed_and_the_last_call_is_tapped(tmp_path):
     torch.manual_seed(0)
     model = Twice().eval()

@@ -61,11 +61,12 @@ def test_build_schema_enums_are_the_owners():
     assert model["preprocessing"]["properties"]["dtype"]["enum"] == list(vocab.INPUT_DTYPES)
 
 
-def _label_values(registry: CollectorRegistry, metric: str, label: str) -> set[str]:
+def _label_values(registry: CollectorRegistry, label: str, metric: str | None = None) -> set[str]:
+    """The values ``label`` takes in ``metric``'s samples (in every metric's when None)."""
     return {
         s.labels[label]
         for m in registry.collect()
-        if m.name == metric
+        if metric is None or m.name == metric
         for s in m.samples
         if label in s.labels
     }
@@ -76,27 +77,13 @@ def test_metric_label_values_are_the_owners():
     m = metrics.AgentMetrics(registry)
     m.prime_classes(["0", "1"], ["fc1"], ["yes"])
     prefix = "boxwatch_agent_"
-    assert _label_values(registry, prefix + "invalid_records", "reason") == set(
+    assert _label_values(registry, "reason", prefix + "invalid_records") == set(
         vocab.DEAD_LETTER_REASONS
     )
     for counter in ("outputs", "outputs_payload_omitted", "outputs_dropped"):
-        assert _label_values(registry, prefix + counter, "kind") == set(vocab.AGENT_OUTPUTS)
-    verdicts = {
-        v
-        for m_ in registry.collect()
-        for s in m_.samples
-        for k, v in s.labels.items()
-        if k == "verdict"
-    }
-    assert verdicts == set(vocab.VERDICTS)
-    outcomes = {
-        v
-        for m_ in registry.collect()
-        for s in m_.samples
-        for k, v in s.labels.items()
-        if k == "outcome"
-    }
-    assert outcomes == set(vocab.GATE_OUTCOMES)
+        assert _label_values(registry, "kind", prefix + counter) == set(vocab.AGENT_OUTPUTS)
+    assert _label_values(registry, "verdict") == set(vocab.VERDICTS)
+    assert _label_values(registry, "outcome") == set(vocab.GATE_OUTCOMES)
 
 
 def test_agent_config_validators_accept_exactly_the_owners():

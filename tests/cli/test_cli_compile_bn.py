@@ -31,6 +31,9 @@ JSON_KEYS = {
     "parse_seconds",
 }
 
+# The classifier P(v3 = s1 | x) > 0.4 of ``bif_file``'s network.
+V3_S1_AT_04 = ("--class", "v3", "--positive", "s1", "--threshold", "0.4")
+
 
 @pytest.fixture
 def bif_file(tmp_path: Path) -> Path:
@@ -45,18 +48,7 @@ def run(*args: str):
 
 def test_json_output_has_the_documented_keys(bif_file):
     res = run(
-        str(bif_file),
-        "--class",
-        "v3",
-        "--positive",
-        "s1",
-        "--threshold",
-        "0.4",
-        "--features",
-        "v0,v5,v6",
-        "--order",
-        "v6,v0,v5",
-        "--json",
+        str(bif_file), *V3_S1_AT_04, "--features", "v0,v5,v6", "--order", "v6,v0,v5", "--json"
     )
     assert res.exit_code == EXIT_OK, res.output
     info = json.loads(res.stdout)
@@ -176,27 +168,17 @@ def test_child_reference_figures_from_the_command_line():
 
 
 def test_json_reports_the_chosen_routes_estimate(bif_file):
-    res = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4", "--json")
+    res = run(str(bif_file), *V3_S1_AT_04, "--json")
     assert res.exit_code == EXIT_OK, res.output
     info = json.loads(res.stdout)
     assert info["estimate"]["route"] == info["method"]
     assert info["estimate"]["bytes"] > 0 and info["estimate"]["seconds"] > 0
-    text = run(str(bif_file), "--class", "v3", "--positive", "s1", "--threshold", "0.4").stdout
+    text = run(str(bif_file), *V3_S1_AT_04).stdout
     assert f"estimate     {info['method']}: ~" in text
 
 
 def test_over_the_memory_limit_exits_2_with_one_line(bif_file):
-    res = run(
-        str(bif_file),
-        "--class",
-        "v3",
-        "--positive",
-        "s1",
-        "--threshold",
-        "0.4",
-        "--max-memory",
-        "1K",
-    )
+    res = run(str(bif_file), *V3_S1_AT_04, "--max-memory", "1K")
     assert res.exit_code == EXIT_USAGE
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
@@ -205,17 +187,7 @@ def test_over_the_memory_limit_exits_2_with_one_line(bif_file):
 
 
 def test_a_bad_size_is_a_usage_error(bif_file):
-    res = run(
-        str(bif_file),
-        "--class",
-        "v3",
-        "--positive",
-        "s1",
-        "--threshold",
-        "0.4",
-        "--max-memory",
-        "lots",
-    )
+    res = run(str(bif_file), *V3_S1_AT_04, "--max-memory", "lots")
     assert res.exit_code == EXIT_USAGE
     assert "'lots' is not a size" in res.stderr
 
@@ -227,17 +199,7 @@ def test_running_out_of_memory_anyway_exits_2_with_the_estimate(bif_file, monkey
         raise MemoryError
 
     monkeypatch.setattr(bn_compile, "_compile_joint", exhausted)
-    res = run(
-        str(bif_file),
-        "--class",
-        "v3",
-        "--positive",
-        "s1",
-        "--threshold",
-        "0.4",
-        "--method",
-        "joint",
-    )
+    res = run(str(bif_file), *V3_S1_AT_04, "--method", "joint")
     assert res.exit_code == EXIT_USAGE
     assert "out of memory during the joint route (estimate joint: ~" in res.stderr
     assert "Traceback" not in res.output

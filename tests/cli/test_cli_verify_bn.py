@@ -51,17 +51,14 @@ def files(tmp_path):
     return tmp_path
 
 
-def run(files, *args):
-    base = [
-        "verify-bn",
-        str(files / "tiny.bif"),
-        "--class",
-        "C",
-        "--positive",
-        "yes",
-        "--threshold",
-        "0.5",
-    ]
+THRESHOLD = ("--positive", "yes", "--threshold", "0.5")
+ARGMAX = ("--decision", "argmax")
+
+
+def run(files, *args, decision: tuple[str, ...] = THRESHOLD):
+    """``boxwatch verify-bn tiny.bif --class C`` with ``decision`` (P(yes | x) > 0.5 unless
+    said) and ``args``, in-process."""
+    base = ["verify-bn", str(files / "tiny.bif"), "--class", "C", *decision]
     return CliRunner().invoke(cli, base + list(args), catch_exceptions=False)
 
 
@@ -141,21 +138,7 @@ monotonicity:
 
 def test_argmax_rules_and_monotonicity_exit_1_with_counts(files):
     (files / "argmax.yaml").write_text(ARGMAX_RULES)
-    res = CliRunner().invoke(
-        cli,
-        [
-            "verify-bn",
-            str(files / "tiny.bif"),
-            "--class",
-            "C",
-            "--decision",
-            "argmax",
-            "--rules",
-            str(files / "argmax.yaml"),
-            "--json",
-        ],
-        catch_exceptions=False,
-    )
+    res = run(files, "--rules", str(files / "argmax.yaml"), "--json", decision=ARGMAX)
     assert res.exit_code == 1, res.output
     info = json.loads(res.stdout)
     assert info["classifier"]["decision"] == "argmax"
@@ -173,20 +156,7 @@ def test_argmax_rules_and_monotonicity_exit_1_with_counts(files):
 
 def test_argmax_monotonicity_needs_the_class_order(files):
     (files / "m.yaml").write_text("monotonicity:\n  - {name: a, feature: A}\n")
-    res = CliRunner().invoke(
-        cli,
-        [
-            "verify-bn",
-            str(files / "tiny.bif"),
-            "--class",
-            "C",
-            "--decision",
-            "argmax",
-            "--rules",
-            str(files / "m.yaml"),
-        ],
-        catch_exceptions=False,
-    )
+    res = run(files, "--rules", str(files / "m.yaml"), decision=ARGMAX)
     assert res.exit_code == 2
     assert "declare the order of its states" in res.stderr
 

@@ -6,18 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 from click.testing import CliRunner
-from example_build import build_example
 
 from boxwatch.cli import cli
 from boxwatch.commands.console import EXIT_OK, EXIT_USAGE
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    """The example's model half (the BN half is not needed here and slows the build)."""
-    return build_example(tmp_path_factory.mktemp("first-hour"), without="bn")
 
 
 def run(*args: str):
@@ -27,6 +20,7 @@ def run(*args: str):
 def _cases(e):
     """(verb, arguments) with one missing file each: artifact, key or model."""
     gone = e.artifact.parent / "gone"
+    bn_classifier = [gone / "n.net", "--class", "C", "--positive", "y", "--threshold", "0.5"]
     return {
         "verify-artifact/artifact": [
             "verify-artifact",
@@ -81,28 +75,8 @@ def _cases(e):
             "--out",
             e.artifact.parent / "o.bwa",
         ],
-        "compile-bn/model": [
-            "compile-bn",
-            gone / "n.net",
-            "--class",
-            "C",
-            "--positive",
-            "y",
-            "--threshold",
-            "0.5",
-        ],
-        "verify-bn/model": [
-            "verify-bn",
-            gone / "n.net",
-            "--class",
-            "C",
-            "--positive",
-            "y",
-            "--threshold",
-            "0.5",
-            "--rules",
-            gone / "r.yaml",
-        ],
+        "compile-bn/model": ["compile-bn", *bn_classifier],
+        "verify-bn/model": ["verify-bn", *bn_classifier, "--rules", gone / "r.yaml"],
     }
 
 
@@ -123,14 +97,14 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_a_missing_file_is_exit_2_in_every_verb(example, case):
-    result = run(*_cases(example)[case])
+def test_a_missing_file_is_exit_2_in_every_verb(model_example, case):
+    result = run(*_cases(model_example)[case])
     assert result.exit_code == EXIT_USAGE, (case, result.output)
     assert "gone" in result.stderr and "Traceback" not in result.output
 
 
-def test_build_model_file_missing_is_exit_2(example, tmp_path):
-    raw = yaml.safe_load(example.config.read_text())
+def test_build_model_file_missing_is_exit_2(model_example, tmp_path):
+    raw = yaml.safe_load(model_example.config.read_text())
     raw["model"]["path"] = str(tmp_path / "gone.onnx")
     config = tmp_path / "b.yaml"
     config.write_text(yaml.safe_dump(raw))
@@ -138,17 +112,17 @@ def test_build_model_file_missing_is_exit_2(example, tmp_path):
     assert result.exit_code == EXIT_USAGE and "gone.onnx: no such file" in result.stderr
 
 
-def test_dry_run_catches_a_missing_out_folder(example, tmp_path):
+def test_dry_run_catches_a_missing_out_folder(model_example, tmp_path):
     out = tmp_path / "no" / "such" / "a.bwa"
-    result = run("build-artifact", example.config, "--dry-run", "--out", out)
+    result = run("build-artifact", model_example.config, "--dry-run", "--out", out)
     assert result.exit_code == EXIT_USAGE
     assert "folder" in result.stderr and str(out.parent) in result.stderr
-    ok = run("build-artifact", example.config, "--dry-run", "--out", tmp_path / "a.bwa")
+    ok = run("build-artifact", model_example.config, "--dry-run", "--out", tmp_path / "a.bwa")
     assert ok.exit_code == EXIT_OK, ok.stderr
 
 
-def test_one_round_lists_schema_key_and_out_problems(example, tmp_path):
-    raw = yaml.safe_load(example.config.read_text())
+def test_one_round_lists_schema_key_and_out_problems(model_example, tmp_path):
+    raw = yaml.safe_load(model_example.config.read_text())
     raw["bogus"] = 1
     config = tmp_path / "b.yaml"
     config.write_text(yaml.safe_dump(raw))
@@ -161,10 +135,10 @@ def test_one_round_lists_schema_key_and_out_problems(example, tmp_path):
         assert needle in result.stderr, needle
 
 
-def test_input_round_lists_data_key_and_out_problems(example, tmp_path):
-    raw = yaml.safe_load(example.config.read_text())
+def test_input_round_lists_data_key_and_out_problems(model_example, tmp_path):
+    raw = yaml.safe_load(model_example.config.read_text())
     for key in raw["data"]:
-        raw["data"][key]["path"] = str(example.data / f"{key}.npz")
+        raw["data"][key]["path"] = str(model_example.data / f"{key}.npz")
     raw["data"]["train"]["path"] = str(tmp_path / "missing.npz")
     raw["layers"] = ["/no/such/layer"]
     config = tmp_path / "b.yaml"
@@ -183,7 +157,7 @@ def test_input_round_lists_data_key_and_out_problems(example, tmp_path):
         assert needle in result.stderr, needle
 
 
-def test_broker_down_at_start_says_so_in_at_most_three_lines(example):
+def test_broker_down_at_start_says_so_in_at_most_three_lines(model_example):
     """Issue 29, point 5: no library log lines without -v; the retry window is named."""
     import subprocess
     import sys
@@ -192,8 +166,8 @@ def test_broker_down_at_start_says_so_in_at_most_three_lines(example):
 
     port = free_loopback_port()
     proc = subprocess.run(
-        [sys.executable, "-m", "boxwatch", "agent", "--artifact", str(example.artifact)]
-        + ["--public-key", str(example.public_key), "--model", str(example.model)]
+        [sys.executable, "-m", "boxwatch", "agent", "--artifact", str(model_example.artifact)]
+        + ["--public-key", str(model_example.public_key), "--model", str(model_example.model)]
         + ["--bootstrap-servers", f"127.0.0.1:{port}", "--metrics-address", "127.0.0.1:0"],
         env={**__import__("os").environ, "BOXWATCH_KAFKA_STARTUP_TIMEOUT_S": "2"},
         capture_output=True,

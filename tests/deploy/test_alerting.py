@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from live_agent import JOB, LiveAgent, example_artifact, start_broker
+from live_agent import JOB, start_broker
 from locations import ROOT
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -366,13 +366,12 @@ class PrometheusServer:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
+def live(live_agent_factory, tmp_path_factory):
     """Broker + agent (+ Prometheus scraping it, when installed), then a known stream."""
-    example = example_artifact(tmp_path_factory.getbasetemp())
     broker = start_broker()
     agent = prom = None
     try:
-        agent = LiveAgent(example, broker.bootstrap_servers, "alerting")
+        agent = live_agent_factory(broker.bootstrap_servers, "alerting")
         uncertain = agent.uncertain_rows(5)
         agent.start()
         if PROMETHEUS is not None:

@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from live_agent import example_artifact
 from locations import ROOT
 
 from boxwatch.agent.config import load_agent_config
@@ -182,25 +181,15 @@ def test_installed_console_script_runs_agent_help():
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_dockerfile_healthcheck_command_against_a_live_agent(tmp_path_factory):
-    from boxwatch.agent.service import build_agent, serve
+def test_dockerfile_healthcheck_command_against_a_live_agent(example, agent_factory):
+    from boxwatch.agent.service import serve
 
     health = " ".join(a for w, a in dockerfile() if w == "HEALTHCHECK")
     argv = json.loads(health[health.index("CMD") + 3 :].strip())
     assert argv[0] == "/opt/boxwatch/bin/python"
-    example = example_artifact(tmp_path_factory.getbasetemp())
-    cfg = load_agent_config(
-        None,
-        environ={},
-        overrides={
-            "artifact": str(example.artifact),
-            "public_keys": [str(example.public_key)],
-            "model": str(example.model),
-            "kafka.bootstrap_servers": "127.0.0.1:1",
-            "metrics.address": "127.0.0.1:0",
-        },
+    agent = agent_factory(
+        example, kafka__bootstrap_servers="127.0.0.1:1", metrics__address="127.0.0.1:0"
     )
-    agent = build_agent(cfg)
     http = serve(agent)
     try:
         command = [sys.executable, *[a.replace("127.0.0.1:9108", http.address) for a in argv[1:]]]

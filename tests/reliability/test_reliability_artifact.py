@@ -10,36 +10,30 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from kafka_helpers import create_topics
 from reliability_helpers import (
+    MODEL_TOPICS,
     PYTHON,
     ROOT,
     TOPICS,
-    AgentProcess,
     OutputCollector,
     StreamProducer,
     artifact_id,
+    create_model_topics,
     resign,
-    shared_example,
     stream_rows,
     tensor_record,
-    write_agent_config,
 )
 
 from boxwatch.agent.artifact import _container, _signature_bytes, canonical_json, load_artifact
-from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.agent.service import build_agent
 
 T0 = 1_700_000_000
 RELOADS = "boxwatch_agent_artifact_reloads_total"
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return shared_example(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -101,66 +95,64 @@ def tampered_artifacts(example, key2, out) -> dict[str, tuple[object, str]]:
     return cases
 
 
+def refusals_at_start(example, artifacts: dict[str, Path]) -> dict[str, str]:
+    """Start ``boxwatch agent`` on each artifact at once; name -> its one line on stderr.
+
+    Each must exit 1 within 120 s with one line, ``error: refusing to start: ...``, and no
+    traceback (the artifact is checked before any broker is reached).
+    """
+    procs = {}
+    for name, path in artifacts.items():
+        args = [PYTHON, "-m", "boxwatch", "agent", "--artifact", str(path)]
+        args += ["--public-key", str(example.public_key), "--model", str(example.model)]
+        args += ["--bootstrap-servers", "127.0.0.1:1", "--metrics-address", "127.0.0.1:0"]
+        procs[name] = subprocess.Popen(
+            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    refusals = {}
+    for name, proc in procs.items():
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"{name}: the agent hangs at start")
+        lines = err.strip().splitlines()
+        assert proc.returncode == 1, (name, proc.returncode, err[-2000:])
+        assert "Traceback" not in err and len(lines) == 1, (name, err[-2000:])
+        assert lines[0].startswith("error: refusing to start:"), (name, err)
+        refusals[name] = lines[0]
+    return refusals
+
+
 @pytest.mark.slow
 def test_tampered_artifacts_stop_the_agent_at_start(example, key2, tmp_path):
     """Each tampered artifact: exit code 1, one line on stderr, no traceback."""
     cases = tampered_artifacts(example, key2, tmp_path)
-    procs = {}
-    for name, (path, _) in cases.items():
-        args = [
-            PYTHON,
-            "-m",
-            "boxwatch",
-            "agent",
-            "--artifact",
-            str(path),
-            "--public-key",
-            str(example.public_key),
-            "--model",
-            str(example.model),
-            "--bootstrap-servers",
-            "127.0.0.1:1",
-            "--metrics-address",
-            "127.0.0.1:0",
-        ]
-        procs[name] = subprocess.Popen(
-            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=120)
-        lines = err.strip().splitlines()
-        assert proc.returncode == 1, (name, proc.returncode, err)
-        assert "Traceback" not in err and len(lines) == 1, (name, err)
-        assert lines[0].startswith("error: refusing to start:"), (name, err)
-        assert cases[name][1] in lines[0], (name, err)
+    refusals = refusals_at_start(example, {name: path for name, (path, _) in cases.items()})
+    for name, (_, needle) in cases.items():
+        assert needle in refusals[name], (name, refusals[name])
 
 
-def test_start_trusts_several_keys_by_key_id(example, key2, tmp_path):
+def test_start_trusts_several_keys_by_key_id(example, agent_factory, key2, tmp_path):
     """Rotation: an artifact signed by the new key starts when both keys are trusted."""
-    new = resign(example.artifact, key2[0], tmp_path / "new.bwa", created_at=T0 + 10)
-    base = {"model": str(example.model), "kafka.bootstrap_servers": "127.0.0.1:1"}
-    both = load_agent_config(
-        None,
-        environ={},
-        overrides={
-            **base,
-            "artifact": str(new),
-            "public_keys": [str(example.public_key), str(key2[1])],
-        },
+    new = replace(
+        example,
+        artifact=resign(example.artifact, key2[0], tmp_path / "new.bwa", created_at=T0 + 10),
     )
-    assert build_agent(both).runtime.artifact.key_id == load_artifact(new, None).key_id
-    old_only = load_agent_config(
-        None,
-        environ={},
-        overrides={**base, "artifact": str(new), "public_keys": [str(example.public_key)]},
+    both = agent_factory(
+        new,
+        kafka__bootstrap_servers="127.0.0.1:1",
+        public_keys=[str(example.public_key), str(key2[1])],
     )
+    assert both.runtime.artifact.key_id == load_artifact(new.artifact, None).key_id
     from boxwatch.agent.errors import ArtifactError
 
     with pytest.raises(ArtifactError, match="untrusted key id"):
-        build_agent(old_only)
+        agent_factory(new, kafka__bootstrap_servers="127.0.0.1:1")
 
 
-def test_allow_rollback_accepts_an_older_artifact(example, tmp_path):
+def test_allow_rollback_accepts_an_older_artifact(example, agent_config_factory, tmp_path):
     """In-process: with allow_rollback an older valid artifact is swapped in; without, refused."""
     live = tmp_path / "live.bwa"
     newer = resign(
@@ -168,16 +160,7 @@ def test_allow_rollback_accepts_an_older_artifact(example, tmp_path):
     )
     shutil.copyfile(newer, live)
     for allow, result in ((False, "refused_rollback"), (True, "success")):
-        cfg = load_agent_config(
-            None,
-            environ={},
-            overrides={
-                "artifact": str(live),
-                "public_keys": [str(example.public_key)],
-                "model": str(example.model),
-                "allow_rollback": allow,
-            },
-        )
+        cfg = agent_config_factory(replace(example, artifact=live), allow_rollback=allow)
         shutil.copyfile(newer, live)
         agent = build_agent(cfg)
         shutil.copyfile(example.artifact, live)
@@ -189,15 +172,49 @@ def test_allow_rollback_accepts_an_older_artifact(example, tmp_path):
         assert agent.runtime.artifact_id == artifact_id(expected, example.public_key)
 
 
+class VerdictStream:
+    """Model inputs ``PREFIXi`` (rows of the example) sent in rounds to a running agent."""
+
+    def __init__(self, bootstrap: str, collector: OutputCollector, rows, prefix: str) -> None:
+        self.bootstrap, self.collector, self.rows, self.prefix = bootstrap, collector, rows, prefix
+        self.sent = 0
+
+    def send(self, n: int) -> None:
+        """Send ``n`` more inputs and wait until every input sent so far has its verdict."""
+        ids = [f"{self.prefix}{self.sent + i}" for i in range(n)]
+        recs = [
+            (rid.encode(), *tensor_record(rid, self.rows[i % len(self.rows)]))
+            for i, rid in enumerate(ids)
+        ]
+        p = StreamProducer(self.bootstrap, TOPICS["inputs"], recs)
+        p.start()
+        p.join(60)
+        assert p.error is None
+        self.sent += n
+        assert self.collector.wait_for(lambda col: col.count >= self.sent, timeout=60)
+
+
+def wait_reload(agent, result: str, count: float) -> dict:
+    """The agent's metrics once ``count`` reloads with ``result`` are counted (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = agent.scrape()
+        if m.get(f'{RELOADS}{{result="{result}"}}') == count:
+            return m
+        if not agent.alive:
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"no {result} reload counted ({count}):\n{agent.log_tail()}")
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_broker, tmp_path):
+def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(
+    example, key2, make_broker, agent_process_factory, tmp_path
+):
     """SIGHUP: newer artifact swapped in; tampered kept out; older refused; rotated key ok."""
     broker = make_broker("noida").start()
-    create_topics(
-        broker.bootstrap_servers,
-        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
+    create_model_topics(broker.bootstrap_servers)
     live = tmp_path / "live.bwa"
     shutil.copyfile(example.artifact, live)
     a = artifact_id(example.artifact, example.public_key)
@@ -207,48 +224,23 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_
     tampered = bytearray(c_path.read_bytes())
     tampered[len(tampered) // 2] ^= 1
 
-    class Live:
-        artifact, public_key, model = live, example.public_key, example.model
-
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        Live,
+    agent = agent_process_factory(
         broker.bootstrap_servers,
-        topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+        replace(example, artifact=live),
+        topics=MODEL_TOPICS,
         public_keys=[str(example.public_key), str(key2[1])],
     )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
-    collector = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    collector = OutputCollector.of_verdicts(broker.bootstrap_servers)
+    verdicts = VerdictStream(
+        broker.bootstrap_servers, collector, stream_rows(example, 100, seed=5), "h"
     )
-    rows = stream_rows(example, 100, seed=5)
-    sent = 0
-
-    def stream(n: int) -> None:
-        nonlocal sent
-        recs = [
-            (f"h{sent + i}".encode(), *tensor_record(f"h{sent + i}", rows[i % 100]))
-            for i in range(n)
-        ]
-        p = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], recs)
-        p.start()
-        p.join(60)
-        assert p.error is None
-        sent += n
-        assert collector.wait_for(lambda col: col.count >= sent, timeout=60)
 
     def reload_to(blob: bytes, result: str, count: float) -> dict:
         tmp = live.with_suffix(".tmp")
         tmp.write_bytes(blob)
         tmp.replace(live)
         agent.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = agent.scrape()
-            if m.get(f'{RELOADS}{{result="{result}"}}') == count:
-                return m
-            time.sleep(0.2)
-        raise AssertionError(f"no {result} reload counted:\n{agent.log_tail()}")
+        return wait_reload(agent, result, count)
 
     def active(m: dict) -> set[str]:
         return {
@@ -260,25 +252,25 @@ def test_sighup_reload_verifies_swaps_and_keeps_the_old_one(example, key2, make_
     try:
         collector.start()
         agent.start().wait_ready()
-        stream(50)
+        verdicts.send(50)
         assert active(reload_to(b_path.read_bytes(), "success", 1)) == {b}
-        stream(50)
+        verdicts.send(50)
         m = reload_to(bytes(tampered), "failure", 1)
         assert active(m) == {b} and agent.alive
-        stream(50)
+        verdicts.send(50)
         m = reload_to(example.artifact.read_bytes(), "refused_rollback", 1)
         assert active(m) == {b}
-        stream(50)
+        verdicts.send(50)
         m = reload_to(c_path.read_bytes(), "success", 2)
         assert active(m) == {c}
-        stream(50)
+        verdicts.send(50)
         assert agent.stop() == 0, agent.log_tail()
     finally:
         agent.kill()
         collector.stop()
     by_id = {v["id"]: v["artifact_id"] for v in collector.values[TOPICS["verdicts"]]}
     phases = [a, b, b, b, c]
-    for i in range(sent):
+    for i in range(verdicts.sent):
         assert by_id[f"h{i}"] == phases[i // 50], (i, by_id[f"h{i}"])
     log = agent.log_text()
     assert "artifact reload failed, keeping" in log and "artifact reload refused" in log
@@ -319,48 +311,26 @@ def hostile_candidates(example, out) -> dict[str, object]:
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_sighup_hostile_candidates_keep_the_agent_serving(example, make_broker, tmp_path):
+def test_sighup_hostile_candidates_keep_the_agent_serving(
+    example, make_broker, agent_process_factory, tmp_path
+):
     """Every hostile candidate on SIGHUP: counted as a failure, one log line, old artifact
     kept, /metrics still served and the stream still monitored; then a good one swaps in."""
     broker = make_broker("noida").start()
-    create_topics(
-        broker.bootstrap_servers,
-        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
+    create_model_topics(broker.bootstrap_servers)
     live = tmp_path / "live.bwa"
     shutil.copyfile(example.artifact, live)
     a = artifact_id(example.artifact, example.public_key)
     newer = resign(example.artifact, example.private_key, tmp_path / "b.bwa", created_at=T0 + 500)
     cases = hostile_candidates(example, tmp_path)
 
-    class Live:
-        artifact, public_key, model = live, example.public_key, example.model
-
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        Live,
-        broker.bootstrap_servers,
-        topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+    agent = agent_process_factory(
+        broker.bootstrap_servers, replace(example, artifact=live), topics=MODEL_TOPICS
     )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
-    collector = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
+    collector = OutputCollector.of_verdicts(broker.bootstrap_servers)
+    verdicts = VerdictStream(
+        broker.bootstrap_servers, collector, stream_rows(example, 100, seed=7), "x"
     )
-    rows = stream_rows(example, 100, seed=7)
-    sent = 0
-
-    def stream(n: int) -> None:
-        nonlocal sent
-        recs = [
-            (f"x{sent + i}".encode(), *tensor_record(f"x{sent + i}", rows[i % 100]))
-            for i in range(n)
-        ]
-        p = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], recs)
-        p.start()
-        p.join(60)
-        assert p.error is None
-        sent += n
-        assert collector.wait_for(lambda col: col.count >= sent, timeout=60)
 
     def place(candidate) -> None:
         tmp = live.with_name("candidate")
@@ -378,37 +348,26 @@ def test_sighup_hostile_candidates_keep_the_agent_serving(example, make_broker, 
             live.unlink()
         os.replace(tmp, live)
 
-    def wait_reload(result: str, count: float) -> dict:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = agent.scrape()
-            if m.get(f'{RELOADS}{{result="{result}"}}') == count:
-                return m
-            if not agent.alive:
-                break
-            time.sleep(0.2)
-        raise AssertionError(f"no {result} reload counted ({count}):\n{agent.log_tail()}")
-
     failed_on: list[str] = []
     try:
         collector.start()
         agent.start().wait_ready()
-        stream(20)
+        verdicts.send(20)
         for i, (name, candidate) in enumerate(cases.items(), start=1):
             place(candidate)
             agent.signal(signal.SIGHUP)
             try:
-                m = wait_reload("failure", i)
+                m = wait_reload(agent, "failure", i)
             except AssertionError:
                 failed_on.append(name)
                 raise
             assert agent.alive and agent.readyz() == 200, (name, agent.log_tail())
             assert m.get(f'boxwatch_agent_artifact_info{{artifact_id="{a}"', 1) == 1 or m
-            stream(20)
+            verdicts.send(20)
         place(newer.read_bytes())
         agent.signal(signal.SIGHUP)
-        wait_reload("success", 1)
-        stream(20)
+        wait_reload(agent, "success", 1)
+        verdicts.send(20)
         assert agent.stop() == 0, agent.log_tail()
     finally:
         agent.kill()
@@ -416,7 +375,7 @@ def test_sighup_hostile_candidates_keep_the_agent_serving(example, make_broker, 
         if live.is_dir():
             live.rmdir()
     by_id = {v["id"]: v["artifact_id"] for v in collector.values[TOPICS["verdicts"]]}
-    assert {by_id[f"x{i}"] for i in range(sent - 20)} == {a}
+    assert {by_id[f"x{i}"] for i in range(verdicts.sent - 20)} == {a}
     log_lines = [ln for ln in agent.log_text().splitlines() if "artifact reload failed" in ln]
     assert len(log_lines) == len(cases), agent.log_tail(60)
     assert "Traceback" not in agent.log_text(), agent.log_tail(60)
@@ -469,40 +428,11 @@ def test_metrics_address_in_use_is_one_line_exit_2(example, make_broker):
 def test_hostile_artifacts_stop_the_agent_at_start(example, tmp_path):
     """Each hostile candidate given at start: exit 1, one line on stderr, no traceback, no
     hang (a FIFO is refused unopened)."""
-    procs = {}
+    paths = {}
     for name, candidate in hostile_candidates(example, tmp_path).items():
-        path = tmp_path / f"start-{name}.bwa"
+        paths[name] = path = tmp_path / f"start-{name}.bwa"
         if callable(candidate):
             candidate(path)
         else:
             path.write_bytes(candidate)
-        args = [
-            PYTHON,
-            "-m",
-            "boxwatch",
-            "agent",
-            "--artifact",
-            str(path),
-            "--public-key",
-            str(example.public_key),
-            "--model",
-            str(example.model),
-            "--bootstrap-servers",
-            "127.0.0.1:1",
-            "--metrics-address",
-            "127.0.0.1:0",
-        ]
-        procs[name] = subprocess.Popen(
-            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    for name, proc in procs.items():
-        try:
-            _, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"{name}: the agent hangs at start")
-        lines = err.strip().splitlines()
-        assert proc.returncode == 1, (name, proc.returncode, err[-2000:])
-        assert "Traceback" not in err and len(lines) == 1, (name, err[-2000:])
-        assert lines[0].startswith("error: refusing to start:"), (name, err)
+    refusals_at_start(example, paths)

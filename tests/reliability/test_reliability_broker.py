@@ -13,21 +13,18 @@ import time
 import pytest
 from kafka_helpers import AGENT_LIBRARIES, create_topics, make_admin
 from reliability_helpers import (
+    MODEL_TOPICS,
     TOPICS,
-    AgentProcess,
     OutputCollector,
     StreamProducer,
-    shared_example,
-    stream_rows,
-    tensor_record,
-    write_agent_config,
+    create_model_topics,
+    keyed_records,
 )
 
 from boxwatch.embedded_broker import free_loopback_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-MODEL_TOPICS = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
 CONNECTED = "boxwatch_agent_broker_connected"
 PAUSED = "boxwatch_agent_consumption_paused"
 INPUTS = 'boxwatch_agent_inputs_total{kind="model"}'
@@ -36,51 +33,28 @@ GiB = 1 << 30
 FAIL_S = float(os.environ.get("BOXWATCH_BACKPRESSURE_SECONDS", "30"))
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return shared_example(tmp_path_factory)
-
-
-def _records(example, n: int, prefix: str) -> list[tuple[bytes, bytes, list]]:
-    out = []
-    for i, row in enumerate(stream_rows(example, n, seed=2)):
-        value, headers = tensor_record(f"{prefix}{i}", row)
-        out.append((f"{prefix}{i}".encode(), value, headers))
-    return out
-
-
-def _create(bootstrap: str) -> None:
-    create_topics(
-        bootstrap,
-        {TOPICS["inputs"]: 2, TOPICS["verdicts"]: 2, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
-
-
 def _missing(collectors: list[OutputCollector], ids: list[str]) -> list[str]:
     return [i for i in ids if not any(c.ids[TOPICS["verdicts"]][i] for c in collectors)]
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_broker_outage_is_reported_and_survived(example, make_broker, tmp_path, library):
+def test_broker_outage_is_reported_and_survived(
+    example, make_broker, agent_process_factory, tmp_path, library
+):
     """noida stopped for 12 s mid-stream: connected=0, /readyz 503, then resume, nothing lost."""
     broker = make_broker("noida", port=free_loopback_port(), data_dir=tmp_path / "noida")
     broker.start()
-    _create(broker.bootstrap_servers)
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        example,
+    create_model_topics(broker.bootstrap_servers)
+    agent = agent_process_factory(
         broker.bootstrap_servers,
         topics=MODEL_TOPICS,
         batch__max_records=128,
         kafka__library=library,
     )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
     n = 6_000
-    records = _records(example, n, "o")
+    records = keyed_records(example, n, "o", seed=2)
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    collector = OutputCollector.of_verdicts(broker.bootstrap_servers)
     producer = StreamProducer(
         broker.bootstrap_servers, TOPICS["inputs"], records, rate=300, deadline_s=180
     )
@@ -139,30 +113,27 @@ def test_broker_outage_is_reported_and_survived(example, make_broker, tmp_path, 
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_backpressure_pauses_consumption_and_resumes(example, make_broker, tmp_path, library):
+def test_backpressure_pauses_consumption_and_resumes(
+    example, make_broker, agent_process_factory, library
+):
     """Verdict topic deleted (auto-creation off) for FAIL_S (30) s while inputs keep coming.
 
     The agent pauses its partitions (consumption stops growing: no unbounded buffer), retries
     with backoff, RSS stays < 1 GB, and after the topic is back every input has its verdict.
     """
     broker = make_broker("noida").start()
-    _create(broker.bootstrap_servers)
+    create_model_topics(broker.bootstrap_servers)
     broker.set_auto_create_topics(False)
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        example,
+    agent = agent_process_factory(
         broker.bootstrap_servers,
         topics=MODEL_TOPICS,
         batch__max_records=128,
         kafka__library=library,
     )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
     n_before, n_during = 1_000, max(8_000, int(400 * 2 * FAIL_S))  # the stream outlasts the window
-    records = _records(example, n_before + n_during, "p")
+    records = keyed_records(example, n_before + n_during, "p", seed=2)
     ids = [k.decode() for k, _, _ in records]
-    first = OutputCollector(
-        broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    first = OutputCollector.of_verdicts(broker.bootstrap_servers)
     second = None
     producer = StreamProducer(broker.bootstrap_servers, TOPICS["inputs"], records, rate=400)
     samples: list[dict] = []
@@ -201,9 +172,7 @@ def test_backpressure_pauses_consumption_and_resumes(example, make_broker, tmp_p
             )
             time.sleep(1.0)
         create_topics(broker.bootstrap_servers, {TOPICS["verdicts"]: 2})
-        second = OutputCollector(
-            broker.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-        )
+        second = OutputCollector.of_verdicts(broker.bootstrap_servers)
         second.start()
         producer.join(timeout=120 + FAIL_S)
         assert producer.error is None and producer.sent == len(records), producer.error
@@ -239,7 +208,7 @@ def test_backpressure_pauses_consumption_and_resumes(example, make_broker, tmp_p
 
 
 @pytest.mark.integration
-def test_polling_while_paused_never_skips_records(example, make_broker):
+def test_polling_while_paused_never_skips_records(example, agent_factory, make_broker):
     """While backpressured the agent polls only to keep its group membership.
 
     A rebalance hands partitions back unpaused (kafka-python resets pause state); whatever
@@ -249,27 +218,18 @@ def test_polling_while_paused_never_skips_records(example, make_broker):
     from kafka import TopicPartition
     from kafka_helpers import make_producer
 
-    from boxwatch.agent.config import load_agent_config
     from boxwatch.agent.kafka import make_consumer
     from boxwatch.agent.kafka.kafka_python import _Listener
-    from boxwatch.agent.service import build_agent
 
     broker = make_broker("noida").start()
-    _create(broker.bootstrap_servers)
-    cfg = load_agent_config(
-        None,
-        environ={},
-        overrides={
-            "artifact": str(example.artifact),
-            "public_keys": [str(example.public_key)],
-            "model": str(example.model),
-            "kafka.bootstrap_servers": broker.bootstrap_servers,
-            "kafka.group_id": "paused",
-            **{f"topics.{k}": v for k, v in MODEL_TOPICS.items()},
-        },
+    create_model_topics(broker.bootstrap_servers)
+    agent = agent_factory(
+        example,
+        topics=MODEL_TOPICS,
+        kafka__bootstrap_servers=broker.bootstrap_servers,
+        kafka__group_id="paused",
     )
-    agent = build_agent(cfg)
-    wrapper = agent._consumer = make_consumer(cfg, agent.input_topics())
+    wrapper = agent._consumer = make_consumer(agent.cfg, agent.input_topics())
     consumer = wrapper.raw
     try:
         deadline = time.monotonic() + 30
@@ -278,7 +238,7 @@ def test_polling_while_paused_never_skips_records(example, make_broker):
         parts = sorted(consumer.assignment())
         assert len(parts) == 2
         producer = make_producer(broker.bootstrap_servers)
-        for key, value, headers in _records(example, 100, "k"):
+        for key, value, headers in keyed_records(example, 100, "k", seed=2):
             producer.send(TOPICS["inputs"], value=value, key=key, headers=headers)
         producer.flush()
         producer.close()

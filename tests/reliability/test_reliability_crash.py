@@ -12,16 +12,14 @@ import signal
 import time
 
 import pytest
-from kafka_helpers import create_topics
 from reliability_helpers import (
+    MODEL_TOPICS,
     TOPICS,
     AgentProcess,
     OutputCollector,
     StreamProducer,
-    shared_example,
-    stream_rows,
-    tensor_record,
-    write_agent_config,
+    create_model_topics,
+    keyed_records,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,11 +27,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 N_CRASH = 20_000
 KILLS = 5
 BATCH = 256
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return shared_example(tmp_path_factory)
 
 
 @pytest.fixture
@@ -46,21 +39,14 @@ def tansu(make_broker):
     return make_broker("tansu").start()
 
 
-def _records(example, n: int, prefix: str) -> list[tuple[bytes, bytes, list]]:
-    rows = stream_rows(example, n, seed=1)
-    out = []
-    for i, row in enumerate(rows):
-        value, headers = tensor_record(f"{prefix}{i}", row)
-        out.append((f"{prefix}{i}".encode(), value, headers))
-    return out
-
-
 def _missing(collector: OutputCollector, ids: list[str]) -> list[str]:
     got = collector.ids[TOPICS["verdicts"]]
     return [i for i in ids if got[i] == 0]
 
 
-def test_sigkill_at_random_moments_loses_nothing(example, tansu, tmp_path, record_property):
+def test_sigkill_at_random_moments_loses_nothing(
+    example, tansu, agent_process_factory, record_property
+):
     """5 SIGKILLs while 20,000 binary inputs stream: every id gets >= 1 verdict.
 
     Runs on Tansu, like an Apache Kafka group: the killed member's session expires and the
@@ -69,23 +55,13 @@ def test_sigkill_at_random_moments_loses_nothing(example, tansu, tmp_path, recor
     twice on a loaded machine: the restarted member stayed assigned but was never served).
     """
     noida = tansu
-    create_topics(
-        noida.bootstrap_servers,
-        {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
+    create_model_topics(noida.bootstrap_servers, partitions=4)
+    agent = agent_process_factory(
+        noida.bootstrap_servers, topics=MODEL_TOPICS, batch__max_records=BATCH
     )
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        example,
-        noida.bootstrap_servers,
-        topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
-        batch__max_records=BATCH,
-    )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
-    records = _records(example, N_CRASH, "c")
+    records = keyed_records(example, N_CRASH, "c", seed=1)
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(
-        noida.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    collector = OutputCollector.of_verdicts(noida.bootstrap_servers)
     # Slow enough that all kills (each followed by a ~10 s session expiry) fall in the stream.
     producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=200)
     rng = random.Random(20261202)
@@ -131,7 +107,9 @@ def test_sigkill_at_random_moments_loses_nothing(example, tansu, tmp_path, recor
     assert 0 <= duplicates <= BATCH * len(kills)
 
 
-def test_two_agents_split_partitions_and_the_survivor_takes_over(example, tansu, tmp_path):
+def test_two_agents_split_partitions_and_the_survivor_takes_over(
+    example, tansu, agent_process_factory
+):
     """Two agents in one group share 4 partitions; SIGKILL one; nothing is lost.
 
     Runs on Tansu: noida-db never expires the session of a SIGKILLed member (measured: no
@@ -139,31 +117,21 @@ def test_two_agents_split_partitions_and_the_survivor_takes_over(example, tansu,
     forever; Tansu reassigns after the 10 s session timeout like Apache Kafka.
     """
     noida = tansu
-    create_topics(
-        noida.bootstrap_servers,
-        {TOPICS["inputs"]: 4, TOPICS["verdicts"]: 4, TOPICS["dead_letter"]: 1, TOPICS["gate"]: 1},
-    )
-    topics = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
+    create_model_topics(noida.bootstrap_servers, partitions=4)
     agents = [
-        AgentProcess(
-            write_agent_config(
-                tmp_path / f"a{i}.yaml",
-                example,
-                noida.bootstrap_servers,
-                topics=topics,
-                group_id="scale",
-                batch__max_records=64,
-            ),
-            tmp_path / f"a{i}.log",
+        agent_process_factory(
+            noida.bootstrap_servers,
+            name=f"a{i}",
+            topics=MODEL_TOPICS,
+            group_id="scale",
+            batch__max_records=64,
         )
         for i in range(2)
     ]
     n = 6_000
-    records = _records(example, n, "s")
+    records = keyed_records(example, n, "s", seed=1)
     ids = [k.decode() for k, _, _ in records]
-    collector = OutputCollector(
-        noida.bootstrap_servers, [TOPICS["verdicts"]], json_topics=[TOPICS["verdicts"]]
-    )
+    collector = OutputCollector.of_verdicts(noida.bootstrap_servers)
     producer = StreamProducer(noida.bootstrap_servers, TOPICS["inputs"], records, rate=300)
 
     def assigned(agent: AgentProcess) -> set[str]:

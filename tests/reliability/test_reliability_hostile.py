@@ -29,15 +29,11 @@ from kafka import KafkaProducer
 from kafka_helpers import AGENT_LIBRARIES, create_topics
 from reliability_helpers import (
     TOPICS,
-    AgentProcess,
     OutputCollector,
-    shared_example,
     stream_rows,
-    write_agent_config,
 )
 
 from boxwatch.agent.metrics import INVALID_REASONS
-from boxwatch.agent.runtime import load_runtime
 
 confluent_kafka = pytest.importorskip(
     "confluent_kafka",
@@ -47,11 +43,6 @@ confluent_kafka = pytest.importorskip(
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 N_VALID_MODEL, N_VALID_BN = 240, 60
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return shared_example(tmp_path_factory)
 
 
 def _send_all(bootstrap: str, records: list[Hostile]) -> dict[tuple[str, int, int], Hostile]:
@@ -115,7 +106,7 @@ def _send_all(bootstrap: str, records: list[Hostile]) -> dict[tuple[str, int, in
 
 def _offline(example, valid: list[Hostile]):
     """What the artifact decides for the valid records, by id."""
-    rt = load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+    rt = example.runtime()
     model = [r for r in valid if r.rows is not None]
     res = rt.run_model(np.stack([r.rows for r in model]))
     verdicts = {}
@@ -156,11 +147,11 @@ def _record_id(rec: Hostile) -> str:
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
 def test_hostile_records_never_stop_stall_or_fool_the_agent(
-    example, make_broker, tmp_path, library
+    example, make_broker, agent_process_factory, library
 ):
     broker = make_broker("noida").start()
     create_topics(broker.bootstrap_servers, {t: 2 for t in TOPICS.values()})
-    rt = load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+    rt = example.runtime()
     rng = np.random.default_rng(14)
     size = rt.preprocessing.size
     records = (
@@ -174,14 +165,9 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(
     assert {r.reason for r in bad} <= set(INVALID_REASONS)
     records = [records[i] for i in rng.permutation(len(records))]
 
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        example,
-        broker.bootstrap_servers,
-        kafka__library=library,
-        batch__max_records=32,
+    agent = agent_process_factory(
+        broker.bootstrap_servers, kafka__library=library, batch__max_records=32
     )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
     collector = OutputCollector(
         broker.bootstrap_servers,
         [TOPICS["verdicts"], TOPICS["gate"], TOPICS["dead_letter"]],
@@ -302,7 +288,7 @@ def test_hostile_records_never_stop_stall_or_fool_the_agent(
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
 def test_records_larger_than_any_output_go_through_as_stubs(
-    example, make_broker, tmp_path, library
+    example, make_broker, agent_process_factory, library
 ):
     """2 MB and 10 MB records and a 1.5 MiB key (Tansu takes them; noida-db refuses records
     over ~1 MB): the producer refuses their dead letters, which go as stubs after a bounded
@@ -325,15 +311,12 @@ def test_records_larger_than_any_output_go_through_as_stubs(
         Hostile("key_1_5mib", "inputs", b"{oops", [], b"k" * (3 << 19), "not_json"),
     ]
     records = [*valid[:10], *bad, big_key, *valid[10:]]
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        example,
+    agent = agent_process_factory(
         broker.bootstrap_servers,
         kafka__library=library,
         max_record_bytes=4_000_000,
         max_output_bytes=64_000_000,
     )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
     collector = OutputCollector(
         broker.bootstrap_servers,
         [TOPICS["verdicts"], TOPICS["dead_letter"]],
@@ -381,7 +364,7 @@ def test_records_larger_than_any_output_go_through_as_stubs(
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
 def test_sigterm_stops_the_agent_within_10_s_while_the_broker_is_frozen(
-    example, make_broker, tmp_path, library
+    example, make_broker, agent_process_factory, library
 ):
     """SIGTERM while outputs cannot be delivered (the broker SIGSTOPped mid-stream) still
     stops the agent, exit 0, within 10 s: no send or flush may hold it longer."""
@@ -390,14 +373,9 @@ def test_sigterm_stops_the_agent_within_10_s_while_the_broker_is_frozen(
     broker = make_broker("noida").start()
     create_topics(broker.bootstrap_servers, {t: 1 for t in TOPICS.values()})
     rows = stream_rows(example, 20_000, seed=16)
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml",
-        example,
-        broker.bootstrap_servers,
-        kafka__library=library,
-        batch__max_records=1,
+    agent = agent_process_factory(
+        broker.bootstrap_servers, kafka__library=library, batch__max_records=1
     )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
     try:
         agent.start().wait_ready()
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=5)

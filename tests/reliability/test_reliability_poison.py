@@ -15,18 +15,14 @@ import pytest
 from kafka_helpers import create_topics
 from reliability_helpers import (
     TOPICS,
-    AgentProcess,
     OutputCollector,
     StreamProducer,
-    shared_example,
     stream_rows,
     tensor_record,
-    write_agent_config,
 )
 
 from boxwatch.agent.metrics import INVALID_REASONS
 from boxwatch.agent.records import JSON_TYPE, NPY_TYPE, TENSOR_TYPE
-from boxwatch.agent.runtime import load_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,11 +31,6 @@ N_GOOD_MODEL, N_GOOD_BN = 3_000, 600
 MAX_BYTES = 16_384
 GiB = 1 << 30
 CT = "content-type"
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return shared_example(tmp_path_factory)
 
 
 def _npy(arr: np.ndarray) -> bytes:
@@ -209,7 +200,7 @@ def bad_bn_record(kind: str, rid: str, rng: np.random.Generator, features, state
     raise AssertionError(kind)
 
 
-def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_path):
+def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, agent_process_factory):
     broker = make_broker("noida").start()
     create_topics(
         broker.bootstrap_servers,
@@ -221,7 +212,7 @@ def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_pa
             TOPICS["dead_letter"]: 2,
         },
     )
-    rt = load_runtime(example.artifact, [str(example.public_key)], model_path=example.model)
+    rt = example.runtime()
     size, d = rt.preprocessing.size, rt.diagram
     rng = np.random.default_rng(8)
     records: list[tuple[bytes, bytes | None, list]] = []
@@ -259,10 +250,7 @@ def test_poison_records_go_to_the_dead_letter_topic(example, make_broker, tmp_pa
     records = [records[j] for j in order]
     topic_of = [topic_of[j] for j in order]
 
-    cfg = write_agent_config(
-        tmp_path / "agent.yaml", example, broker.bootstrap_servers, max_record_bytes=MAX_BYTES
-    )
-    agent = AgentProcess(cfg, tmp_path / "agent.log")
+    agent = agent_process_factory(broker.bootstrap_servers, max_record_bytes=MAX_BYTES)
     collector = OutputCollector(
         broker.bootstrap_servers,
         [TOPICS["verdicts"], TOPICS["gate"], TOPICS["dead_letter"]],

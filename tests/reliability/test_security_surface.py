@@ -34,22 +34,10 @@ from boxwatch.agent import artifact as art
 from boxwatch.agent import runtime
 from boxwatch.agent.errors import ArtifactError, ConfigError
 from boxwatch.agent.http import AgentHTTPServer
-from boxwatch.agent.keys import key_id
 from boxwatch.cli import cli as cli_main
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE
 
 DEEP = 100_000
-
-
-@pytest.fixture(scope="module")
-def signing_key() -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.generate()
-
-
-@pytest.fixture(scope="module")
-def trusted(signing_key):
-    pub = signing_key.public_key()
-    return {key_id(pub): pub}
 
 
 @pytest.fixture(scope="module")
@@ -403,6 +391,7 @@ def _get(address: str, path: str = "/healthz") -> int:
         return resp.status
 
 
+@pytest.mark.slow
 def test_slow_connections_time_out_and_are_capped(tmp_path):
     srv = _server(timeout_s=0.5, max_connections=8)
     host, port = srv.address.rsplit(":", 1)
@@ -423,6 +412,7 @@ def test_slow_connections_time_out_and_are_capped(tmp_path):
         srv.stop()
 
 
+@pytest.mark.slow
 def test_dropped_clients_log_no_traceback(capfd, caplog):
     srv = _server()
     host, port = srv.address.rsplit(":", 1)

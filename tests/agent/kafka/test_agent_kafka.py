@@ -11,15 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from example_build import build_example
 from kafka import TopicPartition
 from kafka_helpers import AGENT_LIBRARIES, consume, create_topics
 from reliability_helpers import parse_metrics
 
 from boxwatch.agent.boxes import verdict_names
-from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.records import NPY_TYPE, TENSOR_TYPE
-from boxwatch.agent.runtime import load_runtime
 from boxwatch.agent.service import build_agent, serve
 
 pytestmark = pytest.mark.integration
@@ -36,27 +33,22 @@ TOPICS = {
 N_MODEL, N_BN = 120, 80
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    return build_example(tmp_path_factory.mktemp("example"))
+@pytest.fixture
+def agent_config(example, agent_config_factory):
+    """``agent_config(bootstrap, **settings)``: the example's config on this file's topics."""
 
+    def make(bootstrap: str, **settings):
+        return agent_config_factory(
+            example,
+            topics=TOPICS,
+            kafka__bootstrap_servers=bootstrap,
+            kafka__group_id="agent-test",
+            metrics__address="127.0.0.1:0",
+            batch__max_records=32,
+            **settings,
+        )
 
-def agent_config(example, bootstrap: str, **extra):
-    return load_agent_config(
-        None,
-        environ={},
-        overrides={
-            "artifact": str(example.artifact),
-            "public_keys": [str(example.public_key)],
-            "model": str(example.model),
-            "kafka.bootstrap_servers": bootstrap,
-            "kafka.group_id": "agent-test",
-            "metrics.address": "127.0.0.1:0",
-            "batch.max_records": 32,
-            **{f"topics.{k}": v for k, v in TOPICS.items()},
-            **extra,
-        },
-    )
+    return make
 
 
 def npy(x: np.ndarray) -> bytes:
@@ -141,9 +133,9 @@ def _settled_lag(address: str, timeout: float = 15.0) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_agent_round_trip(example, broker, kafka, library):
+def test_agent_round_trip(example, agent_config, broker, kafka, library):
     create_topics(broker.bootstrap_servers, {t: 2 for t in TOPICS.values()})
-    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": library})
+    cfg = agent_config(broker.bootstrap_servers, kafka__library=library)
     agent = build_agent(cfg)
     agent.check_topics()
     http = serve(agent)
@@ -151,9 +143,7 @@ def test_agent_round_trip(example, broker, kafka, library):
     thread.start()
     try:
         x_model, model_recs = model_inputs(example)
-        offline = load_runtime(
-            example.artifact, [str(example.public_key)], model_path=example.model
-        )
+        offline = example.runtime()
         x_bn, bn_recs = bn_inputs(offline)
         producer = kafka.producer()
         for value, headers in model_recs:
@@ -236,16 +226,15 @@ def test_agent_round_trip(example, broker, kafka, library):
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_missing_topics_stop_the_agent(example, broker, library):
+def test_missing_topics_stop_the_agent(agent_config, broker, library):
     from boxwatch.agent.errors import ConfigError
     from boxwatch.agent.kafka import ensure_topics
 
-    lib = {"kafka.library": library}
-    agent = build_agent(agent_config(example, broker.bootstrap_servers, **lib))
+    agent = build_agent(agent_config(broker.bootstrap_servers, kafka__library=library))
     with pytest.raises(ConfigError, match="topics missing"):
         agent.check_topics()
     created = build_agent(
-        agent_config(example, broker.bootstrap_servers, **{"kafka.create_topics": True, **lib})
+        agent_config(broker.bootstrap_servers, kafka__library=library, kafka__create_topics=True)
     )
     created.check_topics()
     # Created for real: a second check finds nothing missing.
@@ -253,19 +242,19 @@ def test_missing_topics_stop_the_agent(example, broker, library):
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_unknown_client_option_or_unreachable_broker_is_one_clear_error(example, library):
+def test_unknown_client_option_or_unreachable_broker_is_one_clear_error(agent_config, library):
     """A client option the library refuses, or no broker: a ConfigError, never a traceback."""
     from boxwatch.agent.errors import ConfigError
     from boxwatch.agent.kafka import make_consumer, make_producer
     from boxwatch.embedded_broker import free_loopback_port
 
-    bad = agent_config(
-        example, "127.0.0.1:1", **{"kafka.library": library, "kafka.client": {"no_such.option": 1}}
-    )
+    bad = agent_config("127.0.0.1:1", kafka__library=library, kafka__client={"no_such.option": 1})
     for make in (make_producer, lambda cfg: make_consumer(cfg, ["t"])):
         with pytest.raises(ConfigError, match="refused by .*no_such.option"):
             make(bad)
-    gone = agent_config(example, f"127.0.0.1:{free_loopback_port()}", **{"kafka.library": library})
+    gone = agent_config(
+        f"127.0.0.1:{free_loopback_port()}", kafka__library=library, kafka__startup_timeout_s=2
+    )  # nobody listens there: two seconds of retries say as much as the default 30
     with pytest.raises(ConfigError, match="127.0.0.1"):
         build_agent(gone).check_topics()
 
@@ -348,7 +337,7 @@ def _drain(consumers, n: int, seconds: float = 30) -> list[bytes]:
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_idle_parked_consumer_still_gets_every_record(example, broker, kafka, library):
+def test_idle_parked_consumer_still_gets_every_record(agent_config, broker, kafka, library):
     """After a quiet spell the consumer parks (its partitions are paused and resumed when
     the broker's end offsets move; bench/idle_cpu.py measures the CPU this saves). Records produced then
     all arrive, none lost or doubled: on a fresh topic (no position yet), then in quiet
@@ -357,7 +346,7 @@ def test_idle_parked_consumer_still_gets_every_record(example, broker, kafka, li
     from boxwatch.agent.kafka import make_consumer
 
     create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2})
-    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": library})
+    cfg = agent_config(broker.bootstrap_servers, kafka__library=library)
     consumer = make_consumer(cfg, [TOPICS["inputs"]])
     producer = kafka.producer()
     try:
@@ -399,14 +388,14 @@ class _Member(threading.Thread):
 
 
 @pytest.mark.parametrize("library", AGENT_LIBRARIES)
-def test_idle_parked_consumer_takes_part_in_a_rebalance(example, broker, kafka, library):
+def test_idle_parked_consumer_takes_part_in_a_rebalance(agent_config, broker, kafka, library):
     """A second member joins the group while the first is parked: the group rebalances
     (the two members split the partitions), and the records produced then arrive once each
     across the two."""
     from boxwatch.agent.kafka import make_consumer
 
     create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2})
-    cfg = agent_config(example, broker.bootstrap_servers, **{"kafka.library": library})
+    cfg = agent_config(broker.bootstrap_servers, kafka__library=library)
     first_consumer = make_consumer(cfg, [TOPICS["inputs"]])
     _quiet(first_consumer)
     first = _Member(first_consumer)

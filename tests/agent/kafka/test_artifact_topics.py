@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from example_build import build_example
 from kafka_helpers import make_admin
 
-from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.service import build_agent
 
 TOPICS = {
     "inputs": "h.inputs",
@@ -20,34 +17,25 @@ TOPICS = {
     "release": "h.release",
     "review": "h.review",
 }
+# The example built three ways: both halves, model only, BN only.
+WITHOUT = {"both": None, "model": "bn", "bn": "model"}
 
 
-@pytest.fixture(scope="module")
-def halves(tmp_path_factory):
-    """The example built three ways: both halves, model only, BN only."""
-    root = tmp_path_factory.mktemp("halves")
-    return {
-        "both": build_example(root / "both"),
-        "model": build_example(root / "model", without="bn"),
-        "bn": build_example(root / "bn", without="model"),
-    }
+@pytest.fixture
+def make_agent(agent_factory):
+    """``make_agent(source, bootstrap="127.0.0.1:9", **settings)``: an agent on this file's
+    topics (nothing listens on port 9: only tests that start a broker reach one)."""
 
+    def make(source, bootstrap: str = "127.0.0.1:9", **settings):
+        return agent_factory(
+            source,
+            topics=TOPICS,
+            kafka__bootstrap_servers=bootstrap,
+            metrics__address="127.0.0.1:0",
+            **settings,
+        )
 
-def make_agent(example, bootstrap: str = "127.0.0.1:9", **extra):
-    cfg = load_agent_config(
-        None,
-        environ={},
-        overrides={
-            "artifact": str(example.artifact),
-            "public_keys": [str(example.public_key)],
-            "model": str(example.model),
-            "kafka.bootstrap_servers": bootstrap,
-            "metrics.address": "127.0.0.1:0",
-            **{f"topics.{k}": v for k, v in TOPICS.items()},
-            **extra,
-        },
-    )
-    return build_agent(cfg)
+    return make
 
 
 @pytest.mark.parametrize(
@@ -58,22 +46,24 @@ def make_agent(example, bootstrap: str = "127.0.0.1:9", **extra):
         ("bn", {"h.credit"}, {"h.gate", "h.release", "h.review", "h.dlq"}),
     ],
 )
-def test_topics_follow_the_artifact(halves, half, inputs, outputs):
-    agent = make_agent(halves[half])
+def test_topics_follow_the_artifact(example_factory, make_agent, half, inputs, outputs):
+    agent = make_agent(example_factory(without=WITHOUT[half]))
     assert set(agent.input_topics()) == inputs
     assert set(agent.output_topics()) == outputs
 
 
-def test_bn_only_artifact_without_bn_topic_is_refused(halves):
-    agent = make_agent(halves["bn"], **{"topics.bn_inputs": ""})
+def test_bn_only_artifact_without_bn_topic_is_refused(example_factory, make_agent):
+    agent = make_agent(example_factory(without="model"), topics__bn_inputs="")
     with pytest.raises(ConfigError, match="topics.bn_inputs is not set"):
         agent.check_topics()
 
 
 @pytest.mark.integration
-def test_model_only_agent_creates_no_gate_topic(halves, make_broker):
+def test_model_only_agent_creates_no_gate_topic(example_factory, make_agent, make_broker):
     broker = make_broker("noida").start()
-    agent = make_agent(halves["model"], broker.bootstrap_servers, **{"kafka.create_topics": True})
+    agent = make_agent(
+        example_factory(without="bn"), broker.bootstrap_servers, kafka__create_topics=True
+    )
     agent.check_topics()
     admin = make_admin(broker.bootstrap_servers)
     try:

@@ -30,7 +30,7 @@ from boxwatch.offline.bn.plan import CompileLimitError
 
 SHARED = SHARED_BN
 # The float references below decide P >= T - TIE_TOLERANCE and count |P - T| <= TIE_TOLERANCE
-# as ties. The compiler decides exactly (tests/test_bn_exact.py); on these networks every
+# as ties. The compiler decides exactly (tests/offline/bn/test_bn_exact.py); on these networks every
 # posterior within the window is an exact tie, so both agree.
 TIE_TOLERANCE = 1e-9
 needs_shared = pytest.mark.skipif(

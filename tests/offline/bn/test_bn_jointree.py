@@ -161,6 +161,7 @@ def _problems() -> list[dict]:
     return json.loads((SHARED / "problems.json").read_text()) if SHARED.is_dir() else []
 
 
+@pytest.mark.slow
 @needs_shared
 @pytest.mark.shared_data
 def test_cpcs54_problem_against_a_second_route_and_pgmpy():

@@ -60,6 +60,7 @@ def test_figures_read_as_people_write_them():
     assert format_seconds(86400 * 10).endswith("days")
 
 
+@pytest.mark.slow
 def test_guard_turns_an_oversized_allocation_into_memory_error():
     # in a child process: the cap applies to the whole process
     code = (

@@ -68,6 +68,7 @@ def test_both_orders_give_the_same_classifier_by_every_route(seed):
     assert compile_classifier(net, spec).positives == results["dfs"].positives
 
 
+@pytest.mark.slow
 def test_the_default_order_does_not_depend_on_string_hashing():
     code = (
         "from bn_synthetic import qmr\n"

@@ -200,6 +200,19 @@ def test_probability_masses_are_exact_under_the_network():
 
 
 # ---------------------------------------------------------------------------- FMO
+def _random_context(rng, diagram, i: int) -> tuple[list[list[int]], dict[str, tuple[int, ...]]]:
+    """Each feature but ``i`` fixed to a random state with probability 1/2: the state
+    indices each feature may take, and the fixed ones as a query's ``given``."""
+    cards = [int(c) for c in diagram.cardinalities]
+    allowed = [list(range(c)) for c in cards]
+    given = {}
+    for j in range(len(cards)):
+        if j != i and rng.random() < 0.5:
+            allowed[j] = [int(rng.integers(cards[j]))]
+            given[diagram.features[j]] = tuple(allowed[j])
+    return allowed, given
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_monotonicity_agrees_with_brute_force(seed):
     rng = np.random.default_rng(100 + seed)
@@ -211,12 +224,7 @@ def test_monotonicity_agrees_with_brute_force(seed):
     for q in range(24):
         i = int(rng.integers(len(cards)))
         order = tuple(rng.permutation(cards[i]).tolist()) if q % 3 else tuple(range(cards[i]))
-        allowed = [list(range(c)) for c in cards]
-        given = {}
-        for j in range(len(cards)):
-            if j != i and rng.random() < 0.5:
-                allowed[j] = [int(rng.integers(cards[j]))]
-                given[diagram.features[j]] = tuple(allowed[j])
+        allowed, given = _random_context(rng, diagram, i)
         kind = ("fmo", "increasing", "decreasing")[q % 3]
         res = verifier.check_monotonicity(
             MonotonicityQuery(f"q{q}", diagram.features[i], order, given, kind)
@@ -325,12 +333,7 @@ def test_child_monotone_features_the_reference_reports_violated(feature):
     assert cards[i] >= 3
     rng = np.random.default_rng(7)
     for q in range(15):
-        allowed = [list(range(c)) for c in cards]
-        given = {}
-        for j in range(len(cards)):
-            if j != i and rng.random() < 0.5:
-                allowed[j] = [int(rng.integers(cards[j]))]
-                given[diagram.features[j]] = tuple(allowed[j])
+        allowed, given = _random_context(rng, diagram, i)
         res = verifier.check_monotonicity(
             MonotonicityQuery(f"q{q}", feature, tuple(range(cards[i])), given)
         )

@@ -1,0 +1,42 @@
+"""Fixtures of the reliability tests: the agent as a real subprocess, from a config file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from reliability_helpers import AgentProcess, write_agent_config
+
+if TYPE_CHECKING:
+    from example_build import ExampleArtifact
+
+
+@pytest.fixture
+def agent_process_factory(
+    example: ExampleArtifact, tmp_path: Path
+) -> Iterator[Callable[..., AgentProcess]]:
+    """``agent_process_factory(bootstrap, source=example, *, name="agent", **settings)``: an
+    unstarted ``python -m boxwatch agent -c NAME.yaml`` (its stderr goes to NAME.log).
+
+    The config is ``write_agent_config``'s for ``source`` on ``bootstrap`` (``settings`` as
+    there: ``group_id``, ``topics``, dotted keys with ``__``); every agent made is killed at
+    teardown, whatever the test did.
+    """
+    made: list[AgentProcess] = []
+
+    def factory(
+        bootstrap: str,
+        source: Any = example,
+        *,
+        name: str = "agent",
+        **settings: Any,
+    ) -> AgentProcess:
+        config = write_agent_config(tmp_path / f"{name}.yaml", source, bootstrap, **settings)
+        made.append(AgentProcess(config, tmp_path / f"{name}.log"))
+        return made[-1]
+
+    yield factory
+    for agent in made:
+        agent.kill()
