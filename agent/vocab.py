@@ -2,7 +2,7 @@
 
 Metrics label values, the agent's config validation, the build config's JSON schema, the
 estimators' parameter checks and the CLI choices all import these tuples; nothing else
-spells them out (``tests/test_vocab.py`` checks it). Order matters where a code indexes a
+spells them out (``tests/agent/test_vocab.py`` checks it). Order matters where a code indexes a
 name: verdict ``0`` is ``VERDICTS[0]``, gate outcome ``1`` is ``GATE_OUTCOMES[1]``.
 """
 

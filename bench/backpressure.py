@@ -1,6 +1,6 @@
 """Backpressure for five minutes: the CI test's scenario with writes failing for 300 s.
 
-Runs ``tests/test_reliability_broker.py::test_backpressure_pauses_consumption_and_resumes``
+Runs ``tests/reliability/test_reliability_broker.py::test_backpressure_pauses_consumption_and_resumes``
 with ``BOXWATCH_BACKPRESSURE_SECONDS`` (default 300): the verdict topic is deleted with
 auto-creation off while ~320 inputs/s keep arriving; the agent must stay paused with flat
 consumption and RSS < 1 GB, then deliver every verdict after the topic is back. Writes the
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from soak import write_results  # noqa: E402
 
 SECTION = "## backpressure (bench/backpressure.py)"
-TEST = "tests/test_reliability_broker.py::test_backpressure_pauses_consumption_and_resumes"
+TEST = "tests/reliability/test_reliability_broker.py::test_backpressure_pauses_consumption_and_resumes"
 
 
 def main() -> int:
