@@ -28,7 +28,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from soak import write_results  # noqa: E402
 
 SECTION = "## backpressure (bench/backpressure.py)"
-TEST = "tests/reliability/test_reliability_broker.py::test_backpressure_pauses_consumption_and_resumes"
+TEST = (
+    "tests/reliability/test_reliability_broker.py::test_backpressure_pauses_consumption_and_resumes"
+)
 
 
 def main() -> int:
