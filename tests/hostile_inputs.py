@@ -21,6 +21,7 @@ import hashlib
 import os
 import resource
 import selectors
+import signal
 import socket
 import struct
 import subprocess
@@ -216,17 +217,28 @@ class Measured:
 
 
 def measure(argv: Sequence[str], *, timeout: float, cwd: str | os.PathLike[str]) -> Measured:
-    """Run ``argv`` under a fresh parent that reports the command's own peak RSS."""
+    """Run ``argv`` under a fresh parent that reports the command's own peak RSS.
+
+    Both run in a session of their own: past ``timeout`` the whole session is killed (the
+    command too, not only its parent) and :class:`subprocess.TimeoutExpired` is raised.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-c", _MEASURE, *argv],
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         cwd=cwd,
+        start_new_session=True,
     )
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     seconds = time.perf_counter() - t0
-    *lines, peak = proc.stderr.rstrip("\n").split("\n")
+    *lines, peak = err.rstrip("\n").split("\n")
     return Measured(proc.returncode, seconds, int(peak) * 1024, "\n".join(lines))
 
 
@@ -379,3 +391,45 @@ def scrape(address: str, path: str = "/metrics", *, timeout: float = 2.0) -> int
         return None
     head = b"".join(chunks).split(b"\r\n", 1)[0].split()
     return int(head[1]) if len(head) >= 2 and head[1].isdigit() else None
+
+
+@dataclass
+class Probe:
+    """One timed GET: path, when it was sent (monotonic), status (None: no answer in time)."""
+
+    path: str
+    at: float
+    status: int | None
+    seconds: float
+
+
+class Prober(threading.Thread):
+    """GETs each of ``paths`` every ``every`` seconds (each with ``timeout``) until stopped."""
+
+    def __init__(
+        self, address: str, paths: Sequence[str], *, every: float, timeout: float = 2.0
+    ) -> None:
+        super().__init__(daemon=True, name="prober")
+        self.address, self.paths, self.every, self.timeout = address, list(paths), every, timeout
+        self.probes: list[Probe] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self._halt.is_set():
+            for path in self.paths:
+                t0 = time.monotonic()
+                status = scrape(self.address, path, timeout=self.timeout)
+                self.probes.append(Probe(path, t0, status, time.monotonic() - t0))
+            next_at += self.every
+            self._halt.wait(max(next_at - time.monotonic(), 0.0))
+
+    def stop(self) -> list[Probe]:
+        self._halt.set()
+        self.join(timeout=2 * self.timeout + 5)
+        return self.probes
+
+    def answered(self, path: str) -> tuple[int, int]:
+        """(answered with 200, sent) for ``path``."""
+        mine = [p for p in self.probes if p.path == path]
+        return sum(p.status == 200 for p in mine), len(mine)
