@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from boxwatch.agent import artifact as art
@@ -91,7 +91,7 @@ def fake_signature(key_id: str = "0" * 16) -> bytes:
     return art.canonical_json({"algorithm": "ed25519", "key_id": key_id, "signature": sig})
 
 
-def _manifest(members: dict[str, bytes]) -> bytes:
+def _manifest(members: Mapping[str, bytes | memoryview], digests: bool = True) -> bytes:
     return art.canonical_json(
         {
             "schema": art.SCHEMA,
@@ -99,7 +99,10 @@ def _manifest(members: dict[str, bytes]) -> bytes:
             "created_at_epoch": 1_700_000_000,
             "key_id": "0" * 16,
             "members": {
-                n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)}
+                n: {
+                    "sha256": hashlib.sha256(b).hexdigest() if digests else "0" * 64,
+                    "size": len(b),
+                }
                 for n, b in sorted(members.items())
             },
         }
@@ -134,13 +137,15 @@ OVERLAP_LAYOUTS = ("shared_blob", "chained", "into_directory", "same_header", "u
 """
 
 
-def overlapping_artifact(total: int, n_members: int, layout: str) -> bytes:
+def overlapping_artifact(total: int, n_members: int, layout: str, *, digests: bool = True) -> bytes:
     """An unsigned artifact of about ``total`` bytes whose ``n_members`` members overlap.
 
     ``manifest.json`` and ``manifest.sig`` come first, as in a real artifact; the manifest
     lists every member with the size and digest of the bytes its index entry spans (for
     ``into_directory`` the last member's digest covers its own bytes only), so ``inspect``
-    without a key reads them all unless the index is refused first.
+    without a key reads them all unless the index is refused first. Without ``digests``
+    the members' digests and CRCs are zeros (hashing 600 spans of 160 MiB each takes
+    minutes; the index refuses them before either is read).
     """
     names = [f"m{i:04d}.json" for i in range(n_members)]
     own = 0 if layout == "shared_blob" else max(1, total // n_members)
@@ -162,8 +167,9 @@ def overlapping_artifact(total: int, n_members: int, layout: str) -> bytes:
         headers, spans = [0] * n_members, [spans[0]] * n_members
     elif layout == "unsorted":
         spans[0] = (starts[0], starts[-1] + own - starts[0])
+    view = memoryview(body)
     manifest = _manifest(
-        {n: bytes(body[lo : lo + size]) for n, (lo, size) in zip(names, spans, strict=True)}
+        {n: view[lo : lo + size] for n, (lo, size) in zip(names, spans, strict=True)}, digests
     )
     prefix = bytearray()
     directory = bytearray()
@@ -178,14 +184,15 @@ def overlapping_artifact(total: int, n_members: int, layout: str) -> bytes:
         lo, size = spans[i]
         if layout == "into_directory" and i == n_members - 1:
             size += 64
-        directory += _central(names[i], len(prefix) + headers[i], bytes(body[lo : lo + size]), size)
+        span = view[lo : lo + size] if digests else b""
+        directory += _central(names[i], len(prefix) + headers[i], span, size)
     count = n_members + 2
     cd_offset = len(prefix) + len(body)
     eocd = _EOCD.pack(0x06054B50, 0, 0, count, count, len(directory), cd_offset, 0)
     return bytes(prefix + body + directory) + eocd
 
 
-def _central(name: str, offset: int, data: bytes, size: int) -> bytes:
+def _central(name: str, offset: int, data: bytes | memoryview, size: int) -> bytes:
     """A central-directory record for ``name`` at ``offset`` spanning ``size`` bytes."""
     crc = zlib.crc32(data)
     return (
