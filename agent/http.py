@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import one_line
 from boxwatch.agent.metrics import GATE_OUTCOMES, VERDICTS
 
 log = logging.getLogger(__name__)
@@ -261,18 +262,30 @@ class AgentHTTPServer:
                 # Requests first, then new connections: a request whose bytes are here is
                 # answered before any new connection can make room by closing it.
                 for key, _ in sorted(events, key=lambda e: e[0].data is _LISTENER):
-                    if key.data is _LISTENER:
-                        self._accept()
-                    elif key.data is _WAKE:
-                        with contextlib.suppress(OSError):
-                            self._wake_r.recv(64)
-                    elif key.data.answer is None:
-                        self._read(key.data)
-                    else:
-                        self._write(key.data)
+                    try:
+                        self._dispatch(key.data)
+                    except Exception as exc:  # one connection's failure never stops the loop
+                        log.warning(
+                            "metrics server: %s: %s", type(exc).__name__, one_line(str(exc))
+                        )
+                        if isinstance(key.data, _Connection):
+                            self._close(key.data)
                 self._expire()
         finally:
             self._release()
+
+    def _dispatch(self, what: Any) -> None:
+        if what is _LISTENER:
+            self._accept()
+        elif what is _WAKE:
+            with contextlib.suppress(OSError):
+                self._wake_r.recv(64)
+        elif what.sock not in self._open:  # closed earlier in this round
+            return
+        elif what.answer is None:
+            self._read(what)
+        else:
+            self._write(what)
 
     def _wait_s(self) -> float:
         """Seconds until the nearest deadline (at most one)."""
@@ -287,8 +300,10 @@ class AgentHTTPServer:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # out of file descriptors, say: try again next round
+            except OSError as exc:  # out of file descriptors: free one for the next round
                 log.debug("metrics server: accept failed (%s)", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self._evict_one()
                 return
             if len(self._open) >= self._max and not self._evict_one():
                 log.debug("metrics server: %s refused, every connection is answering", peer)
@@ -349,7 +364,10 @@ class AgentHTTPServer:
             return route()
         except Exception as exc:  # an endpoint's failure is one answer's, not the server's
             log.warning(
-                "metrics server: request from %s failed: %s: %s", peer, type(exc).__name__, exc
+                "metrics server: request from %s failed: %s: %s",
+                peer,
+                type(exc).__name__,
+                one_line(str(exc), 300),
             )
             return 500, "text/plain", b"internal error\n"
 

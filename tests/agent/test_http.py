@@ -150,3 +150,22 @@ def test_stop_closes_open_connections_at_once(server_factory):
     for sock in socks:
         assert _closed_after(sock, 2.0) < 2.0
         sock.close()
+
+
+def test_a_failing_endpoint_is_one_500_and_the_server_goes_on(caplog):
+    def broken() -> dict:
+        raise RuntimeError("status\nunavailable")
+
+    srv = AgentHTTPServer(
+        "127.0.0.1:0",
+        CollectorRegistry(),
+        healthy=lambda: True,
+        ready=lambda: True,
+        status=broken,
+    ).start()
+    try:
+        assert scrape(srv.address, "/status.json") == 500
+        assert scrape(srv.address, "/healthz") == 200
+    finally:
+        srv.stop()
+    assert "RuntimeError: status\\nunavailable" in caplog.text
