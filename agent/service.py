@@ -716,12 +716,13 @@ class Agent:
 
     def _finish_reload(self, job: ReloadJob) -> None:
         """Swap in a loaded candidate; keep the running artifact on any failure."""
-        new, exc = job.runtime, job.error
-        if new is None:
-            error = exc if exc is not None else RuntimeError("the load returned nothing")
-            reason = str(error) if isinstance(error, BoxwatchError) else _one_line(error)
+        if job.error is not None:
+            exc = job.error
+            reason = str(exc) if isinstance(exc, BoxwatchError) else _one_line(exc)
             self._reload_refused("failure", reason)
             return
+        new = job.runtime
+        assert new is not None  # set whenever the load did not raise
         if (
             new.artifact.created_at < self.runtime.artifact.created_at
             and not self.cfg["allow_rollback"]
