@@ -92,7 +92,7 @@ def test_health_and_metrics_answer_while_slow_clients_hold_the_cap(server_factor
     clients.start()
     try:
         time.sleep(0.5)
-        answers = [scrape(srv.address, path, timeout=1.0) for path in ("/healthz", "/metrics") * 10]
+        answers = [scrape(srv.address, path, timeout=2.0) for path in ("/healthz", "/metrics") * 10]
     finally:
         clients.stop()
     assert clients.error is None
