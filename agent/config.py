@@ -131,6 +131,18 @@ SETTINGS: tuple[Setting, ...] = (
         "Accept a reloaded artifact older than the running one.",
     ),
     Setting(
+        "reload.timeout_s",
+        "BOXWATCH_RELOAD_TIMEOUT_S",
+        _int,
+        60,
+        "Seconds a reload (SIGHUP) may take to verify and load the new artifact. It loads "
+        "in its own thread while the loop keeps monitoring with the running artifact and "
+        "/metrics and /healthz keep answering; a candidate not loaded in time is refused "
+        '(`boxwatch_agent_artifact_reloads_total{result="timeout"}`, one log line) and '
+        "what it returns later is dropped. Another SIGHUP waits for that load to end.",
+        _positive,
+    ),
+    Setting(
         "kafka.bootstrap_servers",
         "BOXWATCH_BOOTSTRAP_SERVERS",
         _str,
@@ -323,6 +335,26 @@ SETTINGS: tuple[Setting, ...] = (
         "HOST:PORT of /metrics, /healthz, /readyz and the status page. Loopback by "
         "default; use 0.0.0.0:9108 in a container.",
         _port_address,
+    ),
+    Setting(
+        "metrics.request_timeout_s",
+        "BOXWATCH_METRICS_REQUEST_TIMEOUT_S",
+        _int,
+        5,
+        "Seconds an HTTP client has to send its whole request line and headers, however "
+        "slowly they trickle in, and then again to take its answer; the connection is "
+        "closed at either deadline.",
+        _positive,
+    ),
+    Setting(
+        "metrics.max_connections",
+        "BOXWATCH_METRICS_MAX_CONNECTIONS",
+        _int,
+        128,
+        "HTTP connections open at once. At the cap a new connection closes the oldest one "
+        "still sending its request, so idle or trickling clients cannot keep a scraper or "
+        "a liveness probe out; one thread serves them all.",
+        _positive,
     ),
     Setting(
         "shutdown_timeout_s",

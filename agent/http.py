@@ -1,35 +1,51 @@
 """The agent's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz`` and a status page.
 
-Stdlib server in a daemon thread; binds the configured address (loopback by default).
-Bounded: each connection has a socket timeout (a slow or idle client is dropped), at most
-``max_connections`` are served at once (more are closed on accept), and a client that goes
-away mid-answer is not an error worth a traceback.
+One thread runs a selector loop on the configured address (loopback by default). Bounded,
+so that no client can keep Prometheus or a liveness probe out: each request must arrive whole
+(request line and headers) within ``request_timeout_s`` and take its answer within as much
+again, however slowly it trickles; at most ``max_connections`` are open at once, and at the
+cap a new connection closes the oldest one still sending its request; a request head over
+:data:`MAX_REQUEST_HEAD_BYTES` is refused (431). A client that goes away mid-answer is not an
+error worth a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import html
 import json
 import logging
+import selectors
 import socket
-import sys
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from http import HTTPStatus
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import one_line
 from boxwatch.agent.metrics import GATE_OUTCOMES, VERDICTS
 
 log = logging.getLogger(__name__)
 
-CONNECTION_TIMEOUT_S = 10.0
-MAX_CONNECTIONS = 32
-# A client that leaves or stalls: not the server's fault, logged at debug level only.
-_CLIENT_GONE = (ConnectionError, TimeoutError, socket.timeout)
+REQUEST_TIMEOUT_S = 5.0
+"""Seconds a client has for its whole request line and headers (and again for its answer)."""
+MAX_CONNECTIONS = 128
+"""Connections open at once; at the cap a new one closes the oldest unfinished request."""
+MAX_REQUEST_HEAD_BYTES = 16 << 10
+"""Bytes of request line and headers; more is answered 431."""
+LISTEN_BACKLOG = 128
+ACCEPTS_PER_ROUND = (
+    8  # then pending requests are read: fewer than the cap, so none is evicted unread
+)
+RECV_BYTES = 4096
+STOP_JOIN_S = 5.0
 
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>boxwatch agent</title>
@@ -155,7 +171,16 @@ def render_status_page(info: dict[str, Any]) -> str:
 
 
 class AgentHTTPServer:
-    """Serves the endpoints from ``registry`` and the callables' answers."""
+    """Serves the endpoints from ``registry`` and the callables' answers, in one thread.
+
+    A selector loop, not a thread per connection: an idle or trickling client costs a file
+    descriptor and at most :data:`MAX_REQUEST_HEAD_BYTES` of buffer, never a thread. Every
+    connection carries one request (``Connection: close``) and two deadlines of
+    ``request_timeout_s`` each: one for its whole request line and headers (however they
+    trickle in), then one for taking its answer. At ``max_connections`` a new connection
+    closes the oldest one still sending its request; when every connection is taking its
+    answer, the new one is closed instead.
+    """
 
     def __init__(
         self,
@@ -165,49 +190,33 @@ class AgentHTTPServer:
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
         status: Callable[[], dict[str, Any]],
-        timeout_s: float = CONNECTION_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
+        def probe(check: Callable[[], bool], yes: bytes, no: bytes) -> Callable[[], _Answer]:
+            return lambda: (200, "text/plain", yes) if check() else (503, "text/plain", no)
+
+        self._routes: dict[str, Callable[[], _Answer]] = {
+            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
+            "/healthz": probe(healthy, b"ok\n", b"unhealthy\n"),
+            "/readyz": probe(ready, b"ready\n", b"not ready\n"),
+            "/status.json": lambda: (200, "application/json", json.dumps(status()).encode()),
+            "/": lambda: (
+                200,
+                "text/html; charset=utf-8",
+                render_status_page(status()).encode("utf-8"),
+            ),
+        }
+        self._timeout = request_timeout_s
+        self._max = max_connections
         host, _, port = address.rpartition(":")
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = timeout_s  # StreamRequestHandler sets it on the connection's socket
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
-                elif path == "/healthz":
-                    ok = healthy()
-                    self._send(200 if ok else 503, "text/plain", b"ok\n" if ok else b"unhealthy\n")
-                elif path == "/readyz":
-                    ok = ready()
-                    self._send(
-                        200 if ok else 503, "text/plain", b"ready\n" if ok else b"not ready\n"
-                    )
-                elif path == "/status.json":
-                    self._send(200, "application/json", json.dumps(status()).encode())
-                elif path == "/":
-                    self._send(
-                        200,
-                        "text/html; charset=utf-8",
-                        render_status_page(status()).encode("utf-8"),
-                    )
-                else:
-                    self._send(404, "text/plain", b"not found\n")
-
-            def _send(self, code: int, ctype: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_args: Any) -> None:
-                return
-
+        host = host.strip("[]")
         try:
-            self.server = _BoundedServer((host.strip("[]"), int(port)), Handler, max_connections)
+            self._listener = socket.create_server(
+                (host, int(port)),
+                family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                backlog=LISTEN_BACKLOG,
+            )
         except OSError as exc:
             reason = (
                 "address already in use"
@@ -215,13 +224,20 @@ class AgentHTTPServer:
                 else (exc.strerror or str(exc))
             )
             raise ConfigError(f"metrics.address {address}: cannot listen ({reason})") from None
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, name="boxwatch-http", daemon=True
-        )
+        self._listener.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._open: dict[socket.socket, _Connection] = {}  # oldest first
+        self._stopping = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="boxwatch-http", daemon=True)
 
     @property
     def address(self) -> str:
-        host, port = self.server.server_address[:2]
+        host, port = self._listener.getsockname()[:2]
         return f"{host!s}:{port}"
 
     def start(self) -> AgentHTTPServer:
@@ -229,44 +245,195 @@ class AgentHTTPServer:
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        """Stop serving and close every connection (idempotent)."""
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        if self._thread.is_alive():
+            self._thread.join(STOP_JOIN_S)
+        if not self._thread.is_alive():
+            self._release()
 
-
-class _BoundedServer(ThreadingHTTPServer):
-    """A threading server with a cap on concurrent connections and quiet client errors."""
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: Any, max_connections: int) -> None:
-        self._slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.debug("metrics server: %s refused, connection cap reached", client_address)
-            self.shutdown_request(request)
-            return
+    # -- the loop -------------------------------------------------------------------------
+    def _serve(self) -> None:
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
+            while not self._stopping.is_set():
+                events = self._selector.select(self._wait_s())
+                # Requests first, then new connections: a request whose bytes are here is
+                # answered before any new connection can make room by closing it.
+                for key, _ in sorted(events, key=lambda e: e[0].data is _LISTENER):
+                    try:
+                        self._dispatch(key.data)
+                    except Exception as exc:  # one connection's failure never stops the loop
+                        log.warning(
+                            "metrics server: %s: %s", type(exc).__name__, one_line(str(exc))
+                        )
+                        if isinstance(key.data, _Connection):
+                            self._close(key.data)
+                self._expire()
         finally:
-            self._slots.release()
+            self._release()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, _CLIENT_GONE):
-            log.debug("metrics server: client %s gone (%s)", client_address, exc)
+    def _dispatch(self, what: Any) -> None:
+        if what is _LISTENER:
+            self._accept()
+        elif what is _WAKE:
+            with contextlib.suppress(OSError):
+                self._wake_r.recv(64)
+        elif what.sock not in self._open:  # closed earlier in this round
+            return
+        elif what.answer is None:
+            self._read(what)
         else:
+            self._write(what)
+
+    def _wait_s(self) -> float:
+        """Seconds until the nearest deadline (at most one)."""
+        nearest = min((c.deadline for c in self._open.values()), default=None)
+        if nearest is None:
+            return 1.0
+        return min(max(nearest - time.monotonic(), 0.0), 1.0)
+
+    def _accept(self) -> None:
+        for _ in range(max(1, min(ACCEPTS_PER_ROUND, self._max // 4))):
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors: free one for the next round
+                log.debug("metrics server: accept failed (%s)", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self._evict_one()
+                return
+            if len(self._open) >= self._max and not self._evict_one():
+                log.debug("metrics server: %s refused, every connection is answering", peer)
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = _Connection(sock, peer, time.monotonic() + self._timeout)
+            self._open[sock] = conn
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+            self._read(conn)  # a client that sent its request with the connect: answered now
+
+    def _evict_one(self) -> bool:
+        """Close the oldest connection still sending its request; False when there is none."""
+        for conn in self._open.values():
+            if conn.answer is None:
+                log.debug("metrics server: %s closed to make room (cap reached)", conn.peer)
+                self._close(conn)
+                return True
+        return False
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for conn in [c for c in self._open.values() if c.deadline <= now]:
+            log.debug("metrics server: %s closed at its request deadline", conn.peer)
+            self._close(conn)
+
+    def _read(self, conn: _Connection) -> None:
+        try:
+            data = conn.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.debug("metrics server: client %s gone (%s)", conn.peer, exc)
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        seen = len(conn.head)
+        conn.head += data
+        end = _head_end(conn.head, max(seen - 3, 0))
+        if end >= 0:
+            self._answer(conn, *self._respond(bytes(conn.head[:end]), conn.peer))
+        elif len(conn.head) > MAX_REQUEST_HEAD_BYTES:
+            self._answer(conn, 431, "text/plain", b"request head too large\n")
+
+    def _respond(self, head: bytes, peer: Any) -> _Answer:
+        """The answer to a request whose line and headers are ``head``."""
+        parts = head.split(b"\n", 1)[0].rstrip(b"\r").split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            return 400, "text/plain", b"bad request\n"
+        if parts[0] != b"GET":
+            return 501, "text/plain", b"only GET is served\n"
+        route = self._routes.get(parts[1].split(b"?", 1)[0].decode("latin-1"))
+        if route is None:
+            return 404, "text/plain", b"not found\n"
+        try:
+            return route()
+        except Exception as exc:  # an endpoint's failure is one answer's, not the server's
             log.warning(
                 "metrics server: request from %s failed: %s: %s",
-                client_address,
+                peer,
                 type(exc).__name__,
-                exc,
+                one_line(str(exc), 300),
             )
+            return 500, "text/plain", b"internal error\n"
+
+    def _answer(self, conn: _Connection, code: int, ctype: str, body: bytes) -> None:
+        head = (
+            f"HTTP/1.0 {code} {HTTPStatus(code).phrase}\r\n"
+            f"Server: boxwatch-agent\r\nDate: {formatdate(usegmt=True)}\r\n"
+            f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        conn.answer = memoryview(head.encode("latin-1") + body)
+        conn.deadline = time.monotonic() + self._timeout
+        self._selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+        self._write(conn)
+
+    def _write(self, conn: _Connection) -> None:
+        assert conn.answer is not None
+        try:
+            sent = conn.sock.send(conn.answer)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.debug("metrics server: client %s gone (%s)", conn.peer, exc)
+            self._close(conn)
+            return
+        conn.answer = conn.answer[sent:]
+        if not conn.answer:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_WR)
+            self._close(conn)
+
+    def _close(self, conn: _Connection) -> None:
+        self._open.pop(conn.sock, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
+        conn.sock.close()
+
+    def _release(self) -> None:
+        """Close the connections, the listener and the selector (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in list(self._open.values()):
+            self._close(conn)
+        self._selector.close()
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+
+
+_Answer = tuple[int, str, bytes]
+_LISTENER, _WAKE = object(), object()
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One client: its request head so far, then its answer still to send."""
+
+    sock: socket.socket
+    peer: Any
+    deadline: float
+    head: bytearray = field(default_factory=bytearray)
+    answer: memoryview | None = None
+
+
+def _head_end(head: bytearray, start: int) -> int:
+    """Where the blank line ending the request head begins in ``head`` (searched from
+    ``start``), or -1; lines may end in CRLF or a bare LF."""
+    ends = [i for i in (head.find(b"\r\n\r\n", start), head.find(b"\n\n", start)) if i >= 0]
+    return min(ends, default=-1)

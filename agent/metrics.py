@@ -18,7 +18,7 @@ from boxwatch.agent.vocab import AGENT_OUTPUTS, DEAD_LETTER_REASONS, GATE_OUTCOM
 
 INPUT_KINDS = ("model", "bn")
 INVALID_REASONS = DEAD_LETTER_REASONS
-RELOAD_RESULTS = ("success", "failure", "refused_rollback")
+RELOAD_RESULTS = ("success", "failure", "refused_rollback", "timeout")
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)

@@ -87,6 +87,27 @@ class BatchTally:
 
 
 @dataclass
+class ReloadJob:
+    """A candidate artifact loading in its own thread, and the wall-clock limit it has."""
+
+    deadline: float
+    done: threading.Event = field(default_factory=threading.Event)
+    runtime: MonitorRuntime | None = None
+    error: BaseException | None = None
+    finished_at: float | None = None
+    overrun: bool = False  # refused at its deadline: what it returns is dropped
+
+    def run(self, load: Callable[[], MonitorRuntime]) -> None:
+        try:
+            self.runtime = load()
+        except BaseException as exc:  # any failure of the candidate, reported by the loop
+            self.error = exc
+        finally:
+            self.finished_at = time.monotonic()
+            self.done.set()
+
+
+@dataclass
 class AgentStatus:
     """Live figures for the status page and the demo's table (updated by the loop thread)."""
 
@@ -164,6 +185,7 @@ class Agent:
         self._stop_deadline: float | None = None
         self.reload_event = threading.Event()
         self._reload_runtime = reload_runtime
+        self._reload_job: ReloadJob | None = None
         self._consumer: Any = None
         self._producer: Any = None
         self._last_lag = 0.0
@@ -213,7 +235,7 @@ class Agent:
         self.stop_event.set()
 
     def request_reload(self) -> None:
-        """Reload the artifact between batches (what SIGHUP triggers)."""
+        """Load the artifact again beside the loop and swap it in between batches (SIGHUP)."""
         self.reload_event.set()
 
     def ready(self) -> bool:
@@ -232,8 +254,7 @@ class Agent:
         max_records = self.cfg["batch.max_records"]
         try:
             while not self.stop_event.is_set():
-                if self.reload_event.is_set():
-                    self._reload()
+                self._poll_reload()
                 try:
                     records = self._consumer.poll(max_records, wait_s)
                 except KafkaUnavailable as exc:
@@ -656,19 +677,52 @@ class Agent:
         decisions = list(runtime.diagram.terminals) if runtime.diagram else []
         self.metrics.prime_classes(runtime.classes, layers, decisions)
 
-    def _reload(self) -> None:
-        """Verify and swap in a new artifact; keep the old one on any failure."""
-        self.reload_event.clear()
-        if self._reload_runtime is None:
-            return
-        try:
-            new = self._reload_runtime()
-        except Exception as exc:  # any failure of a candidate: count it, keep serving the old
-            self.metrics.artifact_reloads.labels("failure").inc()
-            self.status.reload_failures += 1
+    def _poll_reload(self) -> None:
+        """Start a requested reload, or settle the one loading (called between batches).
+
+        The candidate loads in a daemon thread (:class:`ReloadJob`), so neither the loop nor
+        the HTTP thread nor the signal handlers wait for it. Past ``reload.timeout_s`` it is
+        refused and counted; a thread cannot be interrupted, so its load is left to finish
+        (the readers before the signature are linear in their input, so it does) and what it
+        returns is dropped. One candidate at a time: a SIGHUP meanwhile waits for it.
+        """
+        job = self._reload_job
+        if job is not None:
+            late = (job.finished_at or time.monotonic()) > job.deadline
+            if not job.overrun and late:
+                job.overrun = True
+                self._reload_refused(
+                    "timeout",
+                    f"loading the candidate took more than {self.cfg['reload.timeout_s']} s "
+                    "(reload.timeout_s)",
+                )
+            if not job.done.is_set():
+                return
+            self._reload_job = None
+            if not job.overrun:
+                self._finish_reload(job)
+        if self.reload_event.is_set() and self._reload_runtime is not None:
+            self.reload_event.clear()
+            job = ReloadJob(deadline=time.monotonic() + self.cfg["reload.timeout_s"])
+            self._reload_job = job
+            threading.Thread(
+                target=job.run, args=(self._reload_runtime,), name="boxwatch-reload", daemon=True
+            ).start()
+
+    def _reload_refused(self, result: str, reason: str) -> None:
+        self.metrics.artifact_reloads.labels(result).inc()
+        self.status.reload_failures += 1
+        log.error("artifact reload failed, keeping %s: %s", self.runtime.artifact_id, reason)
+
+    def _finish_reload(self, job: ReloadJob) -> None:
+        """Swap in a loaded candidate; keep the running artifact on any failure."""
+        if job.error is not None:
+            exc = job.error
             reason = str(exc) if isinstance(exc, BoxwatchError) else _one_line(exc)
-            log.error("artifact reload failed, keeping %s: %s", self.runtime.artifact_id, reason)
+            self._reload_refused("failure", reason)
             return
+        new = job.runtime
+        assert new is not None  # set whenever the load did not raise
         if (
             new.artifact.created_at < self.runtime.artifact.created_at
             and not self.cfg["allow_rollback"]
@@ -732,4 +786,6 @@ def serve(agent: Agent) -> AgentHTTPServer:
         healthy=agent.alive,
         ready=agent.ready,
         status=status,
+        request_timeout_s=agent.cfg["metrics.request_timeout_s"],
+        max_connections=agent.cfg["metrics.max_connections"],
     ).start()

@@ -78,6 +78,7 @@ def write_stored_zip(entries: list[tuple[str, bytes]]) -> bytes:
 
 _EOCD = struct.Struct("<IHHHHIIH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_LOCAL = struct.Struct("<IHHHHHIIIHH")
 _ZIP64_LOCATOR_SIG = b"PK\x06\x07"
 
 
@@ -89,6 +90,9 @@ def check_zip_index(data: bytes, *, max_entries: int, max_name: int = 512) -> st
     record must be the last 22 bytes (no comment, no ZIP64), the directory it points to must
     end right before it, fit ``max_entries`` records of names up to ``max_name`` bytes, and
     hold exactly the entries it declares -- all checked by walking at most that many records.
+    Every entry's local header and data must lie before the directory and overlap no other
+    entry's: a few MB whose entries all span the same bytes would otherwise be read (and
+    hashed, and kept) once per entry.
     """
     if len(data) < _EOCD.size:
         return "too short for a ZIP end-of-central-directory record"
@@ -110,6 +114,7 @@ def check_zip_index(data: bytes, *, max_entries: int, max_name: int = 512) -> st
     if cd_size >= 20 and data[end - 20 : end - 16] == _ZIP64_LOCATOR_SIG:
         return "ZIP64 container"
     pos, count = cd_offset, 0
+    spans: list[tuple[int, int]] = []
     while pos < end:
         if count >= n_total or end - pos < _CENTRAL.size:
             return "central directory holds more than it declares"
@@ -119,8 +124,30 @@ def check_zip_index(data: bytes, *, max_entries: int, max_name: int = 512) -> st
         name_len, extra_len, comment_len = fields[10], fields[11], fields[12]
         if name_len > max_name:
             return f"central directory name of {name_len} bytes (cap {max_name})"
+        span = _entry_span(data, fields[16], fields[8], cd_offset)
+        if isinstance(span, str):
+            return span
+        spans.append(span)
         pos += _CENTRAL.size + name_len + extra_len + comment_len
         count += 1
     if pos != end or count != n_total:
         return "central directory holds other than it declares"
+    spans.sort()
+    for (_, first_end), (second, _) in zip(spans, spans[1:], strict=False):
+        if second < first_end:
+            return "entries overlap (two entries' data share bytes)"
     return None
+
+
+def _entry_span(data: bytes, offset: int, size: int, cd_offset: int) -> tuple[int, int] | str:
+    """The bytes ``[start, end)`` one entry occupies (local header, name, extra, data), or
+    why it is refused: outside the part of the file before the central directory."""
+    if offset + _LOCAL.size > cd_offset:
+        return "an entry's local header overlaps the central directory"
+    fields = _LOCAL.unpack_from(data, offset)
+    if fields[0] != 0x04034B50:
+        return "corrupt local header"
+    stop = offset + _LOCAL.size + fields[9] + fields[10] + size
+    if stop > cd_offset:
+        return "entries overlap the central directory"
+    return offset, stop

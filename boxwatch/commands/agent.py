@@ -85,7 +85,8 @@ def agent(config_path: Path | None, verbose: bool, **options: Any) -> None:
     consumes inputs in micro-batches, emits one verdict (or gate record) per input, sends
     malformed records to the dead-letter topic, commits offsets after delivery, and serves
     /metrics, /healthz, /readyz and a status page. SIGTERM/SIGINT: finish the batch and stop;
-    SIGHUP: reload the artifact (verified first; the old one stays on failure).
+    SIGHUP: reload the artifact beside the loop (verified first, within reload.timeout_s;
+    the old one stays on failure).
 
     \b
     Example:

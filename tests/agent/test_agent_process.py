@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from consumed import Record
 from prometheus_client import generate_latest
 
 from boxwatch.agent import boxes as boxes_module
+from boxwatch.agent import service
 from boxwatch.agent.boxes import box_kernel
 
 TOPICS = {
@@ -137,3 +140,106 @@ def test_box_kernel_setting_changes_the_implementation_not_the_verdicts(example,
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+# -- reloads beside the loop (issue 37) ------------------------------------------------------------
+class IdleConsumer:
+    """A consumer with nothing to consume that counts the loop's polls."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self._wait = threading.Event()
+
+    def poll(self, max_records: int, wait_s: float) -> list:
+        self.polls += 1
+        self._wait.wait(wait_s)
+        return []
+
+    def lag(self) -> dict:
+        return {}
+
+    def close(self, timeout: float) -> None:
+        return None
+
+
+class IdleProducer:
+    def close(self, timeout: float) -> None:
+        return None
+
+
+@pytest.fixture
+def idle_clients(monkeypatch):
+    consumer = IdleConsumer()
+    monkeypatch.setattr(service, "make_consumer", lambda *a, **k: consumer)
+    monkeypatch.setattr(service, "make_producer", lambda *a, **k: IdleProducer())
+    return consumer
+
+
+def _wait_until(check, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def _reloads(agent, result: str) -> float:
+    return agent.metrics.artifact_reloads.labels(result)._value.get()
+
+
+def test_a_slow_reload_runs_beside_the_loop_and_is_refused_at_its_deadline(example, idle_clients):
+    """The loop keeps polling while a candidate loads; past reload.timeout_s the candidate
+    is refused and counted, and what it returns later is dropped; the next reload runs."""
+    agent = make_agent(example, **{"reload.timeout_s": 1})
+    running = agent.runtime
+    release = threading.Event()
+    calls: list[str] = []
+
+    def slow_load():
+        calls.append("slow")
+        release.wait(30)
+        return running
+
+    agent._reload_runtime = slow_load
+    loop = threading.Thread(target=agent.run, daemon=True)
+    loop.start()
+    try:
+        assert _wait_until(lambda: idle_clients.polls > 0)
+        agent.request_reload()
+        assert _wait_until(lambda: calls == ["slow"])
+        polls = idle_clients.polls
+        time.sleep(0.5)
+        assert idle_clients.polls > polls + 5, "the loop stopped while a candidate loaded"
+        assert _wait_until(lambda: _reloads(agent, "timeout") == 1, timeout=5)
+        assert agent.status.reload_failures == 1 and agent.runtime is running
+        agent.request_reload()  # waits for the overrun load to end: one candidate at a time
+        time.sleep(0.3)
+        assert calls == ["slow"]
+        agent._reload_runtime = lambda: calls.append("fast") or running
+        release.set()
+        assert _wait_until(lambda: _reloads(agent, "success") == 1)
+        assert calls == ["slow", "fast"] and _reloads(agent, "timeout") == 1
+    finally:
+        release.set()
+        agent.stop()
+        loop.join(10)
+    assert not loop.is_alive()
+
+
+def test_stop_ends_the_loop_while_a_reload_hangs(example, idle_clients):
+    """A load that never returns does not hold the agent: stop() ends run() at once."""
+    agent = make_agent(example, **{"reload.timeout_s": 60})
+    hang = threading.Event()
+    agent._reload_runtime = lambda: hang.wait(120) and agent.runtime
+    loop = threading.Thread(target=agent.run, daemon=True)
+    loop.start()
+    try:
+        agent.request_reload()
+        assert _wait_until(lambda: agent._reload_job is not None)
+        t0 = time.monotonic()
+        agent.stop()
+        loop.join(10)
+        assert not loop.is_alive() and time.monotonic() - t0 < 2.0
+    finally:
+        hang.set()

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import zipfile
 
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hostile_inputs import (
+    JSON_FAMILIES,
+    OVERLAP_LAYOUTS,
+    manifest_artifact,
+    overlapping_artifact,
+    reference_depth,
+    signature_artifact,
+)
 
 from boxwatch.agent import artifact as art
 from boxwatch.agent.errors import ArtifactError
@@ -265,3 +274,109 @@ def test_digest_files(tmp_path):
     (tmp_path / "model.onnx.data").write_bytes(b"weightz")
     changed = art.digest_files([tmp_path / "model.onnx", tmp_path / "model.onnx.data"])
     assert changed["digest"] != both["digest"]
+
+
+# -- readers of bytes not yet trusted (issue 37) -------------------------------------------------
+VALID_JSON = [
+    b'{"a": ["x\\\\", "]\\"[", {"b": [[1], {}]}], "c": "{\\u0022"}',
+    b'["\\\\\\"]", [[["\\\\"]]], "\\\\\\\\"]',
+    art.canonical_json({"k": ["\\" * 5 + '"[{' * 3, [[{"x": "]]]"}]]]}),
+]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 20])
+def test_json_depth_equals_a_per_byte_reference(monkeypatch, chunk):
+    """Strings (escaped quotes, backslash runs, brackets inside) are skipped exactly, also
+    when an escape or a backslash run straddles two chunks of the scan."""
+    monkeypatch.setattr(art, "_SCAN_CHUNK", chunk)
+    texts = [*VALID_JSON, *(make(n) for make in JSON_FAMILIES.values() for n in (1, 9, 300))]
+    for text in texts:
+        assert art.json_depth(text) == reference_depth(text), text[:60]
+    for text in VALID_JSON:
+        assert art.json_depth(text) == _depth(json.loads(text))
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _best_of(runs: int, fn) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@pytest.mark.parametrize("family", sorted(JSON_FAMILIES))
+def test_json_depth_is_linear(family):
+    """8x the text takes at most 24x the time (a rescan at every quote took 64x) and 2 MB
+    well under a second."""
+    small, large = JSON_FAMILIES[family](256 << 10), JSON_FAMILIES[family](2 << 20)
+    t_small = _best_of(3, lambda: art.json_depth(small))
+    t_large = _best_of(3, lambda: art.json_depth(large))
+    assert t_large < 1.0, (family, t_large)
+    assert t_large < 24 * max(t_small, 1e-3), (family, t_small, t_large)
+
+
+def test_signature_larger_than_its_cap_refused_from_the_index():
+    """The builder's signature is 154 bytes; a larger one is refused before it is read."""
+    assert art.MAX_SIGNATURE_BYTES <= 200
+    text = JSON_FAMILIES["escaped_quotes"](art.MAX_SIGNATURE_BYTES + 1)
+    with pytest.raises(ArtifactError, match=r"manifest.sig declares \d+ bytes \(cap 200\)"):
+        art.load_artifact(signature_artifact(text), None)
+
+
+@pytest.mark.parametrize("family", sorted(JSON_FAMILIES))
+def test_hostile_signature_text_refused_fast(family):
+    data = signature_artifact(JSON_FAMILIES[family](art.MAX_SIGNATURE_BYTES))
+    t0 = time.perf_counter()
+    with pytest.raises(ArtifactError, match="manifest.sig|not an ed25519 signature"):
+        art.load_artifact(data, None)
+    assert time.perf_counter() - t0 < 1.0
+
+
+@pytest.mark.parametrize("family", sorted(JSON_FAMILIES))
+def test_hostile_manifest_text_refused_fast_without_a_key(family):
+    """What ``inspect`` without a key reads: 1 MB of each family, refused in well under 1 s."""
+    data = manifest_artifact(JSON_FAMILIES[family](1 << 20))
+    t0 = time.perf_counter()
+    with pytest.raises(ArtifactError, match="manifest.json|not a boxwatch.artifact manifest"):
+        art.load_artifact(data, None)
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_manifest_cap_refused_from_the_index_and_kept_by_the_builder(signing_key):
+    data = manifest_artifact(b" " * (art.MAX_MANIFEST_BYTES + 1))
+    with pytest.raises(ArtifactError, match=r"manifest.json declares \d+ bytes \(cap"):
+        art.load_artifact(data, None)
+    with pytest.raises(ArtifactError, match="manifest of .* bytes exceeds"):
+        art.build_artifact_bytes(
+            {}, private_key=signing_key, created_at=1, contents={"x": "y" * art.MAX_MANIFEST_BYTES}
+        )
+
+
+@pytest.mark.parametrize("layout", OVERLAP_LAYOUTS)
+def test_overlapping_members_refused_from_the_index(layout, monkeypatch):
+    """Members whose data overlap (each other or the central directory): refused before
+    any member is read."""
+    data = overlapping_artifact(64 << 10, 12, layout)
+
+    def no_read(*_args):
+        raise AssertionError("a member was read")
+
+    monkeypatch.setattr(art, "_read_member", no_read)
+    with pytest.raises(ArtifactError, match="overlap"):
+        art.load_artifact(data, None)
+
+
+def test_npz_with_overlapping_arrays_refused():
+    from boxwatch.agent.arrays import loads_npz
+
+    with pytest.raises(ArtifactError, match="overlap"):
+        loads_npz(overlapping_artifact(4096, 4, "chained"))

@@ -165,7 +165,11 @@ def test_allow_rollback_accepts_an_older_artifact(example, agent_config_factory,
         agent = build_agent(cfg)
         shutil.copyfile(example.artifact, live)
         agent.request_reload()
-        agent._reload()
+        agent._poll_reload()  # starts the load in its thread
+        deadline = time.monotonic() + 60
+        while agent._reload_job is not None and time.monotonic() < deadline:
+            agent._reload_job.done.wait(0.1)
+            agent._poll_reload()  # settles it once loaded
         got = agent.metrics.artifact_reloads.labels(result)._value.get()
         assert got == 1, (allow, result)
         expected = example.artifact if allow else newer
