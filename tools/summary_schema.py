@@ -1,7 +1,7 @@
 """Write ``docs/summary.schema.json``, the JSON schema of ``build-artifact``'s ``summary.json``.
 
 The schema is generated from the summary's records (``offline/release/records.py``); run this
-after changing them (``tests/offline/release/test_records.py`` checks the file is current).
+after changing them (``tests/offline/release/test_summary_records.py`` checks the file is current).
 """
 
 from __future__ import annotations

@@ -188,10 +188,12 @@ def _reloads(agent, result: str) -> float:
     return agent.metrics.artifact_reloads.labels(result)._value.get()
 
 
-def test_a_slow_reload_runs_beside_the_loop_and_is_refused_at_its_deadline(example, idle_clients):
+def test_a_slow_reload_runs_beside_the_loop_and_is_refused_at_its_deadline(
+    make_agent, idle_clients
+):
     """The loop keeps polling while a candidate loads; past reload.timeout_s the candidate
     is refused and counted, and what it returns later is dropped; the next reload runs."""
-    agent = make_agent(example, **{"reload.timeout_s": 1})
+    agent = make_agent(reload__timeout_s=1)
     running = agent.runtime
     release = threading.Event()
     calls: list[str] = []
@@ -227,9 +229,9 @@ def test_a_slow_reload_runs_beside_the_loop_and_is_refused_at_its_deadline(examp
     assert not loop.is_alive()
 
 
-def test_stop_ends_the_loop_while_a_reload_hangs(example, idle_clients):
+def test_stop_ends_the_loop_while_a_reload_hangs(make_agent, idle_clients):
     """A load that never returns does not hold the agent: stop() ends run() at once."""
-    agent = make_agent(example, **{"reload.timeout_s": 60})
+    agent = make_agent(reload__timeout_s=60)
     hang = threading.Event()
     agent._reload_runtime = lambda: hang.wait(120) and agent.runtime
     loop = threading.Thread(target=agent.run, daemon=True)
