@@ -226,3 +226,16 @@ def test_no_pickle_on_the_agent_path():
         if name.startswith("boxwatch.agent"):
             text = path.read_text()
             assert "import pickle" not in text and "allow_pickle=True" not in text, name
+
+
+def test_test_files_mirror_the_packages_with_unique_names():
+    """Test folders have no ``__init__.py`` (pytest imports each file by its basename), so two
+    test files of one name in different folders break collection; and none sits at the top."""
+    tests = ROOT / "tests"
+    names: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert names, "no test files found"
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
+    assert sorted(p.name for p in tests.glob("test_*.py")) == []
+    assert not any(tests.rglob("__init__.py"))
