@@ -77,7 +77,7 @@ def load_network(source: str | Path | Any, *, max_memory: float | None = None) -
 
     Bounded before it allocates: a text file (and a ``.gz`` file's decompressed stream) may
     have ``max_memory / TEXT_SHARE`` bytes, and every CPT is sized from its declared shape
-    against ``max_memory`` before its table exists (UAI files have their own bounds:
+    against ``max_memory`` before its table exists (UAI files are read as a stream:
     :func:`~.uai.read_uai`). Text is UTF-8 (latin-1 is accepted for old Hugin files); NUL
     bytes are refused.
 

@@ -118,16 +118,18 @@ class Budget:
             raise ConfigError(f"{where_line}: {quote(var)} lists itself as a parent")
         shape = (*(len(states[p]) for p in par), len(states[var]))
         cells = math.prod(shape)
-        nbytes = 8 * cells
+        self.take(8 * cells, f"the CPT of {quote(var)} has {cells:,} cells", where_line)
+        return shape
+
+    def take(self, nbytes: int, what: str, where_line: str) -> None:
+        """Charge ``nbytes`` (``what`` says of what, for the error) to the budget, or refuse."""
         if nbytes > self.bytes_left:
             raise ConfigError(
-                f"{where_line}: the CPT of {quote(var)} has {cells:,} cells "
-                f"({size_text(nbytes)}), more than the memory limit "
+                f"{where_line}: {what} ({size_text(nbytes)}), more than the memory limit "
                 f"{size_text(self.limit)} leaves for the network's tables "
                 f"({size_text(self.bytes_left)}); raise --max-memory or give a smaller network"
             )
         self.bytes_left -= nbytes
-        return shape
 
 
 # ---------------------------------------------------------------------------- tokenising
