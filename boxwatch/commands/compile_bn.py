@@ -17,7 +17,12 @@ from boxwatch.agent.inputs import show_path
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
-from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
+from boxwatch.offline.bn.compile import (
+    MAX_TIE_PAIRS,
+    METHODS,
+    CompileResult,
+    compile_classifier,
+)
 from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.plan import CompileLimitError
@@ -69,6 +74,8 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
     if d.is_argmax:
         decided = ", ".join(f"{k} {v:,}" for k, v in (result.decided or {}).items())
         pairs = ", ".join(f"{a}/{b} {n:,}" for (a, b), n in (result.tie_pairs or {}).items())
+        if not result.tie_pairs_counted:
+            pairs = f"pairs not counted (more than {MAX_TIE_PAIRS:,} tied pairs)"
         head = (
             f"classifier   argmax_c P({d.class_variable} = c | x)\n"
             f"method       {result.method}\n"
