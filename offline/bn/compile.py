@@ -627,7 +627,7 @@ def _decide_argmax(
     zc = joint.shape[0]
     flat = joint.reshape(zc, -1)
     n = flat.shape[1]
-    codes = np.empty(n, dtype=_code_dtype(zc))
+    codes: np.ndarray = np.empty(n, dtype=_code_dtype(zc))
     post = np.empty(flat.shape) if keep_posterior else None
     ties = impossible = 0
     step = max(1, ARGMAX_BLOCK_CELLS // zc)
