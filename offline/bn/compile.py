@@ -83,7 +83,12 @@ from boxwatch.offline.bn.exact import (
     unique_keys,
 )
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes
+from boxwatch.offline.bn.limits import (
+    CompileTimeError,
+    Deadline,
+    default_max_memory,
+    format_bytes,
+)
 from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.plan import (
     SEPARATOR_BLOCK_CELLS,
@@ -96,12 +101,14 @@ from boxwatch.offline.bn.plan import (
     additive_estimate,
     distinct_table_bytes,
     joint_error_bound,
+    jointree_floor,
     plan_joint,
     plan_jointree,
     plan_separator,
     refusal,
     relevant_factors,
     separator_error_bound,
+    separator_floor,
     upper_error_bound,
     within,
 )
@@ -281,11 +288,14 @@ def compile_classifier(
     max_memory: float | None = None,
     max_seconds: float | None = None,
     progress: Progress | None = None,
+    deadline: Deadline | None = None,
 ) -> CompileResult:
     """Compile a threshold or argmax classifier into its canonical decision diagram.
 
     Every route is sized first (:mod:`boxwatch.offline.bn.plan`); one whose estimate
-    exceeds a limit is not started.
+    exceeds a limit is not started. Routes that cannot fit are ruled out from the
+    cardinalities before they are planned, and planning is held to the time limit too: a
+    route whose planning runs out of time does not fit.
 
     Parameters
     ----------
@@ -302,6 +312,9 @@ def compile_classifier(
         clock, planning included; checked inside every route's loops); default no limit.
     progress : callable(done, total), optional
         Called as the long loops advance (the separator route's prefixes).
+    deadline : Deadline, optional
+        A clock already running (the command's, started before it read the network): the
+        compilation is held to its ``max_seconds`` from its ``start`` instead.
 
     Returns
     -------
@@ -326,53 +339,14 @@ def compile_classifier(
         spec = resolve_spec(network, spec)
     limit = float(default_max_memory() if max_memory is None else max_memory)
     start = time.perf_counter()
-    deadline = Deadline(max_seconds, network.source, start)
+    if deadline is None:
+        deadline = Deadline(max_seconds, network.source, start)
+    max_seconds = deadline.max_seconds
+    deadline.enter(None)
+    deadline.route = "planning"
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
-    options: list[tuple[Estimate, Callable[[], _Built]]] = []
-    if method in ("auto", "joint") or len(spec.order) < 2:
-        joint = plan_joint(network, spec, max_memory=limit)
-        if joint.contraction is not None:
-            planned = joint.contraction
-            options.append(
-                (joint.estimate, lambda: _compile_joint(network, spec, planned, deadline))
-            )
-        else:
-            options.append((joint.estimate, _never_runs))
-    quick = (
-        method == "auto"
-        and bool(options)
-        and within(options[0][0], limit, max_seconds)
-        and (options[0][0].seconds <= AUTO_QUICK_SECONDS)
-    )
-    if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
-        tree = plan_jointree(network, spec, max_memory=limit)
-        options.append(
-            (
-                tree.estimate,
-                lambda: _compile_jointree(
-                    network, spec, tree, max_memory=limit, progress=progress, deadline=deadline
-                ),
-            )
-        )
-    if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
-        if _additive_applies(network, spec):
-            options.append(
-                (
-                    _additive_estimate(network, spec),
-                    lambda: _compile_additive(network, spec, deadline),
-                )
-            )
-        else:
-            sep = plan_separator(network, spec, max_memory=limit)
-            options.append(
-                (
-                    sep.estimate,
-                    lambda: _compile_separator(
-                        network, spec, sep, max_memory=limit, progress=progress, deadline=deadline
-                    ),
-                )
-            )
+    options = _plan_routes(network, spec, method, limit, deadline, progress)
     fitting = [o for o in options if within(o[0], limit, max_seconds)]
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
@@ -418,6 +392,96 @@ def compile_classifier(
 def _never_runs() -> _Built:
     """The build of a route sized out before planning (its estimate never fits)."""
     raise AssertionError("a route estimated not to fit was started")
+
+
+def _plan_routes(
+    network: Network,
+    spec: ResolvedSpec,
+    method: str,
+    limit: float,
+    deadline: Deadline,
+    progress: Progress | None,
+) -> list[tuple[Estimate, Callable[[], _Built]]]:
+    """Every route ``method`` allows, sized: (estimate, build), in order.
+
+    A route whose lower bound from the cardinalities alone does not fit is not planned
+    (its bound is its estimate). A route whose planning runs past the time limit gets an
+    estimate that fits nothing and says so, and the routes after it are not planned.
+    """
+    max_seconds = deadline.max_seconds
+    options: list[tuple[Estimate, Callable[[], _Built]]] = []
+    planning = "joint"
+    try:
+        if method in ("auto", "joint") or len(spec.order) < 2:
+            joint = plan_joint(network, spec, max_memory=limit, deadline=deadline)
+            if joint.contraction is not None:
+                planned = joint.contraction
+                options.append(
+                    (joint.estimate, lambda: _compile_joint(network, spec, planned, deadline))
+                )
+            else:
+                options.append((joint.estimate, _never_runs))
+        quick = (
+            method == "auto"
+            and bool(options)
+            and within(options[0][0], limit, max_seconds)
+            and (options[0][0].seconds <= AUTO_QUICK_SECONDS)
+        )
+        if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
+            planning = "jointree"
+            floor = jointree_floor(network, spec)
+            if within(floor, limit, max_seconds):
+                tree = plan_jointree(network, spec, max_memory=limit, deadline=deadline)
+                options.append(
+                    (
+                        tree.estimate,
+                        lambda: _compile_jointree(
+                            network,
+                            spec,
+                            tree,
+                            max_memory=limit,
+                            progress=progress,
+                            deadline=deadline,
+                        ),
+                    )
+                )
+            else:
+                options.append((floor, _never_runs))
+        if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
+            if _additive_applies(network, spec):
+                planning = "decompose/additive"
+                options.append(
+                    (
+                        _additive_estimate(network, spec),
+                        lambda: _compile_additive(network, spec, deadline),
+                    )
+                )
+            else:
+                planning = "decompose/separator"
+                floor = separator_floor(network, spec)
+                if within(floor, limit, max_seconds):
+                    sep = plan_separator(network, spec, max_memory=limit, deadline=deadline)
+                    options.append(
+                        (
+                            sep.estimate,
+                            lambda: _compile_separator(
+                                network,
+                                spec,
+                                sep,
+                                max_memory=limit,
+                                progress=progress,
+                                deadline=deadline,
+                            ),
+                        )
+                    )
+                else:
+                    options.append((floor, _never_runs))
+    except CompileTimeError as exc:
+        stopped = (
+            f"planning stopped at the time limit after {deadline.elapsed():.3g} s ({exc.reached})"
+        )
+        options.append((Estimate(planning, math.inf, math.inf, stopped, sized=False), _never_runs))
+    return options
 
 
 # ---------------------------------------------------------------------------- shared pieces
