@@ -24,7 +24,7 @@ from boxwatch.offline.bn.compile import (
     compile_classifier,
 )
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.plan import CompileLimitError
 
 PROGRESS_AFTER_S = 1.0
@@ -177,7 +177,9 @@ def compile_bn(
     try:
         with memory_guard(limit), _progress() as bar:
             start = time.perf_counter()
-            network = load_network(network_file, max_memory=limit)
+            deadline = Deadline(max_seconds, show_path(network_file), start)
+            deadline.enter("reading the network", "give a smaller network")
+            network = load_network(network_file, max_memory=limit, deadline=deadline)
             parse_seconds = time.perf_counter() - start
             spec = resolve_spec(network, wanted)
             result = compile_classifier(
@@ -185,8 +187,8 @@ def compile_bn(
                 spec,
                 method=method,
                 max_memory=limit,
-                max_seconds=max_seconds,
                 progress=bar,
+                deadline=deadline,
             )
     except ConfigError as exc:
         fail(exc, EXIT_USAGE)

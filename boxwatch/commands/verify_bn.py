@@ -17,7 +17,7 @@ from boxwatch.commands.options import classifier_options, classifier_spec, limit
 from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
 
@@ -152,15 +152,18 @@ def verify_bn(
     limit = default_max_memory() if max_memory is None else max_memory
     try:
         start = time.perf_counter()
+        deadline = Deadline(max_seconds, show_path(network_file), start)
         with memory_guard(limit):
-            network = load_network(network_file, max_memory=limit)
+            deadline.enter("reading the network", "give a smaller network")
+            network = load_network(network_file, max_memory=limit, deadline=deadline)
             spec = resolve_spec(network, wanted)
-            compiled = compile_classifier(network, spec, max_memory=limit, max_seconds=max_seconds)
-        diagram = compiled.diagram
-        schema = ClassifierSchema.from_diagram(diagram, network.variables)
-        specs = _load_specs(rules_path, fmo_path, schema)
-        with BNVerifier(diagram, network=network) as verifier:
-            report = verifier.verify(specs, counterexamples=k)
+            compiled = compile_classifier(network, spec, max_memory=limit, deadline=deadline)
+            diagram = compiled.diagram
+            schema = ClassifierSchema.from_diagram(diagram, network.variables)
+            deadline.enter("verifying the rules", "give fewer rules or queries")
+            specs = _load_specs(rules_path, fmo_path, schema)
+            with BNVerifier(diagram, network=network, deadline=deadline) as verifier:
+                report = verifier.verify(specs, counterexamples=k)
     except ConfigError as exc:
         raise VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems)) from exc
     except MemoryError as exc:

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from bn_synthetic import random_dag
 from bn_tables import DATA, all_assignments, brute_rule, diagram_from_table, table_of
+from deadlines import Countdown
 from pysat.solvers import Solver
 
 from boxwatch.agent.diagram import DecisionDiagram
@@ -29,7 +30,7 @@ from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.cnf import encode_diagram
 from boxwatch.offline.bn.compile import MAX_TIE_PAIRS, compile_classifier
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import CompileTimeError, Deadline
+from boxwatch.offline.bn.limits import CompileTimeError
 from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.rules import ClassifierSchema, MonotonicityQuery, Rule, parse_spec
 from boxwatch.offline.bn.verify import BNVerifier
@@ -253,20 +254,6 @@ def test_argmax_work_grows_with_the_ties_not_with_states_squared(ties, method):
                 assert result.summary()["tie_pairs_counted"] is False
 
 
-class _Countdown(Deadline):
-    """A deadline that expires at its ``n``-th check (no waiting, no timing in the test)."""
-
-    def __init__(self, n: int):
-        super().__init__(0.5, "many.bif")
-        self.left = n
-
-    def check(self, reached: str) -> None:
-        self.left -= 1
-        if self.left <= 0:
-            self.start = time.perf_counter() - 3600
-        super().check(reached)
-
-
 def test_argmax_decisions_stop_at_the_deadline_inside_a_table(monkeypatch):
     """The wall-clock limit is checked while the decisions are made, block by block."""
     monkeypatch.setattr(bn_compile, "ARGMAX_BLOCK_CELLS", 4_000)
@@ -274,7 +261,7 @@ def test_argmax_decisions_stop_at_the_deadline_inside_a_table(monkeypatch):
     spec = resolve_spec(net, ClassifierSpec("C", features=["X", "Y"], decision="argmax"))
     plan = bn_plan.plan_joint(net, spec, max_memory=1e12)
     with pytest.raises(CompileTimeError, match=r"argmax decisions of 3 of 6 inputs made"):
-        bn_compile._compile_joint(net, spec, plan.contraction, _Countdown(5))
+        bn_compile._compile_joint(net, spec, plan.contraction, Countdown(5))
 
 
 def test_argmax_on_a_binary_class_is_not_the_additive_route():

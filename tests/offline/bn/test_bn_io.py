@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from bn_synthetic import random_dag
 from click.testing import CliRunner
+from deadlines import Countdown
 from locations import ROOT, SHARED_BN
 
 from boxwatch.agent.errors import ConfigError
@@ -29,6 +30,7 @@ from boxwatch.offline.bn.formats import (
     write_bif,
 )
 from boxwatch.offline.bn.formats import uai as uai_format
+from boxwatch.offline.bn.limits import CompileTimeError
 from boxwatch.offline.bn.network import Network
 
 SHARED = SHARED_BN
@@ -462,6 +464,35 @@ def test_uai_declared_states_and_tables_are_sized_before_they_are_made():
     wide = "BAYES\n2\n40000 40000\n2\n1 0\n2 0 1\n"
     with pytest.raises(ConfigError, match=r"<uai>:6: the CPT of 'var_1' .*--max-memory"):
         parse_uai(wide, max_memory=64 << 20)
+
+
+@pytest.mark.parametrize("fmt", ["BIF", "XMLBIF", "Hugin", "UAI"])
+def test_reading_stops_at_the_deadline(tmp_path, fmt):
+    """Every reader checks the clock as it tokenizes and parses, not only when done."""
+    net = renamed(random_dag(9, seed=0))
+    text = {
+        "BIF": write_bif(net),
+        "XMLBIF": XMLBIF,
+        "Hugin": NET,
+        "UAI": uai_text(net),
+    }[fmt]
+    suffix = FORMATS[fmt].suffixes[0]
+    path = tmp_path / f"net{suffix}"
+    # enough tokens (or elements) for several checks
+    path.write_text(_padded(text, fmt))
+    deadline = Countdown(3, path.name)
+    deadline.enter("reading the network", "give a smaller network")
+    with pytest.raises(CompileTimeError, match=r"while reading the network \(.*line"):
+        load_network(path, deadline=deadline)
+
+
+def _padded(text: str, fmt: str) -> str:
+    """``text`` with 70,000 empty blocks, 200,000 empty elements or 3 MiB of blank lines."""
+    if fmt == "UAI":
+        return "\n" * (3 << 20) + text
+    if fmt == "XMLBIF":
+        return text.replace("</NETWORK>", "<PROPERTY/>" * 200_000 + "</NETWORK>")
+    return text + "\n".join(["net {}" if fmt == "Hugin" else "network n { }"] * 70_000) + "\n"
 
 
 @pytest.mark.shared_data

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from bn_synthetic import naive_bayes, random_dag
+from deadlines import Countdown
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn import compile as bn_compile
@@ -165,20 +166,6 @@ def test_every_route_stops_at_its_wall_clock_limit(route, reached):
 
 
 # ---------------------------------------------------------------------------- planning
-class _Countdown(Deadline):
-    """A deadline that expires at its ``n``-th check (no waiting, no timing in the test)."""
-
-    def __init__(self, n: int):
-        super().__init__(0.5, "net.bif")
-        self.left = n
-
-    def check(self, reached: str) -> None:
-        self.left -= 1
-        if self.left <= 0:
-            self.start = time.perf_counter() - 3600
-        super().check(reached)
-
-
 def _one_state_features(n: int, **spec):
     """Naive Bayes whose ``n`` features have one state each: one input, so no estimate can
     rule a route out before it is planned, and planning is all the work there is."""
@@ -191,15 +178,15 @@ def test_planning_stops_at_its_wall_clock_limit(planner):
     net, spec = _one_state_features(60, decision="argmax")
     with pytest.raises(CompileTimeError, match=r"in the planning route \(.*cut"):
         if planner == "jointree":
-            bn_plan.plan_jointree(net, spec, max_memory=1e12, deadline=_Countdown(10))
+            bn_plan.plan_jointree(net, spec, max_memory=1e12, deadline=Countdown(10))
         else:
-            bn_plan.plan_separator(net, spec, max_memory=1e12, deadline=_Countdown(10))
+            bn_plan.plan_separator(net, spec, max_memory=1e12, deadline=Countdown(10))
 
 
 def test_planning_past_the_limit_refuses_naming_the_route_it_was_planning():
     net, spec = _one_state_features(60, decision="argmax")
     with pytest.raises(bn_plan.CompileLimitError) as info:
-        bn_compile.compile_classifier(net, spec, deadline=_Countdown(3))
+        bn_compile.compile_classifier(net, spec, deadline=Countdown(3))
     text = str(info.value)
     assert "no route fits the limits" in text and "planning stopped at the time limit" in text
     assert "\n" not in text
