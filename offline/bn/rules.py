@@ -18,6 +18,7 @@ from typing import Any
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml_file, show_path
+from boxwatch.offline.bn.limits import Deadline
 
 MONOTONICITY_KINDS = ("fmo", "increasing", "decreasing")
 _OPS = ("<=", ">=", "==", "!=", "<", ">")
@@ -158,14 +159,23 @@ def load_spec(
     schema: ClassifierSchema,
     *,
     default_order: Mapping[str, Sequence[str]] | None = None,
+    deadline: Deadline | None = None,
 ) -> Spec:
     """Read and validate a YAML spec file; raise ``ConfigError`` listing every problem.
 
     ``default_order`` gives state orders (e.g. another file's ``states``) that this file's
-    own ``states`` section extends or overrides.
+    own ``states`` section extends or overrides. ``deadline`` is checked while the YAML is
+    read (a 4 MiB file takes seconds).
     """
     path = Path(path)
-    data = load_yaml_file(path, what="rules file")
+    check = None
+    if deadline is not None:
+        where = show_path(path)
+
+        def check() -> None:
+            deadline.check(f"reading {where}")
+
+    data = load_yaml_file(path, what="rules file", check=check)
     return parse_spec(data, schema, source=show_path(path), default_order=default_order)
 
 

@@ -8,10 +8,12 @@ import time
 
 import pytest
 import yaml
+from deadlines import Countdown
 from locations import ROOT, SHARED_BN
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn import rules as rules_module
+from boxwatch.offline.bn.limits import CompileTimeError
 from boxwatch.offline.bn.rules import ClassifierSchema, load_spec, parse_spec
 
 DATA = SHARED_BN
@@ -322,3 +324,12 @@ def test_messages_show_a_long_state_list_cut():
         parse_spec(data, BIG_SCHEMA)
     (problem,) = info.value.problems
     assert "'s0', 's1'" in problem and f"{BIG:,} states" in problem and len(problem) < 800
+
+
+def test_reading_a_rules_file_stops_at_the_deadline(tmp_path):
+    """The YAML of a rules file (seconds for a few MB) is read under the command's clock."""
+    path = tmp_path / "r.yaml"
+    items = ", ".join(["a1"] * 50_000)
+    path.write_text(f"rules:\n  - name: r\n    if: {{Age: [{items}]}}\n    then: Positive\n")
+    with pytest.raises(CompileTimeError, match=r"reading .*r\.yaml"):
+        load_spec(path, SCHEMA, deadline=Countdown(3))
