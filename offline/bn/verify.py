@@ -529,7 +529,8 @@ class BNVerifier:
         t0 = time.perf_counter()
         d = self.diagram
         allowed = self._allowed(rule.premise)
-        violating = np.array([t not in rule.conclusion for t in d.terminals])
+        allowed_classes = set(rule.conclusion)
+        violating = np.array([t not in allowed_classes for t in d.terminals])
         enc = self.encoding
         assumptions = enc.restrict({i: a for i, a in enumerate(allowed) if a.size < self._cards[i]})
         assumptions += [-enc.sink_literal(t) for t in range(self._nt) if not violating[t]]

@@ -199,7 +199,6 @@ def parse_uai_chunks(
             f"{where}:{start}",
         )
         shapes.append(shape)
-    states = {v: tuple(str(j) for j in range(c)) for v, c in zip(names, cards, strict=True)}
     parents: dict[str, tuple[str, ...]] = {}
     cpts: dict[str, np.ndarray] = {}
     lines: dict[str, int] = {}
@@ -220,6 +219,9 @@ def parse_uai_chunks(
         lines[var] = start
     if t.more():
         raise t.error(f"unexpected {_shown(t.peek())} after the last table")
+    # named last: a file that declares millions of states but lacks their numbers is
+    # refused before their names exist
+    states = {v: tuple(str(j) for j in range(c)) for v, c in zip(names, cards, strict=True)}
     return finish(name, tuple(names), states, parents, cpts, where, lines)
 
 
