@@ -6,7 +6,7 @@ Each family writes its files into a folder and returns the command line to run o
 :func:`run_boxwatch` runs that command line as ``python -m boxwatch`` in a child process
 and measures what the targets are about: the exit code, the lines on stderr, the seconds
 of the command itself (after the imports its verb needs) and its peak resident memory
-(``ru_maxrss``) above what those imports took.
+(``VmHWM``) above what those imports took.
 """
 
 from __future__ import annotations
@@ -31,12 +31,19 @@ _WRAPPER = """
 import atexit, importlib, os, resource, runpy, sys, time
 limit = int(os.environ["HOSTILE_AS"])
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def _hwm():
+    # the peak of this process's own memory (ru_maxrss would count its parent's at fork)
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for name in os.environ["HOSTILE_PRELOAD"].split(","):
     importlib.import_module(name)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = _hwm()
 start = time.perf_counter()
 def _report():
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _hwm()
     with open(os.environ["HOSTILE_OUT"], "w") as fh:
         fh.write(f"{base} {peak} {time.perf_counter() - start}")
 atexit.register(_report)
@@ -62,13 +69,16 @@ class Outcome:
     """Of the command itself, imports excluded (None: the child never reported)."""
     growth: int | None
     """Bytes of peak resident memory above the imports' (None: never reported)."""
+    peak: int | None = None
+    """Bytes of peak resident memory, imports included (None: never reported)."""
 
     def error_lines(self) -> list[str]:
-        """Lines of stderr that report an error (click's usage boilerplate excluded)."""
+        """Lines of stderr but click's usage boilerplate and compile-bn's progress bar
+        (shown after a second): what reports an error, or should not be there."""
         return [
             line
             for line in self.stderr.splitlines()
-            if line.strip() and not line.startswith(("Usage:", "Try '"))
+            if line.strip() and not line.startswith(("Usage:", "Try '", "compiling"))
         ]
 
 
@@ -94,10 +104,10 @@ def run_boxwatch(
         cwd=cwd,
         timeout=timeout,
     )
-    seconds = growth = None
+    seconds = growth = peak = None
     if out.is_file():
-        base, peak, took = out.read_text().split()
-        growth, seconds = (int(peak) - int(base)) * 1024, float(took)
+        base, top, took = out.read_text().split()
+        growth, peak, seconds = (int(top) - int(base)) * 1024, int(top) * 1024, float(took)
         out.unlink()
     return Outcome(
         proc.returncode,
@@ -105,6 +115,7 @@ def run_boxwatch(
         proc.stderr.decode("utf-8", "replace"),
         seconds,
         growth,
+        peak,
     )
 
 
@@ -212,15 +223,24 @@ def argmax_network(folder: Path, k: int, ties: str, features: int = 1, seed: int
 
 
 # ---------------------------------------------------------------------------- planning
-def naive_bayes_bif(folder: Path, n: int, card: int = 2) -> Path:
-    """BIF naive Bayes: class ``c`` (a, b) and ``n`` features of ``card`` states."""
+def naive_bayes_bif(folder: Path, n: int, card: int = 2, *, hidden: bool = False) -> Path:
+    """BIF naive Bayes: class ``c`` (a, b) and ``n`` features of ``card`` states; with
+    ``hidden``, a hidden root ``h`` (u, v) is a parent of the class and of every feature
+    (so the default order compares the depth-first and the frontier orders)."""
     states = ", ".join(f"v{j}" for j in range(card))
     row = ", ".join([repr(1 / card)] * card)
     lines = ["network nb {}", "variable c { type discrete [ 2 ] { a, b }; }"]
     lines += [f"variable f{i} {{ type discrete [ {card} ] {{ {states} }}; }}" for i in range(n)]
-    lines.append("probability ( c ) { table 0.5, 0.5; }")
-    lines += [f"probability ( f{i} | c ) {{ (a) {row}; (b) {row}; }}" for i in range(n)]
-    path = folder / f"nb-{n}x{card}.bif"
+    if hidden:
+        lines.append("variable h { type discrete [ 2 ] { u, v }; }")
+        lines.append("probability ( h ) { table 0.5, 0.5; }")
+        lines.append("probability ( c | h ) { (u) 0.5, 0.5; (v) 0.4, 0.6; }")
+        rows = " ".join(f"({x}, {y}) {row};" for x in ("a", "b") for y in ("u", "v"))
+        lines += [f"probability ( f{i} | c, h ) {{ {rows} }}" for i in range(n)]
+    else:
+        lines.append("probability ( c ) { table 0.5, 0.5; }")
+        lines += [f"probability ( f{i} | c ) {{ (a) {row}; (b) {row}; }}" for i in range(n)]
+    path = folder / f"nb-{n}x{card}{'-hidden' if hidden else ''}.bif"
     path.write_text("\n".join(lines) + "\n")
     return path
 

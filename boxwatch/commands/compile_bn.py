@@ -181,7 +181,8 @@ def compile_bn(
             deadline.enter("reading the network", "give a smaller network")
             network = load_network(network_file, max_memory=limit, deadline=deadline)
             parse_seconds = time.perf_counter() - start
-            spec = resolve_spec(network, wanted)
+            deadline.enter("choosing the feature order", "give --order")
+            spec = resolve_spec(network, wanted, deadline=deadline)
             result = compile_classifier(
                 network,
                 spec,

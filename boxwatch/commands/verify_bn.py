@@ -168,7 +168,8 @@ def verify_bn(
         with memory_guard(limit):
             deadline.enter("reading the network", "give a smaller network")
             network = load_network(network_file, max_memory=limit, deadline=deadline)
-            spec = resolve_spec(network, wanted)
+            deadline.enter("choosing the feature order", "give --order")
+            spec = resolve_spec(network, wanted, deadline=deadline)
             compiled = compile_classifier(network, spec, max_memory=limit, deadline=deadline)
             diagram = compiled.diagram
             schema = ClassifierSchema.from_diagram(diagram, network.variables)

@@ -795,10 +795,15 @@ def _compile_joint(
 
 
 def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
-    """Split ``k`` in 1..n-1 minimising the larger of prefixes and completions."""
-    best, best_k = None, 1
+    """Split ``k`` in 1..n-1 minimising the larger of prefixes and completions (the
+    products kept as running products: linear in the features, not quadratic)."""
+    suffix = [1] * (len(cards) + 1)
+    for i in range(len(cards) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] * cards[i]
+    best, best_k, prefix = None, 1, 1
     for k in range(1, len(cards)):
-        cost = max(math.prod(cards[:k]), math.prod(cards[k:]) * contexts)
+        prefix *= cards[k - 1]
+        cost = max(prefix, suffix[k] * contexts)
         if best is None or cost < best:
             best, best_k = cost, k
     return best_k
@@ -1087,11 +1092,23 @@ def _additive_layout(
             continue
         perm = np.argsort(fscope)
         terms[max(fscope)].append((sorted(fscope), np.transpose(w, perm)))
-    # context of level l: earlier features in the scope of a term at level >= l
+    # context of level l: earlier features in the scope of a term at level >= l, i.e. the
+    # positions p < l whose last term is at level >= l (one sweep, not a rescan per level)
+    last: dict[int, int] = {}
+    for lvl in range(n):
+        for sc, _ in terms[lvl]:
+            for p in sc:
+                last[p] = max(last.get(p, lvl), lvl)
+    ending: list[list[int]] = [[] for _ in range(n + 1)]
+    for p, lvl in last.items():
+        ending[lvl].append(p)
     ctx: list[list[int]] = []
+    active: set[int] = set()
     for lvl in range(n + 1):
-        need = {p for t in terms[lvl:] for sc, _ in t for p in sc if p < lvl}
-        ctx.append(sorted(need))
+        if lvl > 0 and lvl - 1 in last and last[lvl - 1] >= lvl:
+            active.add(lvl - 1)
+        ctx.append(sorted(active))
+        active.difference_update(ending[lvl])
     k = _split_level(cards, contexts=max(1, max(math.prod(cards[p] for p in c) for c in ctx)))
     return const, terms, ctx, k
 
