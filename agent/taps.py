@@ -568,10 +568,11 @@ def _quiet_torch(heard: _Heard) -> Iterator[None]:
 def _first_line(exc: BaseException) -> str:
     """A library's error as one short line: its deepest cause's first line (torch wraps
     the real reason in "see the warnings above")."""
-    while exc.__cause__ is not None or (
-        exc.__context__ is not None and not exc.__suppress_context__
-    ):
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    while True:
+        deeper = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        if deeper is None:
+            break
+        exc = deeper
     text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     return one_line(text or type(exc).__name__, limit=MAX_ERROR_ECHO)
 

@@ -255,7 +255,7 @@ def main() -> int:
             out = run_boxwatch(args, folder, address_space=16 * GIB, timeout=600)
             ok, held = verdict(case, out)
             failed += not ok
-            first = (out.error_lines() or ["-"])[0]
+            first = (out.error_lines() or ["-"])[0].replace(f"{folder}/", "")
             said = first if len(first) <= 110 else first[:107] + "..."
             rows.append(
                 f"| {case.name} | {case.was} | {out.rc} | {len(out.error_lines())} | "
