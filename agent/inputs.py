@@ -275,9 +275,10 @@ def load_yaml(text: str, *, where: str, check: Callable[[], None] | None = None)
     ConfigError
         ``WHERE:LINE:COLUMN: invalid YAML (problem)``, one line.
     """
-    loader = SafeLoader(text)
-    loader.check = check
+    loader = None
     try:
+        loader = SafeLoader(text)  # the reader refuses control characters here already
+        loader.check = check
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -287,7 +288,8 @@ def load_yaml(text: str, *, where: str, check: Callable[[], None] | None = None)
     except RecursionError:
         raise ConfigError(f"{where}: invalid YAML (nested too deeply)") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml_file(
