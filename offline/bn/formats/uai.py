@@ -226,8 +226,12 @@ def parse_uai_chunks(
 
 
 def _shown(tok: bytes) -> str:
-    """A token for a message: quoted, escaped, cut (bytes that are not UTF-8 as ``\\xNN``)."""
-    return quote(tok.decode("utf-8", "backslashreplace"))
+    """A token for a message: quoted, escaped, cut (read as UTF-8, else latin-1, as the
+    text readers do)."""
+    try:
+        return quote(tok.decode("utf-8"))
+    except UnicodeDecodeError:
+        return quote(tok.decode("latin-1"))
 
 
 def _scope_text(scope: list[int]) -> str:
@@ -328,9 +332,8 @@ class _Stream:
             raise self.error(f"unexpected end of file, expected {what}")
         tok = self.toks[self.i]
         if not (tok.isdigit() and len(tok) <= MAX_INT_DIGITS and low <= int(tok) <= high):
-            raise self.error(
-                f"expected {what} (an integer in {low}..{high:,}), found {_shown(tok)}"
-            )
+            within = f"in {low}..{high:,}" if high < 10**MAX_INT_DIGITS - 1 else f">= {low}"
+            raise self.error(f"expected {what} (an integer {within}), found {_shown(tok)}")
         self.i += 1
         return int(tok)
 
