@@ -28,6 +28,7 @@ import os
 import re
 import stat
 import unicodedata
+from collections.abc import Callable
 from typing import IO, Any
 
 import yaml
@@ -184,13 +185,23 @@ _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
 
 
+YAML_CHECK_EVERY = 4096
+"""Nodes composed between two calls of :func:`load_yaml`'s ``check``."""
+
+
 class SafeLoader(yaml.SafeLoader):
     """PyYAML's safe loader held to the dialect of :func:`load_yaml` (YAML 1.2 core schema)."""
 
     yaml_implicit_resolvers: dict[Any, Any] = {}
     _depth = 0
+    _nodes = 0
+    check: Callable[[], None] | None = None
+    """Called every :data:`YAML_CHECK_EVERY` nodes (a caller's deadline); may raise."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
+        self._nodes += 1
+        if self.check is not None and not self._nodes % YAML_CHECK_EVERY:
+            self.check()
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise _Refused(
@@ -253,16 +264,22 @@ SafeLoader.add_constructor("tag:yaml.org,2002:int", SafeLoader.construct_yaml_in
 SafeLoader.add_constructor("tag:yaml.org,2002:float", SafeLoader.construct_yaml_float)
 
 
-def load_yaml(text: str, *, where: str) -> Any:
+def load_yaml(text: str, *, where: str, check: Callable[[], None] | None = None) -> Any:
     """Parse one YAML document in the project's dialect (see the module docstring).
+
+    ``check``, when given, is called every :data:`YAML_CHECK_EVERY` nodes (a deadline: what
+    it raises ends the parse).
 
     Raises
     ------
     ConfigError
         ``WHERE:LINE:COLUMN: invalid YAML (problem)``, one line.
     """
+    loader = None
     try:
-        return yaml.load(text, Loader=SafeLoader)  # SafeLoader subclass
+        loader = SafeLoader(text)  # the reader refuses control characters here already
+        loader.check = check
+        return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark is not None else where
@@ -270,14 +287,22 @@ def load_yaml(text: str, *, where: str) -> Any:
         raise ConfigError(f"{at}: invalid YAML ({one_line(problem, 300)})") from None
     except RecursionError:
         raise ConfigError(f"{where}: invalid YAML (nested too deeply)") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml_file(
-    path: str | os.PathLike[str], *, what: str = "YAML file", max_bytes: int = MAX_CONFIG_BYTES
+    path: str | os.PathLike[str],
+    *,
+    what: str = "YAML file",
+    max_bytes: int = MAX_CONFIG_BYTES,
+    check: Callable[[], None] | None = None,
 ) -> Any:
     """Read (bounded, regular file, UTF-8) and parse a YAML file; see :func:`load_yaml`."""
     where = show_path(path)
-    return load_yaml(decode_utf8(read_bounded(path, max_bytes, what=what), where), where=where)
+    text = decode_utf8(read_bounded(path, max_bytes, what=what), where)
+    return load_yaml(text, where=where, check=check)
 
 
 __all__ = [

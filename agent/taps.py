@@ -23,9 +23,12 @@ it (preprocessed): monitoring a coarse grid of it catches inputs unlike the trai
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +37,7 @@ import numpy as np
 
 from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError, MissingModelError
+from boxwatch.agent.inputs import one_line
 
 POOLINGS = vocab.POOLINGS
 INPUT_LAYER = "input"
@@ -43,6 +47,11 @@ DEFAULT_THREADS = 1
 ONNX_SUFFIXES = (".onnx",)
 EXPORT_SUFFIXES = (".pt2",)
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".torchscript")
+MAX_INFLATION = 32
+"""How many times its compressed size a compressed member of a torch file may declare
+(torch compresses only its code, a few times at most; tensors are stored as they are)."""
+MAX_ERROR_ECHO = 300
+"""Characters of a library's error message quoted in ours."""
 
 
 @dataclass(frozen=True)
@@ -252,9 +261,14 @@ class OnnxTap:
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(
-            proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-        )
+        try:
+            self.session = ort.InferenceSession(
+                proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime's own types (Fail, InvalidGraph, ...)
+            raise ConfigError(
+                f"{self.path}: onnxruntime cannot run this model ({_first_line(exc)})"
+            ) from None
         fetched = [t for t in dict.fromkeys(self._tensor.values()) if t != source]
         self._fetch = [self.output_name, *fetched]
 
@@ -338,23 +352,23 @@ class TorchTap:
         self._kinds: dict[str, str] = {}
         self.input = InputInfo(None, (), None)  # TorchScript declares no input
         self._calls: dict[str, int] = {}
+        check_torch_archive(self.path)
+        heard = _Heard()
         try:
-            if self.scripted:
-                self.module = torch.jit.load(str(self.path), map_location="cpu")
-                self._example = None
-            else:
-                with warnings.catch_warnings():
-                    # torch's own deprecation notices while reading its file format (not ours
-                    # to fix, and noise on every `boxwatch layers`)
-                    warnings.simplefilter("ignore", FutureWarning)
+            with _quiet_torch(heard):
+                if self.scripted:
+                    self.module = torch.jit.load(str(self.path), map_location="cpu")
+                    self._example = None
+                else:
                     program = torch.export.load(str(self.path))
                     self.module = torch.export.unflatten(program)
-                self._example = _example_input(program)
-                self.input = _program_input(program)
-                self._kinds, self._calls = _module_calls(program)
+                    self._example = _example_input(program)
+                    self.input = _program_input(program)
+                    self._kinds, self._calls = _module_calls(program)
         except Exception as exc:  # torch raises many types for unreadable files
             raise ConfigError(
-                f"{self.path}: not a loadable torch.export/TorchScript model ({exc})"
+                f"{self.path}: not a loadable torch.export/TorchScript model "
+                f"({heard.reason or _first_line(exc)})"
             ) from None
         self.module.eval()
         modules = dict(self.module.named_modules())
@@ -484,6 +498,83 @@ def _example_input(program) -> Any:
     val = placeholder.meta["val"]
     shape = [d if isinstance(d, int) else 2 for d in val.shape]
     return torch.zeros(shape, dtype=val.dtype)
+
+
+def check_torch_archive(path: Path) -> None:
+    """Refuse a torch file whose ZIP index declares more than the file can hold.
+
+    Read from the index alone (nothing is inflated): torch reads a member into a buffer of
+    its declared size, so a few MB can make it allocate GBs. A stored member (tensors) must
+    declare what it stores; a compressed one (code) at most :data:`MAX_INFLATION` times
+    its compressed bytes, and every member must lie inside the file.
+    """
+    where = str(path)
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{where}: not a loadable torch.export/TorchScript model (not a ZIP archive: "
+            f"{_first_line(exc)})"
+        ) from None
+    packed = sum(m.compress_size for m in members)
+    for m in members:
+        stored = m.compress_type == zipfile.ZIP_STORED
+        allowed = m.compress_size if stored else MAX_INFLATION * m.compress_size
+        if m.file_size > allowed or packed > size:
+            raise ConfigError(
+                f"{where}: member {m.filename[:100]!r} declares {m.file_size:,} bytes from "
+                f"{m.compress_size:,} in a file of {size:,}; a torch model file is never so "
+                "compressed, so it is not loaded"
+            )
+
+
+class _Heard(logging.Handler):
+    """Keeps the reason of the last exception torch logged (its deserializer logs the real
+    error, then raises one that says "see the warnings above")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.reason = _first_line(record.exc_info[1])
+
+
+@contextlib.contextmanager
+def _quiet_torch(heard: _Heard) -> Iterator[None]:
+    """Route torch's loggers to ``heard`` (nothing printed) and silence its warnings while
+    it reads a file: its deserializer logs a whole traceback before raising, and its format
+    notices are not ours to fix."""
+    loggers = [
+        logger
+        for name, logger in logging.root.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and (name == "torch" or name.startswith("torch."))
+    ]
+    was = [(logger.handlers, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.handlers, logger.propagate = [heard], False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, (handlers, propagate) in zip(loggers, was, strict=True):
+            logger.handlers, logger.propagate = handlers, propagate
+
+
+def _first_line(exc: BaseException) -> str:
+    """A library's error as one short line: its deepest cause's first line (torch wraps
+    the real reason in "see the warnings above")."""
+    while True:
+        deeper = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        if deeper is None:
+            break
+        exc = deeper
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return one_line(text or type(exc).__name__, limit=MAX_ERROR_ECHO)
 
 
 def open_tap(

@@ -17,9 +17,14 @@ from boxwatch.agent.inputs import show_path
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
 from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
 from boxwatch.offline.bn.classifier import resolve_spec
-from boxwatch.offline.bn.compile import METHODS, CompileResult, compile_classifier
+from boxwatch.offline.bn.compile import (
+    MAX_TIE_PAIRS,
+    METHODS,
+    CompileResult,
+    compile_classifier,
+)
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.plan import CompileLimitError
 
 PROGRESS_AFTER_S = 1.0
@@ -69,6 +74,8 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
     if d.is_argmax:
         decided = ", ".join(f"{k} {v:,}" for k, v in (result.decided or {}).items())
         pairs = ", ".join(f"{a}/{b} {n:,}" for (a, b), n in (result.tie_pairs or {}).items())
+        if not result.tie_pairs_counted:
+            pairs = f"pairs not counted (more than {MAX_TIE_PAIRS:,} tied pairs)"
         head = (
             f"classifier   argmax_c P({d.class_variable} = c | x)\n"
             f"method       {result.method}\n"
@@ -151,8 +158,8 @@ def compile_bn(
     Each route (joint table, or a split of the features at the cheapest cut) is sized
     before it starts; the fastest one within --max-memory (and --max-seconds) runs (a split
     that runs long shows a progress bar on stderr). When none fits, or memory runs out
-    anyway, or the route runs past --max-seconds, the command exits 2 with one line naming
-    the estimates and the limits (or how far the route got).
+    anyway, or the command runs past --max-seconds (reading, planning or in a route), it
+    exits 2 with one line naming the estimates and the limits (or how far it got).
 
     \b
     Examples:
@@ -170,16 +177,19 @@ def compile_bn(
     try:
         with memory_guard(limit), _progress() as bar:
             start = time.perf_counter()
-            network = load_network(network_file, max_memory=limit)
+            deadline = Deadline(max_seconds, show_path(network_file), start)
+            deadline.enter("reading the network", "give a smaller network")
+            network = load_network(network_file, max_memory=limit, deadline=deadline)
             parse_seconds = time.perf_counter() - start
-            spec = resolve_spec(network, wanted)
+            deadline.enter("choosing the feature order", "give --order")
+            spec = resolve_spec(network, wanted, deadline=deadline)
             result = compile_classifier(
                 network,
                 spec,
                 method=method,
                 max_memory=limit,
-                max_seconds=max_seconds,
                 progress=bar,
+                deadline=deadline,
             )
     except ConfigError as exc:
         fail(exc, EXIT_USAGE)

@@ -97,17 +97,18 @@ _LIMIT_OPTIONS = (
         "--max-memory",
         type=SizeParam(),
         default=None,
-        help="Memory any compilation route may use, e.g. 4G or 512M (default: "
-        f"{MEMORY_SHARE:.0%} of this machine's RAM). Routes estimated to need "
-        "more are not started; with none left the command exits 2 naming "
-        "the estimates.",
+        help="Memory reading, compiling and verifying may use, e.g. 4G or 512M (default: "
+        f"{MEMORY_SHARE:.0%} of this machine's RAM). A network file may have 1/64 of it "
+        "(decompressed) and its tables a quarter; routes estimated to need more are not "
+        "started; with none left the command exits 2 naming the estimates.",
     ),
     click.option(
         "--max-seconds",
         type=SecondsParam(),
         default=None,
-        help="Wall-clock limit: routes estimated to take longer are not started, and "
-        "a route still running when it passes stops with exit 2 naming how far it got "
+        help="Wall-clock limit, counted from when the network is read: routes estimated to "
+        "take longer are not started, and whatever still runs when it passes (reading, "
+        "planning, a route, verification) stops with exit 2 naming how far it got "
         "(default: no limit).",
     ),
 )

@@ -17,7 +17,13 @@ from boxwatch.commands.options import classifier_options, classifier_spec, limit
 from boxwatch.offline.bn.classifier import resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn.limits import (
+    CompileTimeError,
+    Deadline,
+    default_max_memory,
+    format_bytes,
+    memory_guard,
+)
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
 
@@ -63,22 +69,28 @@ def _align(rows: Sequence[tuple[str, ...]]) -> str:
     )
 
 
-def _load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema) -> Spec:
+def _load_specs(
+    rules: Path, fmo: Path | None, schema: ClassifierSchema, deadline: Deadline
+) -> Spec:
     """Both files, reporting every problem of both at once; FMO inherits rule state orders."""
     problems: list[str] = []
     spec = Spec()
     try:
-        spec = load_spec(rules, schema)
+        spec = load_spec(rules, schema, deadline=deadline)
+    except CompileTimeError:
+        raise
     except ConfigError as exc:
         problems.extend(exc.problems)
     if fmo is not None:
         try:
-            extra = load_spec(fmo, schema, default_order=spec.state_order)
+            extra = load_spec(fmo, schema, default_order=spec.state_order, deadline=deadline)
             spec = Spec(
                 spec.rules + extra.rules,
                 spec.queries + extra.queries,
                 {**spec.state_order, **extra.state_order},
             )
+        except CompileTimeError:
+            raise
         except ConfigError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -152,15 +164,19 @@ def verify_bn(
     limit = default_max_memory() if max_memory is None else max_memory
     try:
         start = time.perf_counter()
+        deadline = Deadline(max_seconds, show_path(network_file), start)
         with memory_guard(limit):
-            network = load_network(network_file, max_memory=limit)
-            spec = resolve_spec(network, wanted)
-            compiled = compile_classifier(network, spec, max_memory=limit, max_seconds=max_seconds)
-        diagram = compiled.diagram
-        schema = ClassifierSchema.from_diagram(diagram, network.variables)
-        specs = _load_specs(rules_path, fmo_path, schema)
-        with BNVerifier(diagram, network=network) as verifier:
-            report = verifier.verify(specs, counterexamples=k)
+            deadline.enter("reading the network", "give a smaller network")
+            network = load_network(network_file, max_memory=limit, deadline=deadline)
+            deadline.enter("choosing the feature order", "give --order")
+            spec = resolve_spec(network, wanted, deadline=deadline)
+            compiled = compile_classifier(network, spec, max_memory=limit, deadline=deadline)
+            diagram = compiled.diagram
+            schema = ClassifierSchema.from_diagram(diagram, network.variables)
+            deadline.enter("verifying the rules", "give fewer rules or queries")
+            specs = _load_specs(rules_path, fmo_path, schema, deadline)
+            with BNVerifier(diagram, network=network, deadline=deadline) as verifier:
+                report = verifier.verify(specs, counterexamples=k)
     except ConfigError as exc:
         raise VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems)) from exc
     except MemoryError as exc:

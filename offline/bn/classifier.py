@@ -14,15 +14,21 @@ against a network (all problems at once) and fills in the defaults.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from boxwatch.agent.diagram import ARGMAX, DECISIONS, THRESHOLD
 from boxwatch.agent.errors import ConfigError
+from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.separator import prefix_side
 
 _SCALE = 1 << 20
+FRONTIER_MAX_INPUTS = 1 << 62
+"""Past this many inputs no route can finish (the separator's time per input alone makes
+millennia), so :func:`default_order` does not search for a cheaper order than depth-first
+(quadratic in the features)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,10 @@ def default_features(network: Network, class_variable: str) -> tuple[str, ...]:
 
 
 def default_order(
-    network: Network, class_variable: str, features: Sequence[str]
+    network: Network,
+    class_variable: str,
+    features: Sequence[str],
+    deadline: Deadline | None = None,
 ) -> tuple[str, ...]:
     """Deterministic default order: the depth-first order or the frontier order, whichever
     has the cheaper cuts.
@@ -99,16 +108,21 @@ def default_order(
     (:func:`frontier_order`) replaces the depth-first one (:func:`dfs_order`) only when it is
     strictly cheaper, so a network where the depth-first order is as good keeps it. Without
     hidden variables (every relevant variable is the class or a feature) the cuts hold no
-    hidden states and the depth-first order is kept without scoring.
+    hidden states, and past :data:`FRONTIER_MAX_INPUTS` inputs no route can finish: the
+    depth-first order is kept without scoring. ``deadline`` is checked as the frontier
+    order is built and scored.
     """
     dfs = dfs_order(network, class_variable, features)
     keep = {class_variable, *features}
     if len(dfs) < 3 or network.ancestors([*keep]) == keep:
         return dfs
-    frontier = frontier_order(network, class_variable, features)
+    if math.prod(network.card(f) for f in features) > FRONTIER_MAX_INPUTS:
+        return dfs
+    frontier = frontier_order(network, class_variable, features, deadline)
     if frontier == dfs:
         return dfs
-    if cut_cost(network, class_variable, frontier) < cut_cost(network, class_variable, dfs):
+    cost = cut_cost(network, class_variable, frontier, deadline)
+    if cost < cut_cost(network, class_variable, dfs, deadline):
         return frontier
     return dfs
 
@@ -139,7 +153,10 @@ def dfs_order(network: Network, class_variable: str, features: Sequence[str]) ->
 
 
 def frontier_order(
-    network: Network, class_variable: str, features: Sequence[str]
+    network: Network,
+    class_variable: str,
+    features: Sequence[str],
+    deadline: Deadline | None = None,
 ) -> tuple[str, ...]:
     """Greedy order that keeps the frontier of open hidden variables small.
 
@@ -173,6 +190,8 @@ def frontier_order(
     for group in groups:
         rest = list(group)
         while rest:
+            if deadline is not None:
+                deadline.check(f"the frontier order: {len(out):,} of {len(dfs):,} features")
             best = min(
                 rest, key=lambda f: _frontier_score(f, hidden, opened, pending, weight, rank)
             )
@@ -213,7 +232,12 @@ def _hidden_neighbours(
     return near - features
 
 
-def cut_cost(network: Network, class_variable: str, order: Sequence[str]) -> int:
+def cut_cost(
+    network: Network,
+    class_variable: str,
+    order: Sequence[str],
+    deadline: Deadline | None = None,
+) -> int:
     """Sum over the cuts of ``order`` (after 1 .. n-1 features) of the states of the
     minimum vertex separator between the prefix and the rest in the moral graph
     (:func:`~boxwatch.offline.bn.separator.prefix_side`, the class left out).
@@ -226,13 +250,18 @@ def cut_cost(network: Network, class_variable: str, order: Sequence[str]) -> int
     scopes = [(*network.parents[v], v) for v in network.variables if v in relevant]
     total = 0
     for k in range(1, len(order)):
+        if deadline is not None:
+            deadline.check(f"scoring an order: cut {k:,} of {len(order) - 1:,}")
         _, cut = prefix_side(network, scopes, class_variable, order[:k], order[k:])
         total += math.prod(network.card(v) for v in cut)
     return total
 
 
-def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
-    """Validate ``spec`` against ``network`` and fill in defaults.
+def resolve_spec(
+    network: Network, spec: ClassifierSpec, *, deadline: Deadline | None = None
+) -> ResolvedSpec:
+    """Validate ``spec`` against ``network`` and fill in defaults (``deadline`` checked
+    while the default order is chosen).
 
     Raises
     ------
@@ -278,7 +307,7 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
         unknown = [f for f in features if f not in network.states]
         if unknown:
             problems.append(f"{where}: features not in the network: {unknown}")
-        dup = sorted({f for f in features if features.count(f) > 1})
+        dup = sorted(f for f, n in Counter(features).items() if n > 1)
         if dup:
             problems.append(f"features listed more than once: {dup}")
         if cls in features:
@@ -298,8 +327,9 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
     if spec.order is not None:
         order = tuple(spec.order)
         if sorted(order) != sorted(features):
-            missing = [f for f in features if f not in order]
-            extra = [f for f in order if f not in features]
+            in_order, in_features = set(order), set(features)
+            missing = [f for f in features if f not in in_order]
+            extra = [f for f in order if f not in in_features]
             problems.append(
                 "order must list each feature exactly once"
                 + (f"; missing {missing}" if missing else "")
@@ -309,7 +339,7 @@ def resolve_spec(network: Network, spec: ClassifierSpec) -> ResolvedSpec:
     if problems:
         raise ConfigError(problems)
     if spec.order is None:
-        order = default_order(network, cls, features)
+        order = default_order(network, cls, features, deadline)
     return ResolvedSpec(
         class_variable=cls,
         positive=None if argmax else spec.positive,

@@ -3,8 +3,9 @@
 The encoding is the Tseitin/path scheme of the paper's Table 1, adapted to reduced diagrams
 whose edges may skip levels. Variables (one ``IDPool`` per encoding, kept with it):
 
-* ``x[i][j]``: feature ``i`` takes value ``j``; exactly one per feature (ALO + pairwise AMO),
-  for every feature, whether or not the diagram tests it on a given path;
+* ``x[i][j]``: feature ``i`` takes value ``j``; exactly one per feature (ALO + pairwise AMO,
+  or past :data:`PAIRWISE_LIMIT` values a chain of prefix ORs: linear, not quadratic, in
+  the states), for every feature, whether or not the diagram tests it on a given path;
 * ``v[n]``: node ``n`` (internal or sink) lies on the active path; the root is a unit clause;
 * ``e[n, m]``: the active path goes from node ``n`` to child ``m`` (one variable per distinct
   child; it covers every value ``j`` of ``n``'s level with ``children[n, j] == m``).
@@ -17,7 +18,8 @@ sink is active (implied, added for propagation).
 
 Given the feature values, these clauses determine every other variable (by induction along
 the levels: ``e[n,m] <-> v[n] & OR_J x``, ``v[m] <-> OR incoming e``), so models correspond
-one-to-one to full feature assignments and exactly the reached sink is true. The classifier's
+one-to-one to full feature assignments (a chain's prefix ORs are determined by the values
+too) and exactly the reached sink is true. The classifier's
 output is therefore the literal of a sink, which queries constrain with unit clauses or
 assumptions.
 """
@@ -34,6 +36,32 @@ from pysat.formula import CNF, IDPool
 from boxwatch.agent.diagram import DecisionDiagram
 
 DEFAULT_SOLVER = "minisat22"
+PAIRWISE_LIMIT = 64
+"""At-most-one over at most this many literals is pairwise (``m (m - 1) / 2`` clauses);
+over more -- a feature or class of thousands of states -- a chain of prefix ORs (4 clauses
+a literal)."""
+
+
+def at_most_one(lits: Sequence[int], pool: IDPool, tag: tuple[object, ...]) -> list[list[int]]:
+    """Clauses allowing at most one of ``lits`` to be true.
+
+    Pairwise up to :data:`PAIRWISE_LIMIT` literals; past it, with ``s[i]`` (pool ids
+    ``(*tag, i)``) defined as ``lits[0] or ... or lits[i]`` in both directions (so every
+    model of the literals extends to exactly one model) and ``lits[i] -> not s[i - 1]``.
+    """
+    if len(lits) <= PAIRWISE_LIMIT:
+        return [[-a, -b] for a, b in itertools.combinations(lits, 2)]
+    s = [pool.id((*tag, i)) for i in range(len(lits) - 1)]
+    clauses = [[-s[0], lits[0]]]
+    for i, x in enumerate(lits):
+        if i < len(s):
+            clauses.append([-x, s[i]])
+        if i > 0:
+            clauses.append([-x, -s[i - 1]])
+            if i < len(s):
+                clauses.append([-s[i - 1], s[i]])
+                clauses.append([-s[i], s[i - 1], x])
+    return clauses
 
 
 @dataclass
@@ -147,7 +175,7 @@ def encode_diagram(
         xs = tuple(pool.id(("x", copy, i, j)) for j in range(len(states)))
         feature_vars.append(xs)
         clauses.append(list(xs))
-        clauses.extend([-a, -b] for a, b in itertools.combinations(xs, 2))
+        clauses.extend(at_most_one(xs, pool, ("x-amo", copy, i)))
     nt, k = diagram.n_terminals, diagram.n_nodes
     node_vars = tuple(pool.id(("v", copy, n)) for n in range(nt + k))
     clauses.append([node_vars[diagram.root]])
@@ -171,7 +199,7 @@ def encode_diagram(
     for m in range(nt + k):
         if m != diagram.root:
             clauses.append([-node_vars[m], *incoming[m]])
-    clauses.extend([-a, -b] for a, b in itertools.combinations(node_vars[:nt], 2))
+    clauses.extend(at_most_one(node_vars[:nt], pool, ("v-amo", copy)))
     return DiagramEncoding(diagram, pool, tuple(feature_vars), node_vars, clauses)
 
 
@@ -199,10 +227,22 @@ def strictly_increasing(
 
     ``order`` lists the feature's value indices from lowest to highest. With exactly-one per
     copy, ``low = order[a] -> OR_{b > a} high = order[b]`` for every ``a`` says it directly
-    (the highest value of ``low`` gets a unit clause forbidding it).
+    (the highest value of ``low`` gets a unit clause forbidding it). Past
+    :data:`PAIRWISE_LIMIT` values the ORs (quadratic in all) are suffix-OR variables of
+    ``high``, defined in both directions: linear.
     """
     lo_vars, hi_vars = low.feature_vars[feature], high.feature_vars[feature]
-    return [
-        [-lo_vars[order[a]], *(hi_vars[order[b]] for b in range(a + 1, len(order)))]
-        for a in range(len(order))
-    ]
+    m = len(order)
+    if m <= PAIRWISE_LIMIT:
+        return [
+            [-lo_vars[order[a]], *(hi_vars[order[b]] for b in range(a + 1, m))] for a in range(m)
+        ]
+    tag = ("above", high.node_vars[0], feature)
+    t = [high.pool.id((*tag, b)) for b in range(m)]  # t[b] = high takes order[b..m-1]
+    clauses = [[-t[m - 1], hi_vars[order[m - 1]]], [-hi_vars[order[m - 1]], t[m - 1]]]
+    for b in range(m - 1):
+        x = hi_vars[order[b]]
+        clauses += [[-x, t[b]], [-t[b + 1], t[b]], [-t[b], x, t[b + 1]]]
+    clauses += [[-lo_vars[order[a]], t[a + 1]] for a in range(m - 1)]
+    clauses.append([-lo_vars[order[m - 1]]])
+    return clauses

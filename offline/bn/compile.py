@@ -49,7 +49,11 @@ every state ``c``; the additive route (log-odds of two states) does not apply an
 state whose float posterior lies within :data:`TIE_TOLERANCE` of the largest one
 *ties* with it, the decision is the lowest tied state index, and ties are counted per input
 and per pair of states. Inputs of probability 0 are decided state 0 (every posterior is
-undefined) and counted as impossible.
+undefined) and counted as impossible. The decisions are made a block of inputs at a time
+(the wall-clock limit checked between blocks) and their work grows with the class states
+and the ties that exist, never with the square of the states: the pair counts come from
+the distinct sets of tied states (:class:`_TieSets`), and past :data:`MAX_TIE_PAIRS` pairs
+they are not counted (``tie_pairs_counted`` False) while the tied inputs still are.
 """
 
 from __future__ import annotations
@@ -79,7 +83,12 @@ from boxwatch.offline.bn.exact import (
     unique_keys,
 )
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes
+from boxwatch.offline.bn.limits import (
+    CompileTimeError,
+    Deadline,
+    default_max_memory,
+    format_bytes,
+)
 from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.plan import (
     SEPARATOR_BLOCK_CELLS,
@@ -92,12 +101,14 @@ from boxwatch.offline.bn.plan import (
     additive_estimate,
     distinct_table_bytes,
     joint_error_bound,
+    jointree_floor,
     plan_joint,
     plan_jointree,
     plan_separator,
     refusal,
     relevant_factors,
     separator_error_bound,
+    separator_floor,
     upper_error_bound,
     within,
 )
@@ -112,6 +123,13 @@ ADDITIVE_PART_CELLS = 1 << 12
 # argmax states this close to the largest tie with it, and the jointree route decides
 # ``P >= T - TIE_TOLERANCE``; their results say ``certified=False``.
 TIE_TOLERANCE = 1e-9
+MAX_TIE_PAIRS = 1 << 20
+"""Pair counts an argmax compilation derives from its distinct sets of tied states (the sum
+of ``m (m - 1) / 2`` over sets of ``m`` states): past it the pairs are not counted."""
+MAX_TIE_SET_BYTES = 16 << 20
+"""Bytes the distinct sets of tied states may take (one bit per state each)."""
+ARGMAX_BLOCK_CELLS = 1 << 22
+"""Cells (states x inputs) of the argmax decisions made between two deadline checks."""
 Progress = Callable[[int, int], None]
 
 
@@ -165,6 +183,10 @@ class CompileResult:
     tie_pairs : dict of (str, str) to int
         Argmax only: for each pair of states (network order) the inputs on which both are
         within ``tie_tolerance`` of the largest posterior; pairs that never tie are left out.
+        Empty when ``tie_pairs_counted`` is False.
+    tie_pairs_counted : bool
+        False when the tied pairs were too many to count (:data:`MAX_TIE_PAIRS`; the tied
+        inputs, ``ties``, are counted all the same).
     early_inputs : int
         Inputs decided before their last features were enumerated: by the separator route
         from the prefix message alone (a prefix whose every completion has one decision),
@@ -192,6 +214,7 @@ class CompileResult:
     tie_pairs: dict[tuple[str, str], int] | None = None
     tie_tolerance: float | None = None
     early_inputs: int = 0
+    tie_pairs_counted: bool = True
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -244,6 +267,7 @@ class CompileResult:
             "tie_pairs": [
                 {"states": list(pair), "inputs": n} for pair, n in (self.tie_pairs or {}).items()
             ],
+            "tie_pairs_counted": self.tie_pairs_counted,
             "decided": dict(self.decided or {}),
             "tie_tolerance": self.tie_tolerance,
             "exact_inputs": self.exact_inputs,
@@ -264,11 +288,14 @@ def compile_classifier(
     max_memory: float | None = None,
     max_seconds: float | None = None,
     progress: Progress | None = None,
+    deadline: Deadline | None = None,
 ) -> CompileResult:
     """Compile a threshold or argmax classifier into its canonical decision diagram.
 
     Every route is sized first (:mod:`boxwatch.offline.bn.plan`); one whose estimate
-    exceeds a limit is not started.
+    exceeds a limit is not started. Routes that cannot fit are ruled out from the
+    cardinalities before they are planned, and planning is held to the time limit too: a
+    route whose planning runs out of time does not fit.
 
     Parameters
     ----------
@@ -285,6 +312,9 @@ def compile_classifier(
         clock, planning included; checked inside every route's loops); default no limit.
     progress : callable(done, total), optional
         Called as the long loops advance (the separator route's prefixes).
+    deadline : Deadline, optional
+        A clock already running (the command's, started before it read the network): the
+        compilation is held to its ``max_seconds`` from its ``start`` instead.
 
     Returns
     -------
@@ -309,53 +339,14 @@ def compile_classifier(
         spec = resolve_spec(network, spec)
     limit = float(default_max_memory() if max_memory is None else max_memory)
     start = time.perf_counter()
-    deadline = Deadline(max_seconds, network.source, start)
+    if deadline is None:
+        deadline = Deadline(max_seconds, network.source, start)
+    max_seconds = deadline.max_seconds
+    deadline.enter(None)
+    deadline.route = "planning"
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
-    options: list[tuple[Estimate, Callable[[], _Built]]] = []
-    if method in ("auto", "joint") or len(spec.order) < 2:
-        joint = plan_joint(network, spec, max_memory=limit)
-        if joint.contraction is not None:
-            planned = joint.contraction
-            options.append(
-                (joint.estimate, lambda: _compile_joint(network, spec, planned, deadline))
-            )
-        else:
-            options.append((joint.estimate, _never_runs))
-    quick = (
-        method == "auto"
-        and bool(options)
-        and within(options[0][0], limit, max_seconds)
-        and (options[0][0].seconds <= AUTO_QUICK_SECONDS)
-    )
-    if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
-        tree = plan_jointree(network, spec, max_memory=limit)
-        options.append(
-            (
-                tree.estimate,
-                lambda: _compile_jointree(
-                    network, spec, tree, max_memory=limit, progress=progress, deadline=deadline
-                ),
-            )
-        )
-    if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
-        if _additive_applies(network, spec):
-            options.append(
-                (
-                    _additive_estimate(network, spec),
-                    lambda: _compile_additive(network, spec, deadline),
-                )
-            )
-        else:
-            sep = plan_separator(network, spec, max_memory=limit)
-            options.append(
-                (
-                    sep.estimate,
-                    lambda: _compile_separator(
-                        network, spec, sep, max_memory=limit, progress=progress, deadline=deadline
-                    ),
-                )
-            )
+    options = _plan_routes(network, spec, method, limit, deadline, progress)
     fitting = [o for o in options if within(o[0], limit, max_seconds)]
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
@@ -391,15 +382,106 @@ def compile_classifier(
         posterior=built.posterior,
         estimate=estimate,
         decided=counts,
-        tie_pairs=_tie_pairs(diagram.terminals, built.tie_pairs),
+        tie_pairs=None if built.tie_sets is None else built.tie_sets.pairs(diagram.terminals),
         tie_tolerance=TIE_TOLERANCE if diagram.is_argmax else None,
         early_inputs=built.early_inputs,
+        tie_pairs_counted=built.tie_sets is None or built.tie_sets.counted,
     )
 
 
 def _never_runs() -> _Built:
     """The build of a route sized out before planning (its estimate never fits)."""
     raise AssertionError("a route estimated not to fit was started")
+
+
+def _plan_routes(
+    network: Network,
+    spec: ResolvedSpec,
+    method: str,
+    limit: float,
+    deadline: Deadline,
+    progress: Progress | None,
+) -> list[tuple[Estimate, Callable[[], _Built]]]:
+    """Every route ``method`` allows, sized: (estimate, build), in order.
+
+    A route whose lower bound from the cardinalities alone does not fit is not planned
+    (its bound is its estimate). A route whose planning runs past the time limit gets an
+    estimate that fits nothing and says so, and the routes after it are not planned.
+    """
+    max_seconds = deadline.max_seconds
+    options: list[tuple[Estimate, Callable[[], _Built]]] = []
+    planning = "joint"
+    try:
+        if method in ("auto", "joint") or len(spec.order) < 2:
+            joint = plan_joint(network, spec, max_memory=limit, deadline=deadline)
+            if joint.contraction is not None:
+                planned = joint.contraction
+                options.append(
+                    (joint.estimate, lambda: _compile_joint(network, spec, planned, deadline))
+                )
+            else:
+                options.append((joint.estimate, _never_runs))
+        quick = (
+            method == "auto"
+            and bool(options)
+            and within(options[0][0], limit, max_seconds)
+            and (options[0][0].seconds <= AUTO_QUICK_SECONDS)
+        )
+        if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
+            planning = "jointree"
+            floor = jointree_floor(network, spec)
+            if within(floor, limit, max_seconds):
+                tree = plan_jointree(network, spec, max_memory=limit, deadline=deadline)
+                options.append(
+                    (
+                        tree.estimate,
+                        lambda: _compile_jointree(
+                            network,
+                            spec,
+                            tree,
+                            max_memory=limit,
+                            progress=progress,
+                            deadline=deadline,
+                        ),
+                    )
+                )
+            else:
+                options.append((floor, _never_runs))
+        if method in ("auto", "decompose") and len(spec.order) >= 2 and not quick:
+            if _additive_applies(network, spec):
+                planning = "decompose/additive"
+                options.append(
+                    (
+                        _additive_estimate(network, spec),
+                        lambda: _compile_additive(network, spec, deadline),
+                    )
+                )
+            else:
+                planning = "decompose/separator"
+                floor = separator_floor(network, spec)
+                if within(floor, limit, max_seconds):
+                    sep = plan_separator(network, spec, max_memory=limit, deadline=deadline)
+                    options.append(
+                        (
+                            sep.estimate,
+                            lambda: _compile_separator(
+                                network,
+                                spec,
+                                sep,
+                                max_memory=limit,
+                                progress=progress,
+                                deadline=deadline,
+                            ),
+                        )
+                    )
+                else:
+                    options.append((floor, _never_runs))
+    except CompileTimeError as exc:
+        stopped = (
+            f"planning stopped at the time limit after {deadline.elapsed():.3g} s ({exc.reached})"
+        )
+        options.append((Estimate(planning, math.inf, math.inf, stopped, sized=False), _never_runs))
+    return options
 
 
 # ---------------------------------------------------------------------------- shared pieces
@@ -412,25 +494,72 @@ class _Built:
     ties: int
     impossible: int
     posterior: np.ndarray | None = None
-    tie_pairs: np.ndarray | None = None
+    tie_sets: _TieSets | None = None
     exact_inputs: int = 0
     uncertified: int = 0
     early_inputs: int = 0
 
 
-def _tie_pairs(
-    terminals: Sequence[str], pairs: np.ndarray | None
-) -> dict[tuple[str, str], int] | None:
-    """Non-zero upper-triangle entries of an argmax route's pair-tie matrix, by state names."""
-    if pairs is None:
-        return None
-    n = len(terminals)
-    return {
-        (terminals[a], terminals[b]): int(pairs[a, b])
-        for a in range(n)
-        for b in range(a + 1, n)
-        if pairs[a, b]
-    }
+class _TieSets:
+    """The distinct sets of tied states of an argmax compilation, with the inputs having each.
+
+    A set is kept once, one bit per state, however many inputs have it; the pair counts
+    are derived from the sets at the end (:meth:`pairs`). Work and memory follow the ties
+    that exist, not the square of the states: past :data:`MAX_TIE_PAIRS` pairs (or
+    :data:`MAX_TIE_SET_BYTES` of sets) the pairs are no longer counted (:attr:`counted`).
+    """
+
+    def __init__(self, n_states: int):
+        self.n_states = n_states
+        self.sets: dict[bytes, int] = {}
+        self.pair_count = 0
+        self.counted = True
+
+    def add(self, near: np.ndarray, weights: np.ndarray | None) -> None:
+        """Record tied inputs: ``near`` (n_states, n) marks each one's tied states, each
+        input counting ``weights`` inputs (default one)."""
+        if not self.counted or near.shape[1] == 0:
+            return
+        rows = np.ascontiguousarray(np.packbits(near, axis=0).T)
+        keys = rows.view(np.dtype((np.void, rows.shape[1]))).reshape(-1)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        totals = np.zeros(first.size, dtype=np.int64)
+        np.add.at(totals, inverse.reshape(-1), 1 if weights is None else weights)
+        sizes = np.count_nonzero(near[:, first], axis=0)
+        for key, total, m in zip(keys[first], totals.tolist(), sizes.tolist(), strict=True):
+            raw = key.tobytes()
+            if raw not in self.sets:
+                self.pair_count += m * (m - 1) // 2
+                if (
+                    self.pair_count > MAX_TIE_PAIRS
+                    or (len(self.sets) + 1) * len(raw) > MAX_TIE_SET_BYTES
+                ):
+                    self.counted = False
+                    self.sets.clear()
+                    return
+                self.sets[raw] = 0
+            self.sets[raw] += total
+
+    def pairs(self, terminals: Sequence[str]) -> dict[tuple[str, str], int]:
+        """Inputs on which each pair of states ties, by state names in network order (empty
+        when not :attr:`counted`)."""
+        if not self.sets:
+            return {}
+        k = self.n_states
+        codes: list[np.ndarray] = []
+        counts: list[np.ndarray] = []
+        for raw, total in self.sets.items():
+            members = np.flatnonzero(np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:k])
+            a, b = np.triu_indices(members.size, 1)
+            codes.append(members[a].astype(np.int64) * k + members[b])
+            counts.append(np.full(a.size, total, dtype=np.int64))
+        unique, inverse = np.unique(np.concatenate(codes), return_inverse=True)
+        sums = np.zeros(unique.size, dtype=np.int64)
+        np.add.at(sums, inverse.reshape(-1), np.concatenate(counts))
+        return {
+            (terminals[c // k], terminals[c % k]): n
+            for c, n in zip(unique.tolist(), sums.tolist(), strict=True)
+        }
 
 
 def spec_terminals(network: Network, spec: ResolvedSpec) -> tuple[str, ...]:
@@ -543,34 +672,58 @@ def _code_dtype(n_states: int) -> type:
 
 def _decide_argmax(
     joint: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """Posteriors, argmax decisions, pair ties, tied and impossible inputs of a block.
+    tie_sets: _TieSets,
+    deadline: Deadline,
+    *,
+    weights: np.ndarray | None = None,
+    keep_posterior: bool = False,
+) -> tuple[np.ndarray | None, np.ndarray, int, int]:
+    """Argmax decisions, tied and impossible inputs of a table, a block of inputs at a time.
 
     ``joint`` holds ``P(c, x)`` with the class state on axis 0. A state ties with the best
     one when its posterior is within :data:`TIE_TOLERANCE` of the largest; the decision is
-    the lowest tied state index. Inputs of probability 0 have no tied state and get 0.
-    Returns ``(post, codes, pairs, ties, impossible)``: ``codes`` (:func:`_code_dtype`) has
-    ``joint``'s shape without axis 0; ``pairs[a, b]`` (``a < b``) counts inputs where ``a``
-    and ``b`` both tie for the maximum.
+    the lowest tied state index. Inputs of probability 0 have no tied state and get 0. Each
+    input counts as ``weights`` inputs (default one); the sets of tied states go to
+    ``tie_sets``. ``deadline`` is checked every :data:`ARGMAX_BLOCK_CELLS` cells.
+    Returns ``(post, codes, ties, impossible)``: ``post`` the posteriors (``None`` unless
+    ``keep_posterior``), ``codes`` (:func:`_code_dtype`) of ``joint``'s shape without axis 0.
     """
-    den = joint.sum(axis=0)
-    ok = den > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        post = np.where(ok, joint / np.where(ok, den, 1.0), np.nan)
-    best = np.where(ok, post, 0.0).max(axis=0)
-    near = (post >= best - TIE_TOLERANCE) & ok
     zc = joint.shape[0]
-    codes = np.argmax(near, axis=0).astype(_code_dtype(zc))
-    pairs = np.zeros((zc, zc), dtype=np.int64)
-    n_near = near.sum(axis=0)
-    multi = n_near >= 2
-    ties = int(np.count_nonzero(multi))
-    if ties:
-        sub = near[:, multi]
-        for a in range(zc):
-            for b in range(a + 1, zc):
-                pairs[a, b] = int(np.count_nonzero(sub[a] & sub[b]))
-    return post, codes, pairs, ties, int(np.count_nonzero(~ok))
+    flat = joint.reshape(zc, -1)
+    n = flat.shape[1]
+    codes: np.ndarray = np.empty(n, dtype=_code_dtype(zc))
+    post = np.empty(flat.shape) if keep_posterior else None
+    ties = impossible = 0
+    step = max(1, ARGMAX_BLOCK_CELLS // zc)
+    for s in range(0, n, step):
+        deadline.check(f"argmax decisions of {s:,} of {n:,} inputs made")
+        block = flat[:, s : s + step]
+        den = block.sum(axis=0)
+        ok = den > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.where(ok, block / np.where(ok, den, 1.0), np.nan)
+        best = np.where(ok, p, 0.0).max(axis=0)
+        near = (p >= best - TIE_TOLERANCE) & ok
+        codes[s : s + step] = np.argmax(near, axis=0)
+        multi = np.count_nonzero(near, axis=0) >= 2
+        w = None if weights is None else weights[s : s + step]
+        if w is None:
+            ties += int(np.count_nonzero(multi))
+            impossible += int(np.count_nonzero(~ok))
+        else:
+            ties += int(w[multi].sum())
+            impossible += int(w[~ok].sum())
+        if multi.any():
+            tie_sets.add(near[:, multi], None if w is None else w[multi])
+        if post is not None:
+            post[:, s : s + step] = p
+    shape = joint.shape[1:]
+    return (
+        None if post is None else post.reshape(joint.shape),
+        codes.reshape(shape),
+        ties,
+        impossible,
+    )
 
 
 def _positive_index(network: Network, spec: ResolvedSpec) -> int:
@@ -594,12 +747,15 @@ def _compile_joint(
     deadline.check("the joint table was contracted")
     if spec.is_argmax:
         store = _NodeStore(network.card(cls), cards, deadline)
-        post, codes, pairs, ties, impossible = _decide_argmax(joint)
+        tie_sets = _TieSets(network.card(cls))
+        post, codes, ties, impossible = _decide_argmax(
+            joint, tie_sets, deadline, keep_posterior=True
+        )
         del joint
         root = int(store.bottom_up(codes.astype(np.int64)[None, ...], 0)[0])
         diagram = store.diagram(root, **_diagram_kw(network, spec))
         return _Built(
-            diagram, "joint", store.count, tuple(store.per_level), ties, impossible, post, pairs
+            diagram, "joint", store.count, tuple(store.per_level), ties, impossible, post, tie_sets
         )
     assert spec.threshold is not None
     pos = _positive_index(network, spec)
@@ -639,10 +795,15 @@ def _compile_joint(
 
 
 def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
-    """Split ``k`` in 1..n-1 minimising the larger of prefixes and completions."""
-    best, best_k = None, 1
+    """Split ``k`` in 1..n-1 minimising the larger of prefixes and completions (the
+    products kept as running products: linear in the features, not quadratic)."""
+    suffix = [1] * (len(cards) + 1)
+    for i in range(len(cards) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] * cards[i]
+    best, best_k, prefix = None, 1, 1
     for k in range(1, len(cards)):
-        cost = max(math.prod(cards[:k]), math.prod(cards[k:]) * contexts)
+        prefix *= cards[k - 1]
+        cost = max(prefix, suffix[k] * contexts)
         if best is None or cost < best:
             best, best_k = cost, k
     return best_k
@@ -675,7 +836,7 @@ def _compile_separator(
     lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
     argmax = spec.is_argmax
     pos = 0 if argmax else _positive_index(network, spec)
-    pairs = np.zeros((zc, zc), dtype=np.int64)
+    tie_sets = _TieSets(zc)
     ties = 0
     threshold = math.nan if spec.threshold is None else spec.threshold
     if not argmax:
@@ -737,9 +898,8 @@ def _compile_separator(
                     part, u = part[live], u[live]
             if argmax:
                 probs = np.stack([u[:, z, :] @ l_states[z] for z in range(zc)])
-                _, codes, p, t, imp = _decide_argmax(probs)
+                _, codes, t, imp = _decide_argmax(probs, tie_sets, deadline)
                 del probs
-                pairs += p
                 ties += t
                 impossible += imp
                 packed = np.ascontiguousarray(codes)
@@ -768,7 +928,8 @@ def _compile_separator(
                     rows[const == 0] = all_false
                     rows[const == 1] = all_true
                     packed, part = rows, whole
-            keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
+            keys = packed.view(np.dtype((np.void, packed.shape[1] * packed.itemsize)))
+            keys = keys.reshape(-1)
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             local = np.empty(first.size, dtype=np.int64)
             for q, f in enumerate(first):
@@ -811,7 +972,7 @@ def _compile_separator(
         quasi,
         ties + refined.ties,
         impossible + refined.impossible_delta,
-        tie_pairs=pairs if argmax else None,
+        tie_sets=tie_sets if argmax else None,
         exact_inputs=refined.exact_inputs,
         uncertified=refined.uncertified,
         early_inputs=settled * n_suf,
@@ -931,11 +1092,23 @@ def _additive_layout(
             continue
         perm = np.argsort(fscope)
         terms[max(fscope)].append((sorted(fscope), np.transpose(w, perm)))
-    # context of level l: earlier features in the scope of a term at level >= l
+    # context of level l: earlier features in the scope of a term at level >= l, i.e. the
+    # positions p < l whose last term is at level >= l (one sweep, not a rescan per level)
+    last: dict[int, int] = {}
+    for lvl in range(n):
+        for sc, _ in terms[lvl]:
+            for p in sc:
+                last[p] = max(last.get(p, lvl), lvl)
+    ending: list[list[int]] = [[] for _ in range(n + 1)]
+    for p, lvl in last.items():
+        ending[lvl].append(p)
     ctx: list[list[int]] = []
+    active: set[int] = set()
     for lvl in range(n + 1):
-        need = {p for t in terms[lvl:] for sc, _ in t for p in sc if p < lvl}
-        ctx.append(sorted(need))
+        if lvl > 0 and lvl - 1 in last and last[lvl - 1] >= lvl:
+            active.add(lvl - 1)
+        ctx.append(sorted(active))
+        active.difference_update(ending[lvl])
     k = _split_level(cards, contexts=max(1, max(math.prod(cards[p] for p in c) for c in ctx)))
     return const, terms, ctx, k
 
@@ -1343,7 +1516,7 @@ def _compile_jointree(
     lives: list[np.ndarray] = []
     decided: list[np.ndarray] = []
     ties = impossible = 0
-    pairs = np.zeros((zc, zc), dtype=np.int64)
+    tie_sets = _TieSets(zc)
     held = 0.0
     for s, step in enumerate(plan.steps):
         deadline.check(f"step {s + 1} of {len(plan.steps)}, levels {step.start}..{n}")
@@ -1402,9 +1575,10 @@ def _compile_jointree(
         remaining = math.prod(cards[step.stop :])
         if step.stop == n:
             if argmax:
-                _, codes, _, _, _ = _decide_argmax(messages.T)
+                _, codes, ties, impossible = _decide_argmax(
+                    messages.T, tie_sets, deadline, weights=weights
+                )
                 dec = codes.astype(np.int64)
-                ties, impossible, pairs = _weighted_argmax_ties(messages, weights, zc)
             else:
                 assert spec.threshold is not None
                 post, decision, _, _ = _decide(
@@ -1450,25 +1624,6 @@ def _compile_jointree(
         quasi,
         ties,
         impossible,
-        tie_pairs=pairs if argmax else None,
+        tie_sets=tie_sets if argmax else None,
         early_inputs=stats.early_inputs,
     )
-
-
-def _weighted_argmax_ties(
-    messages: np.ndarray, weights: np.ndarray, zc: int
-) -> tuple[int, int, np.ndarray]:
-    """Tied and impossible inputs and pair ties of final messages ``(D, states)``, each
-    message counting as the ``weights`` inputs that reach it."""
-    den = messages.sum(axis=1)
-    ok = den > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        post = np.where(ok[:, None], messages / np.where(ok, den, 1.0)[:, None], np.nan)
-    best = np.where(ok[:, None], post, 0.0).max(axis=1)
-    near = (post >= best[:, None] - TIE_TOLERANCE) & ok[:, None]
-    multi = near.sum(axis=1) >= 2
-    pairs = np.zeros((zc, zc), dtype=np.int64)
-    for a in range(zc):
-        for b in range(a + 1, zc):
-            pairs[a, b] = int(weights[near[:, a] & near[:, b]].sum())
-    return int(weights[multi].sum()), int(weights[~ok].sum()), pairs

@@ -17,6 +17,8 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from boxwatch.offline.bn.limits import Deadline
+
 HEURISTICS = ("min-fill", "min-weight")
 
 
@@ -25,8 +27,12 @@ def elimination_path(
     cards: Mapping[str, int],
     out: Sequence[str],
     heuristic: str = "min-fill",
+    deadline: Deadline | None = None,
 ) -> list[tuple[int, ...]]:
     """An opt_einsum linear path that eliminates every variable not in ``out``.
+
+    ``deadline`` is checked at every step (hundreds of operands take a while: the last
+    products pick among every pair left).
 
     Parameters
     ----------
@@ -111,11 +117,17 @@ def elimination_path(
         best = min(itertools.combinations(sorted(group), 2), key=left)
         return list(best)
 
+    def step() -> None:
+        if deadline is not None:
+            deadline.check(f"a {heuristic} path: step {len(path):,} of {len(scopes) - 1:,}")
+
     scores = {v: score(v) for v in hidden}
     while hidden:
         v = min(hidden, key=scores.__getitem__)
         while v in hidden:
+            step()
             merge(best_pair([i for i, s in enumerate(ops) if v in s]))
     while len(ops) > 1:
+        step()
         merge(best_pair(range(len(ops))))
     return path

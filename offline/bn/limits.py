@@ -3,8 +3,9 @@
 :func:`default_max_memory` is the bound every route is held to unless the caller gives one;
 :func:`memory_guard` turns the kernel's OOM kill into a :class:`MemoryError` by capping the
 process's data segment (``RLIMIT_DATA``) for the duration of a compilation;
-:class:`Deadline` holds a compilation to its wall-clock limit while it runs (the routes'
-loops call :meth:`Deadline.check`), not only to the estimate made before it starts.
+:class:`Deadline` holds a command to its wall-clock limit while it runs -- reading, planning,
+the routes' loops and verification call :meth:`Deadline.check` -- not only to the estimate
+made before a route starts.
 """
 
 from __future__ import annotations
@@ -150,12 +151,22 @@ def memory_guard(max_bytes: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_DATA, old)
 
 
+ROUTE_ADVICE = "give fewer features, another order"
+"""What a :class:`CompileTimeError` of the compilation suggests (besides more seconds)."""
+
+
 class CompileTimeError(ConfigError):
     """A compilation ran past its wall-clock limit; the message says what it had reached."""
 
+    def __init__(self, message: str, reached: str = ""):
+        super().__init__(message)
+        self.reached = reached
+        """How far it got (``"cut 12 of 40 sized"``), as :meth:`Deadline.check` was told."""
+
 
 class Deadline:
-    """A wall-clock limit checked inside the compilation routes' loops.
+    """A wall-clock limit checked inside the loops of every phase: reading the network,
+    planning and running the routes, verifying.
 
     Parameters
     ----------
@@ -172,6 +183,14 @@ class Deadline:
         self.source = source
         self.start = time.perf_counter() if start is None else start
         self.route = "planning"
+        self.phase: str | None = None
+        self.advice = ROUTE_ADVICE
+
+    def enter(self, phase: str | None, advice: str = ROUTE_ADVICE) -> None:
+        """Say what runs from now on (``"reading the network"``; ``None``: the compilation's
+        routes, named by :attr:`route`) and what the error suggests when the limit passes."""
+        self.phase = phase
+        self.advice = advice
 
     def elapsed(self) -> float:
         """Seconds since ``start``."""
@@ -187,8 +206,9 @@ class Deadline:
             return
         elapsed = time.perf_counter() - self.start
         if elapsed > self.max_seconds:
+            doing = f"while {self.phase}" if self.phase else f"in the {self.route} route"
             raise CompileTimeError(
                 f"{self.source}: time limit {format_seconds(self.max_seconds)} reached after "
-                f"{elapsed:.3g} s in the {self.route} route ({reached}); give fewer features, "
-                "another order, or raise --max-seconds"
+                f"{elapsed:.3g} s {doing} ({reached}); {self.advice}, or raise --max-seconds",
+                reached,
             )

@@ -12,6 +12,7 @@ strings in file order, :func:`text_table` to shape them, ``texts=`` to :class:`N
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -133,7 +134,17 @@ class Network:
 
     def children(self, var: str) -> tuple[str, ...]:
         """Variables that have ``var`` as a parent, in file order."""
-        return tuple(v for v in self.variables if var in self.parents[v])
+        return self._children.get(var, ())
+
+    @functools.cached_property
+    def _children(self) -> dict[str, tuple[str, ...]]:
+        """Every variable's children, in file order: made once (asking each variable in turn
+        is then linear in the network, not quadratic)."""
+        out: dict[str, list[str]] = {}
+        for v in self.variables:
+            for p in dict.fromkeys(self.parents[v]):
+                out.setdefault(p, []).append(v)
+        return {p: tuple(vs) for p, vs in out.items()}
 
     def leaves(self) -> tuple[str, ...]:
         """Variables without children, in file order."""

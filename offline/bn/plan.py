@@ -20,7 +20,7 @@ from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ResolvedSpec
 from boxwatch.offline.bn.elimination import HEURISTICS, elimination_path
 from boxwatch.offline.bn.exact import ErrorBound, absolute_error, contraction_roundings
-from boxwatch.offline.bn.limits import format_bytes, format_seconds
+from boxwatch.offline.bn.limits import Deadline, format_bytes, format_seconds
 from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.separator import prefix_side
 
@@ -85,22 +85,31 @@ def _expression(factors: Sequence[Factor], out: Sequence[str]) -> str:
 
 
 def plan_contraction(
-    factors: Sequence[Factor], out: Sequence[str], *, max_cells: float | None = None
+    factors: Sequence[Factor],
+    out: Sequence[str],
+    *,
+    max_cells: float | None = None,
+    deadline: Deadline | None = None,
 ) -> Contraction:
     """The best of three deterministic orders: min-fill and min-weight elimination
     (:mod:`boxwatch.offline.bn.elimination`) and opt_einsum's pairwise greedy.
 
     Among the candidate paths whose largest intermediate has at most ``max_cells`` cells,
     the one with the least estimated time; when none fits, the one with the smallest
-    intermediate. Flops and cells are opt_einsum's figures for the path.
+    intermediate. Flops and cells are opt_einsum's figures for the path. ``deadline`` is
+    checked while the paths are searched.
     """
     expr = _expression(factors, out)
     shapes = [t.shape for _, t in factors]
     cards = {v: n for scope, t in factors for v, n in zip(scope, t.shape, strict=True)}
     scopes = [scope for scope, _ in factors]
-    paths: list[Any] = [elimination_path(scopes, cards, out, h) for h in HEURISTICS]
+    paths: list[Any] = [
+        elimination_path(scopes, cards, out, h, deadline=deadline) for h in HEURISTICS
+    ]
     candidates: list[Contraction] = []
     for optimize in (*paths, "greedy"):
+        if deadline is not None:
+            deadline.check(f"sizing the paths of a contraction of {len(factors):,} factors")
         path, info = opt_einsum.contract_path(expr, *shapes, shapes=True, optimize=optimize)
         candidates.append(
             Contraction(
@@ -139,9 +148,13 @@ class Estimate:
     bytes: float
     seconds: float
     detail: str
+    sized: bool = True
+    """False for a route whose planning ran out of time (its figures are unknown)."""
 
     def text(self) -> str:
         """``joint: ~1.2 GiB, ~3 s (largest intermediate 4.9e+05 cells)``."""
+        if not self.sized:
+            return f"{self.route}: {self.detail}"
         return (
             f"{self.route}: ~{format_bytes(self.bytes)}, ~{format_seconds(self.seconds)} "
             f"({self.detail})"
@@ -177,12 +190,19 @@ class JointPlan:
     estimate: Estimate
 
 
-def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> JointPlan:
+def plan_joint(
+    network: Network,
+    spec: ResolvedSpec,
+    *,
+    max_memory: float,
+    deadline: Deadline | None = None,
+) -> JointPlan:
     """Plan the contraction to ``P(C, X)`` and size the joint route.
 
     The joint table alone is sized first, from the cardinalities: when it cannot fit
     ``max_memory`` the contraction is not planned at all (planning one over hundreds of
     factors takes minutes) and the plan has no contraction, only the table's estimate.
+    ``deadline`` is checked while the contraction is planned.
     """
     keep = [spec.class_variable, *spec.order]
     inputs = math.prod(network.card(f) for f in spec.order)
@@ -192,7 +212,9 @@ def plan_joint(network: Network, spec: ResolvedSpec, *, max_memory: float) -> Jo
         detail = f"{as_float(inputs):.3g} inputs, the joint table alone (contraction not planned)"
         seconds = JOINT_SECONDS_PER_INPUT * as_float(inputs)
         return JointPlan(None, Estimate("joint", as_float(floor), seconds, detail))
-    c = plan_contraction(relevant_factors(network, keep), keep, max_cells=max_memory / 16)
+    c = plan_contraction(
+        relevant_factors(network, keep), keep, max_cells=max_memory / 16, deadline=deadline
+    )
     table = network.card(spec.class_variable) * inputs
     nbytes = 8 * (2 * c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
     if spec.is_argmax:  # the posterior of every state is kept, and a tie mask beside it
@@ -372,18 +394,52 @@ def _separator_estimate(cut: Cut, up: Contraction, lo: Contraction, n: int) -> E
     return Estimate("decompose/separator", nbytes, seconds, detail)
 
 
-def plan_separator(network: Network, spec: ResolvedSpec, *, max_memory: float) -> SeparatorPlan:
+def separator_floor(network: Network, spec: ResolvedSpec) -> Estimate:
+    """A lower bound on the separator route's estimate over every cut, from the
+    cardinalities alone (no cut is searched): each cut's tables hold at least its prefixes
+    and completions per class state, and every input is decided."""
+    cards = [network.card(f) for f in spec.order]
+    inputs = math.prod(cards)
+    suffix = [1] * (len(cards) + 1)
+    for i in range(len(cards) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] * cards[i]
+    prefix, least = 1, None
+    for k in range(1, len(cards)):
+        prefix *= cards[k - 1]
+        least = prefix + suffix[k] if least is None else min(least, prefix + suffix[k])
+    tables = 8 * network.card(spec.class_variable) * (least or 0)
+    nbytes = tables + SEPARATOR_BLOCK_BYTES * min(inputs, SEPARATOR_BLOCK_CELLS)
+    return Estimate(
+        "decompose/separator",
+        as_float(nbytes),
+        SEPARATOR_SECONDS_PER_INPUT * as_float(inputs),
+        f"{as_float(inputs):.3g} inputs, the tables of the best cut alone (cuts not searched)",
+    )
+
+
+def plan_separator(
+    network: Network,
+    spec: ResolvedSpec,
+    *,
+    max_memory: float,
+    deadline: Deadline | None = None,
+) -> SeparatorPlan:
     """Search every cut of ``spec.order`` for the fastest one that fits ``max_memory``.
 
     Cuts are sized before planning (lower bounds on memory and time); those that could fit
     are visited by that time, each getting its two contractions planned, until no unvisited
     cut can beat the fastest fitting one. When none fits, the one needing the least memory
-    is returned (its estimate says by how much it misses).
+    is returned (its estimate says by how much it misses). ``deadline`` is checked at every
+    cut.
     """
     n = len(spec.order)
-    cuts = sorted(
-        (cut_at(network, spec, k) for k in range(1, n)), key=lambda c: (_separator_floor(c)[1], c.k)
-    )
+
+    def sized(k: int) -> Cut:
+        if deadline is not None:
+            deadline.check(f"cut {k} of {n - 1} sized")
+        return cut_at(network, spec, k)
+
+    cuts = sorted((sized(k) for k in range(1, n)), key=lambda c: (_separator_floor(c)[1], c.k))
     could_fit = [c for c in cuts if _separator_floor(c)[0] <= max_memory]
     cuts = could_fit or [min(cuts, key=lambda c: (_separator_floor(c)[0], c.k))]
     best: SeparatorPlan | None = None
@@ -394,7 +450,9 @@ def plan_separator(network: Network, spec: ResolvedSpec, *, max_memory: float) -
             and (_separator_floor(cut)[1] >= best.estimate.seconds)
         ):
             break
-        plan = _plan_cut(network, cut, n, max_memory)
+        if deadline is not None:
+            deadline.check(f"cut {cut.k} of {n - 1} planned")
+        plan = _plan_cut(network, cut, n, max_memory, deadline)
         if best is None or _rank(plan, max_memory) < _rank(best, max_memory):
             best = plan
     assert best is not None
@@ -408,17 +466,20 @@ def _rank(plan: SeparatorPlan, max_memory: float) -> tuple[bool, float, int]:
     return (not fits, e.seconds if fits else e.bytes, plan.cut.k)
 
 
-def _plan_cut(network: Network, cut: Cut, n: int, max_memory: float) -> SeparatorPlan:
+def _plan_cut(
+    network: Network, cut: Cut, n: int, max_memory: float, deadline: Deadline | None = None
+) -> SeparatorPlan:
     """Both contractions of ``cut`` planned, and the estimate they give."""
-    up = plan_contraction(cut.up_factors(network), cut.up_out, max_cells=max_memory / 16)
-    lo = plan_contraction(cut.lo_factors(network), cut.lo_out, max_cells=max_memory / 16)
+    cells = max_memory / 16
+    up = plan_contraction(cut.up_factors(network), cut.up_out, max_cells=cells, deadline=deadline)
+    lo = plan_contraction(cut.lo_factors(network), cut.lo_out, max_cells=cells, deadline=deadline)
     return SeparatorPlan(cut, up, lo, _separator_estimate(cut, up, lo, n))
 
 
 # ---------------------------------------------------------------------------- additive route
 def additive_estimate(n_pre: int, completions: int, k: int, n: int) -> Estimate:
     """Equivalence intervals: prefixes enumerated, completion sums sorted per context."""
-    items = n_pre + completions
+    items = as_float(n_pre + completions)
     return Estimate(
         "decompose/additive",
         ADDITIVE_BYTES_PER_ITEM * items,
@@ -502,7 +563,10 @@ class JointreePlan:
 
 
 def _chain_uppers(
-    network: Network, spec: ResolvedSpec, factors: Sequence[Factor]
+    network: Network,
+    spec: ResolvedSpec,
+    factors: Sequence[Factor],
+    deadline: Deadline | None = None,
 ) -> list[set[int]]:
     """For each cut ``k`` (0..n) the factor indices on the prefix's side, growing with ``k``.
 
@@ -515,6 +579,8 @@ def _chain_uppers(
     scopes = [s for s, _ in factors]
     uppers: list[set[int]] = [set()]
     for k in range(1, n):
+        if deadline is not None:
+            deadline.check(f"the separator of cut {k} of {n - 1} searched")
         side, cut = prefix_side(network, scopes, cls, order[:k], order[k:])
         near = side | cut | {cls}
         mine = {i for i, s in enumerate(scopes) if near.issuperset(s)}
@@ -540,12 +606,25 @@ def _shared(
     return (cls, *shared)
 
 
+def jointree_floor(network: Network, spec: ResolvedSpec) -> Estimate:
+    """A lower bound on the jointree route's estimate from the cardinalities alone (no cut
+    is searched): its last block enumerates every input, 8 bytes each."""
+    inputs = math.prod(network.card(f) for f in spec.order)
+    return Estimate(
+        "jointree",
+        8 * as_float(inputs),
+        JOINTREE_SECONDS_PER_MESSAGE * as_float(inputs),
+        f"{as_float(inputs):.3g} inputs, the last block's messages alone (chain not planned)",
+    )
+
+
 def plan_jointree(
     network: Network,
     spec: ResolvedSpec,
     *,
     max_memory: float,
     max_block: int = JOINTREE_MAX_BLOCK,
+    deadline: Deadline | None = None,
 ) -> JointreePlan:
     """Cut the order into blocks (each at most :data:`JOINTREE_MAX_BLOCK` features) and size
     the chain of messages.
@@ -557,14 +636,19 @@ def plan_jointree(
     is an upper bound and ``auto`` takes this route only where that bound is best. A block
     is cut where the separator is small; a cut with a large separator is skipped by making
     the block around it longer (``max_block`` features at most: 1 gives one step per
-    feature). The distinct messages are counted while it runs.
+    feature). The distinct messages are counted while it runs. ``deadline`` is checked at
+    every cut.
     """
     cls, order = spec.class_variable, list(spec.order)
     n = len(order)
     cards = [network.card(f) for f in order]
     factors = relevant_factors(network, [cls, *order])
-    uppers = _chain_uppers(network, spec, factors)
-    z = [_shared(network, cls, factors, uppers[k], order[:k], order[k:]) for k in range(n + 1)]
+    uppers = _chain_uppers(network, spec, factors, deadline)
+    z = []
+    for k in range(n + 1):
+        if deadline is not None:
+            deadline.check(f"the variables shared at cut {k} of {n} listed")
+        z.append(_shared(network, cls, factors, uppers[k], order[:k], order[k:]))
     states = [math.prod(network.card(v) for v in zk) for zk in z]
     early = [
         k > 0 and all(cls not in s for i, (s, _) in enumerate(factors) if i not in uppers[k])
@@ -579,6 +663,8 @@ def plan_jointree(
 
     best: list[tuple[float, int]] = [(0.0, 0)] + [(math.inf, 0)] * n
     for j in range(1, n + 1):
+        if deadline is not None:
+            deadline.check(f"the blocks ending at cut {j} of {n} weighed")
         for i in range(max(0, j - max_block), j):
             if best[i][0] == math.inf:
                 continue
@@ -606,7 +692,9 @@ def plan_jointree(
         dummy = [((BATCH, *z[i]), np.empty((batch, *(network.card(v) for v in z[i]))))]
         eyes = [((f, alias(f)), np.empty((network.card(f),) * 2)) for f in order[i:j]]
         out = [BATCH, *(alias(f) for f in order[i:j]), *z[j]]
-        c = plan_contraction([*dummy, *absorbed, *eyes], out, max_cells=max_memory / 16)
+        c = plan_contraction(
+            [*dummy, *absorbed, *eyes], out, max_cells=max_memory / 16, deadline=deadline
+        )
         rounds = distinct(i) / batch
         seconds += rounds * c.seconds + JOINTREE_SECONDS_PER_MESSAGE * distinct(i) * w
         nbytes = max(

@@ -18,12 +18,19 @@ from typing import Any
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml_file, show_path
+from boxwatch.offline.bn.limits import Deadline
 
 MONOTONICITY_KINDS = ("fmo", "increasing", "decreasing")
 _OPS = ("<=", ">=", "==", "!=", "<", ">")
-_EXPR = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(.+?)\s*$")
+# Linear: ``(.*)`` stops at a line end and gives back characters one by one, and only a
+# ``]`` starts the (whitespace) scan to the end; operator and range terms are split by
+# :func:`_split_operator` and :func:`_split_range` in one pass, not by backtracking regexes.
 _IN = re.compile(r"^\s*in\s*\[(.*)\]\s*$", re.IGNORECASE)
-_RANGE = re.compile(r"^\s*(.+?)\s*\.\.\s*(.+?)\s*$")
+MAX_INDEX_DIGITS = 18
+"""Digits of a state index; more is out of every variable's range (and past Python's
+int-string limit at 4,300 digits, which would raise)."""
+MAX_SHOWN = 20
+"""Names listed in a message (states, features) before the rest are counted."""
 
 
 @dataclass(frozen=True)
@@ -152,14 +159,23 @@ def load_spec(
     schema: ClassifierSchema,
     *,
     default_order: Mapping[str, Sequence[str]] | None = None,
+    deadline: Deadline | None = None,
 ) -> Spec:
     """Read and validate a YAML spec file; raise ``ConfigError`` listing every problem.
 
     ``default_order`` gives state orders (e.g. another file's ``states``) that this file's
-    own ``states`` section extends or overrides.
+    own ``states`` section extends or overrides. ``deadline`` is checked while the YAML is
+    read (a 4 MiB file takes seconds).
     """
     path = Path(path)
-    data = load_yaml_file(path, what="rules file")
+    check = None
+    if deadline is not None:
+        where = show_path(path)
+
+        def check() -> None:
+            deadline.check(f"reading {where}")
+
+    data = load_yaml_file(path, what="rules file", check=check)
     return parse_spec(data, schema, source=show_path(path), default_order=default_order)
 
 
@@ -200,38 +216,100 @@ def parse_spec(
     return Spec(rules, queries, {k: tuple(v) for k, v in order.items()})
 
 
+class _Names:
+    """A variable's state names in one order, looked up by name in constant time."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+        self.index: dict[str, int] = {}
+        for j, name in enumerate(self.names):
+            self.index.setdefault(name, j)
+        self._spelled: dict[str, list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def spelled(self, flag: bool) -> list[int]:
+        """Positions of the states spelled ``true`` (or ``false``) in any case."""
+        if self._spelled is None:
+            self._spelled = {"true": [], "false": []}
+            for j, name in enumerate(self.names):
+                if name.lower() in self._spelled:
+                    self._spelled[name.lower()].append(j)
+        return self._spelled[str(flag).lower()]
+
+    def shown(self) -> str:
+        """The names for a message: the list, cut after :data:`MAX_SHOWN`."""
+        return _shown_list(self.names)
+
+
+def _shown_list(names: Sequence[str]) -> str:
+    """``['a', 'b']``, or the first :data:`MAX_SHOWN` and how many there are."""
+    if len(names) <= MAX_SHOWN:
+        return str(list(names))
+    return f"{str(list(names[:MAX_SHOWN]))[:-1]}, ...] ({len(names):,} states)"
+
+
+def _echo(value: Any) -> str:
+    """``repr`` of a term as written, cut when long (a condition may list a million states)."""
+    text = repr(value)
+    if len(text) > 200:
+        return f"{text[:160]}... ({len(text):,} characters)"
+    return text
+
+
 @dataclass
 class _Context:
     schema: ClassifierSchema
     order: dict[str, list[str]]
     problems: list[str]
+    _names: dict[str, _Names] = field(default_factory=dict)
+    _network: dict[str, _Names] = field(default_factory=dict)
+    _others: set[str] | None = None
 
-    def states(self, var: str) -> list[str]:
-        """States of a feature or of the class in declared ordinal order."""
-        if var in self.order:
-            return self.order[var]
-        if var == self.schema.class_variable:
-            return list(self.schema.class_states)
-        return list(self.schema.features[var])
+    def states(self, var: str) -> _Names:
+        """States of a feature or of the class in declared ordinal order (made once)."""
+        got = self._names.get(var)
+        if got is None:
+            if var in self.order:
+                got = _Names(self.order[var])
+            elif var == self.schema.class_variable:
+                got = _Names(self.schema.class_states)
+            else:
+                got = _Names(self.schema.features[var])
+            self._names[var] = got
+        return got
+
+    def network(self, var: str) -> _Names:
+        """States of a feature (or of the class) in the network's order (made once)."""
+        got = self._network.get(var)
+        if got is None:
+            s = self.schema
+            got = _Names(s.class_states if var == s.class_variable else s.features[var])
+            self._network[var] = got
+        return got
 
     def check_variable(self, var: Any, where: str, *, allow_class: bool = False) -> bool:
         """Is ``var`` a feature (or the class when allowed)? Record a problem when not."""
         s = self.schema
         if var in s.features or (allow_class and var == s.class_variable):
             return True
+        if self._others is None:
+            self._others = set(s.other_variables)
+        features = ", ".join(list(s.features)[:MAX_SHOWN])
+        if len(s.features) > MAX_SHOWN:
+            features += f", ... ({len(s.features):,} features)"
         if var == s.class_variable:
             self.problems.append(
                 f"{where}: {var!r} is the class variable; a premise may only constrain features"
             )
-        elif var in s.other_variables:
+        elif var in self._others:
             self.problems.append(
                 f"{where}: {var!r} is a network variable but not a feature "
-                f"of this classifier (features: {', '.join(s.features)})"
+                f"of this classifier (features: {features})"
             )
         else:
-            self.problems.append(
-                f"{where}: unknown variable {var!r} (features: {', '.join(s.features)})"
-            )
+            self.problems.append(f"{where}: unknown variable {_echo(var)} (features: {features})")
         return False
 
 
@@ -256,7 +334,10 @@ def _parse_states(
             problems.append(f"{where}: must be a list of state names")
             continue
         if sorted(names) != sorted(actual) or len(set(names)) != len(names):
-            problems.append(f"{where}: {names} must list each of its states {actual} exactly once")
+            problems.append(
+                f"{where}: {_shown_list(names)} must list each of its states "
+                f"{_shown_list(actual)} exactly once"
+            )
             continue
         order[var] = names
     return order
@@ -333,11 +414,11 @@ def _parse_queries(raw: Any, ctx: _Context, source: str) -> list[MonotonicityQue
                     "lowest first"
                 )
                 continue
-            terminals = list(ctx.schema.class_states)
-            class_order = tuple(terminals.index(s) for s in ctx.order[cls])
+            terminals = ctx.network(cls).index
+            class_order = tuple(terminals[s] for s in ctx.order[cls])
         if ok and feature is not None and given is not None and kind in MONOTONICITY_KINDS:
-            network = list(ctx.schema.features[feature])
-            order = tuple(network.index(s) for s in ctx.states(feature))
+            network = ctx.network(feature).index
+            order = tuple(network[s] for s in ctx.states(feature).names)
             queries.append(MonotonicityQuery(name, feature, order, given, kind, class_order))
     return queries
 
@@ -352,7 +433,7 @@ def _parse_constraints(
     out: dict[str, tuple[int, ...]] = {}
     ok = True
     for var, cond in raw.items():
-        term = f"{where}: {key} {var}: {cond!r}"
+        term = f"{where}: {key} {var}: {_echo(cond)}"
         if not ctx.check_variable(var, f"{where}: {key}"):
             ok = False
             continue
@@ -360,20 +441,20 @@ def _parse_constraints(
         if positions is None:
             ok = False
             continue
+        ordered = ctx.states(var)
         if not positions:
             ctx.problems.append(
-                f"{term}: allows no state of {var} (states in order: {ctx.states(var)})"
+                f"{term}: allows no state of {var} (states in order: {ordered.shown()})"
             )
             ok = False
             continue
-        network = list(ctx.schema.features[var])
-        ordered = ctx.states(var)
-        out[var] = tuple(sorted(network.index(ordered[p]) for p in positions))
+        network = ctx.network(var).index
+        out[var] = tuple(sorted(network[ordered.names[p]] for p in positions))
     return out if ok else None
 
 
 def _parse_conclusion(raw: Any, ctx: _Context, where: str) -> tuple[str, ...] | None:
-    term = f"{where}: then {raw!r}"
+    term = f"{where}: then {_echo(raw)}"
     if raw is None:
         ctx.problems.append(f"{where}: 'then' (the expected class state) is required")
         return None
@@ -397,18 +478,16 @@ def _parse_conclusion(raw: Any, ctx: _Context, where: str) -> tuple[str, ...] | 
     if not positions:
         ctx.problems.append(f"{term}: allows no class state")
         return None
-    return tuple(states[p] for p in sorted(positions))
+    return tuple(states.names[p] for p in sorted(positions))
 
 
-def _parse_condition(
-    cond: Any, states: list[str], term: str, problems: list[str]
-) -> set[int] | None:
+def _parse_condition(cond: Any, states: _Names, term: str, problems: list[str]) -> set[int] | None:
     """Positions (in ``states``' ordinal order) a condition allows; ``None`` on error."""
     n = len(states)
     if isinstance(cond, bool) and _value(cond, states) is None:
         problems.append(
             f"{term}: expected a state, an index or a condition, not a boolean "
-            f"(states in order: {states})"
+            f"(states in order: {states.shown()})"
         )
         return None
     if isinstance(cond, int | str) and (index := _value(cond, states)) is not None:
@@ -439,26 +518,65 @@ def _parse_condition(
                     return None
                 allowed &= sub
             return allowed
-        m = _EXPR.match(text)
-        if m:
-            return _parse_op(m.group(1), m.group(2), states, term, problems)
-        m = _RANGE.match(text)
-        if m:
-            lo, hi = _value(m.group(1), states), _value(m.group(2), states)
+        op_term = _split_operator(text)
+        if op_term:
+            return _parse_op(*op_term, states, term, problems)
+        bounds = _split_range(text)
+        if bounds:
+            lo, hi = _value(bounds[0], states), _value(bounds[1], states)
             if lo is None or hi is None:
-                bad = m.group(1) if lo is None else m.group(2)
+                bad = bounds[0] if lo is None else bounds[1]
                 problems.append(f"{term}: {_unknown(bad, states)}")
                 return None
             return set(range(lo, hi + 1))
     problems.append(
         f"{term}: unknown state or index, or not a condition (states in order: "
-        f"{states}; conditions: a state, an index, '<= 2', 'in [a, b]', '1..2')"
+        f"{states.shown()}; conditions: a state, an index, '<= 2', 'in [a, b]', '1..2')"
     )
     return None
 
 
+def _split_operator(text: str) -> tuple[str, str] | None:
+    """``("<=", "2")`` for ``"<= 2"``: an operator of :data:`_OPS` and its operand (stripped,
+    on one line); ``None`` when ``text`` is no such term. One pass, no backtracking."""
+    body = text.lstrip()
+    for op in _OPS:
+        if body.startswith(op):
+            rest = body[len(op) :]
+            operand = rest.strip()
+            if operand and "\n" not in operand:
+                return op, operand
+            if not operand and rest.strip("\n"):  # blanks only: an empty operand
+                return op, ""
+    return None
+
+
+def _split_range(text: str) -> tuple[str, str] | None:
+    """``("a1", "a3")`` for ``"a1 .. a3"`` (``text`` stripped): the bounds around the first
+    ``..`` that has one on each side, each on one line; ``None`` when there is none.
+
+    Linear: each ``..`` is found once, and the whitespace runs scanned around different
+    ones are disjoint.
+    """
+    first_newline, last_newline = text.find("\n"), text.rfind("\n")
+    at = text.find("..", 1)
+    while at > 0:
+        end = at
+        while end > 0 and text[end - 1].isspace():
+            end -= 1
+        if 0 <= first_newline < end:
+            return None
+        start = at + 2
+        while start < len(text) and text[start].isspace():
+            start += 1
+        if start < len(text) and last_newline < start:
+            return text[:end], text[start:]
+        at = text.find("..", at + 1)
+    return None
+
+
 def _parse_op(
-    op: str, operand: Any, states: list[str], term: str, problems: list[str]
+    op: str, operand: Any, states: _Names, term: str, problems: list[str]
 ) -> set[int] | None:
     if op == "in":
         if not isinstance(operand, list):
@@ -485,7 +603,7 @@ def _parse_op(
 
 
 def _parse_values(
-    items: list[Any], states: list[str], term: str, problems: list[str]
+    items: list[Any], states: _Names, term: str, problems: list[str]
 ) -> set[int] | None:
     out: set[int] = set()
     for item in items:
@@ -497,32 +615,40 @@ def _parse_values(
     return out
 
 
-def _unknown(token: Any, states: list[str]) -> str:
+def _unknown(token: Any, states: _Names) -> str:
     """Why ``token`` names no state: an index out of range, or an unknown name."""
     text = str(token).strip()
-    if re.fullmatch(r"\d+", text):
-        return f"index {text} is out of range 0..{len(states) - 1} (states in order: {states})"
-    return f"unknown state {text!r} (states in order: {states})"
+    if _is_index(text):
+        shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text):,} digits)"
+        return (
+            f"index {shown} is out of range 0..{len(states) - 1} "
+            f"(states in order: {states.shown()})"
+        )
+    return f"unknown state {_echo(text)} (states in order: {states.shown()})"
 
 
-def _value(token: Any, states: list[str]) -> int | None:
+def _is_index(text: str) -> bool:
+    """Whether ``text`` is a state index: ASCII digits (``\\d`` and ``int`` take others)."""
+    return text.isascii() and text.isdigit()
+
+
+def _value(token: Any, states: _Names) -> int | None:
     """Ordinal position of a state name or index token; ``None`` when it names neither.
 
     A string equal to a state name means that state; otherwise an integer (YAML int or a
-    string of digits) means the ordinal index. A YAML boolean names the state spelled
+    string of ASCII digits) means the ordinal index. A YAML boolean names the state spelled
     ``true``/``false`` in any case (networks with TRUE/FALSE states).
     """
     if isinstance(token, bool):
-        named = [j for j, s in enumerate(states) if s.lower() == str(token).lower()]
+        named = states.spelled(token)
         return named[0] if len(named) == 1 else None
     if isinstance(token, str):
         text = token.strip()
-        if text in states:
-            return states.index(text)
-        if re.fullmatch(r"\d+", text):
-            token = int(text)
-        else:
+        if text in states.index:
+            return states.index[text]
+        if not _is_index(text) or len(text) > MAX_INDEX_DIGITS:
             return None
+        token = int(text)
     if isinstance(token, int) and 0 <= token < len(states):
         return token
     return None
@@ -540,7 +666,7 @@ def _rule_text(item: dict[str, Any]) -> str:
 
 
 def _cond_text(cond: Any) -> str:
-    if isinstance(cond, str) and _EXPR.match(cond):
+    if isinstance(cond, str) and _split_operator(cond):
         return cond.strip()
     if isinstance(cond, list):
         return "in [" + ", ".join(str(c) for c in cond) + "]"

@@ -51,8 +51,9 @@ def prefix_side(
     excluded), and the cut's variables. Every scope lies within ``side | cut`` or within the
     complement of ``side``.
     """
+    rank = {v: i for i, v in enumerate(network.variables)}
     names = sorted(
-        {v for scope in scopes for v in scope if v != class_variable}, key=network.variables.index
+        {v for scope in scopes for v in scope if v != class_variable}, key=rank.__getitem__
     )
     index = {v: i for i, v in enumerate(names)}
     pre, suf = set(prefix), set(suffix)

@@ -47,12 +47,15 @@ from boxwatch.offline.bn.cnf import (
     encode_diagram,
     strictly_increasing,
 )
+from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.rules import MonotonicityQuery, Rule, Spec
 
 HOLDS, VIOLATED = RULE_VERDICTS
 JOINT_LIMIT = 10_000_000
 MAX_MASS_CUBES = 4096
 SAT_SECONDS = 2.0
+CHECK_EVERY = 1024
+"""Steps of a search (nodes expanded, cubes popped) between two deadline checks."""
 _UNKNOWN = object()
 # Patterns of "is the class positive?" per copy (feature rising) that violate each query.
 _PATTERNS: dict[str, list[tuple[str, tuple[bool, ...]]]] = {
@@ -365,12 +368,16 @@ class FeatureMarginal:
         return float(self.joint[idx][violating[table[idx]]].sum())
 
 
-def _output_table(diagram: DecisionDiagram, chunk: int = 1 << 20) -> np.ndarray:
+def _output_table(
+    diagram: DecisionDiagram, chunk: int = 1 << 20, deadline: Deadline | None = None
+) -> np.ndarray:
     """Sink id of every full assignment, shape ``cardinalities``, in chunks of rows."""
     cards = tuple(int(c) for c in diagram.cardinalities)
     total = math.prod(cards)
-    out = np.empty(total, dtype=np.int16)
+    out = np.empty(total, dtype=np.int32 if diagram.n_terminals > 1 << 15 else np.int16)
     for start in range(0, total, chunk):
+        if deadline is not None:
+            deadline.check(f"the output table: {start:,} of {total:,} inputs")
         flat = np.arange(start, min(start + chunk, total))
         rows = (
             np.stack(np.unravel_index(flat, cards), axis=1)
@@ -401,6 +408,10 @@ class BNVerifier:
     sat_seconds : float
         Wall-clock seconds the SAT solver may spend per monotonicity pattern before the
         exact product search on the diagram decides alone.
+    deadline : Deadline, optional
+        The command's wall-clock limit: checked between queries and inside every search
+        (a :class:`~boxwatch.offline.bn.limits.CompileTimeError` when it passes); the SAT
+        solver is interrupted when it does.
 
     The verifier keeps its SAT solvers between queries (a solver is built once per CNF and
     queried under assumptions, which is what makes a query take milliseconds); use it as a
@@ -420,8 +431,11 @@ class BNVerifier:
         solver: str = DEFAULT_SOLVER,
         joint_limit: int = JOINT_LIMIT,
         sat_seconds: float = SAT_SECONDS,
+        deadline: Deadline | None = None,
     ):
         t0 = time.perf_counter()
+        self.deadline = deadline
+        self._steps = 0
         self.diagram = diagram
         self.solver = solver
         self.encoding: DiagramEncoding = encode_diagram(diagram)
@@ -455,7 +469,7 @@ class BNVerifier:
         if network is not None:
             self.marginal = FeatureMarginal(network, d.features, d.states, joint_limit=joint_limit)
             if self.marginal.joint is not None:
-                self._table = _output_table(d)
+                self._table = _output_table(d, deadline=deadline)
 
     # ------------------------------------------------------------------ public queries
     def verify(self, spec: Spec, *, counterexamples: int = 10) -> VerificationReport:
@@ -474,9 +488,35 @@ class BNVerifier:
             "cnf_clauses": len(self.encoding.clauses),
             "solver": self.solver,
         }
-        rules = [self.check_rule(r, counterexamples=counterexamples) for r in spec.rules]
-        mono = [self.check_monotonicity(q) for q in spec.queries]
+        total = len(spec.rules) + len(spec.queries)
+        rules: list[RuleResult] = []
+        for r in spec.rules:
+            self._check(f"{len(rules):,} of {total:,} rules and queries checked")
+            rules.append(self.check_rule(r, counterexamples=counterexamples))
+        mono: list[MonotonicityResult] = []
+        for q in spec.queries:
+            self._check(f"{len(rules) + len(mono):,} of {total:,} rules and queries checked")
+            mono.append(self.check_monotonicity(q))
         return VerificationReport(info, rules, mono)
+
+    def _check(self, reached: str) -> None:
+        """Hold the verification to its deadline (if any)."""
+        if self.deadline is not None:
+            self.deadline.check(reached)
+
+    def _step(self, reached: str) -> None:
+        """One step of a search: the deadline is checked every :data:`CHECK_EVERY`."""
+        self._steps += 1
+        if self._steps % CHECK_EVERY == 0:
+            self._check(reached)
+
+    def _seconds_for_sat(self, limit: float | None) -> float | None:
+        """What a SAT call may take: ``limit``, and no more than the deadline leaves."""
+        d = self.deadline
+        if d is None or d.max_seconds is None:
+            return limit
+        left = max(0.0, d.max_seconds - d.elapsed()) + 0.01
+        return left if limit is None else min(limit, left)
 
     def check_rule(self, rule: Rule, *, counterexamples: int = 10) -> RuleResult:
         """Check one if-then rule: SAT verdict, exact count, mass and compact cubes.
@@ -489,15 +529,17 @@ class BNVerifier:
         t0 = time.perf_counter()
         d = self.diagram
         allowed = self._allowed(rule.premise)
-        violating = np.array([t not in rule.conclusion for t in d.terminals])
+        allowed_classes = set(rule.conclusion)
+        violating = np.array([t not in allowed_classes for t in d.terminals])
         enc = self.encoding
         assumptions = enc.restrict({i: a for i, a in enumerate(allowed) if a.size < self._cards[i]})
         assumptions += [-enc.sink_literal(t) for t in range(self._nt) if not violating[t]]
         if self._itr_solver is None:
             self._itr_solver = self._new_solver(enc.clauses)
-        sat = self._itr_solver.solve(assumptions=assumptions)
+        sat = self._solve(self._itr_solver, assumptions, None)
         model = self._itr_solver.get_model() if sat else None
         if sat is None:
+            self._check(f"rule {rule.name!r}: the SAT solver was interrupted")
             raise RuntimeError(f"rule {rule.name!r}: the SAT solver returned no answer")
         count, allv, dist = self._count(allowed, violating)
         premise_inputs = math.prod(int(a.size) for a in allowed)
@@ -650,19 +692,28 @@ class BNVerifier:
                 for t in range(self._nt)
                 if t not in w
             ]
-            timer = threading.Timer(self.sat_seconds, solver.interrupt)
-            timer.start()
-            try:
-                ok = solver.solve_limited(assumptions=base + lits, expect_interrupt=True)
-            finally:
-                timer.cancel()
-                solver.clear_interrupt()
+            ok = self._solve(solver, base + lits, self.sat_seconds)
             if ok is None:
+                self._check("a monotonicity pattern: the SAT solver was interrupted")
                 unknown = True
             elif ok:
                 model = solver.get_model()
                 return [c.decode(model) for c in copies]
         return _UNKNOWN if unknown else None
+
+    def _solve(self, solver: Solver, assumptions: list[int], seconds: float | None) -> Any:
+        """``solver`` on ``assumptions``, interrupted after ``seconds`` (or when the
+        deadline passes): True, False, or None when interrupted."""
+        limit = self._seconds_for_sat(seconds)
+        if limit is None:
+            return solver.solve(assumptions=assumptions)
+        timer = threading.Timer(limit, solver.interrupt)
+        timer.start()
+        try:
+            return solver.solve_limited(assumptions=assumptions, expect_interrupt=True)
+        finally:
+            timer.cancel()
+            solver.clear_interrupt()
 
     def _product_search(
         self,
@@ -687,6 +738,7 @@ class BNVerifier:
         dead: set[tuple[int, ...]] = set()
 
         def below(state: tuple[int, ...]) -> list[tuple[int, int]] | None:
+            self._step("the product search of a monotonicity query")
             live = [w for w in wants if all(s >= nt or s in w[k] for k, s in enumerate(state))]
             if not live:
                 return None
@@ -704,6 +756,7 @@ class BNVerifier:
             return None
 
         def above(node: int) -> tuple[list[tuple[int, int]], tuple[int, ...]] | None:
+            self._step("the product search of a monotonicity query")
             if node < nt or lv[node] > i or (node,) in dead:
                 return None  # the copies never split: they reach the same sink
             lvl = lv[node]
@@ -800,6 +853,7 @@ class BNVerifier:
         found: list[dict[int, int]] = []
         seen: set[tuple[tuple[int, int], ...]] = set()
         while heap and len(found) < k:
+            self._step("the search for compact counterexamples")
             _, _, node, fixed = heapq.heappop(heap)
             if allv[node]:
                 cube = self._generalise(dict(fixed), sets, allv, count)
@@ -849,6 +903,7 @@ class BNVerifier:
         nt = self._nt
 
         def visit(node: int) -> bool:
+            self._step("generalising a counterexample")
             if allv[node]:
                 return True
             if count[node] == 0 or node < nt:
@@ -872,6 +927,7 @@ class BNVerifier:
         cubes: list[list[np.ndarray]] = []
         stack = [(self.diagram.root, list(allowed))]
         while stack:
+            self._step("the violating mass by cubes")
             node, region = stack.pop()
             if allv[node]:
                 cubes.append(region)

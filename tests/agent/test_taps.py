@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+import zipfile
 
 import numpy as np
 import onnx
@@ -288,3 +289,97 @@ def test_the_model_input_is_a_layer_in_both_taps(exported):
         assert first.shape == (None, 1, 8, 8) and first.n_features("grid") == 49
     flat = OnnxTap(onnx_path, ["input"]).run(x)[1]["input"]
     np.testing.assert_array_equal(flat, x.reshape(3, -1))
+
+
+# ---------------------------------------------------------------------------- hostile models
+def _onnx_file(tmp_path, name: str, nodes, inputs, outputs, initializers=()) -> str:
+    """An ONNX model file written without checks (onnxruntime is the one that refuses it)."""
+    graph = onnx.helper.make_graph(nodes, name, inputs, outputs, list(initializers))
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def _vi(name: str, shape):
+    return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
+
+
+def test_onnx_models_onnxruntime_refuses_are_one_config_error_line(tmp_path):
+    """A cyclic graph, or a matrix product of mismatched shapes: onnxruntime refuses to open
+    them; that is bad input (exit 2 naming the file), not an internal error."""
+    cyclic = _onnx_file(
+        tmp_path,
+        "cyclic",
+        [
+            onnx.helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+            onnx.helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        ],
+        [_vi("x", [None, 4])],
+        [_vi("b", [None, 4])],
+    )
+    weight = numpy_helper.from_array(np.ones((3, 2), np.float32), "w")
+    mismatched = _onnx_file(
+        tmp_path,
+        "mismatched",
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        [_vi("x", [None, 4])],
+        [_vi("y", [None, 2])],
+        [weight],
+    )
+    for path in (cyclic, mismatched):
+        with pytest.raises(ConfigError) as info:
+            OnnxTap(path)
+        text = str(info.value)
+        assert text.startswith(path) and "onnxruntime" in text and "\n" not in text, text
+        assert len(text) < 600
+
+
+def _torch_zip(tmp_path, name: str, members) -> str:
+    """A ZIP shaped like a torch file: ``members`` (name, bytes, compress_type)."""
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data, kind in members:
+            archive.writestr(member, data, compress_type=kind)
+    return str(path)
+
+
+@pytest.mark.parametrize("suffix", [".pt2", ".pt"])
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("archive/data.pkl", b"junk", zipfile.ZIP_STORED)],
+        [("archive/data/0", b"\0" * (64 << 20), zipfile.ZIP_DEFLATED)],
+        [(f"archive/data/{i}", b"\0" * (4 << 20), zipfile.ZIP_DEFLATED) for i in range(8)],
+    ],
+    ids=["junk", "one-bomb", "many-bombs"],
+)
+def test_malformed_torch_files_are_refused_in_one_line_before_torch_reads_them(
+    tmp_path, capfd, monkeypatch, suffix, members
+):
+    """No traceback from torch's logger on stderr; a member declaring far more bytes than
+    the file holds (a zip bomb: torch inflates members whole) is refused from the ZIP's index,
+    before torch opens the file."""
+    path = _torch_zip(tmp_path, f"model{suffix}", members)
+    bomb = any(kind == zipfile.ZIP_DEFLATED for _, _, kind in members)
+    if bomb:
+
+        def never(*_args, **_kwargs):
+            raise AssertionError("torch read a file its ZIP index already refused")
+
+        monkeypatch.setattr(torch.jit, "load", never)
+        monkeypatch.setattr(torch.export, "load", never)
+    with pytest.raises(ConfigError) as info:
+        TorchTap(path)
+    text = str(info.value)
+    assert text.startswith(path) and "\n" not in text and len(text) < 600, text
+    if bomb:
+        assert "declare" in text
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "torch/export" not in err, err[-2000:]
+
+
+def test_real_torch_files_pass_the_zip_check(exported):
+    _, _, pt2, scripted = exported
+    for path in (pt2, scripted):
+        TorchTap(path)

@@ -26,6 +26,7 @@ from boxwatch.offline.bn.formats.hugin import parse_net
 from boxwatch.offline.bn.formats.pgmpy_model import from_pgmpy
 from boxwatch.offline.bn.formats.uai import parse_uai, read_uai
 from boxwatch.offline.bn.formats.xmlbif import parse_xmlbif
+from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network
 
 __all__ = [
@@ -72,12 +73,17 @@ def format_of(path: str | Path) -> NetworkFormat:
     raise ConfigError(f"{show_path(path)}: unknown network format; expected {formats_text()}")
 
 
-def load_network(source: str | Path | Any, *, max_memory: float | None = None) -> Network:
+def load_network(
+    source: str | Path | Any,
+    *,
+    max_memory: float | None = None,
+    deadline: Deadline | None = None,
+) -> Network:
     """Read a network from a path (format by suffix: :func:`format_of`) or take a pgmpy model.
 
     Bounded before it allocates: a text file (and a ``.gz`` file's decompressed stream) may
     have ``max_memory / TEXT_SHARE`` bytes, and every CPT is sized from its declared shape
-    against ``max_memory`` before its table exists (UAI files have their own bounds:
+    against ``max_memory`` before its table exists (UAI files are read as a stream:
     :func:`~.uai.read_uai`). Text is UTF-8 (latin-1 is accepted for old Hugin files); NUL
     bytes are refused.
 
@@ -88,6 +94,8 @@ def load_network(source: str | Path | Any, *, max_memory: float | None = None) -
     max_memory : float, optional
         Bytes the compilation may use; default
         :func:`~boxwatch.offline.bn.limits.default_max_memory`.
+    deadline : Deadline, optional
+        A wall-clock limit checked while the file is read and parsed.
 
     Raises
     ------
@@ -97,4 +105,4 @@ def load_network(source: str | Path | Any, *, max_memory: float | None = None) -
     if not isinstance(source, (str, Path)):
         return from_pgmpy(source)
     path = Path(source)
-    return format_of(path).read(path, max_memory)
+    return format_of(path).read(path, max_memory, deadline)

@@ -17,13 +17,21 @@ from boxwatch.offline.bn.formats.common import (
     finish,
     read_network_text,
 )
+from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network, text_table
 
 
-def parse_bif(text: str, *, where: str = "<bif>", max_memory: float | None = None) -> Network:
-    """Parse BIF text (the bnlearn repository's format); CPTs sized against ``max_memory``."""
+def parse_bif(
+    text: str,
+    *,
+    where: str = "<bif>",
+    max_memory: float | None = None,
+    deadline: Deadline | None = None,
+) -> Network:
+    """Parse BIF text (the bnlearn repository's format); CPTs sized against ``max_memory``,
+    ``deadline`` checked as it goes."""
     budget = Budget(max_memory)
-    t = Tokens(text, where, percent_comments=False)
+    t = Tokens(text, where, percent_comments=False, deadline=deadline)
     name = "network"
     order: list[str] = []
     states: dict[str, tuple[str, ...]] = {}
@@ -254,10 +262,12 @@ def write_bif(network: Network) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_bif(path: Path, max_memory: float | None = None) -> Network:
+def read_bif(
+    path: Path, max_memory: float | None = None, deadline: Deadline | None = None
+) -> Network:
     """Read a BIF file, gzipped when its name ends in ``.gz``; ``max_memory`` bounds
     its text and tables."""
-    return read_network_text(path, parse_bif, max_memory)
+    return read_network_text(path, parse_bif, max_memory, deadline)
 
 
 FORMAT = NetworkFormat("BIF", (".bif", ".bif.gz"), read_bif)

@@ -22,7 +22,7 @@ from boxwatch.agent.inputs import (
     show_path,
     size_text,
 )
-from boxwatch.offline.bn.limits import default_max_memory
+from boxwatch.offline.bn.limits import Deadline, default_max_memory
 from boxwatch.offline.bn.network import Network
 
 CPT_SUM_TOLERANCE = 1e-3
@@ -33,6 +33,8 @@ TEXT_SHARE = 64
 and numbers take tens of bytes per byte of text while it is parsed."""
 CPT_SHARE = 4
 """All CPTs together may take ``max_memory / CPT_SHARE`` bytes (the compiler needs the rest)."""
+CHECK_TOKENS = 1 << 16
+"""Tokens made or consumed between two deadline checks."""
 CPT_FLOOR = 16 << 20
 """...but at least this much: small tables are never what exhausts memory (a tiny
 ``--max-memory`` is then refused by the compiler's route estimates, naming them)."""
@@ -47,22 +49,27 @@ class NetworkFormat:
     """What help texts and errors call it (``BIF``, ``Hugin``)."""
     suffixes: tuple[str, ...]
     """The lower-case file-name endings it is read from, ``.gz`` variants included."""
-    read: Callable[[Path, float | None], Network]
-    """Reads a file of the format: ``read(path, max_memory)``."""
+    read: Callable[[Path, float | None, Deadline | None], Network]
+    """Reads a file of the format: ``read(path, max_memory, deadline)`` (the deadline, when
+    given, checked while it reads)."""
 
 
 class TextParser(Protocol):
-    """A parser of a text format: ``parse(text, where=..., max_memory=...)``."""
+    """A parser of a text format: ``parse(text, where=..., max_memory=..., deadline=...)``."""
 
-    def __call__(self, text: str, *, where: str, max_memory: float | None) -> Network: ...
+    def __call__(
+        self, text: str, *, where: str, max_memory: float | None, deadline: Deadline | None
+    ) -> Network: ...
 
 
-def read_network_text(path: Path, parse: TextParser, max_memory: float | None) -> Network:
+def read_network_text(
+    path: Path, parse: TextParser, max_memory: float | None, deadline: Deadline | None = None
+) -> Network:
     """Read a text network file (gzipped when its name ends in ``.gz``) and ``parse`` it.
 
     Bounded before it allocates: the file (and a ``.gz`` file's decompressed stream) may
     have ``max_memory / TEXT_SHARE`` bytes. Text is UTF-8 (latin-1 is accepted for old Hugin
-    files); NUL bytes are refused.
+    files); NUL bytes are refused. ``deadline`` is checked while it is parsed.
     """
     where = show_path(path)
     limit = default_max_memory() if max_memory is None else int(max_memory)
@@ -80,7 +87,9 @@ def read_network_text(path: Path, parse: TextParser, max_memory: float | None) -
     except UnicodeDecodeError:
         text = raw.decode("latin-1")
     del raw
-    return parse(text, where=where, max_memory=limit)
+    if deadline is not None:
+        deadline.check("the file was read, not yet parsed")
+    return parse(text, where=where, max_memory=limit, deadline=deadline)
 
 
 class Budget:
@@ -118,16 +127,18 @@ class Budget:
             raise ConfigError(f"{where_line}: {quote(var)} lists itself as a parent")
         shape = (*(len(states[p]) for p in par), len(states[var]))
         cells = math.prod(shape)
-        nbytes = 8 * cells
+        self.take(8 * cells, f"the CPT of {quote(var)} has {cells:,} cells", where_line)
+        return shape
+
+    def take(self, nbytes: int, what: str, where_line: str) -> None:
+        """Charge ``nbytes`` (``what`` says of what, for the error) to the budget, or refuse."""
         if nbytes > self.bytes_left:
             raise ConfigError(
-                f"{where_line}: the CPT of {quote(var)} has {cells:,} cells "
-                f"({size_text(nbytes)}), more than the memory limit "
+                f"{where_line}: {what} ({size_text(nbytes)}), more than the memory limit "
                 f"{size_text(self.limit)} leaves for the network's tables "
                 f"({size_text(self.bytes_left)}); raise --max-memory or give a smaller network"
             )
         self.bytes_left -= nbytes
-        return shape
 
 
 # ---------------------------------------------------------------------------- tokenising
@@ -141,11 +152,20 @@ class Tokens:
 
     Linear in the text: every regular expression matches without backtracking over the rest
     of the file, and a ``/* ... */`` comment is found with one ``str.find`` (an unterminated
-    one is an error, not a rescan per ``/*``).
+    one is an error, not a rescan per ``/*``). ``deadline`` is checked every
+    :data:`CHECK_TOKENS` tokens, as they are made and as they are consumed.
     """
 
-    def __init__(self, text: str, where: str, *, percent_comments: bool):
+    def __init__(
+        self,
+        text: str,
+        where: str,
+        *,
+        percent_comments: bool,
+        deadline: Deadline | None = None,
+    ):
         self.where = where
+        self.deadline = deadline
         self.text = text
         self.toks: list[str] = []
         self.pos: list[int] = []
@@ -171,6 +191,8 @@ class Tokens:
             if not (tok.isspace() or tok.startswith(skip)):
                 self.toks.append(tok)
                 self.pos.append(i)
+                if deadline is not None and not len(self.toks) % CHECK_TOKENS:
+                    deadline.check(f"tokenizing line {bisect.bisect(newlines, i) + 1:,}")
             i = m.end()
         self.lines = [bisect.bisect(newlines, p) + 1 for p in self.pos]
         self.i = 0
@@ -196,6 +218,8 @@ class Tokens:
             raise self.error(f"unexpected end of file, expected {what}")
         tok = self.toks[self.i]
         self.i += 1
+        if self.deadline is not None and not self.i % CHECK_TOKENS:
+            self.deadline.check(f"parsing line {self.lines[self.i - 1]:,}")
         return tok
 
     def expect(self, tok: str) -> None:

@@ -16,13 +16,21 @@ from boxwatch.offline.bn.formats.common import (
     finish,
     read_network_text,
 )
+from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network, text_table
 
 
-def parse_net(text: str, *, where: str = "<net>", max_memory: float | None = None) -> Network:
-    """Parse a Hugin ``.net`` network (discrete nodes, ``potential`` blocks with ``data``)."""
+def parse_net(
+    text: str,
+    *,
+    where: str = "<net>",
+    max_memory: float | None = None,
+    deadline: Deadline | None = None,
+) -> Network:
+    """Parse a Hugin ``.net`` network (discrete nodes, ``potential`` blocks with ``data``);
+    ``deadline`` checked as it goes."""
     budget = Budget(max_memory)
-    t = Tokens(text, where, percent_comments=True)
+    t = Tokens(text, where, percent_comments=True, deadline=deadline)
     name = "network"
     order: list[str] = []
     states: dict[str, tuple[str, ...]] = {}
@@ -151,10 +159,12 @@ def _net_potential(t: Tokens, var: str) -> tuple[int, list[float]]:
     return data_line, values
 
 
-def read_net(path: Path, max_memory: float | None = None) -> Network:
+def read_net(
+    path: Path, max_memory: float | None = None, deadline: Deadline | None = None
+) -> Network:
     """Read a Hugin ``.net`` file, gzipped when its name ends in ``.gz``; ``max_memory`` bounds
     its text and tables."""
-    return read_network_text(path, parse_net, max_memory)
+    return read_network_text(path, parse_net, max_memory, deadline)
 
 
 FORMAT = NetworkFormat("Hugin", (".net", ".net.gz"), read_net)

@@ -12,7 +12,14 @@ import numpy as np
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import quote
-from boxwatch.offline.bn.formats.common import Budget, NetworkFormat, finish, read_network_text
+from boxwatch.offline.bn.formats.common import (
+    CHECK_TOKENS,
+    Budget,
+    NetworkFormat,
+    finish,
+    read_network_text,
+)
+from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network, text_table
 
 
@@ -33,15 +40,20 @@ class _Elem:
         return [(c.text.strip(), c.line) for c in self.find_all(tag)]
 
 
-def _xml_tree(text: str, where: str) -> _Elem:
+def _xml_tree(text: str, where: str, deadline: Deadline | None = None) -> _Elem:
     """The element tree of ``text``: text gathered in chunks (linear), DTDs refused (so no
-    entity expansion), no external entities."""
+    entity expansion), no external entities; ``deadline`` checked every
+    :data:`~.common.CHECK_TOKENS` elements."""
     parser = xml.parsers.expat.ParserCreate()
     parser.SetParamEntityParsing(xml.parsers.expat.XML_PARAM_ENTITY_PARSING_NEVER)
     root = _Elem("#document", 1, [], chunks=[])
     stack = [root]
+    seen = [0]
 
     def start(tag: str, _attrs: dict[str, str]) -> None:
+        seen[0] += 1
+        if deadline is not None and not seen[0] % CHECK_TOKENS:
+            deadline.check(f"parsing line {parser.CurrentLineNumber:,}")
         el = _Elem(tag, parser.CurrentLineNumber, [], chunks=[])
         stack[-1].children.append(el)
         stack.append(el)
@@ -74,10 +86,17 @@ def _xml_tree(text: str, where: str) -> _Elem:
     return root
 
 
-def parse_xmlbif(text: str, *, where: str = "<xmlbif>", max_memory: float | None = None) -> Network:
-    """Parse XMLBIF 0.3 text (``<VARIABLE>`` and ``<DEFINITION>`` elements); no DTDs."""
+def parse_xmlbif(
+    text: str,
+    *,
+    where: str = "<xmlbif>",
+    max_memory: float | None = None,
+    deadline: Deadline | None = None,
+) -> Network:
+    """Parse XMLBIF 0.3 text (``<VARIABLE>`` and ``<DEFINITION>`` elements); no DTDs;
+    ``deadline`` checked as it goes."""
     budget = Budget(max_memory)
-    doc = _xml_tree(text, where)
+    doc = _xml_tree(text, where, deadline)
     nets = [n for b in doc.find_all("BIF") for n in b.find_all("NETWORK")]
     if len(nets) != 1:
         raise ConfigError(f"{where}:1: expected one <BIF><NETWORK> element, found {len(nets)}")
@@ -106,6 +125,8 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>", max_memory: float | None
     cpts: dict[str, np.ndarray] = {}
     texts: dict[str, np.ndarray] = {}
     for el in net.find_all("DEFINITION") + net.find_all("PROBABILITY"):
+        if deadline is not None:
+            deadline.check(f"the definition at line {el.line:,}")
         fv = el.find_text("FOR")
         if len(fv) != 1 or fv[0][0] not in states:
             raise ConfigError(f"{where}:{el.line}: <DEFINITION> must name one declared <FOR>")
@@ -141,10 +162,12 @@ def parse_xmlbif(text: str, *, where: str = "<xmlbif>", max_memory: float | None
     return finish(name, tuple(order), states, parents, cpts, where, lines, texts)
 
 
-def read_xmlbif(path: Path, max_memory: float | None = None) -> Network:
+def read_xmlbif(
+    path: Path, max_memory: float | None = None, deadline: Deadline | None = None
+) -> Network:
     """Read an XMLBIF file, gzipped when its name ends in ``.gz``; ``max_memory`` bounds
     its text and tables."""
-    return read_network_text(path, parse_xmlbif, max_memory)
+    return read_network_text(path, parse_xmlbif, max_memory, deadline)
 
 
 FORMAT = NetworkFormat("XMLBIF", (".xml", ".xml.gz", ".xmlbif", ".xmlbif.gz"), read_xmlbif)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 import warnings
 from dataclasses import replace
 from fractions import Fraction
@@ -18,14 +19,18 @@ import numpy as np
 import pytest
 from bn_synthetic import random_dag
 from bn_tables import DATA, all_assignments, brute_rule, diagram_from_table, table_of
+from deadlines import Countdown
 from pysat.solvers import Solver
 
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ArtifactError, ConfigError
-from boxwatch.offline.bn.classifier import ClassifierSpec
+from boxwatch.offline.bn import compile as bn_compile
+from boxwatch.offline.bn import plan as bn_plan
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.cnf import encode_diagram
-from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.compile import MAX_TIE_PAIRS, compile_classifier
 from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.limits import CompileTimeError
 from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.rules import ClassifierSchema, MonotonicityQuery, Rule, parse_spec
 from boxwatch.offline.bn.verify import BNVerifier
@@ -181,6 +186,82 @@ def test_argmax_matches_exact_enumeration_on_random_networks(seed):
     post = joint.posterior_of(X)
     assert post.shape == (len(X), net.card(cls))
     assert np.allclose(post.sum(axis=1), 1.0)
+
+
+def many_states(k: int, ties: str, seed: int = 0) -> Network:
+    """Class C of ``k`` states with features X (3 states) and Y (2), tied as ``ties`` says.
+
+    ``none``: distinct random numbers (no ties); ``pairs``: states ``2j`` and ``2j + 1``
+    share their prior and their row of X, so the winning pair ties on every input; ``all``:
+    one prior and one row for every state, so all ``k`` tie on every input.
+    """
+    rng = np.random.default_rng(seed)
+    if ties == "none":
+        prior, x, y = rng.random(k) + 0.5, rng.random((k, 3)) + 0.1, rng.random((k, 2)) + 0.1
+    elif ties == "pairs":
+        prior = np.repeat(rng.random(k // 2) + 0.5, 2)
+        x = np.repeat(rng.random((k // 2, 3)) + 0.1, 2, axis=0)
+        y = np.repeat(rng.random((k // 2, 2)) + 0.1, 2, axis=0)
+    else:
+        prior, x, y = np.ones(k), np.ones((k, 3)), np.ones((k, 2))
+    states = tuple(f"s{j}" for j in range(k))
+    return Network(
+        name="many",
+        variables=("C", "X", "Y"),
+        states={"C": states, "X": ("x0", "x1", "x2"), "Y": ("y0", "y1")},
+        parents={"C": (), "X": ("C",), "Y": ("C",)},
+        cpts={
+            "C": prior / prior.sum(),
+            "X": x / x.sum(axis=1, keepdims=True),
+            "Y": y / y.sum(axis=1, keepdims=True),
+        },
+    )
+
+
+def _timed_compile(net: Network, method: str):
+    spec = ClassifierSpec("C", features=["X", "Y"], order=["X", "Y"], decision="argmax")
+    start = time.perf_counter()
+    result = compile_classifier(net, spec, method=method)
+    return result, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("ties", ["none", "pairs", "all"])
+@pytest.mark.parametrize("method", ["joint", "decompose", "jointree"])
+def test_argmax_work_grows_with_the_ties_not_with_states_squared(ties, method):
+    """8x the class states take about 8x the time (the old K x K pair matrix and loops over
+    state pairs took 158 s for 5,000 states), and the pair counts stay exact while the tied
+    pairs are within MAX_TIE_PAIRS; past it they are not counted, the ties still are."""
+    small, t_small = _timed_compile(many_states(1_000, ties), method)
+    large, t_large = _timed_compile(many_states(8_000, ties), method)
+    assert t_large < 3.0, f"{t_large:.2f} s"
+    assert t_large < 8 * 4 * max(t_small, 0.05), (t_small, t_large)
+    for k, result in ((1_000, small), (8_000, large)):
+        names = result.diagram.terminals
+        if ties == "none":
+            assert result.ties == 0 and result.tie_pairs == {} and result.tie_pairs_counted
+        elif ties == "pairs":
+            assert result.ties == 6 and result.tie_pairs_counted
+            assert sum(result.tie_pairs.values()) == 6
+            for a, b in result.tie_pairs:
+                assert names.index(b) == names.index(a) + 1 and names.index(a) % 2 == 0
+        else:
+            assert result.ties == 6 and result.decided == {"s0": 6, **dict.fromkeys(names[1:], 0)}
+            if k * (k - 1) // 2 <= MAX_TIE_PAIRS:
+                assert result.tie_pairs_counted and len(result.tie_pairs) == k * (k - 1) // 2
+                assert set(result.tie_pairs.values()) == {6}
+            else:
+                assert not result.tie_pairs_counted and result.tie_pairs == {}
+                assert result.summary()["tie_pairs_counted"] is False
+
+
+def test_argmax_decisions_stop_at_the_deadline_inside_a_table(monkeypatch):
+    """The wall-clock limit is checked while the decisions are made, block by block."""
+    monkeypatch.setattr(bn_compile, "ARGMAX_BLOCK_CELLS", 4_000)
+    net = many_states(4_000, "pairs")
+    spec = resolve_spec(net, ClassifierSpec("C", features=["X", "Y"], decision="argmax"))
+    plan = bn_plan.plan_joint(net, spec, max_memory=1e12)
+    with pytest.raises(CompileTimeError, match=r"argmax decisions of 3 of 6 inputs made"):
+        bn_compile._compile_joint(net, spec, plan.contraction, Countdown(5))
 
 
 def test_argmax_on_a_binary_class_is_not_the_additive_route():

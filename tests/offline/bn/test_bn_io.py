@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from bn_synthetic import random_dag
 from click.testing import CliRunner
+from deadlines import Countdown
 from locations import ROOT, SHARED_BN
 
 from boxwatch.agent.errors import ConfigError
@@ -28,6 +29,8 @@ from boxwatch.offline.bn.formats import (
     read_uai,
     write_bif,
 )
+from boxwatch.offline.bn.formats import uai as uai_format
+from boxwatch.offline.bn.limits import CompileTimeError
 from boxwatch.offline.bn.network import Network
 
 SHARED = SHARED_BN
@@ -349,6 +352,147 @@ def test_uai_cycle_empty_and_bounded_reading(tmp_path):
     bad.write_bytes(b"not gzip at all")
     with pytest.raises(ConfigError, match="bad.uai.gz: not a valid gzip"):
         load_network(bad)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("2 3 2", "2 \u00b3 2", r":3: expected the number of states of variable 1"),
+        ("2 3 2", "2 \u0663 2", r":3: expected the number of states of variable 1"),
+        ("3\n1 0", "\u00b3\n1 0", r":4: expected the number of functions"),
+        ("2\n 0.3", "\u00b2\n 0.3", r":9: expected the number of entries"),
+        ("0.5 0.25", "0.5 0.\u00b25", r":13: table of function 1 \(var_1\): '0\.\u00b25' is not"),
+        ("2 3 2", "2 " + "3" * 5000 + " 2", r":3: expected the number of states of variable 1"),
+    ],
+)
+def test_uai_numbers_are_ascii_digits_only(old, new, message):
+    """Unicode digits (superscripts, other scripts) and huge integers are bad input, not
+    a crash: ``str.isdigit``/``int`` accept some of them, the reader does not."""
+    with pytest.raises(ConfigError, match=r"<uai>" + message):
+        parse_uai(UAI.replace(old, new, 1))
+
+
+def test_uai_scope_of_more_than_64_variables_is_refused_naming_the_function():
+    n = 70
+    head = ["BAYES", str(n), " ".join(["1"] * n), str(n)]
+    scopes = [f"1 {i}" for i in range(n - 1)] + [f"{n} " + " ".join(map(str, range(n)))]
+    tables = ["1 1.0"] * n
+    text = "\n".join([*head, *scopes, *tables]) + "\n"
+    with pytest.raises(ConfigError, match=r"<uai>:74: function 69 \(var_69\) has a scope of 70 "):
+        parse_uai(text)
+
+
+def _uai_lines(text: str, chunk: int, monkeypatch) -> tuple | str:
+    """``parse_uai(text)`` read ``chunk`` bytes at a time: the network's parts or the error."""
+    monkeypatch.setattr(uai_format, "CHUNK_BYTES", chunk)
+    try:
+        net = parse_uai(text)
+    except ConfigError as exc:
+        return str(exc)
+    return net.variables, net.states, net.parents, {v: t.tolist() for v, t in net.cpts.items()}
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("", ""),
+        ("0.5 0.25", "0.5 zz"),
+        ("0.2 0.8\n", "0.2\n"),
+        ("0.2 0.8\n", "0.2 0.8 1\n"),
+        ("3 0 1 2", "3 0 1 9"),
+        ("2\n 0.3 0.7", "2\r\n\r\n\t 0.3\x0b0.7\x0c"),
+    ],
+)
+def test_uai_reads_the_same_in_any_chunk_size(chunk, old, new, monkeypatch):
+    """Tokens and line numbers do not depend on where the stream is cut."""
+    text = UAI.replace(old, new, 1)
+    whole = _uai_lines(text, 1 << 20, monkeypatch)
+    assert _uai_lines(text, chunk, monkeypatch) == whole
+
+
+def _gz_repeat(path, head: bytes, body: bytes, mib: int, tail: bytes = b"") -> None:
+    """``path`` := gzip of ``head + body * (mib MiB) + tail``, compressed piecewise."""
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        fh.write(head)
+        block = body * ((1 << 20) // len(body))
+        for _ in range(mib):
+            fh.write(block)
+        fh.write(tail)
+
+
+@pytest.mark.parametrize(
+    ("head", "body", "tail"),
+    [
+        (UAI.encode(), b"0.5 ", b""),
+        (b"", b"\n", UAI.encode()),
+        (b"", b" ", UAI.encode()),
+        (b"BAYES\n1\n", b"7", b""),
+    ],
+    ids=["numbers-after", "newlines-before", "spaces-before", "one-token"],
+)
+def test_uai_gz_is_read_within_the_memory_limit(tmp_path, head, body, tail):
+    """A small .uai.gz that inflates far past ``max_memory / TEXT_SHARE`` is refused once
+    the cap is reached, its memory the cap's, not the file's."""
+    import tracemalloc
+
+    path = tmp_path / "bomb.uai.gz"
+    _gz_repeat(path, head, body, 24, tail)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=r"bomb\.uai\.gz"):
+            load_network(path, max_memory=64 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_uai_newlines_before_a_network_count_in_its_line_numbers(tmp_path):
+    path = tmp_path / "late.uai.gz"
+    _gz_repeat(path, b"", b"\n", 2, UAI.replace("0.5 0.25", "0.5 zz").encode())
+    with pytest.raises(ConfigError, match=rf"late\.uai\.gz:{(2 << 20) + 13}: .*'zz' is not"):
+        load_network(path)
+
+
+def test_uai_declared_states_and_tables_are_sized_before_they_are_made():
+    """A few bytes declaring millions of states (their names) or cells are refused from
+    the declaration, against ``max_memory``, before anything of that size is allocated."""
+    many_states = "BAYES\n1\n50000000\n1\n1 0\n50000000\n0.5\n"
+    with pytest.raises(ConfigError, match=r"<uai>:5: the CPT of 'var_0' .*--max-memory"):
+        parse_uai(many_states, max_memory=64 << 20)
+    wide = "BAYES\n2\n40000 40000\n2\n1 0\n2 0 1\n"
+    with pytest.raises(ConfigError, match=r"<uai>:6: the CPT of 'var_1' .*--max-memory"):
+        parse_uai(wide, max_memory=64 << 20)
+
+
+@pytest.mark.parametrize("fmt", ["BIF", "XMLBIF", "Hugin", "UAI"])
+def test_reading_stops_at_the_deadline(tmp_path, fmt):
+    """Every reader checks the clock as it tokenizes and parses, not only when done."""
+    net = renamed(random_dag(9, seed=0))
+    text = {
+        "BIF": write_bif(net),
+        "XMLBIF": XMLBIF,
+        "Hugin": NET,
+        "UAI": uai_text(net),
+    }[fmt]
+    suffix = FORMATS[fmt].suffixes[0]
+    path = tmp_path / f"net{suffix}"
+    # enough tokens (or elements) for several checks
+    path.write_text(_padded(text, fmt))
+    deadline = Countdown(3, path.name)
+    deadline.enter("reading the network", "give a smaller network")
+    with pytest.raises(CompileTimeError, match=r"while reading the network \(.*line"):
+        load_network(path, deadline=deadline)
+
+
+def _padded(text: str, fmt: str) -> str:
+    """``text`` with 70,000 empty blocks, 200,000 empty elements or 3 MiB of blank lines."""
+    if fmt == "UAI":
+        return "\n" * (3 << 20) + text
+    if fmt == "XMLBIF":
+        return text.replace("</NETWORK>", "<PROPERTY/>" * 200_000 + "</NETWORK>")
+    return text + "\n".join(["net {}" if fmt == "Hugin" else "network n { }"] * 70_000) + "\n"
 
 
 @pytest.mark.shared_data

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from bn_synthetic import naive_bayes, random_dag
+from deadlines import Countdown
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn import compile as bn_compile
@@ -163,3 +164,57 @@ def test_every_route_stops_at_its_wall_clock_limit(route, reached):
         else:
             tree = bn_plan.plan_jointree(net, spec, max_memory=limit)
             bn_compile._compile_jointree(net, spec, tree, max_memory=limit, deadline=_expired())
+
+
+# ---------------------------------------------------------------------------- planning
+def _one_state_features(n: int, **spec):
+    """Naive Bayes whose ``n`` features have one state each: one input, so no estimate can
+    rule a route out before it is planned, and planning is all the work there is."""
+    net = naive_bayes(n, seed=0, card=1)
+    return net, resolve_spec(net, ClassifierSpec("C", **spec))
+
+
+@pytest.mark.parametrize("planner", ["jointree", "separator"])
+def test_planning_stops_at_its_wall_clock_limit(planner):
+    net, spec = _one_state_features(60, decision="argmax")
+    with pytest.raises(CompileTimeError, match=r"in the planning route \(.*cut"):
+        if planner == "jointree":
+            bn_plan.plan_jointree(net, spec, max_memory=1e12, deadline=Countdown(10))
+        else:
+            bn_plan.plan_separator(net, spec, max_memory=1e12, deadline=Countdown(10))
+
+
+def test_planning_past_the_limit_refuses_naming_the_route_it_was_planning():
+    net, spec = _one_state_features(60, decision="argmax")
+    with pytest.raises(bn_plan.CompileLimitError) as info:
+        bn_compile.compile_classifier(net, spec, deadline=Countdown(3))
+    text = str(info.value)
+    assert "no route fits the limits" in text and "planning stopped at the time limit" in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize("decision", ["threshold", "argmax"])
+@pytest.mark.parametrize("n", [500, 2_500])
+def test_thousands_of_features_are_sized_in_seconds(n, decision):
+    """Routes that cannot fit are ruled out from cardinalities before any cut is planned
+    (the old planners took minutes for 2,000 features: a max-flow per cut, each sorting
+    the variables by a list scan)."""
+    net = naive_bayes(n, seed=0)
+    wanted = {"positive": "pos", "threshold": 0.5} if decision == "threshold" else {}
+    spec = resolve_spec(net, ClassifierSpec("C", decision=decision, **wanted))
+    start = time.perf_counter()
+    with pytest.raises(bn_plan.CompileLimitError, match="no route fits"):
+        bn_compile.compile_classifier(net, spec, max_memory=4 << 30)
+    assert time.perf_counter() - start < 3.0
+
+
+@pytest.mark.parametrize("n", [300, 1_200])
+def test_planning_is_held_to_max_seconds(n):
+    """Even where every route has to be planned, the limit binds the planning."""
+    net, spec = _one_state_features(n, decision="argmax")
+    start = time.perf_counter()
+    try:
+        bn_compile.compile_classifier(net, spec, max_seconds=0.5)
+    except ConfigError as exc:
+        assert "time limit" in str(exc)
+    assert time.perf_counter() - start < 0.5 + 2.0

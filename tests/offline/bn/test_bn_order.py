@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 from bn_synthetic import chain_tan, qmr
+from deadlines import Countdown
 from determinism import outputs_under_hash_seeds
 
+from boxwatch.offline.bn import classifier as classifier_module
 from boxwatch.offline.bn import compile as bn_compile
 from boxwatch.offline.bn import plan as bn_plan
 from boxwatch.offline.bn.classifier import (
@@ -17,6 +19,7 @@ from boxwatch.offline.bn.classifier import (
     resolve_spec,
 )
 from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.limits import CompileTimeError
 from boxwatch.offline.bn.network import Network
 
 FEATURES = [f"f{i}" for i in range(12)]
@@ -134,3 +137,23 @@ def test_no_prefix_is_settled_while_the_lower_side_mentions_the_class():
     built = bn_compile._compile_separator(net, spec, plan, max_memory=1e12)
     assert built.early_inputs == 0
     assert built.diagram == compile_classifier(net, spec, method="joint").diagram
+
+
+def test_past_the_inputs_no_route_can_finish_the_frontier_order_is_not_searched(monkeypatch):
+    """2**70 inputs: the depth-first order, without the quadratic search (which took minutes
+    on thousands of features sharing a hidden root)."""
+    net = qmr(8, 70, seed=2)
+    feats = [f"f{i}" for i in range(70)]
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("the frontier order was searched")
+
+    monkeypatch.setattr(classifier_module, "frontier_order", never)
+    assert default_order(net, "C", feats) == dfs_order(net, "C", feats)
+
+
+def test_choosing_the_order_stops_at_the_deadline():
+    net = qmr(8, 12, seed=2)
+    spec = ClassifierSpec("C", "pos", 0.5, features=FEATURES)
+    with pytest.raises(CompileTimeError, match="the frontier order"):
+        resolve_spec(net, spec, deadline=Countdown(2))

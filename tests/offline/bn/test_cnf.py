@@ -9,7 +9,12 @@ import pytest
 from bn_tables import all_assignments, compile_reference, diagram_from_table, random_table
 from pysat.solvers import Solver
 
-from boxwatch.offline.bn.cnf import encode_copies, encode_diagram, strictly_increasing
+from boxwatch.offline.bn.cnf import (
+    PAIRWISE_LIMIT,
+    encode_copies,
+    encode_diagram,
+    strictly_increasing,
+)
 
 
 def enumerate_models(clauses, assumptions=()):
@@ -103,3 +108,44 @@ def test_copies_share_all_features_but_one_and_order_is_strict():
 def test_real_network_encodings_are_exact(name):
     diagram, _ = compile_reference(name)
     check_bijection(diagram)
+
+
+# ---------------------------------------------------------------------------- many states
+@pytest.mark.parametrize("n_terminals", [2, PAIRWISE_LIMIT + 6])
+def test_a_feature_or_class_past_the_pairwise_limit_keeps_models_one_to_one(n_terminals):
+    """The prefix-OR chain that replaces pairwise at-most-one is determined by the values:
+    still one model per assignment, the reached sink the only true one."""
+    rng = np.random.default_rng(7)
+    cards = (PAIRWISE_LIMIT + 6, 2)
+    table = rng.integers(0, n_terminals, size=cards)
+    diagram = diagram_from_table(
+        table, terminals=[f"t{i}" for i in range(n_terminals)], positive="t1"
+    )
+    check_bijection(diagram, table)
+
+
+def test_strict_order_past_the_pairwise_limit_keeps_models_one_to_one():
+    rng = np.random.default_rng(5)
+    card = PAIRWISE_LIMIT + 6
+    cards = (2, card)
+    table = random_table(rng, cards)
+    diagram = diagram_from_table(table)
+    order = tuple(int(v) for v in rng.permutation(card))
+    copies, clauses = encode_copies(diagram, 2, free=1)
+    clauses = clauses + strictly_increasing(copies[0], copies[1], 1, order)
+    models = enumerate_models(clauses)
+    assert len(models) == 2 * card * (card - 1) // 2
+    rank = {v: r for r, v in enumerate(order)}
+    for m in models[::97]:
+        lo, hi = copies[0].decode(m), copies[1].decode(m)
+        assert lo[0] == hi[0] and rank[int(lo[1])] < rank[int(hi[1])]
+
+
+def test_encoding_grows_linearly_with_the_states():
+    """5,000 states: tens of thousands of clauses, not 12.5 million."""
+    table = np.arange(5_000).reshape(5_000, 1) % 2
+    diagram = diagram_from_table(table)
+    enc = encode_diagram(diagram)
+    assert len(enc.clauses) < 30 * 5_000
+    copies, _ = encode_copies(diagram, 2, free=0)
+    assert len(strictly_increasing(copies[0], copies[1], 0, range(5_000))) < 5 * 5_000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from functools import cache
 
 import numpy as np
@@ -16,8 +17,10 @@ from bn_tables import (
     table_of,
 )
 
+from boxwatch.offline.bn import verify as verify_module
+from boxwatch.offline.bn.limits import CompileTimeError, Deadline
 from boxwatch.offline.bn.network import Network
-from boxwatch.offline.bn.rules import MonotonicityQuery, Rule
+from boxwatch.offline.bn.rules import MonotonicityQuery, Rule, Spec
 from boxwatch.offline.bn.verify import BNVerifier
 
 
@@ -144,6 +147,33 @@ def test_rules_agree_with_brute_force_on_random_tables(seed):
         rule, allowed = random_rule(rng, diagram, table, name=f"r{r}", holding=r % 2 == 0)
         holds += check_rule_against_brute_force(verifier, table, rule, allowed).holds
     assert holds >= 10
+
+
+def _expired() -> Deadline:
+    deadline = Deadline(0.5, "net.bif", start=time.perf_counter() - 3600)
+    deadline.enter("verifying the rules", "give fewer rules or queries")
+    return deadline
+
+
+def test_verification_stops_at_the_deadline_between_queries():
+    table = np.array([[0, 1, 2], [2, 2, 2]])
+    diagram = diagram_from_table(table, terminals=("a", "b", "c"), positive="b")
+    spec = Spec([Rule("r", {}, ("b", "c"))], [], {})
+    with BNVerifier(diagram, deadline=_expired()) as verifier:
+        with pytest.raises(CompileTimeError, match=r"while verifying the rules \(0 of 1 rules"):
+            verifier.verify(spec)
+
+
+def test_searches_stop_at_the_deadline_inside_them(monkeypatch):
+    """The counterexample search checks the clock every CHECK_EVERY steps, not only between
+    queries."""
+    monkeypatch.setattr(verify_module, "CHECK_EVERY", 1)
+    rng = np.random.default_rng(0)
+    table = random_table(rng, [3, 3, 3, 3], kind="random", n_terminals=2)
+    diagram = diagram_from_table(table, terminals=("a", "b"), positive="b")
+    with BNVerifier(diagram, deadline=_expired()) as verifier:
+        with pytest.raises(CompileTimeError, match="counterexamples"):
+            verifier.check_rule(Rule("r", {}, ("a",)))
 
 
 def test_rule_with_two_allowed_classes_and_empty_premise():
