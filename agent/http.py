@@ -24,13 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import one_line
 from boxwatch.agent.metrics import GATE_OUTCOMES, VERDICTS
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -331,13 +333,8 @@ class AgentHTTPServer:
             self._close(conn)
 
     def _read(self, conn: _Connection) -> None:
-        try:
-            data = conn.sock.recv(RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            log.debug("metrics server: client %s gone (%s)", conn.peer, exc)
-            self._close(conn)
+        data = self._exchange(conn, lambda: conn.sock.recv(RECV_BYTES))
+        if data is None:
             return
         if not data:
             self._close(conn)
@@ -383,15 +380,23 @@ class AgentHTTPServer:
         self._selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
         self._write(conn)
 
-    def _write(self, conn: _Connection) -> None:
-        assert conn.answer is not None
+    def _exchange(self, conn: _Connection, io: Callable[[], _T]) -> _T | None:
+        """``io``'s result (one ``recv`` or ``send``), or ``None`` where the socket would block
+        or the client is gone (then its connection is closed)."""
         try:
-            sent = conn.sock.send(conn.answer)
+            return io()
         except (BlockingIOError, InterruptedError):
-            return
+            return None
         except OSError as exc:
             log.debug("metrics server: client %s gone (%s)", conn.peer, exc)
             self._close(conn)
+            return None
+
+    def _write(self, conn: _Connection) -> None:
+        answer = conn.answer
+        assert answer is not None
+        sent = self._exchange(conn, lambda: conn.sock.send(answer))
+        if sent is None:
             return
         conn.answer = conn.answer[sent:]
         if not conn.answer:

@@ -31,41 +31,13 @@ def write_stored_zip(entries: list[tuple[str, bytes]]) -> bytes:
         offset = len(out)
         if len(data) > _MAX_U32 or offset > _MAX_U32:
             raise ValueError("entry too large for a ZIP without ZIP64")
-        out += struct.pack(
-            "<IHHHHHIIIHH",
-            0x04034B50,
-            _VERSION,
-            0,
-            0,
-            _DOS_TIME,
-            _DOS_DATE,
-            crc,
-            len(data),
-            len(data),
-            len(encoded),
-            0,
-        )
+        # the fields the local and the central header share, in their order
+        shared = (_VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, len(data), len(data), len(encoded), 0)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, *shared)
         out += encoded
         out += data
         central += struct.pack(
-            "<IHHHHHHIIIHHHHHII",
-            0x02014B50,
-            _MADE_BY,
-            _VERSION,
-            0,
-            0,
-            _DOS_TIME,
-            _DOS_DATE,
-            crc,
-            len(data),
-            len(data),
-            len(encoded),
-            0,
-            0,
-            0,
-            0,
-            _EXTERNAL_ATTR,
-            offset,
+            "<IHHHHHHIIIHHHHHII", 0x02014B50, _MADE_BY, *shared, 0, 0, 0, _EXTERNAL_ATTR, offset
         )
         central += encoded
     cd_offset = len(out)
