@@ -15,8 +15,8 @@ import click
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import show_path
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
-from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
-from boxwatch.offline.bn.classifier import resolve_spec
+from boxwatch.commands.options import classifier_options, limit_options
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import (
     MAX_TIE_PAIRS,
     METHODS,
@@ -133,12 +133,7 @@ def _exactness(result: CompileResult) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def compile_bn(
     network_file: Path,
-    class_variable: str,
-    decision: str,
-    positive: str | None,
-    threshold: float | None,
-    features: str | None,
-    order: str | None,
+    wanted: ClassifierSpec,
     method: str,
     max_memory: int | None,
     max_seconds: float | None,
@@ -173,7 +168,6 @@ def compile_bn(
           --max-memory 4G --max-seconds 120
     """
     limit = default_max_memory() if max_memory is None else max_memory
-    wanted = classifier_spec(class_variable, decision, positive, threshold, features, order)
     try:
         with memory_guard(limit), _progress() as bar:
             start = time.perf_counter()

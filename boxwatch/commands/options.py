@@ -3,6 +3,7 @@ classifier, and the limits of its compilation."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -50,15 +51,25 @@ _CLASSIFIER_OPTIONS = (
         "cheaper).",
     ),
 )
+_SPEC_PARAMETERS = ("class_variable", "decision", "positive", "threshold", "features", "order")
+"""The parameters of :data:`_CLASSIFIER_OPTIONS` that :func:`classifier_spec` reads, in its order."""
 
 
 def classifier_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """FILE, --class, --decision, --positive, --threshold, --features and --order; the
-    command's help names FILE's formats where it says ``{formats}`` (from the readers' table)."""
-    command.__doc__ = (command.__doc__ or "").replace("{formats}", formats_text())
+    """FILE, --class, --decision, --positive, --threshold, --features and --order, handed to
+    the command as FILE and one ``wanted`` :class:`ClassifierSpec` (:func:`classifier_spec`);
+    the command's help names FILE's formats where it says ``{formats}`` (the readers' table)."""
+
+    @functools.wraps(command)
+    def with_spec(*args: Any, **kwargs: Any) -> Any:
+        wanted = classifier_spec(*(kwargs.pop(name) for name in _SPEC_PARAMETERS))
+        return command(*args, wanted=wanted, **kwargs)
+
+    with_spec.__doc__ = (command.__doc__ or "").replace("{formats}", formats_text())
+    decorated: Callable[..., Any] = with_spec
     for decorate in reversed(_CLASSIFIER_OPTIONS):
-        command = decorate(command)
-    return command
+        decorated = decorate(decorated)
+    return decorated
 
 
 class SizeParam(click.ParamType):

@@ -13,8 +13,8 @@ import click
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import one_line, show_path
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_err, finish
-from boxwatch.commands.options import classifier_options, classifier_spec, limit_options
-from boxwatch.offline.bn.classifier import resolve_spec
+from boxwatch.commands.options import classifier_options, limit_options
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import (
@@ -128,12 +128,7 @@ def _load_specs(
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def verify_bn(
     network_file: Path,
-    class_variable: str,
-    decision: str,
-    positive: str | None,
-    threshold: float | None,
-    features: str | None,
-    order: str | None,
+    wanted: ClassifierSpec,
     rules_path: Path,
     fmo_path: Path | None,
     k: int,
@@ -160,7 +155,6 @@ def verify_bn(
       boxwatch verify-bn child.bif.gz --class Disease --decision argmax \\
           --rules examples/child/disease-rules.yaml
     """
-    wanted = classifier_spec(class_variable, decision, positive, threshold, features, order)
     limit = default_max_memory() if max_memory is None else max_memory
     try:
         start = time.perf_counter()
