@@ -249,6 +249,16 @@ def measure(argv: Sequence[str], *, timeout: float, cwd: str | os.PathLike[str])
     return Measured(proc.returncode, seconds, int(peak) * 1024, "\n".join(lines))
 
 
+def best_of(runs: int, fn: Callable[[], object]) -> float:
+    """The fastest of ``runs`` calls of ``fn``, in seconds (the least disturbed timing)."""
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def peak_rss_self() -> int:
     """Peak RSS of this process so far, in bytes."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 from kafka import KafkaConsumer, KafkaProducer
 from kafka_helpers import create_topics
@@ -30,6 +31,7 @@ from locations import ROOT
 from boxwatch.agent.artifact import build_artifact_bytes, load_artifact, write_artifact
 from boxwatch.agent.keys import load_private_key, load_trusted_keys
 from boxwatch.agent.records import TENSOR_TYPE
+from boxwatch.commands.console import EXIT_FAILED
 from boxwatch.embedded_broker import free_loopback_port
 
 PYTHON = sys.executable
@@ -180,6 +182,43 @@ def write_agent_config(
         node[parts[-1]] = value
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
+
+
+def refusals_at_start(
+    example: Any, artifacts: Mapping[str, Path], *, within: float | None = None
+) -> dict[str, str]:
+    """Start ``boxwatch agent`` on each artifact at once; name -> its one line on stderr.
+
+    Each must exit 1 (within ``within`` seconds of its start, where given; a hang is 120 s)
+    with one line, ``error: refusing to start: ...``, and no traceback (the artifact is
+    checked before any broker is reached).
+    """
+    procs = {}
+    for name, path in artifacts.items():
+        args = [PYTHON, "-m", "boxwatch", "agent", "--artifact", str(path)]
+        args += ["--public-key", str(example.public_key), "--model", str(example.model)]
+        args += ["--bootstrap-servers", "127.0.0.1:1", "--metrics-address", "127.0.0.1:0"]
+        procs[name] = (
+            time.monotonic(),
+            subprocess.Popen(
+                args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ),
+        )
+    refusals = {}
+    for name, (t0, proc) in procs.items():
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"{name}: the agent hangs at start")
+        lines = err.strip().splitlines()
+        assert proc.returncode == EXIT_FAILED, (name, proc.returncode, err[-2000:])
+        assert "Traceback" not in err and len(lines) == 1, (name, err[-2000:])
+        assert lines[0].startswith("error: refusing to start:"), (name, err)
+        assert within is None or time.monotonic() - t0 < within, name
+        refusals[name] = lines[0]
+    return refusals
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hostile_inputs import (
     JSON_FAMILIES,
     OVERLAP_LAYOUTS,
+    best_of,
     manifest_artifact,
     overlapping_artifact,
     reference_depth,
@@ -304,22 +305,13 @@ def _depth(value) -> int:
     return 0
 
 
-def _best_of(runs: int, fn) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 @pytest.mark.parametrize("family", sorted(JSON_FAMILIES))
 def test_json_depth_is_linear(family):
     """8x the text takes at most 24x the time (a rescan at every quote took 64x) and 2 MB
     well under a second."""
     small, large = JSON_FAMILIES[family](256 << 10), JSON_FAMILIES[family](2 << 20)
-    t_small = _best_of(3, lambda: art.json_depth(small))
-    t_large = _best_of(3, lambda: art.json_depth(large))
+    t_small = best_of(3, lambda: art.json_depth(small))
+    t_large = best_of(3, lambda: art.json_depth(large))
     assert t_large < 1.0, (family, t_large)
     assert t_large < 24 * max(t_small, 1e-3), (family, t_small, t_large)
 

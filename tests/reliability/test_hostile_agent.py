@@ -28,6 +28,7 @@ from hostile_inputs import (
     OVERLAP_LAYOUTS,
     Prober,
     SlowClients,
+    best_of,
     manifest_artifact,
     measure,
     overlapping_artifact,
@@ -39,6 +40,7 @@ from reliability_helpers import (
     ROOT,
     TOPICS,
     AgentProcess,
+    refusals_at_start,
     shared_example,
     write_agent_config,
 )
@@ -59,15 +61,6 @@ def example(tmp_path_factory):
     return shared_example(tmp_path_factory)
 
 
-def _best_of(runs: int, fn: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def _refusal(data: bytes) -> Callable[[], None]:
     def load() -> None:
         with pytest.raises(ArtifactError):
@@ -83,8 +76,8 @@ def test_hostile_manifest_text_is_refused_in_linear_time(family):
     rescan at every quote gave 64x), and 2 MB in well under 2 s."""
     make = JSON_FAMILIES[family]
     small, large = manifest_artifact(make(256 << 10)), manifest_artifact(make(2 << 20))
-    t_small = _best_of(3, _refusal(small))
-    t_large = _best_of(3, _refusal(large))
+    t_small = best_of(3, _refusal(small))
+    t_large = best_of(3, _refusal(large))
     assert t_large < 2.0, (family, t_large)
     assert t_large < 24 * max(t_small, 1e-3), (family, t_small, t_large)
 
@@ -94,8 +87,8 @@ def test_overlapping_members_are_refused_whatever_their_size(layout):
     """Refused from the index: 8x the bytes (and 4x the members) costs no more than 24x."""
     small = overlapping_artifact(1 << 20, 15, layout)
     large = overlapping_artifact(8 << 20, 60, layout)
-    t_small = _best_of(3, _refusal(small))
-    t_large = _best_of(3, _refusal(large))
+    t_small = best_of(3, _refusal(small))
+    t_large = best_of(3, _refusal(large))
     assert t_large < 0.5, (layout, t_large)
     assert t_large < 24 * max(t_small, 1e-3), (layout, t_small, t_large)
 
@@ -302,27 +295,8 @@ def test_hostile_artifacts_at_start_are_refused_within_seconds(example, tmp_path
     escaped manifest or 60 overlapping members: exit 1 with one line, within seconds."""
     names = ["escaped_quotes_signature_200KB", "escaped_quotes_manifest_2MB"]
     names.append("overlapping_shared_blob")
-    procs = {}
+    paths = {}
     for name in names:
-        path = tmp_path / f"{name}.bwa"
-        path.write_bytes(HOSTILE_CANDIDATES[name]())
-        args = [PYTHON, "-m", "boxwatch", "agent", "--artifact", str(path)]
-        args += ["--public-key", str(example.public_key), "--model", str(example.model)]
-        args += ["--bootstrap-servers", "127.0.0.1:1", "--metrics-address", "127.0.0.1:0"]
-        procs[name] = (
-            time.monotonic(),
-            subprocess.Popen(
-                args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            ),
-        )
-    for name, (t0, proc) in procs.items():
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"{name}: the agent hangs at start")
-        lines = err.strip().splitlines()
-        assert proc.returncode == EXIT_FAILED, (name, proc.returncode, err[-2000:])
-        assert len(lines) == 1 and lines[0].startswith("error: refusing to start:"), (name, err)
-        assert time.monotonic() - t0 < 30, name
+        paths[name] = tmp_path / f"{name}.bwa"
+        paths[name].write_bytes(HOSTILE_CANDIDATES[name]())
+    refusals_at_start(example, paths, within=30)

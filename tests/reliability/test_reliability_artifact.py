@@ -11,7 +11,6 @@ import signal
 import subprocess
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from reliability_helpers import (
@@ -23,6 +22,7 @@ from reliability_helpers import (
     StreamProducer,
     artifact_id,
     create_model_topics,
+    refusals_at_start,
     resign,
     stream_rows,
     tensor_record,
@@ -93,36 +93,6 @@ def tampered_artifacts(example, key2, out) -> dict[str, tuple[object, str]]:
     )
     cases["model_digest_mismatch"] = (wrong, "does not match")
     return cases
-
-
-def refusals_at_start(example, artifacts: dict[str, Path]) -> dict[str, str]:
-    """Start ``boxwatch agent`` on each artifact at once; name -> its one line on stderr.
-
-    Each must exit 1 within 120 s with one line, ``error: refusing to start: ...``, and no
-    traceback (the artifact is checked before any broker is reached).
-    """
-    procs = {}
-    for name, path in artifacts.items():
-        args = [PYTHON, "-m", "boxwatch", "agent", "--artifact", str(path)]
-        args += ["--public-key", str(example.public_key), "--model", str(example.model)]
-        args += ["--bootstrap-servers", "127.0.0.1:1", "--metrics-address", "127.0.0.1:0"]
-        procs[name] = subprocess.Popen(
-            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    refusals = {}
-    for name, proc in procs.items():
-        try:
-            _, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"{name}: the agent hangs at start")
-        lines = err.strip().splitlines()
-        assert proc.returncode == 1, (name, proc.returncode, err[-2000:])
-        assert "Traceback" not in err and len(lines) == 1, (name, err[-2000:])
-        assert lines[0].startswith("error: refusing to start:"), (name, err)
-        refusals[name] = lines[0]
-    return refusals
 
 
 @pytest.mark.slow
