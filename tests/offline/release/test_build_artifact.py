@@ -27,6 +27,11 @@ def run(*args: str, env=None):
     return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
 
 
+def build(config, key, out, *extra: str, env=None):
+    """``build-artifact CONFIG --key KEY --out OUT [extra]``."""
+    return run("build-artifact", str(config), "--key", str(key), "--out", str(out), *extra, env=env)
+
+
 def edited(example, tmp_path, change) -> str:
     raw = yaml.safe_load(example.config.read_text())
     for key in raw["data"]:
@@ -39,13 +44,10 @@ def edited(example, tmp_path, change) -> str:
 
 def test_build_report_and_inspect(example, tmp_path):
     out, report = tmp_path / "a.bwa", tmp_path / "report"
-    result = run(
-        "build-artifact",
-        str(example.config),
-        "--key",
-        str(example.private_key),
-        "--out",
-        str(out),
+    result = build(
+        example.config,
+        example.private_key,
+        out,
         "--report",
         str(report),
         "--created-at",
@@ -105,13 +107,10 @@ def test_build_report_and_inspect(example, tmp_path):
 def test_same_inputs_give_identical_bytes(example, tmp_path):
     outs = []
     for name in ("one.bwa", "two.bwa"):
-        result = run(
-            "build-artifact",
-            str(example.config),
-            "--key",
-            str(example.private_key),
-            "--out",
-            str(tmp_path / name),
+        result = build(
+            example.config,
+            example.private_key,
+            tmp_path / name,
             env={"SOURCE_DATE_EPOCH": "1234567890"},
         )
         assert result.exit_code == EXIT_OK, result.stderr
@@ -123,7 +122,7 @@ def test_same_inputs_give_identical_bytes(example, tmp_path):
 def test_policy_failure_exits_1_but_builds(example, tmp_path):
     config = edited(example, tmp_path, lambda r: r.update(policy={"fail_on": ["rule_violated"]}))
     out = tmp_path / "p.bwa"
-    result = run("build-artifact", config, "--key", str(example.private_key), "--out", str(out))
+    result = build(config, example.private_key, out)
     assert result.exit_code == EXIT_FAILED
     assert "FAIL: rule_violated: rule6" in result.stdout
     assert out.is_file()
@@ -139,14 +138,7 @@ def test_all_input_errors_listed_at_once(example, tmp_path):
 
     np.savez(tmp_path / "bad_labels.npz", x=np.zeros((5, 64), np.float32), y=np.arange(5) + 6)
     config = edited(example, tmp_path, break_everything)
-    result = run(
-        "build-artifact",
-        config,
-        "--key",
-        str(example.private_key),
-        "--out",
-        str(tmp_path / "x.bwa"),
-    )
+    result = build(config, example.private_key, tmp_path / "x.bwa")
     assert result.exit_code == EXIT_USAGE
     text = result.stderr
     for needle in ("missing.npz", "/no/such/layer", "NoSuchVariable"):
@@ -176,14 +168,7 @@ def test_schema_errors_and_missing_key(example, tmp_path):
     assert ok.exit_code == EXIT_OK and "valid" in ok.stderr
     nokey = run("build-artifact", str(example.config), "--out", str(tmp_path / "k.bwa"), env={})
     assert nokey.exit_code == EXIT_USAGE and "no signing key" in nokey.stderr
-    pub_as_key = run(
-        "build-artifact",
-        str(example.config),
-        "--key",
-        str(example.public_key),
-        "--out",
-        str(tmp_path / "k.bwa"),
-    )
+    pub_as_key = build(example.config, example.public_key, tmp_path / "k.bwa")
     assert pub_as_key.exit_code == EXIT_USAGE and "private key" in pub_as_key.stderr
 
 
