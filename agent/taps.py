@@ -178,7 +178,26 @@ class Tap(Protocol):
         ...
 
 
-class OnnxTap:
+class _ModelTap:
+    """The constructor :class:`OnnxTap` and :class:`TorchTap` share: the pooling is checked
+    first, then :meth:`_open` loads the model file and its ``layers``."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        layers: Sequence[str] = (),
+        *,
+        pooling: str | Mapping[str, str] = "flatten",
+        threads: int | None = None,
+    ):
+        self.pooling = _check_pooling(pooling, list(layers))
+        self._open(Path(model), list(layers), threads)
+
+    def _open(self, path: Path, layers: list[str], threads: int | None) -> None:
+        raise NotImplementedError
+
+
+class OnnxTap(_ModelTap):
     """ONNX model whose session returns logits plus the chosen layers' activations.
 
     Parameters
@@ -194,16 +213,8 @@ class OnnxTap:
         worsen tail latency for small models).
     """
 
-    def __init__(
-        self,
-        model: str | Path,
-        layers: Sequence[str] = (),
-        *,
-        pooling: str | Mapping[str, str] = "flatten",
-        threads: int | None = None,
-    ):
-        self.pooling = _check_pooling(pooling, list(layers))
-        self.path = Path(model)
+    def _open(self, path: Path, layers: list[str], threads: int | None) -> None:
+        self.path = path
         self.threads = resolve_threads(threads)
         onnx = _import_onnx()
         import onnxruntime as ort
@@ -314,7 +325,7 @@ def _import_onnx():
     return onnx
 
 
-class TorchTap:
+class TorchTap(_ModelTap):
     """``torch.export`` program (``.pt2``) with forward hooks on the chosen modules.
 
     Parameters
@@ -329,20 +340,12 @@ class TorchTap:
         ``torch.set_num_threads`` (process-wide), default ``BOXWATCH_ORT_THREADS`` or 1.
     """
 
-    def __init__(
-        self,
-        model: str | Path,
-        layers: Sequence[str] = (),
-        *,
-        pooling: str | Mapping[str, str] = "flatten",
-        threads: int | None = None,
-    ):
-        self.pooling = _check_pooling(pooling, list(layers))
+    def _open(self, path: Path, layers: list[str], threads: int | None) -> None:
         try:
             import torch
         except ModuleNotFoundError:
             raise ConfigError("Torch models need torch: pip install 'boxwatch[torch]'") from None
-        self.path = Path(model)
+        self.path = path
         self.threads = resolve_threads(threads)
         torch.set_num_threads(self.threads)
         if not self.path.is_file():
