@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,23 +98,30 @@ def _load_specs(
     return spec
 
 
+def _yaml_file_option(flag: str, dest: str, what: str, **kwargs: Any) -> Callable[..., Any]:
+    """An option naming a YAML file; its help reads "YAML file of ``what``"."""
+    return click.option(
+        flag,
+        dest,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=f"YAML file of {what}",
+        **kwargs,
+    )
+
+
 @click.command("verify-bn")
 @classifier_options
-@click.option(
+@_yaml_file_option(
     "--rules",
     "rules_path",
+    "if-then rules (and optionally monotonicity queries and state orders); see docs/rules.md.",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="YAML file of if-then rules (and optionally monotonicity queries and "
-    "state orders); see docs/rules.md.",
 )
-@click.option(
+@_yaml_file_option(
     "--fmo",
     "fmo_path",
+    "monotonicity queries; uses the state orders of --rules unless it declares its own.",
     default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="YAML file of monotonicity queries; uses the state orders of --rules "
-    "unless it declares its own.",
 )
 @click.option(
     "--counterexamples",
