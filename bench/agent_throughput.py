@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _results import machine_line, write_section
 from _stream import VerdictReader, paced_stream
 from confluent_kafka import Consumer, Producer, TopicPartition
-from reliability_helpers import AgentProcess, write_agent_config
+from reliability_helpers import agent_process
 
 from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent.artifact import write_artifact
@@ -415,8 +415,9 @@ def latency(
     example = SimpleNamespace(
         artifact=artifact, public_key=public, model=example_path("digits", "model.onnx")
     )
-    cfg = write_agent_config(
-        workdir / f"{name}.yaml",
+    agent = agent_process(
+        workdir,
+        name,
         example,
         bootstrap,
         group_id=name,
@@ -424,8 +425,7 @@ def latency(
         batch__max_wait_ms=5,
         kafka__library=library,
         kafka__create_topics=True,
-    )
-    agent = AgentProcess(cfg, workdir / f"{name}.log").start()
+    ).start()
     reader = VerdictReader(bootstrap, topics["verdicts"])
     try:
         agent.wait_ready(120)

@@ -52,7 +52,7 @@ from hostile_inputs import (  # noqa: E402
     signature_artifact,
 )
 from kafka_helpers import create_topics  # noqa: E402
-from reliability_helpers import PYTHON, TOPICS, AgentProcess, write_agent_config  # noqa: E402
+from reliability_helpers import MODEL_TOPICS, PYTHON, agent_process  # noqa: E402
 
 from boxwatch.agent.artifact import MAX_MANIFEST_BYTES  # noqa: E402
 from boxwatch.embedded_broker import EmbeddedBroker  # noqa: E402
@@ -128,15 +128,14 @@ def run_live(
     class Live:
         artifact, public_key, model = live, example.public_key, example.model
 
-    topics = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
-    config = write_agent_config(
-        workdir / f"agent-{n_clients}.yaml",
+    agent = agent_process(
+        workdir,
+        f"agent-{n_clients}",
         Live,
         broker.bootstrap_servers,
         group_id=f"hostile-{n_clients}",
-        topics=topics,
+        topics=MODEL_TOPICS,
     )
-    agent = AgentProcess(config, workdir / f"agent-{n_clients}.log")
     candidates = [
         signature_artifact(JSON_FAMILIES["escaped_quotes"](2 << 20)),
         overlapping_artifact(160 << 20, 600, "shared_blob", digests=False),
@@ -212,8 +211,7 @@ def main() -> int:
         readers, readers_ok = run_readers(workdir, example.public_key)
         broker = EmbeddedBroker("noida").start()
         try:
-            topics = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
-            create_topics(broker.bootstrap_servers, {t: 1 for t in topics.values()})
+            create_topics(broker.bootstrap_servers, {t: 1 for t in MODEL_TOPICS.values()})
             live_rows = [
                 "| slow clients | attack | /metrics every 2 s | /healthz every 1 s | "
                 "hostile reloads | closed by the agent | SIGTERM exit | target |",

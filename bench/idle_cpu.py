@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _results import machine_line, run_summary, write_section  # noqa: E402
 from kafka_helpers import create_topics  # noqa: E402
-from reliability_helpers import TOPICS, AgentProcess, write_agent_config  # noqa: E402
+from reliability_helpers import TOPICS, agent_process  # noqa: E402
 
 from boxwatch.agent.kafka import LIBRARIES  # noqa: E402
 from boxwatch.embedded_broker import EmbeddedBroker, available_kinds  # noqa: E402
@@ -47,14 +47,14 @@ def measure(example, kind: str, library: str, seconds: float, tmp: Path) -> floa
     """Share of one core the idle agent used over ``seconds``."""
     with EmbeddedBroker(kind) as broker:  # type: ignore[arg-type]
         create_topics(broker.bootstrap_servers, {t: 2 for t in TOPICS.values()})
-        cfg = write_agent_config(
-            tmp / f"{kind}-{library}.yaml",
+        agent = agent_process(
+            tmp,
+            f"{kind}-{library}",
             example,
             broker.bootstrap_servers,
             group_id=f"idle-{library}",
             kafka__library=library,
         )
-        agent = AgentProcess(cfg, tmp / f"{kind}-{library}.log")
         try:
             agent.start().wait_ready()
             time.sleep(SETTLE_S)

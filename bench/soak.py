@@ -40,12 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from _stream import Retention, VerdictReader, paced_stream  # noqa: E402
 from kafka_helpers import create_topics  # noqa: E402
-from reliability_helpers import (  # noqa: E402
-    TOPICS,
-    AgentProcess,
-    stream_rows,
-    write_agent_config,
-)
+from reliability_helpers import MODEL_TOPICS, TOPICS, agent_process, stream_rows  # noqa: E402
 
 from boxwatch.agent.kafka import LIBRARIES  # noqa: E402
 from boxwatch.embedded_broker import EmbeddedBroker  # noqa: E402
@@ -118,17 +113,16 @@ def main() -> int:
                 TOPICS["gate"]: 1,
             },
         )
-        cfg = write_agent_config(
-            args.workdir / "agent.yaml",
+        (args.workdir / "agent.log").unlink(missing_ok=True)
+        agent = agent_process(
+            args.workdir,
+            "agent",
             example,
             broker.bootstrap_servers,
-            topics={k: v for k, v in TOPICS.items() if k != "bn_inputs"},
+            topics=MODEL_TOPICS,
             group_id="soak",
             kafka__library=args.library,
-        )
-        log = args.workdir / "agent.log"
-        log.unlink(missing_ok=True)
-        agent = AgentProcess(cfg, log).start()
+        ).start()
         agent.wait_ready(120)
         collector.start()
         collector.ready.wait(30)

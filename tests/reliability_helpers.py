@@ -354,6 +354,15 @@ class AgentProcess:
 
 
 # -- producing and collecting ----------------------------------------------------------------------
+def agent_process(
+    folder: Path, name: str, example: Any, bootstrap: str, **settings: Any
+) -> AgentProcess:
+    """An unstarted agent on ``write_agent_config``'s FOLDER/NAME.yaml for ``example`` on
+    ``bootstrap`` (``settings`` as there); its stderr goes to FOLDER/NAME.log."""
+    config = write_agent_config(folder / f"{name}.yaml", example, bootstrap, **settings)
+    return AgentProcess(config, folder / f"{name}.log")
+
+
 class StreamProducer(threading.Thread):
     """Sends ``records`` (key, value, headers) at about ``rate`` per second, retrying failures.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from reliability_helpers import AgentProcess, write_agent_config
+from reliability_helpers import AgentProcess, agent_process
 
 if TYPE_CHECKING:
     from example_build import ExampleArtifact
@@ -33,8 +33,7 @@ def agent_process_factory(
         name: str = "agent",
         **settings: Any,
     ) -> AgentProcess:
-        config = write_agent_config(tmp_path / f"{name}.yaml", source, bootstrap, **settings)
-        made.append(AgentProcess(config, tmp_path / f"{name}.log"))
+        made.append(agent_process(tmp_path, name, source, bootstrap, **settings))
         return made[-1]
 
     yield factory

@@ -36,13 +36,13 @@ from hostile_inputs import (
 )
 from kafka_helpers import create_topics
 from reliability_helpers import (
+    MODEL_TOPICS,
     PYTHON,
     ROOT,
-    TOPICS,
     AgentProcess,
+    agent_process,
     refusals_at_start,
     shared_example,
-    write_agent_config,
 )
 
 from boxwatch.agent import artifact as art
@@ -178,24 +178,23 @@ def live(example, tmp_path_factory) -> Iterator[LiveAgent]:
     broker = EmbeddedBroker("noida").start()
     agent = None
     try:
-        topics = {k: v for k, v in TOPICS.items() if k != "bn_inputs"}
-        create_topics(broker.bootstrap_servers, {t: 1 for t in topics.values()})
+        create_topics(broker.bootstrap_servers, {t: 1 for t in MODEL_TOPICS.values()})
         live_path = workdir / "live.bwa"
         shutil.copyfile(example.artifact, live_path)
 
         class Live:
             artifact, public_key, model = live_path, example.public_key, example.model
 
-        config = write_agent_config(
-            workdir / "agent.yaml",
+        agent = agent_process(
+            workdir,
+            "agent",
             Live,
             broker.bootstrap_servers,
-            topics=topics,
+            topics=MODEL_TOPICS,
             metrics__request_timeout_s=REQUEST_TIMEOUT_S,
             metrics__max_connections=MAX_CONNECTIONS,
             reload__timeout_s=5,
         )
-        agent = AgentProcess(config, workdir / "agent.log")
         handle = LiveAgent(agent, live_path, example.artifact)
         handle.ensure_running()
         yield handle
