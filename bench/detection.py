@@ -74,7 +74,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import machine_line, write_section
-from monitors import CACHE, DATA, read_idx
+from monitors import CACHE, DATA, export_onnx, read_idx
 from threadpoolctl import threadpool_limits
 
 from boxwatch.agent.boxes import ACCEPT, box_kernel
@@ -246,16 +246,7 @@ def train(
     if not onnx_path.is_file():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(
-                model,
-                (torch.zeros(1, 1, 28, 28),),
-                str(onnx_path),
-                dynamo=False,
-                input_names=["input"],
-                output_names=["logits"],
-                dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-                opset_version=17,
-            )
+            export_onnx(model, torch.zeros(1, 1, 28, 28), onnx_path)
     return onnx_path, {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 

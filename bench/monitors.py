@@ -34,7 +34,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The ONNX export is the tests' (tests/onnx_export.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _results import memory_gb, write_section
+from onnx_export import export_onnx
 
 from boxwatch.agent.boxes import COMBINE_RULES, BoxSet, combine_verdicts, normalize_features
 from boxwatch.agent.taps import OnnxTap
@@ -149,16 +152,7 @@ def train_cnn(
     model.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter writes one file
-        torch.onnx.export(
-            model,
-            (torch.zeros(1, 1, 28, 28),),
-            str(onnx_path),
-            dynamo=False,
-            input_names=["input"],
-            output_names=["logits"],
-            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-            opset_version=17,
-        )
+        export_onnx(model, torch.zeros(1, 1, 28, 28), onnx_path)
     return onnx_path
 
 

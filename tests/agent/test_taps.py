@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from locations import ROOT
 from onnx import numpy_helper
+from onnx_export import export_onnx
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import OnnxTap, TorchTap, list_layers, open_tap, pool, resolve_threads
@@ -54,16 +55,7 @@ def exported(tmp_path_factory):
     onnx_path, pt2, scripted = folder / "cnn.onnx", folder / "cnn.pt2", folder / "cnn.pt"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # legacy exporter / TorchScript notices
-        torch.onnx.export(
-            model,
-            (example,),
-            str(onnx_path),
-            dynamo=False,
-            input_names=["input"],
-            output_names=["logits"],
-            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-            opset_version=17,
-        )
+        export_onnx(model, example, onnx_path)
         batch = torch.export.Dim("batch", min=1)
         program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}})
         torch.export.save(program, str(pt2))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from onnx_export import export_onnx
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.keys import generate_keypair, load_private_key
@@ -271,15 +272,7 @@ def test_screening_leaves_out_copies_and_wide_layers_and_picks_per_block(tmp_pat
     path = tmp_path / "tiny.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model.eval(),
-            (torch.zeros(1, 1, 4, 4),),
-            str(path),
-            dynamo=False,
-            input_names=["input"],
-            output_names=["logits"],
-            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-        )
+        export_onnx(model.eval(), torch.zeros(1, 1, 4, 4), path, opset=None)
     monkeypatch.setattr(layer_choice, "MAX_FEATURES", 20)
     infos = open_tap(path).candidates()
     choice = _choose_halves(path, infos, "logits", x, y)
