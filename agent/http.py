@@ -398,7 +398,7 @@ class AgentHTTPServer:
         sent = self._exchange(conn, lambda: conn.sock.send(answer))
         if sent is None:
             return
-        conn.answer = conn.answer[sent:]
+        conn.answer = answer[sent:]
         if not conn.answer:
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_WR)
