@@ -49,6 +49,7 @@ from hostile_bn import (
     uai_args,
     uai_bomb,
     verify_args,
+    wide_scope_uai,
 )
 
 HEADING = "## hostile_bn (bench/hostile_bn.py)"
@@ -97,14 +98,6 @@ def _bytes_file(name: str, data: bytes) -> Callable[[Path], list[str]]:
         return uai_args(d / name)
 
     return build
-
-
-def _seventy_axes() -> bytes:
-    n = 70
-    text = f"BAYES\n{n}\n{' '.join(['1'] * n)}\n{n}\n"
-    text += "".join(f"1 {i}\n" for i in range(n - 1))
-    text += f"{n} {' '.join(map(str, range(n)))}\n" + "1 1.0\n" * n
-    return text.encode()
 
 
 CASES = [
@@ -193,7 +186,7 @@ CASES = [
     ),
     # finding 6: exit 70 where the input is bad
     Case("UAI: a superscript digit", "exit 70", _bytes_file("sup.uai", b"BAYES\n2\n2 \xb2\n")),
-    Case("UAI: a scope of 70 variables", "exit 70", _bytes_file("axes.uai", _seventy_axes())),
+    Case("UAI: a scope of 70 variables", "exit 70", _bytes_file("axes.uai", wide_scope_uai(70))),
     Case("rules: an index of 44,000 digits", "4,400 digits: exit 70", _rule(lambda: "7" * 44_000)),
     Case(
         "ONNX: a cyclic graph",

@@ -179,6 +179,15 @@ def uai_bomb(folder: Path, kind: str, size: int) -> Path:
     return gz_repeat(path, head, body, size, tail)
 
 
+def wide_scope_uai(n: int) -> bytes:
+    """A UAI network of ``n`` one-state variables, the last one's CPT scoped over all ``n``
+    (numpy's arrays have at most 64 axes)."""
+    text = f"BAYES\n{n}\n{' '.join(['1'] * n)}\n{n}\n"
+    text += "".join(f"1 {i}\n" for i in range(n - 1))
+    text += f"{n} {' '.join(map(str, range(n)))}\n" + "1 1.0\n" * n
+    return text.encode()
+
+
 def uai_args(path: Path, *extra: str) -> list[str]:
     """compile-bn of a UAI network's var_0 (argmax)."""
     return ["compile-bn", str(path), "--class", "var_0", "--decision", "argmax", *extra]

@@ -33,6 +33,7 @@ from hostile_bn import (
     uai_args,
     uai_bomb,
     verify_args,
+    wide_scope_uai,
 )
 
 from boxwatch.commands.console import EXIT_USAGE
@@ -114,16 +115,7 @@ def test_a_uai_bomb_streams_within_the_default_limits(tmp_path, kind):
         ("huge-integer", b"BAYES\n" + b"9" * 5000 + b"\n", "number of variables"),
         (
             "70-axis-scope",
-            (
-                "BAYES\n70\n"
-                + " ".join(["1"] * 70)
-                + "\n70\n"
-                + "".join(f"1 {i}\n" for i in range(69))
-                + "70 "
-                + " ".join(map(str, range(70)))
-                + "\n"
-                + "1 1.0\n" * 70
-            ).encode(),
+            wide_scope_uai(70),
             "function 69 (var_69) has a scope of 70 variables",
         ),
     ],
