@@ -18,7 +18,7 @@ from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml_file, one_line, quote, show_path
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.params import json_schema
-from boxwatch.offline.release.records import BuildSpec
+from boxwatch.offline.release.records import BuildSpec, MonitorSection
 
 _PATH = {"type": "string", "minLength": 1}
 _NAMES = {
@@ -126,24 +126,13 @@ SCHEMA: dict[str, Any] = {
                         {"const": "search"},
                     ]
                 },
-                # The rest are BoxMonitor's parameters, set as they are, with the domains it
-                # declares (its defaults apply when a key is omitted).
+                # The rest are BoxMonitor's parameters that the monitor section records
+                # (MonitorSection, one list), with the domains the estimator declares (its
+                # defaults apply when a key is omitted).
                 **{
                     name: json_schema(BoxMonitor._parameter_constraints[name])
-                    for name in (
-                        "selection",
-                        "combine",
-                        "normalize",
-                        "score_layers",
-                        "score",
-                        "score_mean",
-                        "energy_term",
-                        "contrast_layers",
-                        "contrast_classes",
-                        "target_acceptance",
-                        "confidence_share",
-                        "random_state",
-                    )
+                    for name in MonitorSection.__struct_fields__
+                    if name != "tau"
                 },
             },
         },
