@@ -841,6 +841,11 @@ class BoxRuntime:
         combined = np.where(within, np.where(unsure, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
 
+    def error_score(self, logits: np.ndarray) -> np.ndarray:
+        """How likely the model's prediction is wrong, per input (higher: likelier): the score
+        the *uncertainty* verdict thresholds, shape (n_samples,); NaN where a row is."""
+        return 1.0 - model_confidence(logits, self.output)
+
     def unsure(self, logits: np.ndarray | None, n: int) -> np.ndarray:
         """Where the model's confidence is below ``confidence_floor`` (NaN included).
 
