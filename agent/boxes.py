@@ -31,15 +31,17 @@ SCORES = vocab.SCORES
 UNCERTAINTY_RULES = vocab.UNCERTAINTY_RULES
 SCORE_MEANS = vocab.SCORE_MEANS
 MODEL_OUTPUTS = vocab.MODEL_OUTPUTS
+ERROR_FEATURES = vocab.ERROR_FEATURES
 FORMAT = "boxwatch.boxes"
 # 1: the distance score; 2 adds the fused score (``score``, ``contrast_layers``,
 # ``contrast_scales``, ``contrast_classes``); 3 adds the confidence rule for uncertainty
 # (``uncertainty``, ``confidence_floor``, ``output``) and ``score_mean``; 4 adds the energy
-# term of the fused score (``energy_center``, ``energy_scale``). Each monitor is written with
+# term of the fused score (``energy_center``, ``energy_scale``); 5 adds the error model
+# (``uncertainty="error-model"``, ``error_model``). Each monitor is written with
 # the lowest version that holds it, and all are read; an older reader refuses a newer monitor
 # rather than emit other verdicts than the builder measured.
 FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSIONS = (1, 2, 3, 4, 5)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -57,6 +59,9 @@ KERNELS = vocab.BOX_KERNELS
 # detection suite's MNIST cells without digits 1, 8 and 4, 9 (bench/RESULTS.md): once
 # barely moved near unknowns; twice cut them by about a fifth where the logits see them.
 ENERGY_TERMS = 2
+# An error model reads the monitor's score through ``log1p``; an infinite score (outside
+# every box, or not finite) reads as this, so the model still gives a finite answer.
+_SCORE_CAP = 1e6
 
 
 def _load_native():
@@ -134,6 +139,98 @@ def model_energy(logits: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):
         top = z.max(axis=1)
         return np.asarray(-(top + np.log(np.exp(z - top[:, None]).sum(axis=1))))
+
+
+def error_features(
+    outputs: np.ndarray,
+    kind: str,
+    scores: np.ndarray,
+    contrast: Sequence[np.ndarray] = (),
+) -> np.ndarray:
+    """The columns :data:`ERROR_FEATURES` of an error model, shape (n_samples, 5), float64.
+
+    From the model's output (``kind`` as in :func:`model_confidence`), the monitor's score
+    and its raw contrast terms (:func:`contrast_scores`, one array per contrast layer). NaN
+    where the output is not finite, so an error model never trusts such a row.
+    """
+    z = np.asarray(outputs, dtype=np.float64)
+    z = z.reshape(len(z), -1)
+    conf = model_confidence(z, kind)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if z.shape[1] >= 2:
+            top2 = np.partition(z, -2, axis=1)[:, -2:]
+            gap = top2[:, 1] - top2[:, 0]
+            margin = np.log(np.maximum(gap, 1e-12)) if kind == "probabilities" else gap
+        else:
+            margin = np.full(len(z), np.nan)
+        finite = np.isfinite(z).all(axis=1)
+        margin = np.where(finite, margin, np.nan)
+        log_conf = np.log(np.maximum(conf, 1e-300))
+        log_doubt = np.log(np.maximum(1.0 - conf, 1e-12))
+        score = np.log1p(np.minimum(np.where(np.isnan(scores), np.inf, scores), _SCORE_CAP))
+        if len(contrast):
+            c = np.mean([np.where(np.isfinite(v), v, 1.0) for v in contrast], axis=0)
+        else:
+            c = np.zeros(len(z))
+    return np.stack([log_conf, log_doubt, margin, score, c], axis=1)
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """A logistic model of the classifier's own mistakes over :func:`error_features`: the
+    score the *uncertainty* verdict cuts, learnt offline on labelled validation mistakes.
+
+    ``probability`` is ``sigmoid(((x - mean) / scale) @ coef + intercept)``; the verdict is
+    *uncertainty* where it exceeds ``threshold`` (set by calibration) or is NaN.
+    """
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    threshold: float | None = None
+
+    def probability(self, features: np.ndarray) -> np.ndarray:
+        """Probability that the model's prediction is wrong, per row of ``features``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = ((features - self.mean) / self.scale) @ self.coef + self.intercept
+            return np.asarray(1.0 / (1.0 + np.exp(-t)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(ERROR_FEATURES),
+            "mean": [float(v) for v in self.mean],
+            "scale": [float(v) for v in self.scale],
+            "coef": [float(v) for v in self.coef],
+            "intercept": float(self.intercept),
+            "threshold": None if self.threshold is None else float(self.threshold),
+        }
+
+    @classmethod
+    def from_dict(cls, spec: Any, where: str) -> ErrorModel:
+        """Read :meth:`as_dict` output; an :class:`ArtifactError` naming ``where`` otherwise."""
+        n = len(ERROR_FEATURES)
+        try:
+            if spec["features"] != list(ERROR_FEATURES):
+                raise ValueError(f"features {spec['features']!r}, expected {list(ERROR_FEATURES)}")
+            vec = {
+                k: np.asarray([float(v) for v in spec[k]], dtype=np.float64)
+                for k in ("mean", "scale", "coef")
+            }
+            intercept = float(spec["intercept"])
+            threshold = spec["threshold"]
+            threshold = None if threshold is None else float(threshold)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"{where}: malformed error_model ({exc})") from None
+        good = all(v.shape == (n,) and np.isfinite(v).all() for v in vec.values())
+        if not good or not (vec["scale"] > 0).all() or not np.isfinite(intercept):
+            raise ArtifactError(
+                f"{where}: error_model needs {n} finite means, positive scales and finite "
+                "coefficients and intercept"
+            )
+        if threshold is not None and not np.isfinite(threshold):
+            raise ArtifactError(f"{where}: error_model threshold {threshold!r} is not finite")
+        return cls(vec["mean"], vec["scale"], vec["coef"], intercept, threshold)
 
 
 def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
@@ -643,9 +740,10 @@ class BoxRuntime:
         Combined scores ``<= threshold`` are accepted by :meth:`decide`.
     meta : dict
         JSON-able provenance (taus, calibration figures).
-    uncertainty : {"confidence", "bad-box"}
+    uncertainty : {"error-model", "confidence", "bad-box"}
         With ``combine="calibrated"``, what turns an input within the threshold into
-        *uncertainty*: ``"confidence"``, the model's confidence (:func:`model_confidence`
+        *uncertainty*: ``"error-model"``, the probability of a mistake from ``error_model``
+        above its threshold; ``"confidence"``, the model's confidence (:func:`model_confidence`
         of its output) below ``confidence_floor`` (no floor: never); ``"bad-box"`` (how
         monitors built before format 3 decide), some layer's bad box of the predicted class.
     confidence_floor : float or None
@@ -658,6 +756,9 @@ class BoxRuntime:
         The energy term of the fused quadratic score (set by calibration when the monitor
         was fitted with logits; None: no term): ``max(0, energy - center) / scale``, with
         the energy :func:`model_energy` of the model's logits.
+    error_model : ErrorModel or None
+        With ``uncertainty="error-model"``: the learnt model of the classifier's mistakes and
+        its calibrated cut.
     """
 
     layers: list[str]
@@ -680,6 +781,7 @@ class BoxRuntime:
     score_mean: str = "arithmetic"
     energy_center: float | None = None
     energy_scale: float | None = None
+    error_model: ErrorModel | None = None
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def other_boxes(self, layer: str) -> BoxSet:
@@ -720,10 +822,9 @@ class BoxRuntime:
 
     def needs_logits(self) -> bool:
         """Whether the verdicts read the model's output (a confidence floor or an energy term)."""
-        floor = (
-            self.combine == "calibrated"
-            and self.uncertainty == "confidence"
-            and self.confidence_floor is not None
+        floor = self.combine == "calibrated" and (
+            (self.uncertainty == "confidence" and self.confidence_floor is not None)
+            or (self.uncertainty == "error-model" and self.error_model is not None)
         )
         return floor or self.has_energy_term()
 
@@ -811,6 +912,7 @@ class BoxRuntime:
                 "calibrate the monitor first"
             )
         scores = None
+        contrast_terms: dict[str, np.ndarray] = {}
         if scored:
             own = {
                 layer: dist[layer]
@@ -835,16 +937,55 @@ class BoxRuntime:
         assert scores is not None and self.threshold is not None  # both checked above
         if self.uncertainty == "bad-box":
             unsure = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
+        elif self.uncertainty == "error-model":
+            unsure = ~(
+                self._error_probability(logits, scores, list(contrast_terms.values()))
+                <= self._error_cut()
+            )
         else:
             unsure = self.unsure(logits, len(y_pred))
         within = self.decide(scores)
         combined = np.where(within, np.where(unsure, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
 
-    def error_score(self, logits: np.ndarray) -> np.ndarray:
+    def error_score(
+        self,
+        activations: Mapping[str, np.ndarray],
+        y_pred: np.ndarray,
+        logits: np.ndarray,
+    ) -> np.ndarray:
         """How likely the model's prediction is wrong, per input (higher: likelier): the score
-        the *uncertainty* verdict thresholds, shape (n_samples,); NaN where a row is."""
-        return 1.0 - model_confidence(logits, self.output)
+        the *uncertainty* verdict cuts, shape (n_samples,); NaN where the output is not
+        finite. The error model's probability, else one minus the model's confidence."""
+        if self.uncertainty != "error-model" or self.error_model is None:
+            return 1.0 - model_confidence(logits, self.output)
+        y_pred = np.asarray(y_pred)
+        contrast = (
+            list(self.contrast_layer_scores(activations, y_pred).values())
+            if self.score == "fused"
+            else []
+        )
+        return self._error_probability(logits, self.scores(activations, y_pred, logits), contrast)
+
+    def _error_probability(
+        self, logits: np.ndarray | None, scores: np.ndarray, contrast: Sequence[np.ndarray]
+    ) -> np.ndarray:
+        if self.error_model is None:
+            raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
+        if logits is None:
+            raise ConfigError(
+                "this monitor's verdicts need the model's output (logits) for its error "
+                "model: pass logits="
+            )
+        feats = error_features(logits, self.output, scores, contrast)
+        if len(feats) != len(scores):
+            raise ConfigError(f"logits give {len(feats)} rows for {len(scores)} inputs")
+        return self.error_model.probability(feats)
+
+    def _error_cut(self) -> float:
+        assert self.error_model is not None  # checked by _error_probability
+        cut = self.error_model.threshold
+        return np.inf if cut is None else cut
 
     def unsure(self, logits: np.ndarray | None, n: int) -> np.ndarray:
         """Where the model's confidence is below ``confidence_floor`` (NaN included).
@@ -984,11 +1125,12 @@ class BoxRuntime:
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
         fused = self.score == "fused"
         confident = self.combine == "calibrated" and self.uncertainty == "confidence"
-        v4 = self.has_energy_term()
+        v5 = self.uncertainty == "error-model"
+        v4 = v5 or self.has_energy_term()
         v3 = v4 or confident or self.score_mean != "arithmetic"
         spec = {
             "format": FORMAT,
-            "version": 4 if v4 else 3 if v3 else 2 if fused else FORMAT_VERSION,
+            "version": 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else FORMAT_VERSION,
             "layers": list(self.layers),
             "n_classes": int(self.n_classes),
             "normalize": self.normalize,
@@ -1015,11 +1157,15 @@ class BoxRuntime:
                 else float(self.confidence_floor),
                 output=self.output,
             )
-        if v4:
+        if self.has_energy_term():
             assert self.energy_center is not None and self.energy_scale is not None
             spec.update(
                 energy_center=float(self.energy_center), energy_scale=float(self.energy_scale)
             )
+        if v5:
+            if self.error_model is None:
+                raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
+            spec.update(error_model=self.error_model.as_dict())
         return {f"{prefix}.json": spec, f"{prefix}.npz": arrays}
 
     @classmethod
@@ -1080,14 +1226,28 @@ class BoxRuntime:
                 )
             center = spec.get("energy_center") if spec["version"] >= 4 else None
             scale = spec.get("energy_scale") if spec["version"] >= 4 else None
-            if spec["version"] >= 4 and not (
-                isinstance(center, float | int)
-                and isinstance(scale, float | int)
-                and not isinstance(center, bool)
-                and not isinstance(scale, bool)
-                and np.isfinite(center)
-                and np.isfinite(scale)
-                and scale > 0
+            energy = spec["version"] == 4 or center is not None or scale is not None
+            if (uncertainty == "error-model") != (spec["version"] >= 5):
+                raise ArtifactError(
+                    f"{jname}: uncertainty {uncertainty!r} does not fit version {spec['version']}"
+                )
+            error_model = (
+                ErrorModel.from_dict(spec["error_model"], jname)
+                if uncertainty == "error-model"
+                else None
+            )
+            if (
+                spec["version"] >= 4
+                and energy
+                and not (
+                    isinstance(center, float | int)
+                    and isinstance(scale, float | int)
+                    and not isinstance(center, bool)
+                    and not isinstance(scale, bool)
+                    and np.isfinite(center)
+                    and np.isfinite(scale)
+                    and scale > 0
+                )
             ):
                 raise ArtifactError(
                     f"{jname}: energy_center {center!r} / energy_scale {scale!r} should be "
@@ -1114,6 +1274,7 @@ class BoxRuntime:
                 score_mean=score_mean,
                 energy_center=None if center is None else float(center),
                 energy_scale=None if scale is None else float(scale),
+                error_model=error_model,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

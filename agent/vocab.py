@@ -40,10 +40,21 @@ SCORE_MEANS = ("quadratic", "arithmetic")
 """How a box monitor's scaled score terms make its score: their root mean square, or (box
 format 1 and 2) the mean of the distance terms plus the mean of the contrast terms."""
 
-UNCERTAINTY_RULES = ("confidence", "bad-box")
+UNCERTAINTY_RULES = ("error-model", "confidence", "bad-box")
 """What makes a calibrated box monitor emit *uncertainty* for an input within its score
-threshold: the model's confidence below a calibrated floor, or (artifacts built before
-it) a bad box of the predicted class."""
+threshold: its error model's probability that the model is wrong above a calibrated cut,
+the model's confidence below a calibrated floor, or (artifacts built before either) a bad
+box of the predicted class."""
+
+ERROR_SCORES = ("auto", "softmax")
+"""How a box monitor ranks the model's own mistakes: ``auto`` learns an error model on the
+labelled validation mistakes (softmax confidence where there are too few of them), or the
+softmax confidence alone."""
+
+ERROR_FEATURES = ("log_confidence", "log_doubt", "margin", "box_score", "contrast")
+"""What an error model reads, per input: the log of the model's confidence and of one minus
+it, the gap between its two top outputs, ``log1p`` of the monitor's score, and the mean
+contrast term (how near the input lies to another class's boxes)."""
 
 MODEL_OUTPUTS = ("logits", "probabilities")
 """What a model outputs (a box monitor's ``output``): logits (confidence = top softmax

@@ -120,12 +120,29 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
                 f"{_fmt(cal['target_acceptance'])} of correctly classified known inputs)",
             )
         )
+        if cal.get("error_cut") is not None:
+            rows.append(
+                (
+                    "error model cut",
+                    f"{_fmt(cal['error_cut'])} (learnt probability that the model is wrong; "
+                    "above it: uncertainty)",
+                )
+            )
         if cal.get("confidence_floor") is not None:
             rows.append(
                 (
                     "confidence floor",
                     f"{_fmt(cal['confidence_floor'])} (model's top softmax probability; "
                     "below it: uncertainty)",
+                )
+            )
+        choice = cal.get("share_choice") or {}
+        if cal.get("confidence_share") is not None and choice:
+            rows.append(
+                (
+                    "uncertainty share",
+                    f"{_fmt(cal['confidence_share'])} of the non-accepted budget "
+                    f"({choice['method']}: {choice['reason']})",
                 )
             )
         split = (mon.get("verdicts") or {}).get("split") or {}

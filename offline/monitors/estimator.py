@@ -11,7 +11,7 @@ from __future__ import annotations
 import numbers
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,7 +27,9 @@ from boxwatch.agent.boxes import (
     VERDICT_NAMES,
     BoxRuntime,
     BoxSet,
+    ErrorModel,
     contrast_scores,
+    error_features,
     layer_verdicts,
     model_confidence,
     model_energy,
@@ -77,12 +79,27 @@ DEFAULT_TAUS: tuple[float, ...] = (
 # inputs (stratified by label) to calibrate on: boxes always contain their own training
 # inputs, so calibrating on them would put the threshold at 0.
 DEFAULT_CALIBRATION_SHARE = 0.2
-# With the model's logits, ``combine="calibrated"`` lets this share of the non-accepted
-# budget (1 - target_acceptance) go to *uncertainty* for low model confidence; the score
-# threshold takes the rest. The floor's budget is not free: on the detection suite's 32 cells
-# (bench/RESULTS.md) 0.15 caught the model's errors better than softmax confidence on 25
-# cells but let up to 5.7 points more near unknowns through than the best baseline; 0.05,
-# 23 cells and +3.9; 0 (no floor), 22 cells and +2.4.
+# With the model's logits, ``combine="calibrated"`` lets a share of the non-accepted budget
+# (1 - target_acceptance) go to *uncertainty* (the model is probably wrong); the score
+# threshold takes the rest. ``confidence_share="auto"`` chooses it per model on the labelled
+# validation mistakes. Among the shares of SHARE_GRID at which the emitted verdicts accept no
+# more of them than softmax confidence alone does at the same point, the one minimising
+# (mistakes accepted + SHARE_PRICE x share): the budget taken from the score is what catches
+# unknown inputs, so each 0.1 of share must buy at least 1 point fewer mistakes accepted.
+# Where no share matches softmax confidence, the smallest share within SHARE_TIE of the
+# fewest mistakes. Chosen on the detection suite's MNIST and Fashion-MNIST CNN/MLP cells
+# (bench/RESULTS.md): a price of 0 (fewest mistakes) let up to 20 points more near unknowns
+# through for a point or two fewer mistakes, 0.2 gave up mistakes on MNIST for nothing.
+# SHARE_GRID stops at 0.8 so the score threshold always rejects a fifth of the budget: on
+# the suite's weakest models (Fashion-MNIST without 1 and 5, 72-79% accurate) a share of
+# 0.9-1 let 8-68% of the far unknowns through, 0.8 at most 3%.
+SHARE_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+SHARE_PRICE = 0.1
+SHARE_TIE = 0.005
+# With fewer labelled mistakes than this among the calibration inputs, nothing is learnt
+# from them: the error score is softmax confidence and the share this default (on the
+# detection suite before issue 38, 0.05 traded the model's errors against near unknowns best).
+MIN_MISTAKES = 20
 DEFAULT_CONFIDENCE_SHARE = 0.05
 # Rows of a model's output count as probabilities (not logits) when every value lies in
 # [0, 1] and every row sums to 1 within this.
@@ -181,7 +198,10 @@ class Calibration:
     that population's accept / uncertainty / reject shares. ``unknown_acceptance`` (the
     false-accept rate) is measured only when unknown inputs were given, else ``None``.
     ``n_known`` counts the calibration population. ``confidence_floor``: the lowest model
-    confidence accepted (None: no floor).
+    confidence accepted (None: no floor). ``error_score``: what ranks the model's mistakes
+    (``"error-model"`` or ``"softmax"``; None: no uncertainty verdicts), ``error_cut`` the
+    error model's cut; ``confidence_share`` the share of the non-accepted budget given to
+    *uncertainty* and ``share_choice`` how it was chosen (method, reason and the figures).
     """
 
     threshold: float
@@ -194,11 +214,19 @@ class Calibration:
     known_split: dict[str, float] = field(default_factory=dict)
     population: str = "known"
     confidence_floor: float | None = None
+    error_score: str | None = None
+    error_cut: float | None = None
+    confidence_share: float | None = None
+    share_choice: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "threshold": self.threshold,
             "confidence_floor": self.confidence_floor,
+            "error_score": self.error_score,
+            "error_cut": self.error_cut,
+            "confidence_share": self.confidence_share,
+            "share_choice": dict(self.share_choice),
             "target_acceptance": self.target_acceptance,
             "known_acceptance": self.known_acceptance,
             "unknown_acceptance": self.unknown_acceptance,
@@ -350,12 +378,21 @@ class BoxMonitor(BaseEstimator):
     target_acceptance : float in (0, 1), default=0.95
         Share of correctly classified known calibration inputs whose emitted verdict is
         *accept* (``fit`` calibrates with it; :meth:`calibrate` takes it by default).
-    confidence_share : float, default=0.05
+    confidence_share : float or "auto", default="auto"
         With ``combine="calibrated"`` and logits given: the share of the correct known
-        inputs left unaccepted (``1 - target_acceptance``) that the confidence floor may
-        turn into *uncertainty*; the score threshold rejects the rest. Low confidence
-        marks the model's own errors better than distances do; the score marks unknown
-        inputs. 0 (or no logits) leaves uncertainty out of the calibrated verdicts.
+        inputs left unaccepted (``1 - target_acceptance``) that the error score may turn
+        into *uncertainty* ("is the model probably wrong?"); the score threshold rejects the
+        rest ("is the input unlike the training data?"). ``"auto"`` chooses it per model on
+        the labelled mistakes of the calibration inputs: the smallest share (of
+        ``SHARE_GRID``) at which the emitted verdicts accept no more of them than softmax
+        confidence alone would (``DEFAULT_CONFIDENCE_SHARE`` with fewer than
+        ``MIN_MISTAKES`` of them). 0 (or no logits) leaves uncertainty out.
+    error_score : {"auto", "softmax"}, default="auto"
+        What ranks the model's own mistakes for *uncertainty*. ``"auto"``: a logistic error
+        model over the model's confidence, its top-two margin, the monitor's score and its
+        contrast term (:func:`~boxwatch.agent.boxes.error_features`), learnt on the labelled
+        mistakes of the calibration inputs (softmax confidence with fewer than
+        ``MIN_MISTAKES``); ``"softmax"``: the top softmax probability alone.
     calibration_share : float, default=0.2
         With ``combine="calibrated"`` and no ``validation`` given to ``fit``: the share of
         training inputs held out (stratified by label, seeded by ``random_state``) to
@@ -438,7 +475,8 @@ class BoxMonitor(BaseEstimator):
         "selection": [Options(SELECTIONS)],
         "combine": [Options(COMBINE_RULES)],
         "target_acceptance": [Interval(numbers.Real, 0, 1, closed="neither")],
-        "confidence_share": [Interval(numbers.Real, 0, 1, closed="left")],
+        "confidence_share": [Interval(numbers.Real, 0, 1, closed="left"), Options(("auto",))],
+        "error_score": [Options(vocab.ERROR_SCORES)],
         "calibration_share": [Interval(numbers.Real, 0, 1, closed="left")],
         "normalize": [Options(NORMALIZATIONS)],
         "score_layers": [Names(), None],
@@ -464,7 +502,8 @@ class BoxMonitor(BaseEstimator):
         selection: str = "held-out-class",
         combine: str = "calibrated",
         target_acceptance: float = DEFAULT_TARGET_ACCEPTANCE,
-        confidence_share: float = DEFAULT_CONFIDENCE_SHARE,
+        confidence_share: float | str = "auto",
+        error_score: str = "auto",
         calibration_share: float = DEFAULT_CALIBRATION_SHARE,
         normalize: str = "l2",
         score_layers: Sequence[str] | None = None,
@@ -486,6 +525,7 @@ class BoxMonitor(BaseEstimator):
         self.combine = combine
         self.target_acceptance = target_acceptance
         self.confidence_share = confidence_share
+        self.error_score = error_score
         self.calibration_share = calibration_share
         self.normalize = normalize
         self.score_layers = score_layers
@@ -1023,19 +1063,21 @@ class BoxMonitor(BaseEstimator):
                 f"calibrate: logits_known have shape {np.shape(logits_known)}, "
                 f"expected ({len(y_pred_known)}, n_classes)"
             )
-        acts_pop = {layer: np.asarray(acts_known[layer])[rows] for layer in self.layers_}
-        y_pop = y_pred_known[rows]
-        per_layer = rt.layer_scores(acts_pop, y_pop)
+        acts_all = {layer: np.asarray(acts_known[layer]) for layer in self.layers_}
+        per_all = rt.layer_scores(acts_all, y_pred_known)
+        per_layer = {layer: v[rows] for layer, v in per_all.items()}
         scales = {layer: _scale(s, target_acceptance) for layer, s in per_layer.items()}
         rt.score_scales = scales
-        contrast = None
+        contrast_all: dict[str, np.ndarray] = {}
         if rt.score == "fused":
-            contrast = rt.contrast_layer_scores(acts_pop, y_pop)
+            contrast_all = rt.contrast_layer_scores(acts_all, y_pred_known)
             weight = CONTRAST_WEIGHT if rt.score_mean == "quadratic" else 1.0
             rt.contrast_scales = {
-                layer: _scale(c, target_acceptance) / weight for layer, c in contrast.items()
+                layer: _scale(c[rows], target_acceptance) / weight
+                for layer, c in contrast_all.items()
             }
-        pop_logits = None if logits_known is None else np.asarray(logits_known)[rows]
+        all_logits = None if logits_known is None else np.asarray(logits_known)
+        pop_logits = None if all_logits is None else all_logits[rows]
         rt.energy_center, rt.energy_scale = None, None
         if (
             self.energy_term
@@ -1047,30 +1089,65 @@ class BoxMonitor(BaseEstimator):
             rt.energy_center, rt.energy_scale = _energy_reference(
                 model_energy(pop_logits), target_acceptance
             )
-        combined = rt.combine_scores(per_layer, contrast, energy=rt.energy(pop_logits, len(rows)))
-        rt.confidence_floor = None
+        combined_all = rt.combine_scores(
+            per_all,
+            contrast_all if rt.score == "fused" else None,
+            energy=rt.energy(all_logits, len(y_pred_known)),
+        )
+        combined = combined_all[rows]
+        rt.confidence_floor, rt.error_model, rt.uncertainty = None, None, "confidence"
+        error_score, share, share_choice = None, None, {}
         if self.combine == "calibrated":
-            rt.uncertainty = "confidence"
-            gated = pop_logits is not None and float(self.confidence_share) > 0
-            score_share = (
-                1 - (1 - target_acceptance) * (1 - float(self.confidence_share))
-                if gated
-                else target_acceptance
-            )
-            eligible = np.where(np.isfinite(combined), combined, np.inf)
-            threshold = acceptance_threshold(eligible, score_share)
-            if not np.isfinite(threshold):  # the target is out of reach: accept all it can
-                finite = eligible[np.isfinite(eligible)]
-                threshold = float(finite.max()) if len(finite) else 0.0
+            gated = all_logits is not None and self.confidence_share != 0
+            share = 0.0
             if gated:
-                assert pop_logits is not None
+                assert all_logits is not None
+                wrong = np.zeros(len(y_pred_known), dtype=bool)
+                if y_true_known is not None:
+                    wrong = np.asarray(y_true_known) != y_pred_known
+                learn = int(wrong.sum()) >= MIN_MISTAKES
+                confidence = model_confidence(all_logits, rt.output)
+                doubt = 1.0 - confidence
+                error_score = "softmax"
+                if self.error_score == "auto" and learn:
+                    feats = error_features(
+                        all_logits, rt.output, combined_all, list(contrast_all.values())
+                    )
+                    rt.error_model = fit_error_model(feats, wrong)
+                    rt.uncertainty, error_score = "error-model", "error-model"
+                    doubt = rt.error_model.probability(feats)
+                if self.confidence_share != "auto":
+                    share = float(self.confidence_share)
+                    share_choice = {"method": "set", "reason": "confidence_share in the config"}
+                elif learn:
+                    share, share_choice = _choose_share(
+                        combined_all, doubt, confidence, rows, wrong, target_acceptance
+                    )
+                else:
+                    share = DEFAULT_CONFIDENCE_SHARE
+                    share_choice = {
+                        "method": "default",
+                        "reason": f"{int(wrong.sum())} labelled mistakes among the calibration "
+                        f"inputs (fewer than {MIN_MISTAKES}): the default share",
+                    }
+            threshold, cut = _split_budget(
+                combined, None if error_score is None else doubt[rows], share, target_acceptance
+            )
+            if error_score == "error-model":
+                assert rt.error_model is not None
+                rt.error_model = replace(rt.error_model, threshold=cut)
+            elif error_score == "softmax" and cut is not None:
                 rt.confidence_floor = _confidence_floor(
-                    model_confidence(pop_logits, rt.output)[eligible <= threshold],
+                    confidence[rows][
+                        np.where(np.isfinite(combined), combined, np.inf) <= threshold
+                    ],
                     int(np.ceil(target_acceptance * len(rows))),
                 )
         else:
             finite = combined[np.isfinite(combined)]
             threshold = acceptance_threshold(finite, target_acceptance) if len(finite) else 0.0
+        acts_pop = {layer: v[rows] for layer, v in acts_all.items()}
+        y_pop = y_pred_known[rows]
         rt.threshold = float(threshold)
         known_verdicts, _per = rt.verdicts(acts_pop, y_pop, logits=pop_logits)
         known_split = verdict_shares(known_verdicts)
@@ -1103,6 +1180,10 @@ class BoxMonitor(BaseEstimator):
             known_split=known_split,
             population=population,
             confidence_floor=rt.confidence_floor,
+            error_score=error_score,
+            error_cut=None if rt.error_model is None else rt.error_model.threshold,
+            confidence_share=share,
+            share_choice=share_choice,
         )
         rt.meta["calibration"] = cal.as_dict()
         self.calibration_ = cal
@@ -1132,6 +1213,90 @@ def _energy_reference(
     if not (np.isfinite(scale) and scale > 0):
         return None, None
     return center, scale
+
+
+def fit_error_model(features: np.ndarray, wrong: np.ndarray) -> ErrorModel:
+    """A logistic model of ``wrong`` (the model's mistakes) over :func:`error_features`,
+    standardised; rows with a non-finite feature are left out of the fit."""
+    from sklearn.linear_model import LogisticRegression
+
+    ok = np.isfinite(features).all(axis=1)
+    x, y = features[ok], np.asarray(wrong)[ok]
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[~(scale > 0)] = 1.0
+    lr = LogisticRegression(max_iter=1000).fit((x - mean) / scale, y)
+    return ErrorModel(mean, scale, lr.coef_[0].astype(np.float64), float(lr.intercept_[0]))
+
+
+def _split_budget(
+    score: np.ndarray, doubt: np.ndarray | None, share: float, target_acceptance: float
+) -> tuple[float, float | None]:
+    """Score threshold and error cut that accept ``target_acceptance`` of a population, the
+    error score taking ``share`` of what is not accepted (no cut: None)."""
+    eligible = np.where(np.isfinite(score), score, np.inf)
+    gated = doubt is not None and share > 0
+    score_share = 1 - (1 - target_acceptance) * (1 - share) if gated else target_acceptance
+    threshold = acceptance_threshold(eligible, score_share)
+    if not np.isfinite(threshold):  # the target is out of reach: accept all it can
+        finite = eligible[np.isfinite(eligible)]
+        threshold = float(finite.max()) if len(finite) else 0.0
+    if not gated:
+        return float(threshold), None
+    assert doubt is not None
+    d = np.sort(doubt[(eligible <= threshold) & np.isfinite(doubt)])
+    need = int(np.ceil(target_acceptance * len(score)))
+    if need <= 0 or len(d) < need:
+        return float(threshold), None
+    return float(threshold), float(d[need - 1])
+
+
+def _choose_share(
+    score: np.ndarray,
+    doubt: np.ndarray,
+    confidence: np.ndarray,
+    rows: np.ndarray,
+    wrong: np.ndarray,
+    target_acceptance: float,
+) -> tuple[float, dict[str, Any]]:
+    """The share of the non-accepted budget for *uncertainty* (see ``SHARE_GRID`` and
+    ``SHARE_PRICE``), and a record of the choice: the misclassified inputs accepted at each share and by softmax
+    confidence alone at the same operating point."""
+    need = int(np.ceil(target_acceptance * len(rows)))
+    floor = _confidence_floor(confidence[rows], need)
+    softmax = float(np.mean(confidence[wrong] >= floor)) if floor is not None else 1.0
+    eligible = np.where(np.isfinite(score), score, np.inf)
+    accepted = []
+    for share in SHARE_GRID:
+        threshold, cut = _split_budget(score[rows], doubt[rows], share, target_acceptance)
+        ok = eligible[wrong] <= threshold
+        if cut is not None:
+            ok &= doubt[wrong] <= cut
+        accepted.append(float(np.mean(ok)))
+    meets = [
+        (a + SHARE_PRICE * s, s) for s, a in zip(SHARE_GRID, accepted, strict=True) if a <= softmax
+    ]
+    if meets:
+        share = min(meets)[1]
+        reason = (
+            "of the shares at which the verdicts accept no more of the labelled mistakes than "
+            f"softmax confidence alone, the one minimising mistakes accepted + {SHARE_PRICE} x share"
+        )
+    else:
+        best = min(accepted)
+        share = next(s for s, a in zip(SHARE_GRID, accepted, strict=True) if a <= best + SHARE_TIE)
+        reason = (
+            "no share accepts as few of the labelled mistakes as softmax confidence alone: "
+            "the smallest share within half a point of the fewest"
+        )
+    return share, {
+        "method": "auto",
+        "reason": reason,
+        "n_misclassified": int(wrong.sum()),
+        "shares": list(SHARE_GRID),
+        "misclassified_accepted": accepted,
+        "softmax_misclassified_accepted": softmax,
+    }
 
 
 def _confidence_floor(confidence: np.ndarray, need: int) -> float | None:

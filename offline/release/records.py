@@ -103,7 +103,8 @@ class MonitorSection(Section, frozen=True):
     contrast_layers: list[str] | Literal["auto"] | UnsetType = UNSET
     contrast_classes: int | UnsetType = UNSET
     target_acceptance: float | UnsetType = UNSET
-    confidence_share: int | float | UnsetType = UNSET
+    confidence_share: int | float | Literal["auto"] | UnsetType = UNSET
+    error_score: str | UnsetType = UNSET
     random_state: int | UnsetType = UNSET
 
     @classmethod
@@ -267,8 +268,26 @@ class BoxCounts(Record, frozen=True):
     bad: list[int]
 
 
+class ShareChoice(Record, frozen=True):
+    """How the share of the non-accepted budget given to *uncertainty* was chosen."""
+
+    method: Annotated[str, _d("auto (on the labelled mistakes), default, or set (config)")]
+    reason: str
+    n_misclassified: int | UnsetType = UNSET
+    shares: list[float] | UnsetType = UNSET
+    misclassified_accepted: (
+        Annotated[list[float], _d("misclassified calibration inputs accepted at each share")]
+        | UnsetType
+    ) = UNSET
+    softmax_misclassified_accepted: (
+        Annotated[float, _d("the same, softmax confidence alone at the same operating point")]
+        | UnsetType
+    ) = UNSET
+
+
 class CalibrationSummary(Record, frozen=True):
-    """The calibrated operating point: score threshold and confidence floor."""
+    """The calibrated operating point: score threshold, and the error score's cut (error model)
+    or floor (softmax confidence) with the share of the budget it was given."""
 
     threshold: Annotated[float | None, _d("inputs scoring above it are rejected")]
     target_acceptance: Annotated[float, _d("share of correctly classified known inputs to accept")]
@@ -282,6 +301,21 @@ class CalibrationSummary(Record, frozen=True):
     ) = UNSET
     known_split: Shares | UnsetType = UNSET
     population: Annotated[str, _d("the inputs calibrated on")] | UnsetType = UNSET
+    error_score: (
+        Annotated[
+            str | None,
+            _d("what ranks the model's mistakes: error-model or softmax (null: no uncertainty)"),
+        ]
+        | UnsetType
+    ) = UNSET
+    error_cut: (
+        Annotated[float | None, _d("error model's probability above it: uncertainty")] | UnsetType
+    ) = UNSET
+    confidence_share: (
+        Annotated[float | None, _d("share of the non-accepted budget given to uncertainty")]
+        | UnsetType
+    ) = UNSET
+    share_choice: ShareChoice | UnsetType = UNSET
 
 
 class CoverageCurve(Record, frozen=True):

@@ -292,11 +292,12 @@ def test_confidence_floor_takes_its_share_and_accepts_the_target():
     logits = synthetic_logits(pred, 1)
     vacts, vy, vpred = synthetic(13, n=600)
     vlogits = synthetic_logits(vpred, 2)
-    mon = BoxMonitor(target_acceptance=0.8, confidence_share=0.25).fit(
+    mon = BoxMonitor(target_acceptance=0.8, confidence_share=0.25, error_score="softmax").fit(
         acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
     )
     cal = mon.calibration_
     assert cal.confidence_floor is not None and 0 < cal.confidence_floor < 1
+    assert cal.error_score == "softmax" and cal.share_choice["method"] == "set"
     with pytest.raises(ValueError, match="logits"):
         mon.predict(vacts, vpred)
     v = mon.predict(vacts, vpred, logits=vlogits).combined
@@ -323,6 +324,92 @@ def test_confidence_floor_takes_its_share_and_accepts_the_target():
         assert mon.calibration_.confidence_floor is None
         v = mon.predict(vacts, vpred, logits=vlogits).combined
         assert not np.any(v == UNCERTAIN) and np.mean(v[right] == ACCEPT) >= 0.8
+
+
+def test_error_model_takes_its_share_round_trips_and_fails_closed():
+    """With enough labelled mistakes, *uncertainty* cuts a learnt error model's probability:
+    the verdicts are the threshold and the cut, the known acceptance is the target, the agent
+    rebuilt from the members decides the same, and a NaN output is never accepted (issue 38)."""
+    acts, y, pred = synthetic(12, n=600)
+    logits = synthetic_logits(pred, 1)
+    vacts, vy, vpred = synthetic(13, n=800)
+    vlogits = synthetic_logits(vpred, 2)
+    mon = BoxMonitor(target_acceptance=0.8, confidence_share=0.5).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+    )
+    cal, rt = mon.calibration_, mon.runtime_
+    assert (vy != vpred).sum() >= 20
+    assert cal.error_score == "error-model" and rt.uncertainty == "error-model"
+    assert cal.error_cut is not None and cal.confidence_floor is None
+    v = mon.predict(vacts, vpred, logits=vlogits).combined
+    right = vy == vpred
+    n = right.sum()
+    assert cal.known_acceptance == pytest.approx(np.mean(v[right] == ACCEPT))
+    assert 0.8 <= cal.known_acceptance <= 0.8 + 2 / n
+    assert 0.1 - 2 / n <= np.mean(v[right] == UNCERTAIN) <= 0.1 + 2 / n
+    within = mon.outlier_score(vacts, vpred, logits=vlogits) <= cal.threshold
+    doubt = rt.error_score(vacts, vpred, vlogits)
+    np.testing.assert_array_equal(v == REJECT, ~within)
+    np.testing.assert_array_equal(v == UNCERTAIN, within & (doubt > cal.error_cut))
+    members = mon.to_members()
+    assert members[f"{BOXES_PREFIX}.json"]["version"] == 5
+    again = BoxRuntime.from_members(members, members)
+    np.testing.assert_array_equal(again.verdicts(vacts, vpred, logits=vlogits)[0], v)
+    bad = vlogits.copy()
+    bad[:5, 1] = np.nan
+    assert not np.any(again.verdicts(vacts, vpred, logits=bad)[0][:5] == ACCEPT)
+    assert np.all(np.isnan(again.error_score(vacts, vpred, bad)[:5]))
+    with pytest.raises(ConfigError, match="logits"):
+        again.verdicts(vacts, vpred)
+
+
+def test_error_model_ranks_mistakes_at_least_as_well_as_softmax():
+    """Where the mistakes also lie off the boxes, the learnt error model ranks them better
+    than the model's softmax confidence alone (both read the same logits)."""
+    acts, y, pred = synthetic(20, n=800)
+    logits = synthetic_logits(pred, 5)
+    vacts, vy, vpred = synthetic(21, n=1200)
+    vlogits = synthetic_logits(vpred, 6)
+    mon = BoxMonitor().fit(acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits))
+    wrong = vy != vpred
+    doubt = mon.runtime_.error_score(vacts, vpred, vlogits)
+    conf = 1 / np.exp(vlogits - vlogits.max(1, keepdims=True)).sum(1)
+    learnt, softmax = auroc(doubt[~wrong], doubt[wrong]), auroc(-conf[~wrong], -conf[wrong])
+    assert learnt > softmax + 0.05
+
+
+def test_confidence_share_auto_trades_mistakes_against_share():
+    """``confidence_share="auto"`` records the misclassified validation inputs accepted per
+    share and, of the shares accepting no more of them than softmax confidence alone, picks
+    the one minimising mistakes accepted + 0.1 x share (else the smallest near the fewest)."""
+    acts, y, pred = synthetic(12, n=600)
+    logits = synthetic_logits(pred, 1)
+    vacts, vy, vpred = synthetic(13, n=800)
+    vlogits = synthetic_logits(vpred, 2)
+    mon = BoxMonitor(target_acceptance=0.8).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
+    )
+    choice = mon.calibration_.share_choice
+    assert choice["method"] == "auto" and choice["n_misclassified"] == int((vy != vpred).sum())
+    shares, accepted = choice["shares"], choice["misclassified_accepted"]
+    soft = choice["softmax_misclassified_accepted"]
+    ok = [(a + 0.1 * s, s) for s, a in zip(shares, accepted, strict=True) if a <= soft]
+    expect = (
+        min(ok)[1]
+        if ok
+        else next(s for s, a in zip(shares, accepted, strict=True) if a <= min(accepted) + 0.005)
+    )
+    assert mon.calibration_.confidence_share == expect
+    # The recorded figure is what the emitted verdicts do on the mistakes.
+    v = mon.predict(vacts, vpred, logits=vlogits).combined
+    i = shares.index(expect)
+    assert np.mean(v[vy != vpred] == ACCEPT) == pytest.approx(accepted[i])
+    # Too few mistakes: softmax confidence and the default share, said so.
+    few = BoxMonitor(target_acceptance=0.8).fit(
+        acts, y, pred, logits=logits, validation=(vacts, vy, vy, vlogits)
+    )
+    assert few.calibration_.share_choice["method"] == "default"
+    assert few.calibration_.error_score == "softmax"
 
 
 def test_confidence_floor_fails_closed_and_reads_probabilities():
@@ -390,7 +477,7 @@ def test_energy_term_weighs_weak_logits_and_fails_closed():
     logits = synthetic_logits(pred, 1)
     vacts, vy, vpred = synthetic(13, n=600)
     vlogits = synthetic_logits(vpred, 2)
-    mon = BoxMonitor(target_acceptance=0.9).fit(
+    mon = BoxMonitor(target_acceptance=0.9, error_score="softmax").fit(
         acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
     )
     rt = mon.runtime_
@@ -430,7 +517,7 @@ def test_energy_term_weighs_weak_logits_and_fails_closed():
     v3 = {k: v for k, v in spec.items() if k not in ("energy_center", "energy_scale")}
     legacy = BoxRuntime.from_members({**members, spec_name(): {**v3, "version": 3}}, members)
     assert not legacy.has_energy_term()
-    off = BoxMonitor(target_acceptance=0.9, energy_term=False).fit(
+    off = BoxMonitor(target_acceptance=0.9, energy_term=False, error_score="softmax").fit(
         acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
     )
     assert not off.runtime_.has_energy_term()

@@ -194,6 +194,7 @@ def test_config_schema_enums_are_the_estimators_vocabularies():
         ("normalize", vocab.NORMALIZATIONS),
         ("score", vocab.SCORES),
         ("score_mean", vocab.SCORE_MEANS),
+        ("error_score", vocab.ERROR_SCORES),
     ):
         (options,) = CONSTRAINTS[name]
         assert isinstance(options, Options) and options.options == vocabulary
@@ -214,6 +215,7 @@ def test_the_config_sets_the_documented_parameters():
             "contrast_classes",
             "target_acceptance",
             "confidence_share",
+            "error_score",
             "random_state",
         ]
     )
