@@ -18,6 +18,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
@@ -37,6 +38,7 @@ from boxwatch.offline.release.records import (
     MonitorFit,
     MonitorSection,
     OutcomeCurve,
+    ShareChoice,
     Shares,
     candidate_taus,
 )
@@ -275,6 +277,10 @@ def _calibration_summary(cal: Calibration) -> CalibrationSummary:
         n_unknown=cal.n_unknown,
         known_split=Shares(**cal.known_split),
         population=cal.population,
+        error_score=cal.error_score,
+        error_cut=value(cal.error_cut),
+        confidence_share=value(cal.confidence_share),
+        share_choice=msgspec.convert(cal.share_choice, ShareChoice) if cal.share_choice else UNSET,
     )
 
 

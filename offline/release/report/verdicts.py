@@ -4,7 +4,7 @@ set (the split, the unknown sets), the model's errors and the baselines beside t
 from __future__ import annotations
 
 from boxwatch.offline.release.emitted import BASELINES
-from boxwatch.offline.release.records import MonitorSummary, VerdictShares
+from boxwatch.offline.release.records import MonitorSummary, ShareChoice, VerdictShares
 from boxwatch.offline.release.report.figures import operating_point_figure
 from boxwatch.offline.release.report.markup import esc, figure, given, num, omitted, table, text
 
@@ -40,9 +40,29 @@ def operating_point(monitor: MonitorSummary) -> str:
     rows = [
         ("Threshold on the score", "calibration-threshold", cal.threshold),
         (
+            "Error score (ranks the model's mistakes for uncertainty; empty: no uncertainty)",
+            "calibration-error-score",
+            given(cal.error_score),
+        ),
+        (
+            "Error model's cut (probability of a mistake above it: uncertainty; empty: none)",
+            "calibration-error-cut",
+            given(cal.error_cut),
+        ),
+        (
             "Confidence floor (below it: uncertainty; empty: none)",
             "calibration-confidence-floor",
             given(cal.confidence_floor),
+        ),
+        (
+            "Share of the non-accepted budget given to uncertainty",
+            "calibration-confidence-share",
+            given(cal.confidence_share),
+        ),
+        (
+            "How the share was chosen",
+            "calibration-share-choice",
+            _share_reason(given(cal.share_choice)),
         ),
         (
             "Target: share of correctly classified known inputs accepted",
@@ -224,3 +244,8 @@ def _baselines(monitor: MonitorSummary) -> str:
             header, rows, numeric=(False, *[True] * (len(header) - 1)), table_id="baselines-table"
         )
     )
+
+
+def _share_reason(choice: ShareChoice | None) -> str | None:
+    """Why the build gave uncertainty its share of the budget (None: no choice recorded)."""
+    return None if choice is None else f"{choice.method}: {choice.reason}"

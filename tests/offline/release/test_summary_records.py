@@ -100,7 +100,15 @@ def test_summary_json_holds_todays_keys(example):
         "n_unknown",
         "known_split",
         "population",
+        "error_score",
+        "error_cut",
+        "confidence_share",
+        "share_choice",
     }
+    # The bundled example's validation set holds labelled mistakes: the budget split is
+    # chosen on them and the summary says how.
+    choice = data["monitor"]["calibration"]["share_choice"]
+    assert choice["method"] in ("auto", "default") and choice["reason"]
 
 
 def test_summary_round_trips_through_json(example):
