@@ -195,9 +195,10 @@ def _point_sentence(c: BaselineComparison) -> str:
     where = text("baselines-set", c.set)
     matched = (
         f"each baseline's threshold accepts the same share ({share}) of the {n} correctly "
-        f"classified known {where} inputs as the box monitor's emitted verdicts (within one "
-        "input; a verdict counts as accepted only when it is accept), so the columns compare "
-        f"at one operating point; the set also holds {wrong} misclassified inputs"
+        f"classified known {where} inputs as the box monitor's emitted verdicts (to the "
+        "input, equal scores aside; a verdict counts as accepted only when it is accept), so "
+        f"the columns compare at one operating point; the set also holds {wrong} "
+        "misclassified inputs"
     )
     if c.point == "test":
         return (
