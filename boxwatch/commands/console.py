@@ -75,6 +75,24 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+# What the precision / recall row counts as positive (offline/monitors/evaluation.py).
+POSITIVE = "positive: a misclassified or unknown input; flagged: reject"
+
+
+def _matched_row(compared: dict[str, Any]) -> tuple[str, str]:
+    """The misclassified inputs each method accepts at the matched point (the report has
+    every column)."""
+    shares = ", ".join(
+        f"{'box verdicts' if j == 0 else r['method']} {_fmt(r['misclassified_known'])}"
+        for j, r in enumerate(compared["rows"])
+    )
+    return (
+        f"misclassified accepted ({compared['point']})",
+        f"{shares} (each baseline accepting {_fmt(compared['accepted_share'])} of the "
+        f"correct {compared['set']} inputs, as the box verdicts do)",
+    )
+
+
 def summary_table(summary: dict[str, Any], out: Path) -> str:
     """The end-of-build table (stdout): what was built and how it scored."""
     rows: list[tuple[str, str]] = [
@@ -109,7 +127,7 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
                 (
                     "validation",
                     f"precision {_fmt(ev['precision'])}, recall "
-                    f"{_fmt(ev['recall'])}, F1 {_fmt(ev['f1'])}",
+                    f"{_fmt(ev['recall'])}, F1 {_fmt(ev['f1'])} ({POSITIVE})",
                 )
             )
         cal = mon["calibration"]
@@ -159,6 +177,9 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
         det = mon.get("detection")
         if det:
             rows.append(("score AUROC", f"{_fmt(det['auroc'])} (known vs data.unknown)"))
+        compared = mon.get("baselines")
+        if compared:
+            rows.append(_matched_row(compared))
         for w in mon.get("warnings") or []:
             rows.append((f"warning {w['name']}", w["message"]))
     bn = summary.get("bn")

@@ -16,7 +16,7 @@ energy term use: not copies of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -264,3 +264,34 @@ def held_out_class_auroc(scorer: ClassScorer, x: np.ndarray, y: np.ndarray) -> f
     bench/detection.py chooses a feature baseline's layer, as the box monitor's held-out-class
     tau selection chooses tau)."""
     return auroc(scorer.score(x), scorer.score_without(x, y))
+
+
+def fit_on_best_layer(
+    baseline: OnFeatures,
+    train: Mapping[str, np.ndarray],
+    y_train: np.ndarray,
+    validation: Mapping[str, np.ndarray],
+    y_validation: np.ndarray,
+) -> tuple[str, ClassScorer]:
+    """``baseline`` fitted on each layer's training features, and the layer where it best
+    tells the validation inputs' own class from the others (:func:`held_out_class_auroc`;
+    the first such layer on ties): known inputs only, no unknown input is needed.
+
+    Parameters
+    ----------
+    train, validation : mapping of layer name to ndarray of shape (n_samples, n_features)
+        The same layers' features; ``validation`` may hold a sample of the validation rows.
+    y_train, y_validation : ndarray of shape (n_samples,)
+        Their classes.
+    """
+    if not train or set(train) != set(validation):
+        raise ValueError(
+            f"need the same layers' features for train and validation; got {sorted(train)} "
+            f"and {sorted(validation)}"
+        )
+    fitted = {layer: baseline.fit(x, y_train) for layer, x in train.items()}
+    best = max(
+        fitted,
+        key=lambda layer: held_out_class_auroc(fitted[layer], validation[layer], y_validation),
+    )
+    return best, fitted[best]

@@ -11,36 +11,47 @@ Set names of the split (also ``contents["verdict_split"]`` of the manifest):
 right / wrong) and ``unknown:<name>`` for each unknown set (``<name>`` as in the config's
 ``data`` section, e.g. ``unknown:unknown_digits``). A labelled ``data.test`` set gets the
 same split under ``test:correct_known`` / ``test:misclassified_known`` in the summary only.
+
+The baseline comparison (:func:`comparison`) sets every baseline of :data:`BASELINES` at the
+threshold that accepts the same share of one labelled set's correctly classified inputs as
+the emitted verdicts: ``data.test`` when the config gives it, else the calibration set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from msgspec import UNSET
 
 from boxwatch.agent.artifact import Artifact
 from boxwatch.agent.boxes import ACCEPT, VERDICT_NAMES, BoxRuntime
+from boxwatch.agent.inputs import one_line
 from boxwatch.agent.preprocessing import Preprocessing
 from boxwatch.agent.runtime import BOXES_PREFIX, MODEL_SPEC, ModelResult, MonitorRuntime
 from boxwatch.offline.monitors.baselines import BASELINES as TABLE
-from boxwatch.offline.monitors.baselines import OnLogits, msp
-from boxwatch.offline.monitors.estimator import SELECTION_TOLERANCE
-from boxwatch.offline.monitors.evaluation import (
-    acceptance_threshold,
-    auroc,
-    outcomes_per_class,
-    total,
+from boxwatch.offline.monitors.baselines import (
+    ClassScorer,
+    OnFeatures,
+    OnLogits,
+    fit_on_best_layer,
+    msp,
 )
+from boxwatch.offline.monitors.estimator import SELECTION_TOLERANCE
+from boxwatch.offline.monitors.evaluation import aurc, auroc, outcomes_per_class, total
 from boxwatch.offline.release.config import MONITOR_WARNINGS
 from boxwatch.offline.release.records import (
+    BaselineComparison,
+    BaselineRow,
     BuildWarning,
     Evaluation,
     ModelErrors,
     MonitorFit,
     OutcomeRates,
+    ScoreHistogram,
     VerdictShares,
 )
 
@@ -80,14 +91,22 @@ LOW_ACCEPTANCE_MARGIN = 0.03
 MIN_TRAINING_INPUTS = 10
 
 
-@dataclass
+@dataclass(frozen=True)
 class SetVerdicts:
-    """One data set as the agent saw it: labels (None: unknown), verdicts, scores, logits."""
+    """One data set as the agent saw it: labels (None: unknown), the emitted result, the
+    model's logits and the monitored layers' activations (what feature baselines read)."""
 
     name: str
     y: np.ndarray | None
     result: ModelResult
-    logits: np.ndarray | None
+    logits: np.ndarray
+    acts: Mapping[str, np.ndarray]
+
+    @property
+    def right(self) -> np.ndarray:
+        """Where the model's prediction is the label (a labelled set only)."""
+        assert self.y is not None
+        return np.asarray(self.result.predicted == self.y)
 
 
 def agent_runtime(artifact: Artifact, tap: Any) -> MonitorRuntime:
@@ -174,9 +193,18 @@ def score_auroc(low: np.ndarray, high: np.ndarray) -> float | None:
     return _finite_or_none(auroc(_rank_scores(low), _rank_scores(high)))
 
 
-# The baselines the build computes: the table's entries on the model's logits alone (the
-# build keeps no training features for the others), in table order.
-BASELINES: dict[str, OnLogits] = {name: b for name, b in TABLE.items() if isinstance(b, OnLogits)}
+# The baselines the build computes, in table order: those on the model's logits, and those on
+# one monitored layer's features (fitted on the training inputs'). ReAct is not among them: it
+# needs the output layer's weights, which the build does not read from the model.
+BASELINES: dict[str, OnLogits | OnFeatures] = {
+    name: b for name, b in TABLE.items() if isinstance(b, OnLogits | OnFeatures)
+}
+BOX_METHOD = "box monitor (emitted accept)"
+# Validation rows a feature baseline's layer choice ranks on (bench/detection.py samples as
+# many for KNN); larger layers are left out (Mahalanobis inverts a features x features matrix).
+LAYER_CHOICE_ROWS = 1000
+MAX_BASELINE_FEATURES = 1024
+HISTOGRAM_BINS = 30
 
 
 def model_errors(y: np.ndarray, res: ModelResult, logits: np.ndarray | None) -> ModelErrors:
@@ -197,55 +225,209 @@ def model_errors(y: np.ndarray, res: ModelResult, logits: np.ndarray | None) -> 
     )
 
 
-def baselines(
-    val: tuple[np.ndarray, ModelResult, np.ndarray],
-    unknown: Mapping[str, tuple[ModelResult, np.ndarray]],
-    accepted_share: float,
-    test: tuple[np.ndarray, ModelResult, np.ndarray] | None = None,
-) -> list[dict[str, Any]]:
-    """Each baseline of :data:`BASELINES` at the threshold that accepts ``accepted_share`` of
-    the correctly classified known validation inputs (the monitor's own emitted accept
-    share), beside the box monitor's row: the share each accepts of misclassified known
-    inputs, of each unknown set and (``test``, at the validation threshold) of the test set's
-    correct and misclassified inputs."""
+@dataclass(frozen=True)
+class Method:
+    """One baseline as the comparison runs it: its name in :data:`BASELINES`, how it scores
+    a set (higher: less trusted), and the monitored layer it reads (None: the logits)."""
 
-    def share(mask: np.ndarray) -> float | None:
-        return float(np.mean(mask)) if len(mask) else None
+    name: str
+    score: Callable[[SetVerdicts], np.ndarray]
+    layer: str | None = None
 
-    def labelled(y: np.ndarray, res: ModelResult, accepted: np.ndarray) -> dict[str, Any]:
-        right = res.predicted == y
-        return {
-            "correct_known": share(accepted[right]),
-            "misclassified_known": share(accepted[~right]),
-        }
 
-    y, res, logits = val
-    right = res.predicted == y
-    box: dict[str, Any] = {
-        "method": "box monitor (emitted accept)",
-        **labelled(y, res, res.verdicts == ACCEPT),
-        "unknown": {name: share(r.verdicts == ACCEPT) for name, (r, _l) in unknown.items()},
-    }
-    if test is not None:
-        box["test"] = labelled(test[0], test[1], test[1].verdicts == ACCEPT)
-    rows = [box]
-    for method, baseline in BASELINES.items():
-        fn = baseline.score
-        s = fn(logits)
-        if not right.any() or accepted_share <= 0:
-            t = -np.inf
-        else:
-            t = acceptance_threshold(s[right], min(1.0, accepted_share))
-        row: dict[str, Any] = {
-            "method": method,
-            "threshold": _finite_or_none(t),
-            **labelled(y, res, s <= t),
-            "unknown": {name: share(fn(lg) <= t) for name, (_r, lg) in unknown.items()},
-        }
-        if test is not None:
-            row["test"] = labelled(test[0], test[1], fn(test[2]) <= t)
-        rows.append(row)
-    return rows
+def logit_methods() -> list[Method]:
+    """The baselines of :data:`BASELINES` on the model's logits alone."""
+    return [
+        Method(name, functools.partial(_on_logits, b.score))
+        for name, b in BASELINES.items()
+        if isinstance(b, OnLogits)
+    ]
+
+
+def _on_logits(score: Callable[[np.ndarray], np.ndarray], data: SetVerdicts) -> np.ndarray:
+    return score(data.logits)
+
+
+def _on_layer(scorer: ClassScorer, layer: str, data: SetVerdicts) -> np.ndarray:
+    return scorer.score(_flat(data.acts[layer]))
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).reshape(len(x), -1)
+
+
+def feature_methods(
+    train: tuple[Mapping[str, np.ndarray], np.ndarray],
+    validation: tuple[Mapping[str, np.ndarray], np.ndarray],
+    *,
+    random_state: int | None = None,
+) -> tuple[list[Method], dict[str, str]]:
+    """The baselines of :data:`BASELINES` on features, each fitted on the training inputs'
+    features of the monitored layer where it best tells the validation inputs' own class
+    from the others (:func:`~boxwatch.offline.monitors.baselines.fit_on_best_layer`, on at
+    most :data:`LAYER_CHOICE_ROWS` validation rows drawn with ``random_state``); and those
+    that cannot be fitted (no layer of 2 to :data:`MAX_BASELINE_FEATURES` features, too few
+    training inputs), by name with the reason.
+
+    ``train`` and ``validation``: (activations by layer, labels), known inputs only.
+    """
+    (train_acts, y_train), (val_acts, y_val) = train, validation
+    layers = [
+        layer for layer, a in train_acts.items() if 2 <= _flat(a).shape[1] <= MAX_BASELINE_FEATURES
+    ]
+    rows = np.random.default_rng(random_state).permutation(len(y_val))[:LAYER_CHOICE_ROWS]
+    methods, skipped = [], {}
+    for name, baseline in BASELINES.items():
+        if not isinstance(baseline, OnFeatures):
+            continue
+        if not layers:
+            skipped[name] = f"no monitored layer has 2 to {MAX_BASELINE_FEATURES} features"
+            continue
+        try:
+            layer, scorer = fit_on_best_layer(
+                baseline,
+                {layer: _flat(train_acts[layer]) for layer in layers},
+                y_train,
+                {layer: _flat(val_acts[layer])[rows] for layer in layers},
+                y_val[rows],
+            )
+        except ValueError as exc:  # too few training inputs (per class) for the baseline
+            skipped[name] = one_line(str(exc), 200)
+            continue
+        methods.append(Method(name, functools.partial(_on_layer, scorer, layer), layer))
+    return methods, skipped
+
+
+def _share(mask: np.ndarray) -> float | None:
+    return float(np.mean(mask)) if len(mask) else None
+
+
+def _row(
+    method: str,
+    data: SetVerdicts,
+    unknown: Sequence[SetVerdicts],
+    accepted: Callable[[SetVerdicts], np.ndarray],
+    score: Callable[[SetVerdicts], np.ndarray],
+    error_score: np.ndarray,
+    **extra: Any,
+) -> BaselineRow:
+    """One row: the shares ``accepted`` keeps of ``data``'s correct and misclassified
+    inputs and of each unknown set, ``score``'s AUROC of ``data`` against each unknown set,
+    and how ``error_score`` (of ``data``'s inputs) ranks the model's mistakes."""
+    right, mask = data.right, accepted(data)
+    known_scores = score(data)
+    errors = ~right
+    return BaselineRow(
+        method=method,
+        correct_known=_share(mask[right]),
+        misclassified_known=_share(mask[errors]),
+        unknown={u.name: _share(accepted(u)) for u in unknown},
+        auroc={u.name: score_auroc(known_scores, score(u)) for u in unknown},
+        error_auroc=score_auroc(error_score[right], error_score[errors]),
+        aurc=_finite_or_none(aurc(_rank_scores(error_score), errors)) if len(errors) else None,
+        **extra,
+    )
+
+
+def _within(scores: Mapping[str, np.ndarray], t: float, data: SetVerdicts) -> np.ndarray:
+    """Where ``data``'s precomputed scores are at most ``t`` (NaN never)."""
+    return np.asarray(_rank_scores(scores[data.name]) <= t)
+
+
+def _lookup(scores: Mapping[str, np.ndarray], data: SetVerdicts) -> np.ndarray:
+    return scores[data.name]
+
+
+def _emitted_accept(data: SetVerdicts) -> np.ndarray:
+    return np.asarray(data.result.verdicts == ACCEPT)
+
+
+def _box_score(data: SetVerdicts) -> np.ndarray:
+    return data.result.scores
+
+
+def comparison(
+    point: Literal["test", "validation"],
+    data: SetVerdicts,
+    unknown: Sequence[SetVerdicts],
+    methods: Sequence[Method],
+    error_score: Callable[[SetVerdicts], np.ndarray],
+    not_computed: Mapping[str, str] | None = None,
+) -> BaselineComparison:
+    """The box monitor's emitted verdicts on ``data`` (a labelled set) and on each unknown
+    set, beside each of ``methods`` at the threshold that accepts the same share of
+    ``data``'s correctly classified inputs as the emitted verdicts (a verdict counts as
+    accepted only when it is ``accept``): the share each accepts of the misclassified inputs
+    and of each unknown set, its AUROC against each unknown set, and how it ranks the model's
+    mistakes (error AUROC, AURC). The box monitor ranks them by ``error_score(data)``
+    (the runtime's :meth:`~boxwatch.agent.boxes.BoxRuntime.error_score` on the set), a
+    baseline by its own score."""
+    right = data.right
+    emitted_accept = data.result.verdicts[right] == ACCEPT
+    share = float(np.mean(emitted_accept)) if len(emitted_accept) else None
+    rows = [
+        _row(
+            BOX_METHOD,
+            data,
+            unknown,
+            _emitted_accept,
+            _box_score,
+            error_score(data),
+        )
+    ]
+    n_accepted = int(emitted_accept.sum())
+    for method in methods:
+        scores = {d.name: method.score(d) for d in (data, *unknown)}
+        known = np.sort(_rank_scores(scores[data.name][right]))
+        # the n_accepted-th lowest score: accepts n_accepted inputs (more on ties)
+        t = float(known[n_accepted - 1]) if n_accepted else -np.inf
+        rows.append(
+            _row(
+                method.name,
+                data,
+                unknown,
+                functools.partial(_within, scores, t),
+                functools.partial(_lookup, scores),
+                scores[data.name],
+                threshold=_finite_or_none(t),
+                layer=UNSET if method.layer is None else method.layer,
+            )
+        )
+    return BaselineComparison(
+        point=point,
+        set=data.name,
+        accepted_share=share,
+        n_correct=int(right.sum()),
+        n_misclassified=int((~right).sum()),
+        rows=rows,
+        not_computed=dict(not_computed or {}),
+    )
+
+
+def score_histogram(data: SetVerdicts, unknown: Sequence[SetVerdicts]) -> ScoreHistogram:
+    """Histograms of the emitted score: ``data``'s correctly classified inputs (the
+    reference), its misclassified ones and each unknown set, on shared edges from the
+    lowest finite score to the 99th percentile (scores beyond the edges count in the end
+    bins, non-finite ones in the last)."""
+    right = data.right
+    series = [data.result.scores[right], data.result.scores[~right]]
+    series += [u.result.scores for u in unknown]
+    finite = np.concatenate([s[np.isfinite(s)] for s in series])
+    lo = float(finite.min()) if len(finite) else 0.0
+    hi = float(np.quantile(finite, 0.99)) if len(finite) else 1.0
+    edges = np.linspace(lo, max(hi, lo + 1e-9), HISTOGRAM_BINS + 1)
+
+    def counts(s: np.ndarray) -> list[int]:
+        clipped = np.clip(np.where(np.isfinite(s), s, edges[-1]), edges[0], edges[-1])
+        return [int(c) for c in np.histogram(clipped, edges)[0]]
+
+    return ScoreHistogram(
+        set=data.name,
+        edges=[float(e) for e in edges],
+        correct_known=counts(series[0]),
+        misclassified_known=counts(series[1]),
+        unknown={u.name: counts(u.result.scores) for u in unknown},
+    )
 
 
 def outcome_table(y_true: np.ndarray, res: ModelResult, n_classes: int) -> Evaluation:

@@ -99,6 +99,8 @@ class MonitorOutcome:
     summary: MonitorFit
     logits: dict[str, np.ndarray] = field(default_factory=dict)
     calibration_rows: dict[str, np.ndarray] = field(default_factory=dict)
+    # Each set's monitored-layer activations (the report's feature baselines read them).
+    acts: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     def members(self, prefix: str) -> dict[str, Any]:
         return self.monitor.to_members(prefix)
@@ -160,7 +162,8 @@ def fit_monitors(
     }
     rows = {"train": monitor.calibration_rows_} if calib_set == HELD_OUT else {}
     logits = {name: s.logits for name, s in tapped.items()}
-    return MonitorOutcome(monitor, _accuracy(tapped), contents, summary, logits, rows)
+    acts = {name: s.acts for name, s in tapped.items()}
+    return MonitorOutcome(monitor, _accuracy(tapped), contents, summary, logits, rows, acts)
 
 
 def _fit(monitor: BoxMonitor, sets: _Sets, n_classes: int) -> BoxMonitor:

@@ -31,6 +31,7 @@ from boxwatch.agent.artifact import (
     load_artifact,
     resolve_created_at,
 )
+from boxwatch.agent.boxes import BoxRuntime
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.inputs import one_line, quote
 from boxwatch.agent.keys import key_id
@@ -38,13 +39,15 @@ from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RUL
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
 from boxwatch.agent.taps import LayerInfo, Tap, open_tap
+from boxwatch.offline.monitors.baselines import BASELINES as TABLE
+from boxwatch.offline.monitors.baselines import NEEDS
 from boxwatch.offline.release import bn_stage, emitted, layer_choice
 from boxwatch.offline.release.config import BuildConfig
 from boxwatch.offline.release.datasets import load_dataset
 from boxwatch.offline.release.monitor_stage import MonitorOutcome, fit_monitors
 from boxwatch.offline.release.records import (
     ArtifactSummary,
-    BaselineRow,
+    BaselineComparison,
     BNSummary,
     BuildSpec,
     BuildSummary,
@@ -59,6 +62,7 @@ from boxwatch.offline.release.records import (
     MonitorSummary,
     OperatingPoint,
     PolicyResult,
+    ScoreHistogram,
     VerdictShares,
     VerdictsSummary,
 )
@@ -584,7 +588,9 @@ class _HeldOut:
     sets: dict[str, LabelledData]  # validation, the unknown sets, test: what was run
     results: dict[str, ModelResult]
     logits: dict[str, np.ndarray]  # the model's logits of each set
+    acts: dict[str, dict[str, np.ndarray]]  # the monitored layers' activations of each set
     unknown_names: list[str]  # "unknown" first, then "unknown_*" by name
+    boxes: BoxRuntime  # the runtime's box monitor (its error score ranks the model's mistakes)
 
     def labelled(self) -> dict[str, tuple[np.ndarray, ModelResult]]:
         """The labelled sets by split prefix (``""`` validation, ``"test:"``): labels, result."""
@@ -594,6 +600,16 @@ class _HeldOut:
             if name in self.results and self.sets[name][1] is not None
         }
 
+    def verdicts(self, name: str, label: str | None = None) -> emitted.SetVerdicts:
+        """The set ``name`` as the comparison reads it (called ``label`` there)."""
+        return emitted.SetVerdicts(
+            label or name,
+            self.sets[name][1],
+            self.results[name],
+            self.logits[name],
+            self.acts[name],
+        )
+
 
 def _run_held_out(mi: ModelInputs, monitor: MonitorOutcome, draft: Artifact) -> _HeldOut:
     """Run the agent's runtime (rebuilt from the draft artifact) on the validation inputs
@@ -601,14 +617,17 @@ def _run_held_out(mi: ModelInputs, monitor: MonitorOutcome, draft: Artifact) -> 
     runtime = emitted.agent_runtime(draft, mi.tap)
     sets: dict[str, LabelledData] = {}
     logits: dict[str, np.ndarray] = {}
+    acts: dict[str, dict[str, np.ndarray]] = {}
     if "validation" in mi.data:
         sets["validation"] = mi.data["validation"]
         logits["validation"] = monitor.logits["validation"]
+        acts["validation"] = monitor.acts["validation"]
     elif "train" in monitor.calibration_rows:
         rows = monitor.calibration_rows["train"]
         x, y = mi.data["train"]
         sets["validation"] = (x[rows], None if y is None else y[rows])
         logits["validation"] = monitor.logits["train"][rows]
+        acts["validation"] = {k: v[rows] for k, v in monitor.acts["train"].items()}
     unknown_names = sorted(
         (n for n in mi.data if n == "unknown" or n.startswith("unknown_")),
         key=lambda n: (n != "unknown", n),
@@ -616,19 +635,21 @@ def _run_held_out(mi: ModelInputs, monitor: MonitorOutcome, draft: Artifact) -> 
     for name in unknown_names:
         sets[name] = mi.data[name]
         logits[name] = monitor.logits[name]
+        acts[name] = monitor.acts[name]
     if "test" in mi.data:
         sets["test"] = mi.data["test"]
     results = emitted.run_sets(runtime, sets)
     if "test" in results:
-        logits["test"], _acts = extract(mi, mi.data["test"][0])
-    return _HeldOut(sets, results, logits, unknown_names)
+        logits["test"], acts["test"] = extract(mi, mi.data["test"][0])
+    assert runtime.boxes is not None  # the artifact monitors the model
+    return _HeldOut(sets, results, logits, acts, unknown_names, runtime.boxes)
 
 
 def _emitted(half: _ModelHalf, draft: Artifact) -> tuple[MonitorSummary, dict[str, Any]]:
     """Run the agent's runtime on the build's data; return the monitor's summary with the
     emitted-verdict sections (``verdicts``, ``evaluation``, ``operating_points``,
-    ``model_errors``, ``baselines``, ``warnings``) and the manifest's ``verdict_split``
-    (empty when no labelled held-out inputs exist)."""
+    ``model_errors``, ``baselines``, ``histogram``, ``warnings``) and the manifest's
+    ``verdict_split`` (empty when no labelled held-out inputs exist)."""
     mi, monitor = half.inputs, half.monitor
     held = _run_held_out(mi, monitor, draft)
     labelled = held.labelled()
@@ -639,12 +660,12 @@ def _emitted(half: _ModelHalf, draft: Artifact) -> tuple[MonitorSummary, dict[st
     known_scores = np.zeros(0)
     evaluation: Evaluation | UnsetType = UNSET
     errors: dict[str, ModelErrors] | UnsetType = UNSET
-    baselines: list[BaselineRow] | UnsetType = UNSET
+    baselines: BaselineComparison | UnsetType = UNSET
+    histogram: ScoreHistogram | UnsetType = UNSET
     if "" in labelled:
         known_scores = labelled[""][1].scores
-        evaluation, errors, baselines = _labelled_checks(
-            held, labelled, unknown, full, len(mi.classes)
-        )
+        evaluation, errors = _labelled_checks(held, labelled, unknown, len(mi.classes))
+        baselines, histogram = _comparison(half, held)
     operating_points = [
         _operating_point(
             name, full[f"unknown:{name}"], emitted.score_auroc(known_scores, unknown[name].scores)
@@ -662,6 +683,7 @@ def _emitted(half: _ModelHalf, draft: Artifact) -> tuple[MonitorSummary, dict[st
         evaluation=evaluation,
         model_errors=errors,
         baselines=baselines,
+        histogram=histogram,
     )
     return summary, {k: msgspec.to_builtins(v) for k, v in verdict_split.items()}
 
@@ -684,11 +706,10 @@ def _labelled_checks(
     held: _HeldOut,
     labelled: dict[str, tuple[np.ndarray, ModelResult]],
     unknown: dict[str, ModelResult],
-    full: dict[str, VerdictShares],
     n_classes: int,
-) -> tuple[Evaluation, dict[str, ModelErrors], list[BaselineRow]]:
-    """What the labelled held-out inputs tell: the outcome table (validation + data.unknown),
-    the model's errors by set, and the baselines."""
+) -> tuple[Evaluation, dict[str, ModelErrors]]:
+    """What the labelled held-out inputs tell: the outcome table (validation + data.unknown)
+    and the model's errors by set."""
     y_val, res_val = labelled[""]
     if "unknown" in unknown:  # the evaluation set: validation + data.unknown (label -1)
         u = unknown["unknown"]
@@ -708,18 +729,47 @@ def _labelled_checks(
     else:
         evaluation = emitted.outcome_table(y_val, res_val, n_classes)
     errors = {"validation": emitted.model_errors(y_val, res_val, held.logits["validation"])}
-    test = None
     if "test:" in labelled:
         y_t, res_t = labelled["test:"]
         errors["test"] = emitted.model_errors(y_t, res_t, held.logits["test"])
-        test = (y_t, res_t, held.logits["test"])
-    rows = emitted.baselines(
-        (y_val, res_val, held.logits["validation"]),
-        {name: (unknown[name], held.logits[name]) for name in held.unknown_names},
-        full["correct_known"].accept,
-        test,
+    return evaluation, errors
+
+
+def _comparison(half: _ModelHalf, held: _HeldOut) -> tuple[BaselineComparison, ScoreHistogram]:
+    """The baselines beside the emitted verdicts at the matched point, on ``data.test`` when
+    the config gives it (else on the calibration set), and the score histograms of that set
+    and every unknown set. Feature baselines fit on the training inputs the boxes were
+    fitted on and choose their layer on the validation inputs (known inputs only)."""
+    mi, monitor = half.inputs, half.monitor
+    train_x, train_y = mi.data["train"]
+    assert train_y is not None  # labelled (load_dataset)
+    fit_rows = np.setdiff1d(np.arange(len(train_x)), monitor.calibration_rows.get("train", []))
+    y_val = held.sets["validation"][1]
+    assert y_val is not None  # the caller checked
+    features, not_computed = emitted.feature_methods(
+        ({k: v[fit_rows] for k, v in monitor.acts["train"].items()}, train_y[fit_rows]),
+        (held.acts["validation"], y_val),
+        random_state=monitor.monitor.random_state,
     )
-    return evaluation, errors, msgspec.convert(rows, list[BaselineRow])
+    for name, baseline in TABLE.items():
+        if name not in emitted.BASELINES:
+            not_computed[name] = f"needs {NEEDS[baseline.needs]}, which the build does not read"
+    test = "test:" in held.labelled()
+    data = (
+        held.verdicts("test")
+        if test
+        else held.verdicts("validation", monitor.summary.calibration_set)
+    )
+    unknown = [held.verdicts(name) for name in held.unknown_names]
+    compared = emitted.comparison(
+        "test" if test else "validation",
+        data,
+        unknown,
+        [*emitted.logit_methods(), *features],
+        lambda d: held.boxes.error_score(d.acts, d.result.predicted, d.logits),
+        {name: not_computed[name] for name in TABLE if name in not_computed},
+    )
+    return compared, emitted.score_histogram(data, unknown)
 
 
 def _train_counts(mi: ModelInputs, monitor: MonitorOutcome) -> list[int]:

@@ -444,12 +444,64 @@ class LabelledAcceptance(Record, frozen=True):
 
 
 class BaselineRow(LabelledAcceptance, frozen=True, kw_only=True):
-    """One method at the box monitor's accept share of correctly classified known inputs."""
+    """One method at the comparison's matched point: what it accepts and how its score ranks."""
 
-    method: str
+    method: Annotated[str, _d("the box monitor's row, else the baseline table's name")]
     unknown: Annotated[dict[str, float | None], _d("share accepted, by unknown set")]
-    threshold: Annotated[float | None, _d("the method's score threshold")] | UnsetType = UNSET
-    test: Annotated[LabelledAcceptance, _d("data.test, at the same threshold")] | UnsetType = UNSET
+    auroc: Annotated[
+        dict[str, float | None],
+        _d("score AUROC of the point's known inputs against each unknown set, by set"),
+    ]
+    error_auroc: Annotated[
+        float | None,
+        _d(
+            "AUROC of the score for the point's misclassified above its correctly classified "
+            "inputs (the box monitor: its error score, which the uncertainty verdict thresholds)"
+        ),
+    ]
+    aurc: Annotated[
+        float | None,
+        _d("area under the risk-coverage curve of that ranking (lower is better)"),
+    ]
+    threshold: (
+        Annotated[float | None, _d("the baseline's score threshold (accepted: at most it)")]
+        | UnsetType
+    ) = UNSET
+    layer: Annotated[str, _d("the monitored layer a feature baseline reads")] | UnsetType = UNSET
+
+
+class BaselineComparison(Record, frozen=True):
+    """The emitted verdicts beside every baseline the build computes, each baseline at the
+    threshold that accepts the same share of one labelled set's correctly classified known
+    inputs as the emitted verdicts do (the matched point)."""
+
+    point: Annotated[
+        Literal["test", "validation"],
+        _d("test: matched on data.test; validation: on the calibration set (no data.test)"),
+    ]
+    set: Annotated[str, _d("the labelled inputs matched on")]
+    accepted_share: Annotated[
+        float | None,
+        _d("share of the set's correctly classified inputs the emitted verdicts accept"),
+    ]
+    n_correct: int
+    n_misclassified: int
+    rows: Annotated[list[BaselineRow], _d("the box monitor's row, then one per baseline")]
+    not_computed: Annotated[
+        dict[str, str], _d("baselines of the table the build did not compute, and why")
+    ] = msgspec.field(default_factory=dict)
+
+
+class ScoreHistogram(Record, frozen=True):
+    """Emitted score histograms (counts per bin, scores outside the edges in the end bins):
+    one labelled set's correctly classified inputs (the reference), its misclassified ones,
+    and every unknown set."""
+
+    set: Annotated[str, _d("the labelled inputs")]
+    edges: list[float]
+    correct_known: list[int]
+    misclassified_known: list[int]
+    unknown: Annotated[dict[str, list[int]], _d("by unknown set")]
 
 
 class OperatingPoint(Record, frozen=True):
@@ -500,9 +552,8 @@ class MonitorSummary(MonitorFit, frozen=True, kw_only=True):
     verdicts: VerdictsSummary | UnsetType = UNSET
     evaluation: Evaluation | UnsetType = UNSET
     model_errors: Annotated[dict[str, ModelErrors], _d("by labelled set")] | UnsetType = UNSET
-    baselines: (
-        Annotated[list[BaselineRow], _d("the box monitor's row, then one per baseline")] | UnsetType
-    ) = UNSET
+    baselines: BaselineComparison | UnsetType = UNSET
+    histogram: ScoreHistogram | UnsetType = UNSET
     warnings: list[BuildWarning] | UnsetType = UNSET
 
 

@@ -30,9 +30,12 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
   the emitted verdict split per set ``j``: ``split-{j}-set``, ``-n``, ``-accept``,
   ``-uncertainty``, ``-reject``; model errors per labelled set ``S`` (validation, test):
   ``errors-S-n``, ``-misclassified``, ``-accept``, ``-uncertainty``, ``-reject``,
-  ``-auroc-score``, ``-auroc-msp``; baselines per row ``j``: ``baseline-{j}-method``,
-  ``-correct``, ``-misclassified``, ``-{unknown set}`` (with data.test: ``-test-correct``,
-  ``-test-misclassified``); ``warning-{j}`` (or
+  ``-auroc-score``, ``-auroc-msp``; the baseline comparison: ``baselines-point``
+  (``test`` or ``validation``), ``baselines-set``, ``baselines-accepted-share``,
+  ``baselines-n-correct``, ``baselines-n-misclassified``, per row ``j`` (the box monitor
+  first) ``baseline-{j}-method``, ``-reads``, ``-correct``, ``-misclassified``,
+  ``-{unknown set}`` (accepted), ``-auroc-{unknown set}``, ``-error-auroc``, ``-aurc``, and
+  ``baseline-not-computed-{name}``; ``warning-{j}`` (or
   ``warnings-none``); ``eval-L{i}-{key}`` and ``eval-combined-{key}``
   for key in tp fp tn fn mp mn precision recall f1;
 * BN: ``bn-file``, ``bn-class``, ``bn-decision``, ``bn-positive``, ``bn-threshold``, ``bn-nodes``,
@@ -162,6 +165,22 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "the chance that a random input of the second kind (unknown, or a wrong "
         "prediction) scores higher than a random one of the first (known, or a right "
         "prediction); 0.5 is chance, 1 perfect",
+    ),
+    (
+        "error AUROC",
+        "the chance that a random misclassified input scores higher than a random correctly "
+        "classified one (the score ranks the model's own mistakes)",
+    ),
+    (
+        "AURC",
+        "area under the risk-coverage curve: accept inputs from the most trusted (lowest "
+        "score) up; the mean, over every coverage, of the share of mistakes among those "
+        "accepted; lower is better",
+    ),
+    (
+        "matched operating point",
+        "every baseline's threshold accepts the same share of the correctly classified "
+        "known inputs (of data.test when given) as the emitted verdicts",
     ),
     ("threshold", "inputs whose score exceeds it are rejected (combine: calibrated)"),
     *((b.label, f"baseline on {NEEDS[b.needs]}: {b.description}") for b in BASELINES.values()),

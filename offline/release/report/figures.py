@@ -46,6 +46,9 @@ CELL_COLORS = {
     "outside": "#ffffff",
 }
 FIG_DPI = 100
+# The score histogram's series after the reference: misclassified known, then each unknown set.
+SERIES_COLORS = ("#ff7f0e", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
+SERIES_STYLES = ("-", "-.", ":", (0, (5, 1)))
 
 
 def png(fig: Figure) -> str:
@@ -233,28 +236,64 @@ def precision_recall_figure(monitor: MonitorSummary) -> str:
     return png(fig)
 
 
+def histogram_series(monitor: MonitorSummary) -> list[tuple[str, list[int]]]:
+    """The score histogram's series, by name, the reference first: the emitted score's
+    correctly classified known inputs, misclassified known inputs and each unknown set
+    (``monitor.histogram``), else the fit's known and data.unknown scores
+    (``monitor.detection``, summaries without it)."""
+    hist = given(monitor.histogram)
+    if hist is not None:
+        return [
+            (f"correct known ({hist.set})", hist.correct_known),
+            (f"misclassified known ({hist.set})", hist.misclassified_known),
+            *hist.unknown.items(),
+        ]
+    detection = given(monitor.detection)
+    if detection is None:
+        return []
+    pairs = (
+        ("known (validation)", detection.histogram.known),
+        ("unknown", detection.histogram.unknown),
+    )
+    return [(name, counts) for name, counts in pairs if counts is not None]
+
+
+def histogram_edges(monitor: MonitorSummary) -> list[float]:
+    """The bin edges of :func:`histogram_series`."""
+    hist = given(monitor.histogram)
+    if hist is not None:
+        return hist.edges
+    detection = given(monitor.detection)
+    return [] if detection is None else detection.histogram.edges
+
+
 def operating_point_figure(monitor: MonitorSummary) -> str:
-    """Score histograms of known and unknown inputs (share of each set) with the threshold.
+    """Score histograms (share of each series per bin) with the threshold: the reference
+    (correctly classified known inputs) filled, the others as lines
+    (:func:`histogram_series`).
 
     Inputs with score <= threshold are accepted (shaded).
     """
-    detection = given(monitor.detection)
-    assert detection is not None  # the caller draws it only then
-    hist = detection.histogram
-    edges = np.asarray(hist.edges, dtype=float)
+    series = histogram_series(monitor)
+    assert series  # the caller draws it only then
+    edges = np.asarray(histogram_edges(monitor), dtype=float)
     threshold = monitor.calibration.threshold
     fig = Figure(layout="constrained", figsize=(6, 3.5))
     ax = fig.subplots()
-    for counts_in, color, label in (
-        (hist.known, "#1f77b4", "known (validation)"),
-        (hist.unknown, "#d62728", "unknown"),
-    ):
-        if counts_in is None:
-            continue
+    for i, (label, counts_in) in enumerate(series):
         counts = np.asarray(counts_in, dtype=float)
         share = counts / counts.sum() if counts.sum() else counts
-        ax.stairs(share, edges, fill=True, alpha=0.35, color=color)
-        ax.stairs(share, edges, color=color, linewidth=1.2, label=f"{label}, n={int(counts.sum())}")
+        color = "#1f77b4" if i == 0 else SERIES_COLORS[(i - 1) % len(SERIES_COLORS)]
+        if i == 0:
+            ax.stairs(share, edges, fill=True, alpha=0.35, color=color)
+        ax.stairs(
+            share,
+            edges,
+            color=color,
+            linewidth=1.6 if i == 0 else 1.2,
+            linestyle="-" if i < 2 else SERIES_STYLES[(i - 2) % len(SERIES_STYLES)],
+            label=f"{label}, n={int(counts.sum())}",
+        )
     if threshold is not None:
         ax.axvspan(edges[0], threshold, color="#2e7d32", alpha=0.07, label="accepted (\u2264)")
         ax.axvline(

@@ -3,9 +3,15 @@ set (the split, the unknown sets), the model's errors and the baselines beside t
 
 from __future__ import annotations
 
-from boxwatch.offline.release.emitted import BASELINES
-from boxwatch.offline.release.records import MonitorSummary, ShareChoice, VerdictShares
-from boxwatch.offline.release.report.figures import operating_point_figure
+from boxwatch.offline.monitors.baselines import BASELINES as TABLE
+from boxwatch.offline.release.emitted import BOX_METHOD
+from boxwatch.offline.release.records import (
+    BaselineComparison,
+    MonitorSummary,
+    ShareChoice,
+    VerdictShares,
+)
+from boxwatch.offline.release.report.figures import histogram_series, operating_point_figure
 from boxwatch.offline.release.report.markup import esc, figure, given, num, omitted, table, text
 
 
@@ -25,16 +31,17 @@ def operating_point(monitor: MonitorSummary) -> str:
         "that the emitted verdicts accept the target share of the correctly classified "
         "known calibration inputs.</p>",
     ]
-    if det is not None:
+    series = histogram_series(monitor)
+    if series:
+        names = ", ".join(f"<em>{esc(name)}</em>" for name, _counts in series)
         out.append(
             figure(
                 "fig-operating-point",
                 operating_point_figure(monitor),
                 "score histograms",
-                "Operating point \u2014 monitor scores of known (validation) and unknown inputs "
-                "(the data.unknown set), "
-                "as the share of each set per bin; inputs scoring above the threshold (dashed) "
-                "are rejected.",
+                "Operating point \u2014 the monitor's score as the share of each series per "
+                f"bin: {names}; the first (filled) is the reference. Inputs scoring above the "
+                "threshold (dashed) are rejected.",
             )
         )
     rows = [
@@ -200,50 +207,114 @@ def _model_errors(monitor: MonitorSummary) -> str:
     )
 
 
+def _method_label(method: str) -> str:
+    """A row's method as the tables show it: the baseline table's label."""
+    return TABLE[method].label if method in TABLE else method
+
+
+def _point_sentence(c: BaselineComparison) -> str:
+    """Which matched point the comparison is, in words."""
+    share = num("baselines-accepted-share", c.accepted_share)
+    n = num("baselines-n-correct", c.n_correct)
+    wrong = num("baselines-n-misclassified", c.n_misclassified)
+    where = text("baselines-set", c.set)
+    matched = (
+        f"each baseline's threshold accepts the same share ({share}) of the {n} correctly "
+        f"classified known {where} inputs as the box monitor's emitted verdicts (to the "
+        "input, equal scores aside; a verdict counts as accepted only when it is accept), so "
+        f"the columns compare at one operating point; the set also holds {wrong} "
+        "misclassified inputs"
+    )
+    if c.point == "test":
+        return (
+            '<p>Matched on the test set (<code id="baselines-point">test</code>, data.test: '
+            f"never used to fit, select or calibrate): {matched}.</p>"
+        )
+    return (
+        '<p>Matched on the calibration set (<code id="baselines-point">validation</code>): '
+        f"{matched}. No data.test was given: the box monitor chose its layers, \u03c4 and "
+        "threshold on these same inputs, so this comparison favours it; add a labelled "
+        "data.test for a comparison on inputs no method has seen.</p>"
+    )
+
+
 def _baselines(monitor: MonitorSummary) -> str:
-    rows_in = given(monitor.baselines) or []
-    head = '<h3 id="baselines">Baselines at matched acceptance</h3>'
-    if not rows_in:
-        return head + omitted("baselines-omitted", "No baseline rows in the summary.")
-    sets = list(rows_in[0].unknown)
-    has_test = given(rows_in[0].test) is not None
-    rows = []
-    for j, r in enumerate(rows_in):
-        test = given(r.test)
-        cells = [
-            text(f"baseline-{j}-method", r.method),
-            num(f"baseline-{j}-correct", r.correct_known),
-            num(f"baseline-{j}-misclassified", r.misclassified_known),
-            *[num(f"baseline-{j}-{name}", r.unknown.get(name)) for name in sets],
+    """The matched comparison: what each method accepts, then how its score ranks."""
+    c = given(monitor.baselines)
+    head = '<h3 id="baselines">Baselines at a matched operating point</h3>'
+    if c is None or not c.rows:
+        return head + omitted("baselines-omitted", "No baseline comparison in the summary.")
+    sets = list(c.rows[0].unknown)
+    accepted, ranking = [], []
+    for j, r in enumerate(c.rows):
+        method = [
+            text(f"baseline-{j}-method", _method_label(r.method)),
+            text(
+                f"baseline-{j}-reads",
+                given(r.layer) or ("-" if r.method == BOX_METHOD else "logits"),
+            ),
         ]
-        if has_test:
-            cells += [
-                num(f"baseline-{j}-test-correct", None if test is None else test.correct_known),
-                num(
-                    f"baseline-{j}-test-misclassified",
-                    None if test is None else test.misclassified_known,
-                ),
+        accepted.append(
+            [
+                *method,
+                num(f"baseline-{j}-correct", r.correct_known),
+                num(f"baseline-{j}-misclassified", r.misclassified_known),
+                *[num(f"baseline-{j}-{name}", r.unknown.get(name)) for name in sets],
             ]
-        rows.append(cells)
-    header = (
+        )
+        ranking.append(
+            [
+                text(f"baseline-{j}-rank-method", _method_label(r.method)),
+                *[num(f"baseline-{j}-auroc-{name}", r.auroc.get(name)) for name in sets],
+                num(f"baseline-{j}-error-auroc", r.error_auroc),
+                num(f"baseline-{j}-aurc", r.aurc),
+            ]
+        )
+    accepted_head = (
         "Method",
+        "Reads",
         "Correct known accepted",
         "Misclassified accepted",
         *[f"{n} accepted" for n in sets],
-        *(("Test: correct accepted", "Test: misclassified accepted") if has_test else ()),
     )
-    labels = [BASELINES[r.method].label for r in rows_in if r.method in BASELINES]
-    return (
-        head
-        + f"<p>The baselines ({esc(', '.join(labels))}; defined under what the columns mean), each "
-        "with the threshold that accepts the same share of correctly classified known "
-        "validation inputs as the box monitor's emitted verdicts; the share each "
-        "accepts of misclassified known inputs and of every unknown set (lower is "
-        "better).</p>"
-        + table(
-            header, rows, numeric=(False, *[True] * (len(header) - 1)), table_id="baselines-table"
+    ranking_head = (
+        "Method",
+        *[f"AUROC vs {n}" for n in sets],
+        "Error AUROC",
+        "AURC",
+    )
+    out = [
+        head,
+        _point_sentence(c),
+        "<p>The share each method accepts of the correctly and wrongly classified known "
+        "inputs and of every unknown set (for the misclassified and unknown inputs, lower "
+        "is better):</p>",
+        table(
+            accepted_head,
+            accepted,
+            numeric=(False, False, *[True] * (len(accepted_head) - 2)),
+            table_id="baselines-table",
+        ),
+        "<p>How each score ranks, whatever the threshold: AUROC of the known inputs against "
+        "each unknown set, error AUROC (misclassified above correctly classified inputs) and "
+        "AURC (the mean share of mistakes among the most trusted inputs over every coverage, "
+        "lower is better). The box monitor's AUROC is its box score's; its error AUROC and "
+        "AURC are its error score's, the score its uncertainty verdict thresholds.</p>",
+        table(
+            ranking_head,
+            ranking,
+            numeric=(False, *[True] * (len(ranking_head) - 1)),
+            table_id="baselines-ranking-table",
+        ),
+    ]
+    if c.not_computed:
+        items = "".join(
+            f'<li id="baseline-not-computed-{esc(name)}">{esc(_method_label(name))}: '
+            f"{esc(why)}</li>"
+            for name, why in c.not_computed.items()
         )
-    )
+        out.append(f"<p>Not computed by this build:</p><ul>{items}</ul>")
+    return "".join(out)
 
 
 def _share_reason(choice: ShareChoice | None) -> str | None:

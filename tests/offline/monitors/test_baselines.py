@@ -1,5 +1,6 @@
 """The baseline table: each score against a naive reference on small data, every entry
-described, and the release build's baseline rows following the table."""
+described, a feature baseline's layer choice, and the release build's baselines following
+the table."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp, softmax
 
-from boxwatch.agent.boxes import ACCEPT, REJECT
-from boxwatch.agent.runtime import ModelResult
 from boxwatch.offline.monitors.baselines import (
     BASELINES,
     KNN,
@@ -18,9 +17,10 @@ from boxwatch.offline.monitors.baselines import (
     OnLogits,
     OnPenultimate,
     ReAct,
+    fit_on_best_layer,
     held_out_class_auroc,
 )
-from boxwatch.offline.monitors.evaluation import acceptance_threshold, auroc
+from boxwatch.offline.monitors.evaluation import auroc
 from boxwatch.offline.release import emitted
 
 
@@ -174,34 +174,22 @@ def test_every_score_is_higher_for_the_less_usual_input(rng):
         assert s[0] < s[1], name
 
 
-def _result(predicted: np.ndarray, verdicts: np.ndarray) -> ModelResult:
-    return ModelResult(
-        predicted=predicted,
-        verdicts=verdicts,
-        layer_verdicts={},
-        scores=np.zeros(len(predicted)),
-        inference_seconds=0.0,
-        monitor_seconds=0.0,
+def test_fit_on_best_layer_picks_the_layer_that_separates_the_classes(rng):
+    signal, y = _features(rng, 90)
+    query, yq = _features(rng, 30)
+    noise = {"noise": rng.random((90, 6)), "signal": signal}
+    layer, scorer = fit_on_best_layer(
+        BASELINES["knn"], noise, y, {"noise": rng.random((30, 6)), "signal": query}, yq
     )
+    assert layer == "signal"
+    np.testing.assert_array_equal(scorer.score(query), KNN(signal, y).score(query))
+    with pytest.raises(ValueError, match="same layers"):
+        fit_on_best_layer(BASELINES["knn"], noise, y, {"signal": query}, yq)
 
 
-def test_emitted_baseline_rows_follow_the_table(rng):
-    n, n_classes = 200, 4
-    logits = rng.normal(scale=3.0, size=(n, n_classes))
-    y = rng.integers(0, n_classes, n)
-    val = _result(logits.argmax(1), np.where(rng.random(n) < 0.9, ACCEPT, REJECT))
-    unknown_logits = rng.normal(size=(50, n_classes))
-    unknown = {"noise": (_result(unknown_logits.argmax(1), np.full(50, REJECT)), unknown_logits)}
-    rows = emitted.baselines((y, val, logits), unknown, accepted_share=0.9)
-
-    on_logits = [name for name, b in BASELINES.items() if isinstance(b, OnLogits)]
-    assert list(emitted.BASELINES) == on_logits
-    assert [r["method"] for r in rows[1:]] == on_logits
-    right = val.predicted == y
-    for row, name in zip(rows[1:], on_logits, strict=True):
-        s = _on_logits(name).score(logits)
-        t = acceptance_threshold(s[right], 0.9)
-        assert row["threshold"] == t
-        assert row["correct_known"] == np.mean(s[right] <= t)
-        assert row["misclassified_known"] == np.mean(s[~right] <= t)
-        assert row["unknown"]["noise"] == np.mean(_on_logits(name).score(unknown_logits) <= t)
+def test_the_build_computes_the_tables_entries_on_logits_and_features():
+    expected = [n for n, b in BASELINES.items() if isinstance(b, OnLogits | OnFeatures)]
+    assert list(emitted.BASELINES) == expected
+    assert [m.name for m in emitted.logit_methods()] == [
+        n for n, b in BASELINES.items() if isinstance(b, OnLogits)
+    ]

@@ -22,6 +22,7 @@ from boxwatch.agent.boxes import ACCEPT
 from boxwatch.agent.keys import load_private_key
 from boxwatch.agent.runtime import load_runtime
 from boxwatch.examples import example_path
+from boxwatch.offline.monitors.baselines import msp
 from boxwatch.offline.release import emitted
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, prepare
@@ -163,10 +164,44 @@ def test_test_set_is_reported_and_never_fitted(example, tmp_path):
         for key in ("n", "accept", "uncertainty", "reject"):
             assert json.loads(values[f"split-{j}-{key}"]) == v[key]
     assert json.loads(values["errors-test-accept"]) == errors["verdicts"]["accept"]
-    assert (
-        json.loads(values["baseline-1-test-correct"])
-        == mon["baselines"][1]["test"]["correct_known"]
-    )
+    # The baselines are matched on the test set: each accepts as many correct test inputs as
+    # the emitted verdicts (within one input), and its misclassified share is at its threshold.
+    compared = mon["baselines"]
+    right = ~wrong
+    n_accepted = int(np.sum(res.verdicts[right] == ACCEPT))
+    assert compared["point"] == "test" and compared["set"] == "test"
+    assert compared["n_correct"] == int(right.sum())
+    rows = {r["method"]: r for r in compared["rows"]}
+    assert list(rows) == [emitted.BOX_METHOD, *emitted.BASELINES]
+    box = rows[emitted.BOX_METHOD]
+    assert box["misclassified_known"] == np.mean(res.verdicts[wrong] == ACCEPT)
+    for row in compared["rows"]:
+        assert abs(row["correct_known"] * right.sum() - n_accepted) <= 1, row["method"]
+    logits = runtime.tap.run(runtime.preprocessing.apply(stream["x_known"]))[0]
+    s = msp(logits)
+    t = rows["msp"]["threshold"]
+    assert rows["msp"]["correct_known"] == np.mean(s[right] <= t)
+    assert rows["msp"]["misclassified_known"] == np.mean(s[wrong] <= t)
+    assert set(rows["knn"]["unknown"]) == {"unknown", "unknown_digits", "unknown_noise"}
+    assert compared["not_computed"].keys() == {"react"}
+    assert json.loads(values["baselines-accepted-share"]) == compared["accepted_share"]
+    assert 'id="baselines-point">test<' in page
+    for j, r in enumerate(compared["rows"]):
+        assert json.loads(values[f"baseline-{j}-misclassified"]) == r["misclassified_known"]
+        assert json.loads(values[f"baseline-{j}-aurc"]) == r["aurc"]
+        for name, share in r["unknown"].items():
+            assert json.loads(values[f"baseline-{j}-{name}"]) == share
+    # The score histogram: the test set's correct and misclassified inputs, each unknown set.
+    hist = mon["histogram"]
+    assert hist["set"] == "test"
+    assert sum(hist["correct_known"]) == right.sum()
+    assert sum(hist["misclassified_known"]) == wrong.sum()
+    caption = page[page.index('id="fig-operating-point"') :].split("</figcaption>")[0]
+    for series in ("correct known (test)", "misclassified known (test)", *hist["unknown"]):
+        assert f"<em>{series}</em>" in caption, series
+    # Without data.test the comparison stays on the calibration set, and says so.
+    assert plain.summary.monitor.baselines.point == "validation"
+    assert 'id="baselines-point">validation<' in render_report(plain.summary)
     assert 'id="warnings-none"' in page
     definitions = page[page.index('id="definitions"') :]
     for term in ("TP", "FP", "TN", "FN", "MP", "MN", "precision", "recall", "AUROC"):

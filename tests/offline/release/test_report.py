@@ -154,6 +154,56 @@ def make_summary(seed: int = 0) -> dict:
                     "unknown": np.histogram(unknown, edges)[0].tolist(),
                 },
             },
+            "histogram": {
+                "set": "test",
+                "edges": [float(e) for e in edges],
+                "correct_known": np.histogram(known[:1900], edges)[0].tolist(),
+                "misclassified_known": np.histogram(known[1900:] + 1.5, edges)[0].tolist(),
+                "unknown": {
+                    "unknown": np.histogram(unknown, edges)[0].tolist(),
+                    "unknown_far": np.histogram(unknown[:300] + 2.0, edges)[0].tolist(),
+                },
+            },
+            "baselines": {
+                "point": "test",
+                "set": "test",
+                "accepted_share": 0.9512,
+                "n_correct": 1900,
+                "n_misclassified": 100,
+                "rows": [
+                    {
+                        "method": "box monitor (emitted accept)",
+                        "correct_known": 0.9512,
+                        "misclassified_known": 0.41,
+                        "unknown": {"unknown": 0.2113, "unknown_far": 0.0123},
+                        "auroc": {"unknown": 0.90412345, "unknown_far": 0.99876},
+                        "error_auroc": 0.8123,
+                        "aurc": 0.0213,
+                    },
+                    {
+                        "method": "msp",
+                        "correct_known": 0.9512,
+                        "misclassified_known": 0.33,
+                        "unknown": {"unknown": 0.4511, "unknown_far": 0.2045},
+                        "auroc": {"unknown": 0.8311, "unknown_far": 0.9021},
+                        "error_auroc": 0.8711,
+                        "aurc": 0.0187,
+                        "threshold": -0.6123,
+                    },
+                    {
+                        "method": "knn",
+                        "correct_known": 0.9517,
+                        "misclassified_known": 0.52,
+                        "unknown": {"unknown": 0.3012, "unknown_far": 0.0},
+                        "auroc": {"unknown": 0.8812, "unknown_far": 1.0},
+                        "error_auroc": 0.7123,
+                        "aurc": 0.0302,
+                        "threshold": -0.8012,
+                        "layer": "fc1",
+                    },
+                ],
+                "not_computed": {"react": "needs the output layer's weights"},
+            },
             "operating_points": [
                 {
                     "set": "unknown",
@@ -338,6 +388,18 @@ def expected_numbers(s: dict) -> dict[str, object]:
     for j, point in enumerate(m["operating_points"]):
         for key in ("n", "acceptance", "auroc"):
             out[f"operating-point-{j}-{key}"] = point[key]
+    compared = m["baselines"]
+    out["baselines-accepted-share"] = compared["accepted_share"]
+    out["baselines-n-correct"] = compared["n_correct"]
+    out["baselines-n-misclassified"] = compared["n_misclassified"]
+    for j, row in enumerate(compared["rows"]):
+        out[f"baseline-{j}-correct"] = row["correct_known"]
+        out[f"baseline-{j}-misclassified"] = row["misclassified_known"]
+        out[f"baseline-{j}-error-auroc"] = row["error_auroc"]
+        out[f"baseline-{j}-aurc"] = row["aurc"]
+        for name, share in row["unknown"].items():
+            out[f"baseline-{j}-{name}"] = share
+            out[f"baseline-{j}-auroc-{name}"] = row["auroc"][name]
     for key in ("threshold", "nodes", "positives", "inputs", "ties", "seconds"):
         out[f"bn-{key}"] = bn[key]
     out["bn-nodes-quasi"] = bn["nodes_quasi"]
@@ -424,6 +486,42 @@ def test_text_fields_and_policy_by_id(summary, doc):
     assert rules_table.endswith("Age = 16-21; Income = low")
     fmo_table = doc.by_id["bn-fmo-table"]["text"]
     assert "Debit \u2208 {low, medium}" in fmo_table and "16-21 \u2192 22-64" in fmo_table
+
+
+def test_baselines_say_their_matched_point_and_show_every_row(summary, doc):
+    text = {k: v["text"] for k, v in doc.by_id.items()}
+    assert text["baselines-point"] == "test" and text["baselines-set"] == "test"
+    rows = summary["monitor"]["baselines"]["rows"]
+    assert [text[f"baseline-{j}-method"] for j in range(len(rows))] == [
+        "box monitor (emitted accept)",
+        "MSP",
+        "KNN k=50",
+    ]
+    assert [text[f"baseline-{j}-reads"] for j in range(len(rows))] == ["-", "logits", "fc1"]
+    assert "needs the output layer" in text["baseline-not-computed-react"]
+    head = doc.by_id["baselines-ranking-table"]["text"]
+    for column in ("AUROC vs unknown", "AUROC vs unknown_far", "Error AUROC", "AURC"):
+        assert column in head
+    s = copy.deepcopy(summary)
+    s["monitor"]["baselines"]["point"] = "validation"
+    s["monitor"]["baselines"]["set"] = "validation"
+    del s["monitor"]["coverage"], s["monitor"]["curves"]
+    page = render_report(s)
+    assert 'id="baselines-point">validation<' in page and "No data.test was given" in page
+
+
+def test_score_histogram_shows_every_unknown_set_and_the_misclassified_inputs(summary, doc):
+    caption = doc.by_id["fig-operating-point"]["text"]
+    for series in (
+        "correct known (test)",
+        "misclassified known (test)",
+        *summary["monitor"]["histogram"]["unknown"],
+    ):
+        assert series in caption, series
+    s = copy.deepcopy(summary)  # a summary without it: the fit's known and data.unknown
+    del s["monitor"]["histogram"], s["monitor"]["coverage"], s["monitor"]["curves"]
+    caption = parse(render_report(s)).by_id["fig-operating-point"]["text"]
+    assert "known (validation)" in caption and "misclassified" not in caption
 
 
 def test_passing_policy_shows_pass(summary):

@@ -30,8 +30,9 @@ from boxwatch.offline.release.records import (
 from boxwatch.offline.release.report import summary_json
 
 SCHEMA_FILE = ROOT / "docs" / "summary.schema.json"
-# The keys summary.json has had since issue 22, for a build with a model (validation and
-# unknown sets, layers auto) and a BN: a record that drops or renames one fails here.
+# The keys summary.json has had since issue 22 (histogram since issue 38), for a build with
+# a model (validation and unknown sets, layers auto) and a BN: a record that drops or renames
+# one fails here.
 TOP_KEYS = {"artifact", "bn", "metadata", "model", "monitor", "policy", "timings"}
 MONITOR_KEYS = {
     "baselines",
@@ -43,6 +44,7 @@ MONITOR_KEYS = {
     "curves",
     "detection",
     "evaluation",
+    "histogram",
     "layer_choice",
     "layers",
     "model_errors",
