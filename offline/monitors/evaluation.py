@@ -146,6 +146,38 @@ def auroc(scores_known: np.ndarray, scores_unknown: np.ndarray) -> float:
     return float((ranks[len(k) :].sum() - len(u) * (len(u) + 1) / 2) / (len(k) * len(u)))
 
 
+def aurc(scores: np.ndarray, errors: np.ndarray) -> float:
+    """Area under the risk-coverage curve: the mean, over coverages k/n (k = 1 .. n), of the
+    share of errors among the k most trusted inputs (lower is better).
+
+    Inputs are taken from the lowest score up; inputs with equal scores share their errors
+    evenly, so the result does not depend on their order.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_samples,)
+        Higher = less trusted; NaN counts as the least trusted.
+    errors : ndarray of shape (n_samples,)
+        bool, True where the prediction was wrong.
+    """
+    s = np.asarray(scores, np.float64).ravel()
+    e = np.asarray(errors).ravel()
+    if e.dtype != np.bool_ or len(s) != len(e) or not len(s):
+        raise ValueError(
+            f"need as many scores as bool errors, at least one; got {len(s)} scores and "
+            f"{len(e)} errors of dtype {e.dtype}"
+        )
+    s = np.where(np.isnan(s), np.inf, s)
+    order = np.argsort(s, kind="stable")
+    _, starts, sizes = np.unique(s[order], return_index=True, return_counts=True)
+    group_errors = np.add.reduceat(e[order].astype(np.float64), starts)
+    before = np.concatenate([[0.0], np.cumsum(group_errors)[:-1]])
+    group = np.repeat(np.arange(len(sizes)), sizes)
+    k = np.arange(1, len(s) + 1)
+    cumulative = before[group] + (k - starts[group]) * (group_errors / sizes)[group]
+    return float(np.mean(cumulative / k))
+
+
 def acceptance_threshold(
     scores_known: np.ndarray, target_acceptance: float = DEFAULT_TARGET_ACCEPTANCE
 ) -> float:
