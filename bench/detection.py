@@ -56,7 +56,8 @@ Models, seeds 0 and 1, one recipe: Adam lr 1e-3, batch 64, ``EPOCHS`` (2) epochs
 
 Cached in ``bench/.cache/suite_{data}_{held out}_{arch}_s{seed}.npz`` (weights; MNIST-1D's
 data name carries its sample count and seed, an architecture trained for other than
-``EPOCHS`` epochs carries them), never shared between keys.
+``EPOCHS`` epochs carries them: ``suite_mnist_wo02_cnn_s0``,
+``suite_mnist1d-n20000-s42_wo15_cnn1d-e10_s0``), never shared between keys.
 
 Detectors: the box monitor as a build config with the required keys only makes it: layers
 chosen by ``layers: auto`` (the build's own choice, ``offline/release/layer_choice.py``, on the
@@ -109,7 +110,7 @@ from monitors import CACHE, DATA, export_onnx, read_idx
 from threadpoolctl import threadpool_limits
 
 from boxwatch.agent.boxes import ACCEPT, box_kernel
-from boxwatch.agent.taps import OnnxTap, open_tap
+from boxwatch.agent.taps import OnnxTap, Tap, open_tap
 from boxwatch.offline.monitors.baselines import (
     BASELINES,
     ClassScorer,
@@ -148,6 +149,7 @@ ARCHS = {
 SPLITS = ("drawn", "confused", "triple")
 TARGET = DEFAULT_TARGET_ACCEPTANCE  # the monitors' default operating point
 TIE = 0.005  # |difference| up to half a point counts as a tie (AUROC: 0.005)
+# The taps' ONNX tensor names per architecture (read off each model's export).
 TAPS = {
     "cnn": {
         "input": "input",
@@ -177,6 +179,7 @@ TAPS = {
         "logits": "logits",
     },
 }
+# Conv maps the baselines see globally averaged (one feature per channel).
 AVG_POOLED = {
     "cnn": ("conv2",),
     "mlp": (),
@@ -275,6 +278,7 @@ def test_halves(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def epochs_of(arch: str) -> int:
+    """Training epochs of architecture ``arch`` (one recipe; the 1-D CNN trains longer)."""
     return EPOCHS_1D if arch == "cnn1d" else EPOCHS
 
 
@@ -415,7 +419,7 @@ def train(
     return onnx_path, {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
-def tap_all(tap: OnnxTap, taps: dict[str, str], x: np.ndarray) -> dict[str, np.ndarray]:
+def tap_all(tap: Tap, taps: dict[str, str], x: np.ndarray) -> dict[str, np.ndarray]:
     """Activations keyed by short layer name (``logits`` included), batches of 1,000."""
     acts: dict[str, list[np.ndarray]] = {k: [] for k in taps}
     for s in range(0, len(x), 1000):
@@ -821,10 +825,10 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
         )
     n = len(cells)
     lines.append("")
-    for what, c in counts.items():
+    for what, k in counts.items():
         lines.append(
-            f"- {what}: {c['win']} wins / {c['tie']} ties / {c['loss']} losses of {n} cells"
-            + (f" ({c['-']} without figures: no misclassified input)" if c["-"] else "")
+            f"- {what}: {k['win']} wins / {k['tie']} ties / {k['loss']} losses of {n} cells"
+            + (f" ({k['-']} without figures: no misclassified input)" if k["-"] else "")
         )
     boxes = [c.box for c in cells]
     with_errors = [c for c in cells if not np.isnan(c.box.misclassified)]
