@@ -328,6 +328,14 @@ def covaried_row(texts: Sequence[str], state: int, new: Fraction) -> tuple[str, 
         return None
 
 
+def as_read(network: Network, row: Sequence[str]) -> tuple[str, ...]:
+    """A row's numbers as ``network``'s reader will read them back: as written when it keeps
+    the file's decimals, else (UAI) each as its float's shortest decimal."""
+    if network.texts is not None:
+        return tuple(row)
+    return tuple(repr(float(exact_value(x))) for x in row)
+
+
 def network_with(network: Network, rows: Rows) -> Network:
     """A copy of ``network`` with the given CPT rows (``(variable, parent row)`` -> the row's
     numbers as written) replaced; every other number as it was written."""
@@ -747,7 +755,7 @@ class Repairer:
             row = covaried_row(row_texts, p.state, value)
             if row is None:
                 continue
-            rows = {(p.variable, flat_row): row}
+            rows = {(p.variable, flat_row): as_read(self.network, row)}
             if self._check(rows, t):
                 return rows, self._change(rows)
         return None
@@ -896,7 +904,7 @@ class Repairer:
                 row = covaried_row(tx, p.state, _terminating(value))
                 if row is None:
                     break
-                rows[(p.variable, p.row)] = row
+                rows[(p.variable, p.row)] = as_read(self.network, row)
             else:
                 if self._check(rows, t):
                     return (rows, [a, b]), self._change(rows)
