@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from decimal import Decimal
 import warnings
+from decimal import Decimal
 
 import numpy as np
 import pytest
