@@ -34,7 +34,7 @@ from boxwatch.offline.bn.repair import (
     UNMOVABLE,
     RepairReport,
     TargetResult,
-    decimal_text,
+    fraction_text,
     repair,
 )
 from boxwatch.offline.bn.rules import ClassifierSchema
@@ -133,8 +133,8 @@ def render(report: RepairReport) -> str:
                     (
                         t.name if i == 0 and first else "",
                         c.parameter,
-                        f"{decimal_text(c.old)} -> {decimal_text(c.new)}",
-                        decimal_text(p.change) if first else "",
+                        f"{fraction_text(c.old)} -> {fraction_text(c.new)}",
+                        fraction_text(p.change) if first else "",
                         (f"{float(p.minimum):.8g}" if p.minimum is not None else "-")
                         if first
                         else "",

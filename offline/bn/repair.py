@@ -90,8 +90,8 @@ Rows = dict[tuple[str, tuple[int, ...]], tuple[str, ...]]
 # ---------------------------------------------------------------------------- results
 @dataclass(frozen=True)
 class Change:
-    """One CPT entry of a proposal: old and new value (exact), the row as written before
-    and after, and (single parameters) the smallest change that parameter allows."""
+    """One CPT entry of a proposal: its label, variable, parent row and state, its old and
+    new value (exact), and its row as written before and after."""
 
     parameter: str
     variable: str
@@ -109,8 +109,8 @@ class Change:
             "variable": self.variable,
             "row": dict(self.row),
             "state": self.state,
-            "old": decimal_text(self.old),
-            "new": decimal_text(self.new),
+            "old": fraction_text(self.old),
+            "new": fraction_text(self.new),
             "row_old": list(self.row_old),
             "row_new": list(self.row_new),
         }
@@ -135,7 +135,7 @@ class Proposal:
         return {
             "target": self.target,
             "changes": [c.to_dict() for c in self.changes],
-            "change": decimal_text(self.change),
+            "change": fraction_text(self.change),
             "minimum": None if self.minimum is None else fraction_text(self.minimum),
             "flips": self.flips,
             "file": self.file,
@@ -230,11 +230,6 @@ class RepairReport:
     def all_hold(self) -> bool:
         """No rule was violated (nothing to repair)."""
         return all(v == "holds" for v in self.verdicts.values())
-
-    @property
-    def all_reverified(self) -> bool:
-        """Every proposal re-verified."""
-        return all(p.reverified for t in self.targets for p in t.proposals)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -452,9 +447,8 @@ class Repairer:
         Rules (and monotonicity queries, re-verified on each proposal but not repaired).
     source : path, optional
         The network's file: proposals are written in its format (default BIF).
-    out_dir : path, optional
-        Where proposals are written (default: no file; re-verification then reads the
-        network written to a temporary directory).
+    out_dir : path
+        Where proposals are written (created when missing), then read back to re-verify.
     proposals : int
         Proposals per target.
     max_seconds : float
@@ -538,6 +532,7 @@ class Repairer:
         return report
 
     def _left(self) -> float:
+        """Seconds of the budget left."""
         return self.max_seconds - (time.perf_counter() - self._start)
 
     def _cross_check(self) -> None:
@@ -645,7 +640,7 @@ class Repairer:
         for batch in (viol, rest):
             if batch.size == 0:
                 continue
-            sets = good_sets(space, lines, r, batch).sets
+            sets = good_sets(space, lines, r, batch)
             if batch is viol:
                 cover = _best_cover(sets, r.inputs[viol])
             for pos, s in zip(batch, sets, strict=True):
@@ -682,7 +677,7 @@ class Repairer:
         scale = Fraction(lines.scale)
         parts = []
         for pos, side in ((a, "above"), (b, "below")):
-            sets = good_sets(space, lines, r, np.array([pos])).sets[0]
+            sets = good_sets(space, lines, r, np.array([pos]))[0]
             lo, hi = sets[0]
             end = lo if side == "above" else hi
             parts.append(
@@ -692,6 +687,7 @@ class Repairer:
 
     # ------------------------------------------------------------------ proposals
     def _propose(self, t: _Target, count: int, complete: bool) -> TargetResult:
+        """The target's proposals (single parameters, else pairs), written and re-verified."""
         start = time.perf_counter()
         res = TargetResult(
             t.name,
@@ -889,7 +885,7 @@ class Repairer:
                 rows = {}
                 for p, tx, top, at in zip((a, b), texts, tops, (x, y), strict=True):
                     rows[(p.variable, p.row)] = _exact_row(tx, p.state, top * at)
-                corners.append(_posteriors(self.space.joint(network_with(self.network, rows))))
+                corners.append(self.space.float_joint(network_with(self.network, rows)))
             self._corners[(a, b)] = corners
         corners = [c[grid.keys] for c in corners]
         point = grid.search(corners, [float(q) for q in now], [float(q) for q in tops])
@@ -909,16 +905,6 @@ class Repairer:
                 if self._check(rows, t):
                     return (rows, [a, b]), self._change(rows)
         return None
-
-
-def _posteriors(joint: np.ndarray) -> np.ndarray:
-    """Scaled ``P(c, key)`` (Python integers) as float posteriors, each key's row summing to
-    1 (0 where ``P(x)`` is 0); a common power of two is shifted off first."""
-    top = max((int(x).bit_length() for x in joint.reshape(-1).tolist()), default=0)
-    shift = max(0, top - 1000)
-    out = (joint >> shift if shift else joint).astype(np.float64)
-    total = out.sum(axis=1, keepdims=True)
-    return out / np.where(total > 0, total, 1.0)
 
 
 def _terminating(q: Fraction) -> Fraction:

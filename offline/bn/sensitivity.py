@@ -47,6 +47,8 @@ MAX_KEYS = 1 << 16
 """Key inputs the repair enumerates at most (past it: give fewer features)."""
 MAX_CELLS = 1 << 23
 """Cells (of Python integers) one exact table may hold."""
+SPLIT_CELLS = 1 << 18
+"""Past this many cells in one table an elimination slices a kept variable."""
 
 Interval = tuple[Fraction, Fraction]
 """An open interval ``(lo, hi)``, ``lo < hi``."""
@@ -95,21 +97,60 @@ def _product(group: Sequence[Factor], cards: dict[str, int]) -> Factor:
     return scope, np.broadcast_to(out, tuple(cards[v] for v in scope))
 
 
+def _plan(
+    scopes: Sequence[tuple[str, ...]], keep: set[str], cards: dict[str, int]
+) -> tuple[list[str], int]:
+    """The elimination order of the variables not in ``keep`` (smallest merged table first)
+    and the largest table it makes, the final product over ``keep`` included."""
+    live = [set(s) for s in scopes]
+    hidden = set().union(*live) - keep if live else set()
+    order: list[str] = []
+    largest = math.prod(cards[u] for u in keep)
+
+    def merged(h: str) -> set[str]:
+        return set().union(*(s for s in live if h in s))
+
+    while hidden:
+        v = min(sorted(hidden), key=lambda h: math.prod(cards[u] for u in merged(h)))
+        union = merged(v)
+        largest = max(largest, math.prod(cards[u] for u in union))
+        live = [s for s in live if v not in s] + [union - {v}]
+        hidden.remove(v)
+        order.append(v)
+    return order, largest
+
+
 def eliminate(factors: Sequence[Factor], keep: Sequence[str], cards: dict[str, int]) -> np.ndarray:
     """``sum`` over every variable not in ``keep`` of the product of ``factors``, as a table
     over ``keep`` (in that order): exact when the tables hold Python integers.
 
-    Variables go smallest merged table first; a table past :data:`MAX_CELLS` is refused.
+    Variables go smallest merged table first. When that makes a table past
+    :data:`SPLIT_CELLS`, the kept variable whose values, taken one at a time, shrink it most
+    is sliced (each slice eliminated alone, the results stacked); a table past
+    :data:`MAX_CELLS` is refused.
     """
+    scopes = [s for s, _ in factors]
+    order, largest = _plan(scopes, set(keep), cards)
+    if largest > SPLIT_CELLS and keep:
+        sizes = {
+            v: _plan([tuple(u for u in s if u != v) for s in scopes], set(keep) - {v}, cards)[1]
+            for v in keep
+        }
+        v = min(keep, key=lambda u: (sizes[u], cards[u]))
+        if sizes[v] < largest:
+            rest = [u for u in keep if u != v]
+            parts = []
+            for j in range(cards[v]):
+                sliced = [
+                    (tuple(u for u in s if u != v), np.take(t, j, axis=s.index(v)))
+                    if v in s
+                    else (s, t)
+                    for s, t in factors
+                ]
+                parts.append(eliminate(sliced, rest, cards))
+            return np.moveaxis(np.stack(parts, axis=0), 0, list(keep).index(v))
     live = list(factors)
-    kept = set(keep)
-    hidden = {v for s, _ in live for v in s} - kept
-    while hidden:
-        v = min(
-            sorted(hidden),
-            key=lambda h: math.prod(cards[u] for u in {u for s, _ in live if h in s for u in s}),
-        )
-        hidden.remove(v)
+    for v in order:
         group = [f for f in live if v in f[0]]
         live = [f for f in live if v not in f[0]]
         scope, table = _product(group, cards)
@@ -234,6 +275,21 @@ class Space:
         net = self.network if network is None else network
         table = eliminate(self._factors(net), [*self.columns, self.cls], self._cards(net))
         return table.reshape(self.n_keys, net.card(self.cls))
+
+    def float_joint(self, network: Network) -> np.ndarray:
+        """``P(c, key)`` of every key in floats (one contraction of the key CPTs), each key's
+        row divided by its sum (0 where ``P(x)`` is 0): for searches, never for a decision."""
+        import opt_einsum
+
+        net = network
+        names = {v: i for i, v in enumerate(net.variables)}
+        operands: list[object] = []
+        for v in self.inner:
+            operands += [net.cpts[v], [names[u] for u in (*net.parents[v], v)]]
+        out = [names[u] for u in (*self.columns, self.cls)]
+        table = opt_einsum.contract(*operands, out, optimize="auto").reshape(self.n_keys, -1)
+        total = table.sum(axis=1, keepdims=True)
+        return np.asarray(table / np.where(total > 0, total, 1.0))
 
     def family(self, var: str) -> np.ndarray:
         """The derivative table of ``var``'s CPT: ``G[key, c, r, s]`` with
@@ -428,25 +484,20 @@ def nearest(sets: Sequence[Interval], u0: Fraction) -> tuple[Fraction, Interval]
 
 
 # ---------------------------------------------------------------------------- good sets
-@dataclass(frozen=True)
-class KeySets:
-    """Where each key's decision is one its rule allows: per key, a sorted list of open
-    intervals of ``u`` (an empty list: no value)."""
-
-    sets: list[list[Interval]]
-
-
-def good_sets(space: Space, lines: Lines, r: RuleKeys, positions: np.ndarray) -> KeySets:
-    """The open set of ``u`` in ``(0, top)`` where each chosen key of rule ``r`` (``positions``
-    in ``r.keys``) gets a sink the rule allows, exactly."""
+def good_sets(
+    space: Space, lines: Lines, r: RuleKeys, positions: np.ndarray
+) -> list[list[Interval]]:
+    """Per chosen key of rule ``r`` (``positions`` in ``r.keys``): the open set of ``u`` in
+    ``(0, top)`` where it gets a sink the rule allows, exactly, as sorted disjoint open
+    intervals (none: no value)."""
     keys = r.keys[positions]
     alpha, beta = lines.alpha[keys], lines.beta[keys]
     impossible = space.impossible[keys]
     top = lines.top
     full = [(Fraction(0), Fraction(top))]
     if not space.argmax:
-        return KeySets(_threshold_sets(space, alpha, beta, impossible, r.allowed, top, full))
-    return KeySets(_argmax_sets(alpha, beta, impossible, r.allowed, top, full))
+        return _threshold_sets(space, alpha, beta, impossible, r.allowed, top, full)
+    return _argmax_sets(alpha, beta, impossible, r.allowed, top, full)
 
 
 def _threshold_sets(
