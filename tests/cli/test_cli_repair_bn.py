@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from bn_synthetic import naive_bayes
 from click.testing import CliRunner
 from locations import ROOT
 
 from boxwatch.cli import cli
-from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.formats import load_network, write_bif
 
 CREDIT = ROOT / "examples" / "credit" / "credit.net"
 CREDIT_RULES = ROOT / "examples" / "credit" / "rules.yaml"
@@ -58,8 +59,17 @@ def test_repairs_table_3_on_the_example_credit_network(tmp_path):
 
 
 def test_json_has_each_target_its_proposals_and_the_measure(tmp_path):
+    fmo = ROOT / "examples" / "credit" / "fmo.yaml"
     res = run(
-        str(CREDIT), *CREDIT_ARGS, "--rules", str(CREDIT_RULES), "--out", str(tmp_path), "--json"
+        str(CREDIT),
+        *CREDIT_ARGS,
+        "--rules",
+        str(CREDIT_RULES),
+        "--fmo",
+        str(fmo),
+        "--out",
+        str(tmp_path),
+        "--json",
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -68,6 +78,8 @@ def test_json_has_each_target_its_proposals_and_the_measure(tmp_path):
     assert target["target"] == "rule6" and target["single_parameter_repair"]
     best = target["proposals"][0]
     assert best["reverified"] and best["verdicts"]["rule6"] == "holds"
+    # the monotonicity queries are re-verified on the proposal too
+    assert best["verdicts"]["assets_fmo (fmo)"] == "holds"
     (change,) = best["changes"]
     assert change["variable"] == "CreditWorthiness" and float(best["change"]) > 0
 
@@ -123,6 +135,20 @@ def test_bad_input_exits_2_with_one_line(nb, rules, args, message):
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], res.stderr
     assert res.stdout == ""
+
+
+def test_too_many_key_inputs_exit_2_naming_features(tmp_path):
+    net = naive_bayes(3, seed=0, card=41)  # every feature under the class: 41**3 key inputs
+    (tmp_path / "nb.bif").write_text(write_bif(net))
+    (tmp_path / "r.yaml").write_text("rules:\n  - {name: r, if: {x0: v0}, then: pos}\n")
+    res = run(
+        str(tmp_path / "nb.bif"),
+        *["--class", "C", "--positive", "pos", "--threshold", "0.5"],
+        *["--rules", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "o")],
+    )
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.splitlines()
+    assert "68,921 joint states" in line and "--features" in line
 
 
 def test_a_missing_network_or_bad_option_exits_2(nb):
