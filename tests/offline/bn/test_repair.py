@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import yaml
 from locations import ROOT, SHARED_BN
 
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
@@ -161,8 +162,6 @@ def case(tmp_path):
         spec = resolve_spec(net, ClassifierSpec(**wanted))
         diagram = compile_classifier(net, spec).diagram
         schema = ClassifierSchema.from_diagram(diagram, net.variables)
-        import yaml
-
         parsed = parse_spec(yaml.safe_load(rules), schema)
         out = tmp_path / "out"
         report = repair(net, spec, parsed, out_dir=out, proposals=proposals, max_seconds=60)
@@ -297,7 +296,7 @@ def test_proposals_are_written_in_the_input_format(tmp_path):
     spec = resolve_spec(net, ClassifierSpec("CreditWorthiness", "Positive", 0.5))
     diagram = compile_classifier(net, spec).diagram
     rules = parse_spec(
-        __import__("yaml").safe_load((ROOT / "examples" / "credit" / "rules.yaml").read_text()),
+        yaml.safe_load((ROOT / "examples" / "credit" / "rules.yaml").read_text()),
         ClassifierSchema.from_diagram(diagram, net.variables),
     )
     report = repair(
@@ -326,7 +325,7 @@ def repaired(path, rules_path, tmp_path, **wanted):
     spec = resolve_spec(net, ClassifierSpec(**wanted))
     diagram = compile_classifier(net, spec).diagram
     rules = parse_spec(
-        __import__("yaml").safe_load(rules_path.read_text()),
+        yaml.safe_load(rules_path.read_text()),
         ClassifierSchema.from_diagram(diagram, net.variables),
     )
     report = repair(net, spec, rules, out_dir=tmp_path, source=path, proposals=1)
