@@ -104,6 +104,12 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str, str | None]] = {
         "Verify if-then rules and monotonicity of a BN classifier with SAT.",
         "offline",
     ),
+    "repair-bn": (
+        "boxwatch.commands.repair_bn",
+        "repair_bn",
+        "Propose minimal parameter changes that make a BN's violated rules hold.",
+        "offline",
+    ),
     "build-artifact": (
         "boxwatch.commands.build",
         "build_artifact",

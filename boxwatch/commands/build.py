@@ -110,7 +110,7 @@ def build_artifact(
         write_artifact(out, outcome.artifact)
         summary = outcome.summary.written_to(out)
         if report_dir is not None:
-            write_report(summary, report_dir)
+            write_report(summary, report_dir, outcome.files)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
         _fail(config, exc.problems if isinstance(exc, ConfigError) else [str(exc)], exc)
     except MemoryError as exc:

@@ -93,6 +93,21 @@ def _matched_row(compared: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def _repair_line(target: dict[str, Any]) -> str:
+    """A ``bn.repair`` target in the summary table: its best proposal, or why there is none."""
+    if not target["proposals"]:
+        if not target["complete"]:
+            return "none found (the search stopped at bn.repair_seconds)"
+        return (
+            f"none: no single parameter (proved, {target['parameters']} parameters), "
+            f"no pair found ({target['pairs_tried']} of {target['pairs_total']} tried)"
+        )
+    best = target["proposals"][0]
+    changes = "; ".join(f"{c['parameter']} {c['old']} -> {c['new']}" for c in best["changes"])
+    checked = "re-verified" if best["reverified"] else "NOT re-verified"
+    return f"{changes} (change {best['change']}, {checked}; {best['file']})"
+
+
 def summary_table(summary: dict[str, Any], out: Path) -> str:
     """The end-of-build table (stdout): what was built and how it scored."""
     rows: list[tuple[str, str]] = [
@@ -207,6 +222,8 @@ def summary_table(summary: dict[str, Any], out: Path) -> str:
             )
         for q in bn["fmo"]:
             rows.append((f"  {q['kind']} {q['id']}", q["verdict"]))
+        for t in bn.get("repairs") or []:
+            rows.append((f"  repair {t['target']}", _repair_line(t)))
     failed = summary["policy"]["failed"]
     rows.append(("policy", "PASS" if not failed else "FAIL: " + "; ".join(failed)))
     width = max(len(k) for k, _ in rows)

@@ -69,9 +69,7 @@ def _align(rows: Sequence[tuple[str, ...]]) -> str:
     )
 
 
-def _load_specs(
-    rules: Path, fmo: Path | None, schema: ClassifierSchema, deadline: Deadline
-) -> Spec:
+def load_specs(rules: Path, fmo: Path | None, schema: ClassifierSchema, deadline: Deadline) -> Spec:
     """Both files, reporting every problem of both at once; FMO inherits rule state orders."""
     problems: list[str] = []
     spec = Spec()
@@ -98,7 +96,7 @@ def _load_specs(
     return spec
 
 
-def _yaml_file_option(flag: str, dest: str, what: str, **kwargs: Any) -> Callable[..., Any]:
+def yaml_file_option(flag: str, dest: str, what: str, **kwargs: Any) -> Callable[..., Any]:
     """An option naming a YAML file; its help reads "YAML file of ``what``"."""
     return click.option(
         flag,
@@ -111,13 +109,13 @@ def _yaml_file_option(flag: str, dest: str, what: str, **kwargs: Any) -> Callabl
 
 @click.command("verify-bn")
 @classifier_options
-@_yaml_file_option(
+@yaml_file_option(
     "--rules",
     "rules_path",
     "if-then rules (and optionally monotonicity queries and state orders); see docs/rules.md.",
     required=True,
 )
-@_yaml_file_option(
+@yaml_file_option(
     "--fmo",
     "fmo_path",
     "monotonicity queries; uses the state orders of --rules unless it declares its own.",
@@ -175,7 +173,7 @@ def verify_bn(
             diagram = compiled.diagram
             schema = ClassifierSchema.from_diagram(diagram, network.variables)
             deadline.enter("verifying the rules", "give fewer rules or queries")
-            specs = _load_specs(rules_path, fmo_path, schema, deadline)
+            specs = load_specs(rules_path, fmo_path, schema, deadline)
             with BNVerifier(diagram, network=network, deadline=deadline) as verifier:
                 report = verifier.verify(specs, counterexamples=k)
     except ConfigError as exc:

@@ -2,13 +2,21 @@
 
 The artifact receives the diagram, the rules in the gate's form (``bn/rules.json``: premise
 as state indices, conclusion as class states, verdict) and the full verification report.
+With ``bn.repair`` the summary (and the report) also hold repair proposals for the violated
+rules (:mod:`boxwatch.offline.bn.repair`), each re-verified, their network files going to
+the report folder: never applied, never in the artifact; a repaired network is the input of
+a new, signed build.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ConfigError
@@ -19,10 +27,24 @@ from boxwatch.offline.bn.compile import compile_classifier, spec_terminals
 from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import default_max_memory, format_bytes, memory_guard, parse_size
 from boxwatch.offline.bn.network import Network
+from boxwatch.offline.bn.repair import RepairReport, fraction_text, repair
 from boxwatch.offline.bn.rules import ClassifierSchema, Rule, Spec, load_spec
-from boxwatch.offline.bn.verify import BNVerifier, RuleResult
+from boxwatch.offline.bn.verify import BNVerifier, RuleResult, VerificationReport
 from boxwatch.offline.release.config import BuildConfig
-from boxwatch.offline.release.records import BNSection, BNSummary, FmoSummary, RuleSummary, TiePair
+from boxwatch.offline.release.records import (
+    BNSection,
+    BNSummary,
+    FmoSummary,
+    RepairChange,
+    RepairProposal,
+    RepairReason,
+    RepairTarget,
+    RuleSummary,
+    TiePair,
+)
+
+REPAIRS = "repairs"
+"""The report folder's subfolder for repair proposals' network files."""
 
 
 @dataclass
@@ -35,11 +57,15 @@ class BNInputs:
     rules: Spec
     counterexamples: int
     max_memory: int | None = None
+    repair: bool = False
+    repair_proposals: int = 1
+    repair_seconds: float = 60.0
 
 
 @dataclass
 class BNOutcome:
-    """Compiled diagram, gate rules, verification report, and their summaries."""
+    """Compiled diagram, gate rules, verification report, and their summaries; with
+    ``bn.repair`` the proposals' network files (report-folder paths -> bytes)."""
 
     diagram: DecisionDiagram
     gate_rules: list[dict[str, Any]]
@@ -47,6 +73,7 @@ class BNOutcome:
     contents: dict[str, Any]
     rule_verdicts: list[dict[str, Any]]
     summary: BNSummary
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 def schema_for(network: Network, spec: ResolvedSpec) -> ClassifierSchema:
@@ -87,7 +114,17 @@ def prepare(cfg: BuildConfig) -> BNInputs:
     merged = _read_specs(cfg, b, schema_for(network, spec), problems)
     if problems:
         raise ConfigError(problems)
-    return BNInputs(path, network, spec, merged, b.counterexamples, max_memory)
+    return BNInputs(
+        path,
+        network,
+        spec,
+        merged,
+        b.counterexamples,
+        max_memory,
+        b.repair,
+        b.repair_proposals,
+        b.repair_seconds,
+    )
 
 
 def _check_decision(b: BNSection) -> None:
@@ -222,7 +259,76 @@ def run(bn: BNInputs) -> BNOutcome:
         contents["states"] = list(d.terminals)
     verdicts = [{"id": r.id, "verdict": r.verdict, "violations": r.violations} for r in rules]
     verification = _reproducible(report.to_dict())
-    return BNOutcome(d, gate_rules, verification, contents, verdicts, summary)
+    files: dict[str, bytes] = {}
+    if bn.repair:
+        repairs, files = _repairs(bn, report)
+        summary = msgspec.structs.replace(summary, repairs=repairs)
+    return BNOutcome(d, gate_rules, verification, contents, verdicts, summary, files)
+
+
+def _repairs(
+    bn: BNInputs, report: VerificationReport
+) -> tuple[list[RepairTarget] | UnsetType, dict[str, bytes]]:
+    """Repair proposals for the violated rules (written to a temporary folder while they are
+    re-verified), as summary records and the files' bytes; none when every rule holds."""
+    with tempfile.TemporaryDirectory(prefix="boxwatch-repair-") as tmp:
+        got = repair(
+            bn.network,
+            bn.spec,
+            bn.rules,
+            out_dir=tmp,
+            source=bn.file,
+            proposals=bn.repair_proposals,
+            max_seconds=bn.repair_seconds,
+            max_memory=bn.max_memory,
+            original=report,
+        )
+        files = {f"{REPAIRS}/{p.name}": p.read_bytes() for p in sorted(Path(tmp).iterdir())}
+    return (_repair_targets(got) if got.targets else UNSET), files
+
+
+def _repair_targets(got: RepairReport) -> list[RepairTarget]:
+    """The repair report as summary records (numbers as exact decimal strings)."""
+    return [
+        RepairTarget(
+            target=t.name,
+            rules=list(t.rules),
+            verdict=t.verdict,
+            proposals=[
+                RepairProposal(
+                    changes=[
+                        RepairChange(
+                            parameter=c.parameter,
+                            variable=c.variable,
+                            row=dict(c.row),
+                            state=c.state,
+                            old=fraction_text(c.old),
+                            new=fraction_text(c.new),
+                            row_old=list(c.row_old),
+                            row_new=list(c.row_new),
+                        )
+                        for c in p.changes
+                    ],
+                    change=fraction_text(p.change),
+                    minimum=None if p.minimum is None else fraction_text(p.minimum),
+                    flips=p.flips,
+                    reverified=p.reverified,
+                    verdicts=dict(p.verdicts),
+                    file=f"{REPAIRS}/{Path(p.file).name}",
+                )
+                for p in t.proposals
+            ],
+            parameters=t.parameters,
+            complete=t.complete,
+            no_single_parameter=[
+                RepairReason(parameter=i.parameter, rule=i.rule, kind=i.kind, why=i.why)
+                for i in (t.proof if not t.single and t.complete else [])
+            ],
+            pairs_tried=t.pairs_tried,
+            pairs_total=t.pairs_total,
+        )
+        for t in got.targets
+    ]
 
 
 def _rule_summary(

@@ -154,6 +154,9 @@ SCHEMA: dict[str, Any] = {
                 "max_memory": {
                     "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1}]
                 },
+                "repair": {"type": "boolean"},
+                "repair_proposals": {"type": "integer", "minimum": 1, "maximum": 100},
+                "repair_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
             },
         },
         "policy": {

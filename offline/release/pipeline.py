@@ -89,6 +89,8 @@ class BuildOutcome:
 
     artifact: bytes
     summary: BuildSummary
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Files for the report folder beside report.html (``bn.repair``'s proposals)."""
 
     @property
     def policy_failures(self) -> list[str]:
@@ -104,6 +106,7 @@ class _Assembly:
     members: dict[str, Any] = field(default_factory=dict)
     contents: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -495,7 +498,7 @@ def build(
         bn=bn_summary,
         timings={k: round(v, 3) for k, v in parts.timings.items()},
     )
-    return BuildOutcome(artifact, summary.judged(spec.policy))
+    return BuildOutcome(artifact, summary.judged(spec.policy), parts.files)
 
 
 def _model_half(
@@ -557,6 +560,7 @@ def _bn_half(bn: bn_stage.BNInputs, parts: _Assembly) -> BNSummary:
     parts.members[VERIFICATION] = bn_out.verification
     parts.contents["bn"] = bn_out.contents
     parts.contents["rules"] = bn_out.rule_verdicts
+    parts.files.update(bn_out.files)
     return bn_out.summary
 
 

@@ -154,6 +154,13 @@ class BNSection(Section, frozen=True):
     fmo: str | None = None
     counterexamples: int = DEFAULT_COUNTEREXAMPLES
     max_memory: int | str | None = None
+    repair: bool = False
+    """Propose the smallest parameter changes that make each violated rule hold (report
+    only: never applied)."""
+    repair_proposals: int = 1
+    """Proposals per violated rule."""
+    repair_seconds: float = 60.0
+    """Budget of the repair search (the pair search stops when it is spent)."""
 
 
 class PolicySection(Section, frozen=True):
@@ -590,6 +597,58 @@ class FmoSummary(Record, frozen=True):
     ]
 
 
+class RepairChange(Record, frozen=True):
+    """One CPT entry a repair proposal changes (numbers as decimal strings, exact)."""
+
+    parameter: Annotated[str, _d("P(variable=state | parents=row)")]
+    variable: str
+    row: Annotated[dict[str, str], _d("the parents' states of the CPT row")]
+    state: str
+    old: str
+    new: str
+    row_old: Annotated[list[str], _d("the CPT row as written before")]
+    row_new: Annotated[list[str], _d("the CPT row as the proposal writes it")]
+
+
+class RepairProposal(Record, frozen=True):
+    """A proposed repaired network: its changes, their size, its re-verification."""
+
+    changes: list[RepairChange]
+    change: Annotated[str, _d("largest absolute change of one CPT entry")]
+    minimum: Annotated[
+        str | None, _d("single parameter: the smallest change that parameter allows, exact")
+    ]
+    flips: Annotated[int, _d("inputs whose decision differs from the original network's")]
+    reverified: Annotated[bool, _d("the written network, compiled and verified: rules hold")]
+    verdicts: Annotated[dict[str, str], _d("every rule's and query's verdict on it")]
+    file: Annotated[str, _d("the proposal's file name (in the report folder's repairs/)")]
+
+
+class RepairReason(Record, frozen=True):
+    """Why one parameter alone cannot repair a target (exact)."""
+
+    parameter: str
+    rule: str
+    kind: Annotated[str, _d("unmovable, conflict, together or breaks")]
+    why: str
+
+
+class RepairTarget(Record, frozen=True):
+    """The repairs of one violated rule (or of all of them together: ``all rules``)."""
+
+    target: str
+    rules: Annotated[list[str], _d("the rules that must hold: the target's and those that held")]
+    verdict: Annotated[str, _d("single parameter, pair, none (proved) or none found")]
+    proposals: list[RepairProposal]
+    parameters: Annotated[int, _d("parameters examined")]
+    complete: Annotated[bool, _d("every parameter was examined (the proof stands)")]
+    no_single_parameter: Annotated[
+        list[RepairReason], _d("when no single parameter repairs: each one's reason")
+    ]
+    pairs_tried: int
+    pairs_total: int
+
+
 class BNSummary(Record, frozen=True):
     """The compiled Bayesian-network classifier and its verified rules and queries."""
 
@@ -614,6 +673,10 @@ class BNSummary(Record, frozen=True):
     tie_pairs: list[TiePair] | UnsetType = UNSET
     exact_inputs: int | UnsetType = UNSET
     certified: bool | UnsetType = UNSET
+    repairs: (
+        Annotated[list[RepairTarget], _d("bn.repair: proposals per violated rule (not applied)")]
+        | UnsetType
+    ) = UNSET
 
 
 class PolicyResult(Record, frozen=True):

@@ -65,6 +65,11 @@ VERBS = {
         "load_network",
         ["n.bif", "--class", "C", "--positive", "p", "--threshold", "0.5", "--rules", "r.yaml"],
     ),
+    "repair-bn": (
+        "boxwatch.commands.repair_bn",
+        "load_network",
+        ["n.bif", "--class", "C", "--positive", "p", "--threshold", "0.5", "--rules", "r.yaml"],
+    ),
     "build-artifact": ("boxwatch.commands.build", "load_config", ["build.yaml"]),
     "agent": ("boxwatch.commands.agent", "load_agent_config", ["--artifact", "x.bwa"]),
     "demo": ("boxwatch.commands.demo", "build_example", ["--workdir", "demo"]),

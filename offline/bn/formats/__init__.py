@@ -7,25 +7,28 @@ names, parents and CPTs as numpy arrays of shape ``(*parent_cards, card)`` (``P(
 parents)`` on the last axis), with the CPT numbers as written (``Network.texts``).
 
 Each format's module declares its :class:`~.common.NetworkFormat` (name, file suffixes,
-reader) as ``FORMAT``; :data:`FORMATS` lists them, and the choice by suffix, the error for
-an unknown one and the help texts (:func:`formats_text`) come from it. A new format is one
-module and one entry here.
+reader, writer) as ``FORMAT``; :data:`FORMATS` lists them, and the choice by suffix, the
+error for an unknown one and the help texts (:func:`formats_text`) come from it. A new format
+is one module and one entry here. :func:`write_network` writes a network in the format its
+path names, each number as written (:mod:`.writing`).
 """
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from typing import Any
 
+from boxwatch.agent.atomic import write_atomic
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import show_path
 from boxwatch.offline.bn.formats import bif, hugin, uai, xmlbif
 from boxwatch.offline.bn.formats.bif import parse_bif, write_bif
 from boxwatch.offline.bn.formats.common import NetworkFormat
-from boxwatch.offline.bn.formats.hugin import parse_net
+from boxwatch.offline.bn.formats.hugin import parse_net, write_net
 from boxwatch.offline.bn.formats.pgmpy_model import from_pgmpy
-from boxwatch.offline.bn.formats.uai import parse_uai, read_uai
-from boxwatch.offline.bn.formats.xmlbif import parse_xmlbif
+from boxwatch.offline.bn.formats.uai import parse_uai, read_uai, write_uai
+from boxwatch.offline.bn.formats.xmlbif import parse_xmlbif, write_xmlbif
 from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network
 
@@ -43,6 +46,10 @@ __all__ = [
     "parse_xmlbif",
     "read_uai",
     "write_bif",
+    "write_net",
+    "write_network",
+    "write_uai",
+    "write_xmlbif",
 ]
 
 FORMATS: dict[str, NetworkFormat] = {
@@ -106,3 +113,19 @@ def load_network(
         return from_pgmpy(source)
     path = Path(source)
     return format_of(path).read(path, max_memory, deadline)
+
+
+def write_network(network: Network, path: str | Path) -> None:
+    """Write ``network`` to ``path`` in the format its suffix names (:func:`format_of`),
+    gzipped when the name ends in ``.gz``, atomically; each number as written, so
+    :func:`load_network` gives back the same exact classifier.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown suffix, or names the format cannot hold.
+    """
+    data = format_of(path).write(network).encode("utf-8")
+    if Path(path).name.lower().endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    write_atomic(path, data)

@@ -17,6 +17,7 @@ from boxwatch.offline.bn.formats.common import (
     finish,
     read_network_text,
 )
+from boxwatch.offline.bn.formats.writing import cpt_texts
 from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network, text_table
 
@@ -235,7 +236,8 @@ def _bif_texts(
 
 
 def write_bif(network: Network) -> str:
-    """BIF text of ``network`` that :func:`parse_bif` reads back exactly (floats by ``repr``)."""
+    """BIF text of ``network`` that :func:`parse_bif` reads back exactly: each number as
+    written (:func:`~.writing.cpt_texts`: the file's decimal, else the float's ``repr``)."""
     bad = [
         f"{v}={s!r}"
         for v in network.variables
@@ -250,14 +252,14 @@ def write_bif(network: Network) -> str:
         lines += [f"variable {v} {{", f"  type discrete [ {network.card(v)} ] {{ {states} }};", "}"]
     for v in network.variables:
         par = network.parents[v]
-        table = network.cpts[v]
+        table = cpt_texts(network, v)
         head = f"probability ( {v} | {', '.join(par)} ) {{" if par else f"probability ( {v} ) {{"
         lines.append(head)
         if not par:
-            lines.append(f"  table {', '.join(repr(float(x)) for x in table)};")
+            lines.append(f"  table {', '.join(table.tolist())};")
         for idx in np.ndindex(*table.shape[:-1]) if par else ():
             key = ", ".join(network.states[p][i] for p, i in zip(par, idx, strict=True))
-            lines.append(f"  ({key}) {', '.join(repr(float(x)) for x in table[idx])};")
+            lines.append(f"  ({key}) {', '.join(table[idx].tolist())};")
         lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -270,4 +272,4 @@ def read_bif(
     return read_network_text(path, parse_bif, max_memory, deadline)
 
 
-FORMAT = NetworkFormat("BIF", (".bif", ".bif.gz"), read_bif)
+FORMAT = NetworkFormat("BIF", (".bif", ".bif.gz"), read_bif, write_bif)

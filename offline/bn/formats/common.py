@@ -52,6 +52,8 @@ class NetworkFormat:
     read: Callable[[Path, float | None, Deadline | None], Network]
     """Reads a file of the format: ``read(path, max_memory, deadline)`` (the deadline, when
     given, checked while it reads)."""
+    write: Callable[[Network], str]
+    """The file's text for a network, each number as written (``read`` gives it back)."""
 
 
 class TextParser(Protocol):

@@ -16,6 +16,7 @@ from boxwatch.offline.bn.formats.common import (
     finish,
     read_network_text,
 )
+from boxwatch.offline.bn.formats.writing import PLAIN_NAME, check_names, cpt_texts
 from boxwatch.offline.bn.limits import Deadline
 from boxwatch.offline.bn.network import Network, text_table
 
@@ -167,4 +168,26 @@ def read_net(
     return read_network_text(path, parse_net, max_memory, deadline)
 
 
-FORMAT = NetworkFormat("Hugin", (".net", ".net.gz"), read_net)
+def write_net(network: Network) -> str:
+    """Hugin ``.net`` text of ``network`` that :func:`parse_net` reads back exactly: node
+    names plain identifiers, states quoted, each number as written (one CPT row a line)."""
+    check_names(
+        network,
+        "Hugin",
+        lambda v: PLAIN_NAME.fullmatch(v) is None,
+        lambda s: any(c in s for c in '"\\\n'),
+    )
+    lines = ["net", "{", "}"]
+    for v in network.variables:
+        states = " ".join(f'"{s}"' for s in network.states[v])
+        lines += [f"node {v}", "{", f"  states = ( {states} );", "}"]
+    for v in network.variables:
+        table = cpt_texts(network, v)
+        rows = table.reshape(-1, table.shape[-1]).tolist()
+        lines += [f"potential ( {v} | {' '.join(network.parents[v])} )", "{", "  data = ("]
+        lines += [f"    ({' '.join(row)})" for row in rows]
+        lines += ["  );", "}"]
+    return "\n".join(lines) + "\n"
+
+
+FORMAT = NetworkFormat("Hugin", (".net", ".net.gz"), read_net, write_net)

@@ -29,6 +29,7 @@ from boxwatch.offline.bn.formats.common import (
     NetworkFormat,
     finish,
 )
+from boxwatch.offline.bn.formats.writing import cpt_texts
 from boxwatch.offline.bn.limits import Deadline, default_max_memory
 from boxwatch.offline.bn.network import Network
 
@@ -372,4 +373,35 @@ def _read(path: Path, max_memory: float | None, deadline: Deadline | None = None
     return read_uai(path, max_memory=max_memory, deadline=deadline)
 
 
-FORMAT = NetworkFormat("UAI", (".uai", ".uai.gz"), _read)
+def write_uai(network: Network) -> str:
+    """UAI ``BAYES`` text of ``network`` that :func:`parse_uai` reads back exactly: one CPT per
+    variable (scope: the parents, then the variable), each number as written.
+
+    UAI files hold no names: the network's must be the ones :func:`parse_uai` gives
+    (``var_<i>`` in file order, states ``"0"``, ``"1"``, ...); others are refused.
+    """
+    wrong = [
+        v
+        for i, v in enumerate(network.variables)
+        if v != f"var_{i}" or network.states[v] != tuple(map(str, range(network.card(v))))
+    ]
+    if wrong:
+        shown = ", ".join(wrong[:20]) + (f" and {len(wrong) - 20} more" if len(wrong) > 20 else "")
+        raise ConfigError(
+            f"names that UAI cannot hold: {shown} (UAI names variable i var_<i>, its states "
+            "0, 1, ...)"
+        )
+    index = {v: i for i, v in enumerate(network.variables)}
+    n = len(network.variables)
+    out = ["BAYES", str(n), " ".join(str(network.card(v)) for v in network.variables), str(n)]
+    for v in network.variables:
+        scope = [*(index[p] for p in network.parents[v]), index[v]]
+        out.append(" ".join(map(str, [len(scope), *scope])))
+    for v in network.variables:
+        table = cpt_texts(network, v)
+        out += ["", str(table.size)]
+        out += [" ".join(row) for row in table.reshape(-1, table.shape[-1]).tolist()]
+    return "\n".join(out) + "\n"
+
+
+FORMAT = NetworkFormat("UAI", (".uai", ".uai.gz"), _read, write_uai)

@@ -109,12 +109,17 @@ def summary_json(summary: BuildSummary | Mapping[str, Any]) -> str:
     return summary.to_json()
 
 
-def write_report(summary: BuildSummary | Mapping[str, Any], out_dir: str | Path) -> Path:
+def write_report(
+    summary: BuildSummary | Mapping[str, Any],
+    out_dir: str | Path,
+    files: Mapping[str, bytes] | None = None,
+) -> Path:
     """Write ``out_dir/report.html`` and ``out_dir/summary.json`` atomically; return the HTML path.
 
     Both texts are rendered before anything touches the disk; each file is written to a temp
     file in ``out_dir`` and renamed over the old one, so readers see the old or the new file
-    whole. ``out_dir`` is created when missing.
+    whole. ``out_dir`` is created when missing. ``files`` (paths relative to ``out_dir`` ->
+    bytes: the build's repair proposals) are written beside them.
     """
     text = summary_json(summary)
     page = render_report(summary)
@@ -123,6 +128,13 @@ def write_report(summary: BuildSummary | Mapping[str, Any], out_dir: str | Path)
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BoxwatchError(f"cannot create report folder {out}: {exc.strerror or exc}") from None
+    for name, data in (files or {}).items():
+        path = out / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data, mode=0o644)
+        except OSError as exc:
+            raise BoxwatchError(f"cannot write {path}: {exc.strerror or exc}") from None
     _write_atomic(out / SUMMARY_NAME, text)
     _write_atomic(out / REPORT_NAME, page)
     return out / REPORT_NAME

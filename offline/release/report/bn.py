@@ -1,9 +1,12 @@
 """The report's Bayesian-network section: the compiled diagram, the rules with their
-counterexamples (drawn for the violated ones) and the monotonicity queries."""
+counterexamples (drawn for the violated ones), the monotonicity queries, and (``bn.repair``)
+the repair proposals for the violated rules."""
 
 from __future__ import annotations
 
-from boxwatch.offline.release.records import BNSummary, BuildSummary
+from collections import Counter
+
+from boxwatch.offline.release.records import BNSummary, BuildSummary, RepairTarget
 from boxwatch.offline.release.report.figures import (
     MAX_COUNTEREXAMPLES_DRAWN,
     restriction,
@@ -40,7 +43,70 @@ def bn_section(summary: BuildSummary) -> str:
     out.append(_rules(bn))
     out.append("<h3>Feature monotonicity (FMO) queries</h3>")
     out.append(_fmo(bn))
+    repairs = given(bn.repairs)
+    if repairs is not None:
+        out.append("<h3>Repair proposals (not applied)</h3>")
+        out.append(_repairs(repairs))
     return "".join(out) + "</section>"
+
+
+def _repairs(targets: list[RepairTarget]) -> str:
+    """One row per proposal under its violated rule; the proof where no single parameter
+    repairs it."""
+    rows = []
+    notes = []
+    for j, t in enumerate(targets):
+        if not t.proposals:
+            rows.append(
+                (text(f"repair-{j}-target", t.target), esc(f"none ({t.verdict})"), *[""] * 6)
+            )
+        for k, p in enumerate(t.proposals):
+            rows.append(
+                (
+                    text(f"repair-{j}-target", t.target) if k == 0 else "",
+                    "<br>".join(esc(c.parameter) for c in p.changes),
+                    "<br>".join(esc(f"{c.old} \u2192 {c.new}") for c in p.changes),
+                    num(f"repair-{j}-{k}-change", float(p.change)),
+                    num(f"repair-{j}-{k}-minimum", None if p.minimum is None else float(p.minimum)),
+                    num(f"repair-{j}-{k}-flips", p.flips),
+                    f'<span id="repair-{j}-{k}-reverified">{"yes" if p.reverified else "no"}</span>',
+                    f"<code>{esc(p.file)}</code>",
+                )
+            )
+        if t.no_single_parameter:
+            kinds = Counter(r.kind for r in t.no_single_parameter)
+            shown = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+            notes.append(
+                f"<li>{esc(t.target)}: no single parameter repairs it (exact, each of the "
+                f"{t.parameters} parameters: {esc(shown)}; summary.json lists each one's "
+                f"reason); pairs tried: {t.pairs_tried} of {t.pairs_total}.</li>"
+            )
+    out = [
+        "<p>The smallest change of the network's parameters that makes each violated rule "
+        "hold while the rules that held still hold: the largest absolute change of one CPT "
+        "entry, the row's other entries co-varied proportionally, then the inputs whose "
+        "decision flips. Each proposal was written as a network file (in the report "
+        "folder) and re-verified by compiling and verifying it. Nothing was applied: a "
+        "repaired network is the input of a new, signed build.</p>",
+        table(
+            (
+                "Rule",
+                "Parameter",
+                "Old \u2192 new",
+                "Change",
+                "Minimum",
+                "Flipped inputs",
+                "Re-verified",
+                "File",
+            ),
+            rows,
+            numeric=(False, False, False, True, True, True, False, False),
+            table_id="bn-repairs-table",
+        ),
+    ]
+    if notes:
+        out.append(f"<ul>{''.join(notes)}</ul>")
+    return "".join(out)
 
 
 def _diagram(bn: BNSummary) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import warnings
+from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -28,8 +29,10 @@ from boxwatch.offline.bn.formats import (
     parse_xmlbif,
     read_uai,
     write_bif,
+    write_network,
 )
 from boxwatch.offline.bn.formats import uai as uai_format
+from boxwatch.offline.bn.formats.writing import cpt_texts
 from boxwatch.offline.bn.limits import CompileTimeError
 from boxwatch.offline.bn.network import Network
 
@@ -204,6 +207,47 @@ def test_write_bif_round_trips_exactly(seed):
         write_bif(
             Network("n", ("a,b",), {"a,b": ("x", "y")}, {"a,b": ()}, {"a,b": np.array([0.5, 0.5])})
         )
+
+
+@pytest.mark.parametrize("suffix", [".bif", ".net", ".xml", ".uai", ".bif.gz", ".net.gz"])
+def test_every_format_writes_what_it_reads_back_exactly(tmp_path, suffix):
+    """A written network reads back with every number as written (the file's decimals, not
+    the floats' round trip), so both define the same exact classifier."""
+    net = renamed(random_dag(7, seed=4))
+    first = tmp_path / f"a{suffix}"
+    write_network(net, first)
+    read = load_network(first)
+    # numbers with more digits than a float keeps, as a file may write them
+    texts = {u: cpt_texts(read, u).copy() for u in read.variables}
+    v = read.variables[0]
+    tiny = Decimal("0." + "1" * 21)
+    row = [str(tiny)] * (read.card(v) - 1) + [str(1 - (read.card(v) - 1) * tiny)]
+    texts[v][(0,) * (texts[v].ndim - 1)] = row
+    cpts = {u: texts[u].astype(np.float64) for u in read.variables}
+    exact = Network(read.name, read.variables, read.states, read.parents, cpts, texts=texts)
+    second = tmp_path / f"b{suffix}"
+    write_network(exact, second)
+    back = load_network(second)
+    for u in net.variables:
+        assert back.parents[u] == net.parents[u] and back.states[u] == net.states[u]
+        if suffix == ".uai":  # the UAI reader keeps floats, not the file's decimals
+            assert np.array_equal(back.cpts[u], exact.cpts[u]), u
+        else:
+            assert np.array_equal(back.exact_cpt(u), exact.exact_cpt(u)), u
+    if suffix.endswith(".gz"):
+        assert gzip.decompress(second.read_bytes())
+
+
+def test_writers_refuse_names_their_format_cannot_hold(tmp_path):
+    net = Network("n", ("a b",), {"a b": ("x", "y")}, {"a b": ()}, {"a b": np.array([0.5, 0.5])})
+    with pytest.raises(ConfigError, match="names that Hugin cannot hold"):
+        write_network(net, tmp_path / "n.net")
+    with pytest.raises(ConfigError, match="names that UAI cannot hold"):
+        write_network(net, tmp_path / "n.uai")
+    with pytest.raises(ConfigError, match="unknown network format"):
+        write_network(net, tmp_path / "n.txt")
+    write_network(net, tmp_path / "n.xml")  # XML escapes any name
+    assert load_network(tmp_path / "n.xml").variables == ("a b",)
 
 
 def test_pgmpy_round_trip():

@@ -1,0 +1,300 @@
+"""``boxwatch repair-bn``: the smallest parameter changes that make a BN classifier's violated
+rules hold, written as network files and re-verified exactly."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.inputs import one_line, show_path
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_err, finish
+from boxwatch.commands.options import (
+    SecondsParam,
+    SizeParam,
+    classifier_options,
+)
+from boxwatch.commands.verify_bn import load_specs, yaml_file_option
+from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
+from boxwatch.offline.bn.compile import compile_classifier
+from boxwatch.offline.bn.formats import load_network
+from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn.repair import (
+    BREAKS,
+    CONFLICT,
+    DEFAULT_PROPOSALS,
+    DEFAULT_SECONDS,
+    TOGETHER,
+    UNMOVABLE,
+    RepairReport,
+    TargetResult,
+    fraction_text,
+    repair,
+)
+from boxwatch.offline.bn.rules import ClassifierSchema
+from boxwatch.offline.bn.verify import BNVerifier
+
+PROGRESS_AFTER_S = 1.0
+
+
+class _Progress:
+    """A stderr progress bar per step, shown once the command has run for
+    :data:`PROGRESS_AFTER_S` (short runs print nothing)."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._step = ""
+        self._bar: Any = None
+        self._done = 0
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        if step != self._step:
+            self.close()
+            self._step = step
+        if self._bar is None:
+            if time.perf_counter() - self._start < PROGRESS_AFTER_S or done >= total:
+                return
+            self._bar = click.progressbar(
+                length=total, label=step, file=sys.stderr, show_pos=True, show_eta=True
+            )
+            self._bar.__enter__()
+            self._done = 0
+        self._bar.update(done - self._done)
+        self._done = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+
+def _align(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join([*(v.ljust(w) for v, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
+        for r in rows
+    )
+
+
+_KINDS = {
+    UNMOVABLE: "no value repairs some violating input of {rule}",
+    CONFLICT: "inputs of {rule} need values on either side of each other",
+    TOGETHER: "the values that repair {rule} leave none for the other violated rules",
+    BREAKS: "{why}",
+}
+
+
+def _why(t: TargetResult) -> list[str]:
+    """The proof that no single parameter repairs ``t``, grouped by kind of reason."""
+    kinds: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for item in t.proof:
+        kind = _KINDS[item.kind].format(rule=item.rule, why=item.why)
+        kinds[kind] += 1
+        first.setdefault(kind, f"{item.parameter}: {item.why}")
+    lines = [
+        f"  no single-parameter repair: for each of the {t.parameters} parameters the set of "
+        "values that repairs it is empty (exact):"
+    ]
+    for kind, n in kinds.most_common():
+        lines.append(f"    {n} parameter{'s' if n > 1 else ''}: {kind}; e.g. {first[kind]}")
+    return lines
+
+
+def render(report: RepairReport) -> str:
+    """One row per proposal (best first) under its target; the proof where none exists."""
+    out: list[str] = []
+    head = (
+        "target",
+        "parameter",
+        "old -> new",
+        "change",
+        "minimum",
+        "flips",
+        "re-verified",
+        "file",
+    )
+    rows: list[tuple[str, ...]] = [head]
+    notes: list[str] = []
+    for t in report.targets:
+        if not t.proposals:
+            none = "no single parameter (proved), no pair found" if t.complete else "none found"
+            rows.append((t.name, f"({none})", "", "", "", "", "", ""))
+        for i, p in enumerate(t.proposals):
+            for j, c in enumerate(p.changes):
+                first = j == 0
+                rows.append(
+                    (
+                        t.name if i == 0 and first else "",
+                        c.parameter,
+                        f"{fraction_text(c.old)} -> {fraction_text(c.new)}",
+                        fraction_text(p.change) if first else "",
+                        (f"{float(p.minimum):.8g}" if p.minimum is not None else "-")
+                        if first
+                        else "",
+                        f"{p.flips:,}" if first else "",
+                        ("yes" if p.reverified else "NO") if first else "",
+                        Path(p.file).name if first else "",
+                    )
+                )
+        if not t.single and t.complete:
+            notes.append(f"{t.name}:")
+            notes.extend(_why(t))
+            notes.append(
+                f"  pairs: {t.pairs_tried} of {t.pairs_total} tried"
+                + (f", {len(t.proposals)} found" if t.proposals else ", none found")
+            )
+        elif not t.complete:
+            notes.append(
+                f"{t.name}: the search stopped at --max-seconds after {t.parameters} "
+                "parameters: no proof either way"
+            )
+    out.append(_align(rows))
+    if notes:
+        out.append("\n".join(notes))
+    return "\n\n".join(out)
+
+
+@click.command("repair-bn")
+@classifier_options
+@yaml_file_option(
+    "--rules",
+    "rules_path",
+    "if-then rules to repair (the format of verify-bn; see docs/rules.md).",
+    required=True,
+)
+@yaml_file_option(
+    "--fmo",
+    "fmo_path",
+    "monotonicity queries: re-verified on every proposal (not repaired).",
+    default=None,
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("repairs"),
+    show_default=True,
+    help="Directory the proposals are written to (created when missing).",
+)
+@click.option(
+    "--proposals",
+    "n_proposals",
+    type=click.IntRange(min=1, max=100),
+    default=DEFAULT_PROPOSALS,
+    show_default=True,
+    help="Proposals per violated rule, smallest change first.",
+)
+@click.option(
+    "--max-seconds",
+    type=SecondsParam(),
+    default=DEFAULT_SECONDS,
+    show_default=True,
+    help="Search budget: the pair search stops when it is spent (and the single-parameter "
+    "analysis, which then proves nothing); the output says how far each got.",
+)
+@click.option(
+    "--max-memory",
+    type=SizeParam(),
+    default=None,
+    help="Memory reading and each compilation may use, e.g. 4G (default: half of this "
+    "machine's RAM).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def repair_bn(
+    network_file: Path,
+    wanted: ClassifierSpec,
+    rules_path: Path,
+    fmo_path: Path | None,
+    out_dir: Path,
+    n_proposals: int,
+    max_seconds: float,
+    max_memory: int | None,
+    as_json: bool,
+) -> None:
+    """Propose the smallest changes of a BN's parameters that make its violated rules hold.
+
+    For each violated rule: the smallest change that makes it hold while every rule that
+    held still holds (and, with two or more violated, one that makes every rule hold).
+    Change is measured by the largest absolute change of one CPT entry, the row's other
+    entries co-varied proportionally (Chan & Darwiche's single-parameter co-variation), then
+    by the number of inputs whose decision flips. Single parameters come first, decided
+    exactly (rational arithmetic): the proposal is a short decimal strictly inside the set
+    of values that repair, and "minimum" is the exact smallest change that parameter allows;
+    where no single parameter works the output proves it (why, for each parameter) and a
+    search of pairs runs within --max-seconds (not proved minimal). Each proposal is written
+    to --out in FILE's format and re-verified with verify-bn's exact machinery; nothing is
+    applied: a repaired network is the input of a new, signed build. FILE: {formats}.
+
+    Exit status: 0 no rule violated, or every violated rule has a proposal that
+    re-verified; 1 some violated rule has none; 2 invalid input (one line per problem).
+
+    \b
+    Examples:
+      boxwatch repair-bn child.bif.gz --class Disease --positive Lung --threshold 0.2 \\
+          --rules examples/child/lung-rules.yaml --out repairs/
+      boxwatch repair-bn child.bif.gz --class Disease --decision argmax \\
+          --rules examples/child/disease-rules.yaml --json
+    """
+    limit = default_max_memory() if max_memory is None else max_memory
+    bar = _Progress()
+    try:
+        start = time.perf_counter()
+        deadline = Deadline(None, show_path(network_file), start)
+        with memory_guard(limit):
+            network = load_network(network_file, max_memory=limit)
+            spec = resolve_spec(network, wanted)
+            compiled = compile_classifier(network, spec, max_memory=limit)
+            schema = ClassifierSchema.from_diagram(compiled.diagram, network.variables)
+            specs = load_specs(rules_path, fmo_path, schema, deadline)
+            with BNVerifier(compiled.diagram, network=network) as verifier:
+                original = verifier.verify(specs, counterexamples=0)
+            report = repair(
+                network,
+                spec,
+                specs,
+                out_dir=out_dir,
+                source=network_file,
+                proposals=n_proposals,
+                max_seconds=max_seconds,
+                max_memory=limit,
+                original=original,
+                progress=bar,
+            )
+    except ConfigError as exc:
+        raise VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems)) from exc
+    except MemoryError as exc:
+        raise VerbExit(
+            EXIT_USAGE,
+            (
+                f"error: {show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
+                "give fewer features or raise --max-memory",
+            ),
+        ) from exc
+    finally:
+        bar.close()
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), "file": str(network_file)}, indent=2))
+    elif report.targets:
+        click.echo(render(report))
+    violated = [name for name, v in report.verdicts.items() if v != "holds"]
+    rules = [t for t in report.targets if t.name in violated]
+    fixed = [t for t in rules if any(p.reverified for p in t.proposals)]
+    made = sum(len(t.proposals) for t in report.targets)
+    good = sum(p.reverified for t in report.targets for p in t.proposals)
+    if not violated:
+        echo_err(f"{network_file}: all {len(report.verdicts)} rules hold: nothing to repair")
+        return
+    echo_err(
+        f"{network_file}: {len(violated)} of {len(report.verdicts)} rules violated; "
+        f"{len(fixed)} of them repaired; {made} proposals ({good} re-verified) in "
+        f"{show_path(out_dir)} ({report.seconds:.2f} s)"
+    )
+    if len(fixed) < len(rules):
+        finish(EXIT_FAILED)
