@@ -531,6 +531,14 @@ def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
     a nearest-box search finds a close box early and stops sooner (distances do not depend
     on the order).
     """
+    per_class = _complement_rows(boxes, n_neighbours)
+    idx = np.concatenate(per_class) if per_class else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(i) for i in per_class])]).astype(np.int64)
+    return BoxSet(boxes.lo[idx], boxes.hi[idx], offsets)
+
+
+def _complement_rows(boxes: BoxSet, n_neighbours: int) -> list[np.ndarray]:
+    """:func:`complement_boxes`'s rows of ``boxes``, one index array per class, nearest first."""
     off = boxes.offsets
     centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
     owner = np.repeat(np.arange(boxes.n_classes), np.diff(off))
@@ -548,9 +556,18 @@ def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
                 near = cls[np.sort(first)][:n_neighbours]
                 others = others[np.isin(cls, near)]
         per_class.append(others)
-    idx = np.concatenate(per_class) if per_class else np.zeros(0, np.int64)
-    offsets = np.concatenate([[0], np.cumsum([len(i) for i in per_class])]).astype(np.int64)
-    return BoxSet(boxes.lo[idx], boxes.hi[idx], offsets)
+    return per_class
+
+
+def complement_classes(boxes: BoxSet, n_neighbours: int = 0) -> np.ndarray:
+    """The classes whose boxes :func:`complement_boxes` gives each class, shape
+    (n_classes, n_most), padded with -1 (at least one column)."""
+    owner = np.repeat(np.arange(boxes.n_classes), boxes.counts())
+    per_class = [np.unique(owner[rows]) for rows in _complement_rows(boxes, n_neighbours)]
+    table = np.full((boxes.n_classes, max([1, *map(len, per_class)])), -1, dtype=np.int64)
+    for c, classes in enumerate(per_class):
+        table[c, : len(classes)] = classes
+    return table
 
 
 def contrast_scores(d_own: np.ndarray, d_other: np.ndarray) -> np.ndarray:
@@ -564,6 +581,81 @@ def contrast_scores(d_own: np.ndarray, d_other: np.ndarray) -> np.ndarray:
         out = d_own / (d_own + d_other)
     out[d_own == 0] = 0.0
     return out
+
+
+REASON_NAMES = vocab.VERDICT_REASONS
+FAMILIAR = REASON_NAMES.index("familiar")
+LOW_CONFIDENCE = REASON_NAMES.index("low_confidence")
+BAD_BOX = REASON_NAMES.index("bad_box")
+OUTSIDE_BOXES = REASON_NAMES.index("outside_boxes")
+BETWEEN_CLASSES = REASON_NAMES.index("between_classes")
+ENERGY = REASON_NAMES.index("energy")
+NOT_FINITE = REASON_NAMES.index("not_finite")
+OUT_OF_RANGE = REASON_NAMES.index("out_of_range")
+
+
+@dataclass(frozen=True)
+class Reasons:
+    """Why each input got its verdict (:meth:`BoxRuntime.explain`).
+
+    Attributes
+    ----------
+    codes : ndarray of shape (n_samples,), int8
+        Reason codes: index into :data:`REASON_NAMES` (``vocab.VERDICT_REASONS``).
+    layer : ndarray of shape (n_samples,), int16
+        For inputs not accepted, the layer the reason points at (index into
+        ``layer_names``): the deciding term's layer (``outside_boxes``,
+        ``between_classes``), the first layer holding the input in a bad box (``bad_box``),
+        else the layer with the largest scaled distance; -1 for accepted inputs and
+        ``not_finite``.
+    nearest : ndarray of shape (n_samples,), int64
+        For inputs not accepted, the nearest other class: among the classes the contrast
+        term measures against (the contrast layer with the largest term), else the model's
+        runner-up class; -1 where none (accepted, ``not_finite``, no logits).
+    layer_names : tuple of str
+    """
+
+    codes: np.ndarray
+    layer: np.ndarray
+    nearest: np.ndarray
+    layer_names: tuple[str, ...]
+
+    def names(self) -> np.ndarray:
+        """Reason names, shape (n_samples,), object."""
+        return np.asarray(REASON_NAMES, dtype=object)[self.codes]
+
+    def layers(self) -> list[str | None]:
+        """The layer each input's reason points at, None where none."""
+        names = [*self.layer_names, None]  # index -1: None
+        return [names[i] for i in self.layer.tolist()]
+
+    def override(self, where: np.ndarray, code: int) -> Reasons:
+        """These reasons with ``code`` where ``where`` holds; ``not_finite`` also clears
+        the layer and the nearest class (nothing measured is left to point at)."""
+        where = np.asarray(where, dtype=bool)
+        if not where.any():
+            return self
+        codes = np.where(where, np.int8(code), self.codes).astype(np.int8)
+        if code != NOT_FINITE:
+            return Reasons(codes, self.layer, self.nearest, self.layer_names)
+        return Reasons(
+            codes,
+            np.where(where, -1, self.layer).astype(np.int16),
+            np.where(where, -1, self.nearest),
+            self.layer_names,
+        )
+
+
+@dataclass
+class AssessTrace:
+    """What one :meth:`BoxRuntime.assess` pass computed, for :meth:`BoxRuntime.explain`:
+    features, distances and contrast terms per layer, the energy and the bad-box tests."""
+
+    feats: dict[str, np.ndarray] = field(default_factory=dict)
+    dist: dict[str, np.ndarray] = field(default_factory=dict)
+    contrast: dict[str, np.ndarray] = field(default_factory=dict)
+    energy: np.ndarray | None = None
+    in_bad: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def layer_verdicts(good: BoxSet, bad: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -681,6 +773,9 @@ class BoxRuntime:
     energy_center: float | None = None
     energy_scale: float | None = None
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _other_classes: dict[str, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def other_boxes(self, layer: str) -> BoxSet:
         """Per class, the good boxes of its ``contrast_classes`` nearest other classes
@@ -756,13 +851,14 @@ class BoxRuntime:
         *,
         want_scores: bool = True,
         logits: np.ndarray | None = None,
+        trace: AssessTrace | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """Verdicts and scores in one pass: each box test and distance computed once.
 
         ``logits``: the model's output for the same inputs, needed when
         :meth:`needs_logits`. Returns ``(combined, per_layer, scores)``; ``scores`` is None
         when not wanted (and not needed by the combination rule) or when no score layer is
-        set.
+        set. ``trace`` receives what the pass computed (:meth:`explain` reads it).
         """
         y_pred = np.asarray(y_pred)
         calibrated = self.combine == "calibrated"
@@ -824,9 +920,12 @@ class BoxRuntime:
                 else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
                 for layer in contrast
             }
-            scores = self.combine_scores(
-                dist, contrast_terms, energy=self.energy(logits, len(y_pred))
-            )
+            energy = self.energy(logits, len(y_pred))
+            scores = self.combine_scores(dist, contrast_terms, energy=energy)
+        if trace is not None:
+            trace.feats, trace.dist, trace.in_bad = feats, dist, in_bad
+            if scored:
+                trace.contrast, trace.energy = contrast_terms, energy
         if not calibrated:
             combined = combine_verdicts(
                 np.stack([per[layer] for layer in self.layers]), self.combine
@@ -920,24 +1019,9 @@ class BoxRuntime:
         contrast terms). Non-finite scores become ``inf`` (never accepted) with ``"fused"``
         and ``"quadratic"``.
         """
-        dist = [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers]
-        con: list[np.ndarray] = []
-        if self.score == "fused" and self.contrast_layers:
-            if contrast is None:
-                raise ConfigError(
-                    f"score='fused' needs the contrast terms of {self.contrast_layers}"
-                )
-            con = [
-                contrast[layer] / self.contrast_scales.get(layer, 1.0)
-                for layer in self.contrast_layers
-            ]
-        if self.has_energy_term():
-            if energy is None:
-                raise ConfigError("this monitor's score needs the energy of the model's logits")
-            assert self.energy_scale is not None and self.energy_center is not None
-            with np.errstate(invalid="ignore"):
-                term = np.maximum(energy - self.energy_center, 0.0) / self.energy_scale
-                con += [term] * ENERGY_TERMS
+        dist, con, term = self._scaled_terms(per_layer, contrast, energy)
+        if term is not None:
+            con += [term] * ENERGY_TERMS
         if self.score_mean == "quadratic":
             with np.errstate(over="ignore", invalid="ignore"):
                 out = np.sqrt(np.mean(np.square(dist + con), axis=0))
@@ -949,6 +1033,34 @@ class BoxRuntime:
                 out = out + np.mean(con, axis=0)
         out[~np.isfinite(out)] = np.inf
         return out
+
+    def _scaled_terms(
+        self,
+        per_layer: Mapping[str, np.ndarray],
+        contrast: Mapping[str, np.ndarray] | None,
+        energy: np.ndarray | None,
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
+        """The score's terms, each scaled (:meth:`combine_scores`): one per score layer, one
+        per contrast layer (``"fused"``) and the energy term (None without one)."""
+        dist = [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers]
+        con: list[np.ndarray] = []
+        if self.score == "fused" and self.contrast_layers:
+            if contrast is None:
+                raise ConfigError(
+                    f"score='fused' needs the contrast terms of {self.contrast_layers}"
+                )
+            con = [
+                contrast[layer] / self.contrast_scales.get(layer, 1.0)
+                for layer in self.contrast_layers
+            ]
+        term = None
+        if self.has_energy_term():
+            if energy is None:
+                raise ConfigError("this monitor's score needs the energy of the model's logits")
+            assert self.energy_scale is not None and self.energy_center is not None
+            with np.errstate(invalid="ignore"):
+                term = np.maximum(energy - self.energy_center, 0.0) / self.energy_scale
+        return dist, con, term
 
     def scores(
         self,
@@ -968,6 +1080,187 @@ class BoxRuntime:
             contrast,
             energy=self.energy(logits, len(np.asarray(y_pred))),
         )
+
+    def explain(
+        self,
+        activations: Mapping[str, np.ndarray],
+        y_pred: np.ndarray,
+        *,
+        logits: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None, Reasons]:
+        """:meth:`assess` (scores wanted), failing closed, and why each input got its verdict.
+
+        An input whose ``logits`` or monitored activations hold a NaN or an infinity is
+        rejected on every layer with reason ``not_finite``. The reasons read what
+        :meth:`assess` computed and are worked out for the inputs not accepted only, so
+        they cost little beside the verdicts. Returns ``(combined, per_layer, scores,
+        reasons)``.
+        """
+        y_pred = np.asarray(y_pred)
+        trace = AssessTrace()
+        combined, per, scores = self.assess(activations, y_pred, logits=logits, trace=trace)
+        n = len(y_pred)
+        broken = self._not_finite(trace.feats, scores, logits, n)
+        if broken is not None:
+            combined = np.where(broken, REJECT, combined).astype(np.int8)
+            per = {layer: np.where(broken, REJECT, v).astype(np.int8) for layer, v in per.items()}
+        names = tuple(dict.fromkeys([*self.layers, *self.score_layers, *self.contrast_layers]))
+        reasons = Reasons(
+            np.full(n, FAMILIAR, dtype=np.int8),
+            np.full(n, -1, dtype=np.int16),
+            np.full(n, -1, dtype=np.int64),
+            names,
+        )
+        rows = np.flatnonzero(combined != ACCEPT)
+        if broken is not None:
+            rows = rows[~broken[rows]]
+            reasons.codes[broken] = NOT_FINITE
+        if len(rows):
+            why = self._why(rows, combined[rows], y_pred[rows], per, trace, logits, names)
+            reasons.codes[rows], reasons.layer[rows], reasons.nearest[rows] = why
+        return combined, per, scores, reasons
+
+    def _why(
+        self,
+        rows: np.ndarray,
+        verdicts: np.ndarray,
+        y: np.ndarray,
+        per: Mapping[str, np.ndarray],
+        trace: AssessTrace,
+        logits: np.ndarray | None,
+        names: tuple[str, ...],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Reason codes, layers (index into ``names``) and nearest other classes of the inputs
+        ``rows`` of the batch, with their ``verdicts`` and predicted classes ``y``.
+
+        Assumes valid input: ``rows`` are neither accepted nor ``not_finite``.
+        """
+        uncertain = verdicts == UNCERTAIN
+        at = {name: i for i, name in enumerate(names)}
+        monitored = np.array([at[name] for name in self.layers], dtype=np.int16)
+        code = np.full(len(rows), OUTSIDE_BOXES, dtype=np.int8)
+        layer = np.full(len(rows), -1, dtype=np.int16)
+        n_dist = n_con = 0
+        terms = np.zeros((0, len(rows)))
+        if trace.dist:  # scored: the scaled terms of these rows, as the score weighed them
+            dist, con, energy = self._scaled_terms(trace.dist, trace.contrast or None, trace.energy)
+            n_dist, n_con = len(dist), len(con)
+            terms = np.stack([*dist, *con, *([] if energy is None else [energy])])[:, rows]
+            terms[np.isnan(terms)] = -np.inf  # a NaN term (no box on either side) decides nothing
+            score_at = np.array([at[name] for name in self.score_layers], dtype=np.int16)
+            layer = score_at[terms[:n_dist].argmax(axis=0)]
+        if self.combine == "calibrated":
+            if self.uncertainty == "bad-box":
+                code[uncertain] = BAD_BOX
+                held = np.stack([trace.in_bad[name][rows] for name in self.layers])
+                first = uncertain & held.any(axis=0)
+                layer[first] = monitored[held.argmax(axis=0)[first]]
+            else:
+                code[uncertain] = LOW_CONFIDENCE
+            rejected = np.flatnonzero(~uncertain)
+            if len(rejected):
+                kinds = [OUTSIDE_BOXES] * n_dist + [BETWEEN_CLASSES] * n_con
+                term_at = [
+                    at[name] for name in [*self.score_layers, *self.contrast_layers][: len(kinds)]
+                ]
+                kinds += [ENERGY] * (len(terms) - len(kinds))
+                term_at += [-1] * (len(terms) - len(term_at))  # energy: the farthest layer
+                if self.score_mean == "quadratic":  # each term's share of the mean square
+                    weight = np.where(np.asarray(kinds) == ENERGY, ENERGY_TERMS, 1.0)
+                    top = (np.square(terms[:, rejected]) * weight[:, None]).argmax(axis=0)
+                else:  # its share of the mean distance term plus the mean contrast term
+                    weight = np.r_[
+                        np.full(n_dist, 1 / max(n_dist, 1)), np.full(n_con, 1 / max(n_con, 1))
+                    ]
+                    top = (terms[:, rejected] * weight[:, None]).argmax(axis=0)
+                code[rejected] = np.asarray(kinds, dtype=np.int8)[top]
+                chosen = np.asarray(term_at, dtype=np.int16)[top]
+                layer[rejected] = np.where(chosen >= 0, chosen, layer[rejected])
+        else:  # a rule over the layer verdicts: the first layer that made the verdict
+            v = np.stack([per[name][rows] for name in self.layers])
+            held = uncertain & (v == UNCERTAIN).any(axis=0)
+            code[held] = BAD_BOX
+            first = np.where(held, (v == UNCERTAIN).argmax(axis=0), (v == REJECT).argmax(axis=0))
+            layer = monitored[first]
+        contrast = terms[n_dist : n_dist + n_con]
+        return code, layer, self._nearest_classes(rows, y, contrast, trace, logits)
+
+    def _nearest_classes(
+        self,
+        rows: np.ndarray,
+        y: np.ndarray,
+        contrast: np.ndarray,
+        trace: AssessTrace,
+        logits: np.ndarray | None,
+    ) -> np.ndarray:
+        """The nearest other class of each input ``rows`` (predicted ``y``): where the score
+        has contrast terms (``contrast``, scaled, shape (n_contrast_layers, len(rows))), the
+        nearest of the classes the contrast layer with the largest term measures against;
+        else the runner-up of ``logits``; else -1."""
+        if len(contrast):
+            pick = contrast.argmax(axis=0)
+            tables = [self._other_classes_of(name) for name in self.contrast_layers]
+            if all(t.shape[1] == 1 for t in tables):  # the default: one lookup
+                return np.stack([t[:, 0] for t in tables])[pick, y]
+            nearest = np.empty(len(rows), dtype=np.int64)
+            for j, name in enumerate(self.contrast_layers):
+                sel = np.flatnonzero(pick == j)
+                nearest[sel] = self._nearest_other(name, trace.feats[name], rows[sel], y[sel])
+            return nearest
+        if logits is not None:
+            z = np.array(np.asarray(logits).reshape(len(logits), -1)[rows], dtype=np.float64)
+            if z.shape[1] > 1 and z.shape[1] > y.max():
+                z[np.arange(len(rows)), y] = -np.inf
+                return z.argmax(axis=1)
+        return np.full(len(rows), -1, dtype=np.int64)
+
+    def _nearest_other(
+        self, layer: str, feats: np.ndarray, rows: np.ndarray, y: np.ndarray
+    ) -> np.ndarray:
+        """Of the classes whose boxes :meth:`other_boxes` gives class ``y[i]``, the one with a
+        box nearest ``feats[rows[i]]`` (normalised features); -1 where there is none.
+
+        One distance per candidate class: what the contrast term's own search costs.
+        """
+        cand = self._other_classes_of(layer)[y]
+        i, k = np.nonzero(cand >= 0)
+        d = np.full(cand.shape, np.inf)
+        d[i, k] = self.good[layer].distance(feats[rows[i]], cand[i, k])
+        return cand[np.arange(len(y)), d.argmin(axis=1)]
+
+    def _other_classes_of(self, layer: str) -> np.ndarray:
+        """:func:`complement_classes` of the layer's good boxes (the classes of
+        :meth:`other_boxes`), built on first use and cached."""
+        if layer not in self._other_classes:
+            self._other_classes[layer] = complement_classes(self.good[layer], self.contrast_classes)
+        return self._other_classes[layer]
+
+    def _not_finite(
+        self,
+        feats: Mapping[str, np.ndarray],
+        scores: np.ndarray | None,
+        logits: np.ndarray | None,
+        n: int,
+    ) -> np.ndarray | None:
+        """Rows whose logits or monitored features are not finite (None: no such row).
+
+        A non-finite feature makes the score non-finite, so the features of score and
+        contrast layers are read only on rows whose score is not finite (few).
+        """
+        bad = np.zeros(n, dtype=bool)
+        if logits is not None:
+            z = np.asarray(logits)
+            bad |= ~np.isfinite(z.reshape(n, -1)).all(axis=1)
+        covered = (
+            set(self.score_layers) | set(self.contrast_layers) if scores is not None else set()
+        )
+        suspect = np.flatnonzero(~np.isfinite(scores)) if scores is not None else None
+        for layer, x in feats.items():
+            if layer not in covered:
+                bad |= ~np.isfinite(x).all(axis=1)
+            elif suspect is not None and len(suspect):
+                bad[suspect] |= ~np.isfinite(x[suspect]).all(axis=1)
+        return bad if bad.any() else None
 
     def decide(self, scores: np.ndarray) -> np.ndarray:
         """Accept (``True``) where the score is finite and at most the calibrated threshold."""
