@@ -98,7 +98,9 @@ def explain(rt: BoxRuntime, rows: list[tuple[Any, Any, int, list[float]]]):
 
 
 def named(reasons: Reasons) -> list[tuple[str, str | None, int]]:
-    return list(zip(reasons.names().tolist(), reasons.layers(), reasons.nearest.tolist()))
+    return list(
+        zip(reasons.names().tolist(), reasons.layers(), reasons.nearest.tolist(), strict=True)
+    )
 
 
 def test_each_reason_of_the_calibrated_rule_where_expected():
@@ -260,8 +262,10 @@ def test_explain_gives_the_verdicts_and_scores_of_assess_and_reasons_that_fit_th
             np.testing.assert_array_equal(per[layer], want[1][layer])
         np.testing.assert_array_equal(scores, want[2])
         verdicts = verdict_names(combined).tolist()
-        allowed = [v in vocab.REASON_VERDICTS[r] for v, r in zip(verdicts, why.names().tolist())]
-        assert all(allowed), changes
+        reasons = why.names().tolist()
+        assert all(v in vocab.REASON_VERDICTS[r] for v, r in zip(verdicts, reasons, strict=True)), (
+            changes
+        )
         flagged = combined != ACCEPT
         assert (why.layer[flagged] >= 0).all() and (why.layer[~flagged] == -1).all()
         assert (why.nearest[flagged] != y[flagged]).all() and (why.nearest[~flagged] == -1).all()

@@ -44,6 +44,7 @@ def test_users_hold_the_owners_objects():
     assert boxes.SCORE_MEANS is vocab.SCORE_MEANS
     assert boxes.UNCERTAINTY_RULES is vocab.UNCERTAINTY_RULES
     assert boxes.MODEL_OUTPUTS is vocab.MODEL_OUTPUTS
+    assert boxes.REASON_NAMES is vocab.VERDICT_REASONS
     assert preprocessing.DTYPES is vocab.INPUT_DTYPES
 
 
@@ -84,6 +85,20 @@ def test_metric_label_values_are_the_owners():
         assert _label_values(registry, "kind", prefix + counter) == set(vocab.AGENT_OUTPUTS)
     assert _label_values(registry, "verdict") == set(vocab.VERDICTS)
     assert _label_values(registry, "outcome") == set(vocab.GATE_OUTCOMES)
+    pairs = {
+        (s.labels["verdict"], s.labels["reason"])
+        for m in registry.collect()
+        if m.name == prefix + "verdict_reasons"
+        for s in m.samples
+    }
+    assert pairs == {(v, r) for r, verdicts in vocab.REASON_VERDICTS.items() for v in verdicts}
+
+
+def test_every_verdict_has_reasons_and_every_reason_its_verdicts():
+    assert vocab.VERDICT_REASONS == tuple(vocab.REASON_VERDICTS)
+    for reason, verdicts in vocab.REASON_VERDICTS.items():
+        assert verdicts and set(verdicts) <= set(vocab.VERDICTS), reason
+    assert {v for vs in vocab.REASON_VERDICTS.values() for v in vs} == set(vocab.VERDICTS)
 
 
 def test_agent_config_validators_accept_exactly_the_owners():
