@@ -4,6 +4,7 @@ the build schema and the estimators use its objects, and nobody else spells them
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 from consumed import Record
@@ -99,6 +100,13 @@ def test_every_verdict_has_reasons_and_every_reason_its_verdicts():
     for reason, verdicts in vocab.REASON_VERDICTS.items():
         assert verdicts and set(verdicts) <= set(vocab.VERDICTS), reason
     assert {v for vs in vocab.REASON_VERDICTS.values() for v in vs} == set(vocab.VERDICTS)
+
+
+def test_the_records_doc_lists_every_reason_with_its_verdicts():
+    doc = (ROOT / "docs" / "records.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| ([a-z, ]+) \|", doc, flags=re.M)
+    listed = {reason: {v.strip() for v in verdicts.split(",")} for reason, verdicts in rows}
+    assert listed == {reason: set(v) for reason, v in vocab.REASON_VERDICTS.items()}
 
 
 def test_agent_config_validators_accept_exactly_the_owners():
