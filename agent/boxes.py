@@ -1146,7 +1146,7 @@ class BoxRuntime:
             dist, con, energy = self._scaled_terms(trace.dist, trace.contrast or None, trace.energy)
             n_dist, n_con = len(dist), len(con)
             terms = np.stack([*dist, *con, *([] if energy is None else [energy])])[:, rows]
-            terms[np.isnan(terms)] = -np.inf  # a NaN term (no box on either side) decides nothing
+            terms = np.fmax(terms, 0.0)  # a NaN term (no box on either side) decides nothing
             score_at = np.array([at[name] for name in self.score_layers], dtype=np.int16)
             layer = score_at[terms[:n_dist].argmax(axis=0)]
         if self.combine == "calibrated":
@@ -1165,14 +1165,14 @@ class BoxRuntime:
                 ]
                 kinds += [ENERGY] * (len(terms) - len(kinds))
                 term_at += [-1] * (len(terms) - len(term_at))  # energy: the farthest layer
-                if self.score_mean == "quadratic":  # each term's share of the mean square
-                    weight = np.where(np.asarray(kinds) == ENERGY, ENERGY_TERMS, 1.0)
-                    top = (np.square(terms[:, rejected]) * weight[:, None]).argmax(axis=0)
-                else:  # its share of the mean distance term plus the mean contrast term
-                    weight = np.r_[
-                        np.full(n_dist, 1 / max(n_dist, 1)), np.full(n_con, 1 / max(n_con, 1))
-                    ]
-                    top = (terms[:, rejected] * weight[:, None]).argmax(axis=0)
+                # Each term's share of the score (terms >= 0): of the mean square, the term
+                # squared times its count; of the arithmetic score, the term over the number
+                # of terms of its kind.
+                if self.score_mean == "quadratic":
+                    weight = [np.sqrt(ENERGY_TERMS) if k == ENERGY else 1.0 for k in kinds]
+                else:
+                    weight = [1 / n_dist] * n_dist + [1 / max(n_con, 1)] * n_con
+                top = (terms[:, rejected] * np.array(weight)[:, None]).argmax(axis=0)
                 code[rejected] = np.asarray(kinds, dtype=np.int8)[top]
                 chosen = np.asarray(term_at, dtype=np.int16)[top]
                 layer[rejected] = np.where(chosen >= 0, chosen, layer[rejected])
@@ -1248,17 +1248,19 @@ class BoxRuntime:
         contrast layers are read only on rows whose score is not finite (few).
         """
         bad = np.zeros(n, dtype=bool)
-        if logits is not None:
-            z = np.asarray(logits)
-            bad |= ~np.isfinite(z.reshape(n, -1)).all(axis=1)
+        z = None if logits is None else np.asarray(logits).reshape(n, -1)
+        if z is not None and not np.isfinite(z).all():
+            bad |= ~np.isfinite(z).all(axis=1)
         covered = (
             set(self.score_layers) | set(self.contrast_layers) if scores is not None else set()
         )
-        suspect = np.flatnonzero(~np.isfinite(scores)) if scores is not None else None
+        suspect = None
+        if scores is not None and not np.isfinite(scores).all():
+            suspect = np.flatnonzero(~np.isfinite(scores))
         for layer, x in feats.items():
             if layer not in covered:
                 bad |= ~np.isfinite(x).all(axis=1)
-            elif suspect is not None and len(suspect):
+            elif suspect is not None:
                 bad[suspect] |= ~np.isfinite(x[suspect]).all(axis=1)
         return bad if bad.any() else None
 
