@@ -658,6 +658,28 @@ class AssessTrace:
     in_bad: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _ReasonLayout:
+    """What :meth:`BoxRuntime.explain` reads of a monitor's settings, built once for them.
+
+    ``names``: the layers the reasons index; ``monitored`` / ``score_at``: the index of each
+    monitored / score layer there; per term of the score (distances, contrast terms, the
+    energy term): ``kinds`` (reason code), ``term_at`` (layer index, -1: the energy) and
+    ``weight`` (what its value weighs in the score); ``nearest``: per contrast layer and
+    class, the one class its contrast term measures against (None: more than one).
+    """
+
+    names: tuple[str, ...]
+    monitored: np.ndarray
+    score_at: np.ndarray
+    kinds: np.ndarray
+    term_at: np.ndarray
+    weight: np.ndarray
+    n_dist: int
+    n_con: int
+    nearest: np.ndarray | None
+
+
 def layer_verdicts(good: BoxSet, bad: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Algorithm 3 for one layer: verdict codes of shape (n_samples,), int8."""
     in_good = good.contains(x, y)
@@ -773,7 +795,10 @@ class BoxRuntime:
     energy_center: float | None = None
     energy_scale: float | None = None
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _other_classes: dict[str, np.ndarray] = field(
+    _other_classes: dict[tuple[str, int], np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _layouts: dict[tuple, _ReasonLayout] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -1104,21 +1129,64 @@ class BoxRuntime:
         if broken is not None:
             combined = np.where(broken, REJECT, combined).astype(np.int8)
             per = {layer: np.where(broken, REJECT, v).astype(np.int8) for layer, v in per.items()}
-        names = tuple(dict.fromkeys([*self.layers, *self.score_layers, *self.contrast_layers]))
+        layout = self._reason_layout()
         reasons = Reasons(
             np.full(n, FAMILIAR, dtype=np.int8),
             np.full(n, -1, dtype=np.int16),
             np.full(n, -1, dtype=np.int64),
-            names,
+            layout.names,
         )
         rows = np.flatnonzero(combined != ACCEPT)
         if broken is not None:
             rows = rows[~broken[rows]]
             reasons.codes[broken] = NOT_FINITE
         if len(rows):
-            why = self._why(rows, combined[rows], y_pred[rows], per, trace, logits, names)
+            why = self._why(rows, combined[rows], y_pred[rows], per, trace, logits, layout)
             reasons.codes[rows], reasons.layer[rows], reasons.nearest[rows] = why
         return combined, per, scores, reasons
+
+    def _reason_layout(self) -> _ReasonLayout:
+        """This monitor's :class:`_ReasonLayout`, built on first use and cached per setting."""
+        key = (
+            tuple(self.layers),
+            tuple(self.score_layers),
+            tuple(self.contrast_layers),
+            self.score,
+            self.score_mean,
+            self.has_energy_term(),
+            self.contrast_classes,
+        )
+        if key in self._layouts:
+            return self._layouts[key]
+        names = tuple(dict.fromkeys([*self.layers, *self.score_layers, *self.contrast_layers]))
+        at = {name: i for i, name in enumerate(names)}
+        contrast = self.contrast_layers if self.score == "fused" else []
+        n_dist, n_con = len(self.score_layers), len(contrast)
+        kinds = [OUTSIDE_BOXES] * n_dist + [BETWEEN_CLASSES] * n_con
+        term_at = [at[name] for name in [*self.score_layers, *contrast]]
+        if self.score_mean == "quadratic":  # a term's share of the mean square: squared,
+            weight = [1.0] * len(kinds)  # times the times it is counted (terms are >= 0)
+            if self.has_energy_term():
+                kinds.append(ENERGY)
+                term_at.append(-1)  # the energy points at the farthest layer
+                weight.append(float(np.sqrt(ENERGY_TERMS)))
+        else:  # of the arithmetic score: over the number of terms of its kind
+            weight = [1 / max(n_dist, 1)] * n_dist + [1 / max(n_con, 1)] * n_con
+        tables = [self._other_classes_of(name) for name in contrast]
+        one = bool(tables) and all(t.shape[1] == 1 for t in tables)
+        layout = _ReasonLayout(
+            names=names,
+            monitored=np.array([at[name] for name in self.layers], dtype=np.int16),
+            score_at=np.array([at[name] for name in self.score_layers], dtype=np.int16),
+            kinds=np.array(kinds, dtype=np.int8),
+            term_at=np.array(term_at, dtype=np.int16),
+            weight=np.array(weight).reshape(-1, 1),
+            n_dist=n_dist,
+            n_con=n_con,
+            nearest=np.stack([t[:, 0] for t in tables]) if one else None,
+        )
+        self._layouts[key] = layout
+        return layout
 
     def _why(
         self,
@@ -1128,62 +1196,44 @@ class BoxRuntime:
         per: Mapping[str, np.ndarray],
         trace: AssessTrace,
         logits: np.ndarray | None,
-        names: tuple[str, ...],
+        layout: _ReasonLayout,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Reason codes, layers (index into ``names``) and nearest other classes of the inputs
-        ``rows`` of the batch, with their ``verdicts`` and predicted classes ``y``.
+        """Reason codes, layers (index into ``layout.names``) and nearest other classes of
+        the inputs ``rows`` of the batch, with their ``verdicts`` and predicted classes ``y``.
 
         Assumes valid input: ``rows`` are neither accepted nor ``not_finite``.
         """
         uncertain = verdicts == UNCERTAIN
-        at = {name: i for i, name in enumerate(names)}
-        monitored = np.array([at[name] for name in self.layers], dtype=np.int16)
         code = np.full(len(rows), OUTSIDE_BOXES, dtype=np.int8)
         layer = np.full(len(rows), -1, dtype=np.int16)
-        n_dist = n_con = 0
         terms = np.zeros((0, len(rows)))
         if trace.dist:  # scored: the scaled terms of these rows, as the score weighed them
             dist, con, energy = self._scaled_terms(trace.dist, trace.contrast or None, trace.energy)
-            n_dist, n_con = len(dist), len(con)
             terms = np.stack([*dist, *con, *([] if energy is None else [energy])])[:, rows]
             terms = np.fmax(terms, 0.0)  # a NaN term (no box on either side) decides nothing
-            score_at = np.array([at[name] for name in self.score_layers], dtype=np.int16)
-            layer = score_at[terms[:n_dist].argmax(axis=0)]
+            layer = layout.score_at[terms[: layout.n_dist].argmax(axis=0)]
         if self.combine == "calibrated":
             if self.uncertainty == "bad-box":
                 code[uncertain] = BAD_BOX
                 held = np.stack([trace.in_bad[name][rows] for name in self.layers])
                 first = uncertain & held.any(axis=0)
-                layer[first] = monitored[held.argmax(axis=0)[first]]
+                layer[first] = layout.monitored[held.argmax(axis=0)[first]]
             else:
                 code[uncertain] = LOW_CONFIDENCE
             rejected = np.flatnonzero(~uncertain)
             if len(rejected):
-                kinds = [OUTSIDE_BOXES] * n_dist + [BETWEEN_CLASSES] * n_con
-                term_at = [
-                    at[name] for name in [*self.score_layers, *self.contrast_layers][: len(kinds)]
-                ]
-                kinds += [ENERGY] * (len(terms) - len(kinds))
-                term_at += [-1] * (len(terms) - len(term_at))  # energy: the farthest layer
-                # Each term's share of the score (terms >= 0): of the mean square, the term
-                # squared times its count; of the arithmetic score, the term over the number
-                # of terms of its kind.
-                if self.score_mean == "quadratic":
-                    weight = [np.sqrt(ENERGY_TERMS) if k == ENERGY else 1.0 for k in kinds]
-                else:
-                    weight = [1 / n_dist] * n_dist + [1 / max(n_con, 1)] * n_con
-                top = (terms[:, rejected] * np.array(weight)[:, None]).argmax(axis=0)
-                code[rejected] = np.asarray(kinds, dtype=np.int8)[top]
-                chosen = np.asarray(term_at, dtype=np.int16)[top]
+                top = (terms[:, rejected] * layout.weight).argmax(axis=0)
+                code[rejected] = layout.kinds[top]
+                chosen = layout.term_at[top]
                 layer[rejected] = np.where(chosen >= 0, chosen, layer[rejected])
         else:  # a rule over the layer verdicts: the first layer that made the verdict
             v = np.stack([per[name][rows] for name in self.layers])
             held = uncertain & (v == UNCERTAIN).any(axis=0)
             code[held] = BAD_BOX
             first = np.where(held, (v == UNCERTAIN).argmax(axis=0), (v == REJECT).argmax(axis=0))
-            layer = monitored[first]
-        contrast = terms[n_dist : n_dist + n_con]
-        return code, layer, self._nearest_classes(rows, y, contrast, trace, logits)
+            layer = layout.monitored[first]
+        contrast = terms[layout.n_dist : layout.n_dist + layout.n_con]
+        return code, layer, self._nearest_classes(rows, y, contrast, trace, logits, layout)
 
     def _nearest_classes(
         self,
@@ -1192,6 +1242,7 @@ class BoxRuntime:
         contrast: np.ndarray,
         trace: AssessTrace,
         logits: np.ndarray | None,
+        layout: _ReasonLayout,
     ) -> np.ndarray:
         """The nearest other class of each input ``rows`` (predicted ``y``): where the score
         has contrast terms (``contrast``, scaled, shape (n_contrast_layers, len(rows))), the
@@ -1199,9 +1250,8 @@ class BoxRuntime:
         else the runner-up of ``logits``; else -1."""
         if len(contrast):
             pick = contrast.argmax(axis=0)
-            tables = [self._other_classes_of(name) for name in self.contrast_layers]
-            if all(t.shape[1] == 1 for t in tables):  # the default: one lookup
-                return np.stack([t[:, 0] for t in tables])[pick, y]
+            if layout.nearest is not None:  # one class per class (the default): a lookup
+                return layout.nearest[pick, y]
             nearest = np.empty(len(rows), dtype=np.int64)
             for j, name in enumerate(self.contrast_layers):
                 sel = np.flatnonzero(pick == j)
@@ -1231,9 +1281,10 @@ class BoxRuntime:
     def _other_classes_of(self, layer: str) -> np.ndarray:
         """:func:`complement_classes` of the layer's good boxes (the classes of
         :meth:`other_boxes`), built on first use and cached."""
-        if layer not in self._other_classes:
-            self._other_classes[layer] = complement_classes(self.good[layer], self.contrast_classes)
-        return self._other_classes[layer]
+        key = (layer, self.contrast_classes)
+        if key not in self._other_classes:
+            self._other_classes[key] = complement_classes(self.good[layer], self.contrast_classes)
+        return self._other_classes[key]
 
     def _not_finite(
         self,

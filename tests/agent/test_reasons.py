@@ -157,6 +157,23 @@ def test_the_nearest_class_is_the_nearest_box_among_the_contrast_classes():
     assert why_of(make_runtime(threshold=0.2), point) == [("between_classes", "a", 1)]
 
 
+def test_the_nearest_class_comes_from_the_contrast_layer_with_the_largest_term():
+    """Class 0's nearest class is 1 in "a" and 2 in "b" (class 2's box in "b" lies at
+    [0, 1] x [3, 4], class 1's far off)."""
+    good_b = _boxes([((0, 0), (1, 1)), ((9, 9), (10, 10)), ((0, 3), (1, 4))])
+    rt = make_runtime(
+        good={"a": _boxes(BOXES_A), "b": good_b},
+        contrast_layers=["a", "b"],
+        contrast_scales={"a": 0.5, "b": 0.25},
+        threshold=0.3,
+    )
+    rows = [
+        ((0.5, 0.5), (0.5, 2.0), 0, STRONG),  # halfway to class 2's box in "b"
+        ((2.5, 0.5), (0.5, 0.5), 0, STRONG),  # halfway to class 1's box in "a"
+    ]
+    assert why_of(rt, rows) == [("between_classes", "b", 2), ("between_classes", "a", 1)]
+
+
 def why_of(rt: BoxRuntime, rows: list[tuple[Any, Any, int, list[float]]]):
     return named(explain(rt, rows)[3])
 
