@@ -13,6 +13,7 @@ gives *uncertainty* where the model's own confidence is below a calibrated floor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -648,14 +649,13 @@ class Reasons:
 
 @dataclass
 class AssessTrace:
-    """What one :meth:`BoxRuntime.assess` pass computed, for :meth:`BoxRuntime.explain`:
-    features, distances and contrast terms per layer, the energy and the bad-box tests."""
+    """What one :meth:`BoxRuntime.assess` pass computed, for :meth:`BoxRuntime.explain`: the
+    features and bad-box tests per layer, and the score's scaled terms (distances, contrast
+    terms, the energy term once; empty without a score)."""
 
     feats: dict[str, np.ndarray] = field(default_factory=dict)
-    dist: dict[str, np.ndarray] = field(default_factory=dict)
-    contrast: dict[str, np.ndarray] = field(default_factory=dict)
-    energy: np.ndarray | None = None
     in_bad: dict[str, np.ndarray] = field(default_factory=dict)
+    terms: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -945,12 +945,12 @@ class BoxRuntime:
                 else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
                 for layer in contrast
             }
-            energy = self.energy(logits, len(y_pred))
-            scores = self.combine_scores(dist, contrast_terms, energy=energy)
+            terms = self._scaled_terms(dist, contrast_terms, self.energy(logits, len(y_pred)))
+            scores = self._combine_terms(*terms)
         if trace is not None:
-            trace.feats, trace.dist, trace.in_bad = feats, dist, in_bad
+            trace.feats, trace.in_bad = feats, in_bad
             if scored:
-                trace.contrast, trace.energy = contrast_terms, energy
+                trace.terms = [*terms[0], *terms[1], *([] if terms[2] is None else [terms[2]])]
         if not calibrated:
             combined = combine_verdicts(
                 np.stack([per[layer] for layer in self.layers]), self.combine
@@ -1044,9 +1044,14 @@ class BoxRuntime:
         contrast terms). Non-finite scores become ``inf`` (never accepted) with ``"fused"``
         and ``"quadratic"``.
         """
-        dist, con, term = self._scaled_terms(per_layer, contrast, energy)
+        return self._combine_terms(*self._scaled_terms(per_layer, contrast, energy))
+
+    def _combine_terms(
+        self, dist: list[np.ndarray], con: list[np.ndarray], term: np.ndarray | None
+    ) -> np.ndarray:
+        """:meth:`combine_scores` of the :meth:`_scaled_terms`."""
         if term is not None:
-            con += [term] * ENERGY_TERMS
+            con = [*con, *[term] * ENERGY_TERMS]
         if self.score_mean == "quadratic":
             with np.errstate(over="ignore", invalid="ignore"):
                 out = np.sqrt(np.mean(np.square(dist + con), axis=0))
@@ -1164,13 +1169,16 @@ class BoxRuntime:
         n_dist, n_con = len(self.score_layers), len(contrast)
         kinds = [OUTSIDE_BOXES] * n_dist + [BETWEEN_CLASSES] * n_con
         term_at = [at[name] for name in [*self.score_layers, *contrast]]
-        if self.score_mean == "quadratic":  # a term's share of the mean square: squared,
-            weight = [1.0] * len(kinds)  # times the times it is counted (terms are >= 0)
+        # A term's share of the score, as its value times its weight (terms are >= 0): of
+        # the mean square, its square times its count (the weight: the count's root); of the
+        # arithmetic score, its value over the number of terms of its kind.
+        if self.score_mean == "quadratic":
+            weight = [1.0] * len(kinds)
             if self.has_energy_term():
                 kinds.append(ENERGY)
                 term_at.append(-1)  # the energy points at the farthest layer
                 weight.append(float(np.sqrt(ENERGY_TERMS)))
-        else:  # of the arithmetic score: over the number of terms of its kind
+        else:
             weight = [1 / max(n_dist, 1)] * n_dist + [1 / max(n_con, 1)] * n_con
         tables = [self._other_classes_of(name) for name in contrast]
         one = bool(tables) and all(t.shape[1] == 1 for t in tables)
@@ -1204,33 +1212,29 @@ class BoxRuntime:
         Assumes valid input: ``rows`` are neither accepted nor ``not_finite``.
         """
         uncertain = verdicts == UNCERTAIN
-        code = np.full(len(rows), OUTSIDE_BOXES, dtype=np.int8)
-        layer = np.full(len(rows), -1, dtype=np.int16)
         terms = np.zeros((0, len(rows)))
-        if trace.dist:  # scored: the scaled terms of these rows, as the score weighed them
-            dist, con, energy = self._scaled_terms(trace.dist, trace.contrast or None, trace.energy)
-            terms = np.stack([*dist, *con, *([] if energy is None else [energy])])[:, rows]
-            terms = np.fmax(terms, 0.0)  # a NaN term (no box on either side) decides nothing
-            layer = layout.score_at[terms[: layout.n_dist].argmax(axis=0)]
+        layer = np.full(len(rows), -1, dtype=np.int16)
+        if trace.terms:  # scored: a NaN term (no box on either side) decides nothing
+            terms = np.fmax(np.stack(trace.terms)[:, rows], 0.0)
+            layer = layout.score_at[terms[: layout.n_dist].argmax(axis=0)]  # the farthest
         if self.combine == "calibrated":
+            top = (terms * layout.weight).argmax(axis=0)  # the term with the largest share
+            chosen = layout.term_at[top]
+            held = None
             if self.uncertainty == "bad-box":
-                code[uncertain] = BAD_BOX
                 held = np.stack([trace.in_bad[name][rows] for name in self.layers])
+            code = np.where(
+                uncertain, BAD_BOX if held is not None else LOW_CONFIDENCE, layout.kinds[top]
+            ).astype(np.int8)
+            layer = np.where(uncertain | (chosen < 0), layer, chosen)
+            if held is not None:
                 first = uncertain & held.any(axis=0)
                 layer[first] = layout.monitored[held.argmax(axis=0)[first]]
-            else:
-                code[uncertain] = LOW_CONFIDENCE
-            rejected = np.flatnonzero(~uncertain)
-            if len(rejected):
-                top = (terms[:, rejected] * layout.weight).argmax(axis=0)
-                code[rejected] = layout.kinds[top]
-                chosen = layout.term_at[top]
-                layer[rejected] = np.where(chosen >= 0, chosen, layer[rejected])
         else:  # a rule over the layer verdicts: the first layer that made the verdict
             v = np.stack([per[name][rows] for name in self.layers])
-            held = uncertain & (v == UNCERTAIN).any(axis=0)
-            code[held] = BAD_BOX
-            first = np.where(held, (v == UNCERTAIN).argmax(axis=0), (v == REJECT).argmax(axis=0))
+            in_bad = uncertain & (v == UNCERTAIN).any(axis=0)
+            code = np.where(in_bad, BAD_BOX, OUTSIDE_BOXES).astype(np.int8)
+            first = np.where(in_bad, (v == UNCERTAIN).argmax(axis=0), (v == REJECT).argmax(axis=0))
             layer = layout.monitored[first]
         contrast = terms[layout.n_dist : layout.n_dist + layout.n_con]
         return code, layer, self._nearest_classes(rows, y, contrast, trace, logits, layout)
@@ -1296,23 +1300,25 @@ class BoxRuntime:
         """Rows whose logits or monitored features are not finite (None: no such row).
 
         A non-finite feature makes the score non-finite, so the features of score and
-        contrast layers are read only on rows whose score is not finite (few).
+        contrast layers are read only on rows whose score is not finite; a finite sum shows
+        that every value is (one cheap look for the usual batch).
         """
-        bad = np.zeros(n, dtype=bool)
         z = None if logits is None else np.asarray(logits).reshape(n, -1)
-        if z is not None and not np.isfinite(z).all():
-            bad |= ~np.isfinite(z).all(axis=1)
-        covered = (
-            set(self.score_layers) | set(self.contrast_layers) if scores is not None else set()
-        )
+        scored: set[str] = set()
+        if scores is not None:
+            scored = {*self.score_layers, *(self.contrast_layers if self.score == "fused" else [])}
+        unscored = [x for layer, x in feats.items() if layer not in scored]
         suspect = None
-        if scores is not None and not np.isfinite(scores).all():
+        if scores is not None and not math.isfinite(float(np.asarray(scores).sum())):
             suspect = np.flatnonzero(~np.isfinite(scores))
-        for layer, x in feats.items():
-            if layer not in covered:
-                bad |= ~np.isfinite(x).all(axis=1)
-            elif suspect is not None:
-                bad[suspect] |= ~np.isfinite(x[suspect]).all(axis=1)
+        if suspect is None and not unscored and (z is None or math.isfinite(float(z.sum()))):
+            return None
+        bad = np.zeros(n, dtype=bool) if z is None else ~np.isfinite(z).all(axis=1)
+        for x in unscored:
+            bad |= ~np.isfinite(x).all(axis=1)
+        if suspect is not None:
+            for layer in scored:
+                bad[suspect] |= ~np.isfinite(feats[layer][suspect]).all(axis=1)
         return bad if bad.any() else None
 
     def decide(self, scores: np.ndarray) -> np.ndarray:
