@@ -1212,11 +1212,12 @@ class BoxRuntime:
         Assumes valid input: ``rows`` are neither accepted nor ``not_finite``.
         """
         uncertain = verdicts == UNCERTAIN
-        terms = np.zeros((0, len(rows)))
-        layer = np.full(len(rows), -1, dtype=np.int16)
         if trace.terms:  # scored: a NaN term (no box on either side) decides nothing
             terms = np.fmax(np.stack(trace.terms)[:, rows], 0.0)
             layer = layout.score_at[terms[: layout.n_dist].argmax(axis=0)]  # the farthest
+        else:
+            terms = np.zeros((0, len(rows)))
+            layer = np.full(len(rows), -1, dtype=np.int16)
         if self.combine == "calibrated":
             top = (terms * layout.weight).argmax(axis=0)  # the term with the largest share
             chosen = layout.term_at[top]
@@ -1225,7 +1226,7 @@ class BoxRuntime:
                 held = np.stack([trace.in_bad[name][rows] for name in self.layers])
             code = np.where(
                 uncertain, BAD_BOX if held is not None else LOW_CONFIDENCE, layout.kinds[top]
-            ).astype(np.int8)
+            )
             layer = np.where(uncertain | (chosen < 0), layer, chosen)
             if held is not None:
                 first = uncertain & held.any(axis=0)
