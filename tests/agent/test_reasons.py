@@ -259,9 +259,17 @@ def test_rules_over_layer_verdicts_name_the_first_layer_that_made_the_verdict(ru
 def test_explain_gives_the_verdicts_and_scores_of_assess_and_reasons_that_fit_them():
     rng = np.random.default_rng(7)
     n = 400
-    acts = {name: rng.uniform(-1, 6, size=(n, 2)).astype(np.float32) for name in LAYERS}
     y = rng.integers(0, 3, n)
+    # Half the inputs near their class's boxes (class 2 has none in "b"), half anywhere.
+    near = {
+        "a": np.array([BOXES_A[c][0] for c in y]) + rng.uniform(-0.2, 1.2, (n, 2)),
+        "b": rng.uniform(-0.2, 1.2, (n, 2)),
+    }
+    anywhere = rng.uniform(-1, 6, size=(n, 2))
+    acts = {k: np.where(np.arange(n)[:, None] < n // 2, v, anywhere) for k, v in near.items()}
     logits = rng.normal(0, 8, size=(n, 3))
+    logits[np.arange(n), y] += 12  # mostly predicting y
+    seen: set[str] = set()
     for changes in (
         {},
         {"contrast_classes": 0},
@@ -271,7 +279,8 @@ def test_explain_gives_the_verdicts_and_scores_of_assess_and_reasons_that_fit_th
         {"combine": "any"},
         {"combine": "all"},
     ):
-        rt = make_runtime(**changes)
+        bad = {"a": _boxes([((0, 0), (0.5, 0.5)), None, None]), "b": _boxes([None] * 3)}
+        rt = make_runtime(bad=bad, **changes)
         want = rt.assess(acts, y, logits=logits)
         combined, per, scores, why = rt.explain(acts, y, logits=logits)
         np.testing.assert_array_equal(combined, want[0])
@@ -286,7 +295,9 @@ def test_explain_gives_the_verdicts_and_scores_of_assess_and_reasons_that_fit_th
         flagged = combined != ACCEPT
         assert (why.layer[flagged] >= 0).all() and (why.layer[~flagged] == -1).all()
         assert (why.nearest[flagged] != y[flagged]).all() and (why.nearest[~flagged] == -1).all()
-        assert set(np.unique(why.codes[flagged])) != set(), changes
+        assert flagged.any() and (~flagged).any(), changes
+        seen |= set(reasons)
+    assert seen == set(vocab.VERDICT_REASONS) - {"not_finite", "out_of_range"}
 
 
 def test_override_keeps_the_layer_unless_nothing_finite_is_left():
