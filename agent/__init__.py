@@ -6,7 +6,7 @@ never imports the offline builder. The public API::
     from boxwatch.agent import load_artifact, load_runtime, load_trusted_keys
 
     runtime = load_runtime("model.bwa", ["ci.pub"], model_path="model.onnx")
-    result = runtime.run_model(x)        # predictions, verdicts and scores for a batch
+    result = runtime.run_model(x)        # predictions, verdicts, reasons and scores for a batch
 
 Subpackages and modules: :mod:`.artifact` (the signed container, owner of the format),
 :mod:`.runtime` (artifact + model + monitors), :mod:`.boxes` (box monitors at run time),

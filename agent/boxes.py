@@ -13,6 +13,7 @@ gives *uncertainty* where the model's own confidence is below a calibrated floor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -628,6 +629,14 @@ def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
     a nearest-box search finds a close box early and stops sooner (distances do not depend
     on the order).
     """
+    per_class = _complement_rows(boxes, n_neighbours)
+    idx = np.concatenate(per_class) if per_class else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(i) for i in per_class])]).astype(np.int64)
+    return BoxSet(boxes.lo[idx], boxes.hi[idx], offsets)
+
+
+def _complement_rows(boxes: BoxSet, n_neighbours: int) -> list[np.ndarray]:
+    """:func:`complement_boxes`'s rows of ``boxes``, one index array per class, nearest first."""
     off = boxes.offsets
     centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
     owner = np.repeat(np.arange(boxes.n_classes), np.diff(off))
@@ -645,9 +654,18 @@ def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
                 near = cls[np.sort(first)][:n_neighbours]
                 others = others[np.isin(cls, near)]
         per_class.append(others)
-    idx = np.concatenate(per_class) if per_class else np.zeros(0, np.int64)
-    offsets = np.concatenate([[0], np.cumsum([len(i) for i in per_class])]).astype(np.int64)
-    return BoxSet(boxes.lo[idx], boxes.hi[idx], offsets)
+    return per_class
+
+
+def complement_classes(boxes: BoxSet, n_neighbours: int = 0) -> np.ndarray:
+    """The classes whose boxes :func:`complement_boxes` gives each class, shape
+    (n_classes, n_most), padded with -1 (at least one column)."""
+    owner = np.repeat(np.arange(boxes.n_classes), boxes.counts())
+    per_class = [np.unique(owner[rows]) for rows in _complement_rows(boxes, n_neighbours)]
+    table = np.full((boxes.n_classes, max([1, *map(len, per_class)])), -1, dtype=np.int64)
+    for c, classes in enumerate(per_class):
+        table[c, : len(classes)] = classes
+    return table
 
 
 def contrast_scores(d_own: np.ndarray, d_other: np.ndarray) -> np.ndarray:
@@ -661,6 +679,102 @@ def contrast_scores(d_own: np.ndarray, d_other: np.ndarray) -> np.ndarray:
         out = d_own / (d_own + d_other)
     out[d_own == 0] = 0.0
     return out
+
+
+REASON_NAMES = vocab.VERDICT_REASONS
+FAMILIAR = REASON_NAMES.index("familiar")
+LOW_CONFIDENCE = REASON_NAMES.index("low_confidence")
+BAD_BOX = REASON_NAMES.index("bad_box")
+OUTSIDE_BOXES = REASON_NAMES.index("outside_boxes")
+BETWEEN_CLASSES = REASON_NAMES.index("between_classes")
+ENERGY = REASON_NAMES.index("energy")
+NOT_FINITE = REASON_NAMES.index("not_finite")
+OUT_OF_RANGE = REASON_NAMES.index("out_of_range")
+
+
+@dataclass(frozen=True)
+class Reasons:
+    """Why each input got its verdict (:meth:`BoxRuntime.explain`).
+
+    Attributes
+    ----------
+    codes : ndarray of shape (n_samples,), int8
+        Reason codes: index into :data:`REASON_NAMES` (``vocab.VERDICT_REASONS``).
+    layer : ndarray of shape (n_samples,), int16
+        For inputs not accepted, the layer the reason points at (index into
+        ``layer_names``): the deciding term's layer (``outside_boxes``,
+        ``between_classes``), the first layer holding the input in a bad box (``bad_box``),
+        else the layer with the largest scaled distance; -1 for accepted inputs and
+        ``not_finite``.
+    nearest : ndarray of shape (n_samples,), int64
+        For inputs not accepted, the nearest other class: among the classes the contrast
+        term measures against (the contrast layer with the largest term), else the model's
+        runner-up class; -1 where none (accepted, ``not_finite``, no logits).
+    layer_names : tuple of str
+    """
+
+    codes: np.ndarray
+    layer: np.ndarray
+    nearest: np.ndarray
+    layer_names: tuple[str, ...]
+
+    def names(self) -> np.ndarray:
+        """Reason names, shape (n_samples,), object."""
+        return np.asarray(REASON_NAMES, dtype=object)[self.codes]
+
+    def layers(self) -> list[str | None]:
+        """The layer each input's reason points at, None where none."""
+        names = [*self.layer_names, None]  # index -1: None
+        return [names[i] for i in self.layer.tolist()]
+
+    def override(self, where: np.ndarray, code: int) -> Reasons:
+        """These reasons with ``code`` where ``where`` holds; ``not_finite`` also clears
+        the layer and the nearest class (nothing measured is left to point at)."""
+        where = np.asarray(where, dtype=bool)
+        if not where.any():
+            return self
+        codes = np.where(where, np.int8(code), self.codes).astype(np.int8)
+        if code != NOT_FINITE:
+            return Reasons(codes, self.layer, self.nearest, self.layer_names)
+        return Reasons(
+            codes,
+            np.where(where, -1, self.layer).astype(np.int16),
+            np.where(where, -1, self.nearest),
+            self.layer_names,
+        )
+
+
+@dataclass
+class AssessTrace:
+    """What one :meth:`BoxRuntime.assess` pass computed, for :meth:`BoxRuntime.explain`: the
+    features and bad-box tests per layer, and the score's scaled terms (distances, contrast
+    terms, the energy term once; empty without a score)."""
+
+    feats: dict[str, np.ndarray] = field(default_factory=dict)
+    in_bad: dict[str, np.ndarray] = field(default_factory=dict)
+    terms: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _ReasonLayout:
+    """What :meth:`BoxRuntime.explain` reads of a monitor's settings, built once for them.
+
+    ``names``: the layers the reasons index; ``monitored`` / ``score_at``: the index of each
+    monitored / score layer there; per term of the score (distances, contrast terms, the
+    energy term): ``kinds`` (reason code), ``term_at`` (layer index, -1: the energy) and
+    ``weight`` (what its value weighs in the score); ``nearest``: per contrast layer and
+    class, the one class its contrast term measures against (None: more than one).
+    """
+
+    names: tuple[str, ...]
+    monitored: np.ndarray
+    score_at: np.ndarray
+    kinds: np.ndarray
+    term_at: np.ndarray
+    weight: np.ndarray
+    n_dist: int
+    n_con: int
+    nearest: np.ndarray | None
 
 
 def layer_verdicts(good: BoxSet, bad: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -783,6 +897,12 @@ class BoxRuntime:
     energy_scale: float | None = None
     error_model: ErrorModel | None = None
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _other_classes: dict[tuple[str, int], np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _layouts: dict[tuple, _ReasonLayout] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def other_boxes(self, layer: str) -> BoxSet:
         """Per class, the good boxes of its ``contrast_classes`` nearest other classes
@@ -857,13 +977,14 @@ class BoxRuntime:
         *,
         want_scores: bool = True,
         logits: np.ndarray | None = None,
+        trace: AssessTrace | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """Verdicts and scores in one pass: each box test and distance computed once.
 
         ``logits``: the model's output for the same inputs, needed when
         :meth:`needs_logits`. Returns ``(combined, per_layer, scores)``; ``scores`` is None
         when not wanted (and not needed by the combination rule) or when no score layer is
-        set.
+        set. ``trace`` receives what the pass computed (:meth:`explain` reads it).
         """
         y_pred = np.asarray(y_pred)
         calibrated = self.combine == "calibrated"
@@ -926,9 +1047,12 @@ class BoxRuntime:
                 else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
                 for layer in contrast
             }
-            scores = self.combine_scores(
-                dist, contrast_terms, energy=self.energy(logits, len(y_pred))
-            )
+            terms = self._scaled_terms(dist, contrast_terms, self.energy(logits, len(y_pred)))
+            scores = self._combine_terms(*terms)
+        if trace is not None:
+            trace.feats, trace.in_bad = feats, in_bad
+            if scored:
+                trace.terms = [*terms[0], *terms[1], *([] if terms[2] is None else [terms[2]])]
         if not calibrated:
             combined = combine_verdicts(
                 np.stack([per[layer] for layer in self.layers]), self.combine
@@ -1061,24 +1185,14 @@ class BoxRuntime:
         contrast terms). Non-finite scores become ``inf`` (never accepted) with ``"fused"``
         and ``"quadratic"``.
         """
-        dist = [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers]
-        con: list[np.ndarray] = []
-        if self.score == "fused" and self.contrast_layers:
-            if contrast is None:
-                raise ConfigError(
-                    f"score='fused' needs the contrast terms of {self.contrast_layers}"
-                )
-            con = [
-                contrast[layer] / self.contrast_scales.get(layer, 1.0)
-                for layer in self.contrast_layers
-            ]
-        if self.has_energy_term():
-            if energy is None:
-                raise ConfigError("this monitor's score needs the energy of the model's logits")
-            assert self.energy_scale is not None and self.energy_center is not None
-            with np.errstate(invalid="ignore"):
-                term = np.maximum(energy - self.energy_center, 0.0) / self.energy_scale
-                con += [term] * ENERGY_TERMS
+        return self._combine_terms(*self._scaled_terms(per_layer, contrast, energy))
+
+    def _combine_terms(
+        self, dist: list[np.ndarray], con: list[np.ndarray], term: np.ndarray | None
+    ) -> np.ndarray:
+        """:meth:`combine_scores` of the :meth:`_scaled_terms`."""
+        if term is not None:
+            con = [*con, *[term] * ENERGY_TERMS]
         if self.score_mean == "quadratic":
             with np.errstate(over="ignore", invalid="ignore"):
                 out = np.sqrt(np.mean(np.square(dist + con), axis=0))
@@ -1090,6 +1204,34 @@ class BoxRuntime:
                 out = out + np.mean(con, axis=0)
         out[~np.isfinite(out)] = np.inf
         return out
+
+    def _scaled_terms(
+        self,
+        per_layer: Mapping[str, np.ndarray],
+        contrast: Mapping[str, np.ndarray] | None,
+        energy: np.ndarray | None,
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
+        """The score's terms, each scaled (:meth:`combine_scores`): one per score layer, one
+        per contrast layer (``"fused"``) and the energy term (None without one)."""
+        dist = [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers]
+        con: list[np.ndarray] = []
+        if self.score == "fused" and self.contrast_layers:
+            if contrast is None:
+                raise ConfigError(
+                    f"score='fused' needs the contrast terms of {self.contrast_layers}"
+                )
+            con = [
+                contrast[layer] / self.contrast_scales.get(layer, 1.0)
+                for layer in self.contrast_layers
+            ]
+        term = None
+        if self.has_energy_term():
+            if energy is None:
+                raise ConfigError("this monitor's score needs the energy of the model's logits")
+            assert self.energy_scale is not None and self.energy_center is not None
+            with np.errstate(invalid="ignore"):
+                term = np.maximum(energy - self.energy_center, 0.0) / self.energy_scale
+        return dist, con, term
 
     def scores(
         self,
@@ -1109,6 +1251,217 @@ class BoxRuntime:
             contrast,
             energy=self.energy(logits, len(np.asarray(y_pred))),
         )
+
+    def explain(
+        self,
+        activations: Mapping[str, np.ndarray],
+        y_pred: np.ndarray,
+        *,
+        logits: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None, Reasons]:
+        """:meth:`assess` (scores wanted), failing closed, and why each input got its verdict.
+
+        An input whose ``logits`` or monitored activations hold a NaN or an infinity is
+        rejected on every layer with reason ``not_finite``. The reasons read what
+        :meth:`assess` computed and are worked out for the inputs not accepted only, so
+        they cost little beside the verdicts. Returns ``(combined, per_layer, scores,
+        reasons)``.
+        """
+        y_pred = np.asarray(y_pred)
+        trace = AssessTrace()
+        combined, per, scores = self.assess(activations, y_pred, logits=logits, trace=trace)
+        n = len(y_pred)
+        broken = self._not_finite(trace.feats, scores, logits, n)
+        if broken is not None:
+            combined = np.where(broken, REJECT, combined).astype(np.int8)
+            per = {layer: np.where(broken, REJECT, v).astype(np.int8) for layer, v in per.items()}
+        layout = self._reason_layout()
+        reasons = Reasons(
+            np.full(n, FAMILIAR, dtype=np.int8),
+            np.full(n, -1, dtype=np.int16),
+            np.full(n, -1, dtype=np.int64),
+            layout.names,
+        )
+        rows = np.flatnonzero(combined != ACCEPT)
+        if broken is not None:
+            rows = rows[~broken[rows]]
+            reasons.codes[broken] = NOT_FINITE
+        if len(rows):
+            why = self._why(rows, combined[rows], y_pred[rows], per, trace, logits, layout)
+            reasons.codes[rows], reasons.layer[rows], reasons.nearest[rows] = why
+        return combined, per, scores, reasons
+
+    def _reason_layout(self) -> _ReasonLayout:
+        """This monitor's :class:`_ReasonLayout`, built on first use and cached per setting."""
+        key = (
+            tuple(self.layers),
+            tuple(self.score_layers),
+            tuple(self.contrast_layers),
+            self.score,
+            self.score_mean,
+            self.has_energy_term(),
+            self.contrast_classes,
+        )
+        if key in self._layouts:
+            return self._layouts[key]
+        names = tuple(dict.fromkeys([*self.layers, *self.score_layers, *self.contrast_layers]))
+        at = {name: i for i, name in enumerate(names)}
+        contrast = self.contrast_layers if self.score == "fused" else []
+        n_dist, n_con = len(self.score_layers), len(contrast)
+        kinds = [OUTSIDE_BOXES] * n_dist + [BETWEEN_CLASSES] * n_con
+        term_at = [at[name] for name in [*self.score_layers, *contrast]]
+        # A term's share of the score, as its value times its weight (terms are >= 0): of
+        # the mean square, its square times its count (the weight: the count's root); of the
+        # arithmetic score, its value over the number of terms of its kind.
+        if self.score_mean == "quadratic":
+            weight = [1.0] * len(kinds)
+            if self.has_energy_term():
+                kinds.append(ENERGY)
+                term_at.append(-1)  # the energy points at the farthest layer
+                weight.append(float(np.sqrt(ENERGY_TERMS)))
+        else:
+            weight = [1 / max(n_dist, 1)] * n_dist + [1 / max(n_con, 1)] * n_con
+        tables = [self._other_classes_of(name) for name in contrast]
+        one = bool(tables) and all(t.shape[1] == 1 for t in tables)
+        layout = _ReasonLayout(
+            names=names,
+            monitored=np.array([at[name] for name in self.layers], dtype=np.int16),
+            score_at=np.array([at[name] for name in self.score_layers], dtype=np.int16),
+            kinds=np.array(kinds, dtype=np.int8),
+            term_at=np.array(term_at, dtype=np.int16),
+            weight=np.array(weight).reshape(-1, 1),
+            n_dist=n_dist,
+            n_con=n_con,
+            nearest=np.stack([t[:, 0] for t in tables]) if one else None,
+        )
+        self._layouts[key] = layout
+        return layout
+
+    def _why(
+        self,
+        rows: np.ndarray,
+        verdicts: np.ndarray,
+        y: np.ndarray,
+        per: Mapping[str, np.ndarray],
+        trace: AssessTrace,
+        logits: np.ndarray | None,
+        layout: _ReasonLayout,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Reason codes, layers (index into ``layout.names``) and nearest other classes of
+        the inputs ``rows`` of the batch, with their ``verdicts`` and predicted classes ``y``.
+
+        Assumes valid input: ``rows`` are neither accepted nor ``not_finite``.
+        """
+        uncertain = verdicts == UNCERTAIN
+        if trace.terms:  # scored: a NaN term (no box on either side) decides nothing
+            terms = np.fmax(np.stack(trace.terms)[:, rows], 0.0)
+            layer = layout.score_at[terms[: layout.n_dist].argmax(axis=0)]  # the farthest
+        else:
+            terms = np.zeros((0, len(rows)))
+            layer = np.full(len(rows), -1, dtype=np.int16)
+        if self.combine == "calibrated":
+            top = (terms * layout.weight).argmax(axis=0)  # the term with the largest share
+            chosen = layout.term_at[top]
+            held = None
+            if self.uncertainty == "bad-box":
+                held = np.stack([trace.in_bad[name][rows] for name in self.layers])
+            code = np.where(
+                uncertain, BAD_BOX if held is not None else LOW_CONFIDENCE, layout.kinds[top]
+            )
+            layer = np.where(uncertain | (chosen < 0), layer, chosen)
+            if held is not None:
+                first = uncertain & held.any(axis=0)
+                layer[first] = layout.monitored[held.argmax(axis=0)[first]]
+        else:  # a rule over the layer verdicts: the first layer that made the verdict
+            v = np.stack([per[name][rows] for name in self.layers])
+            in_bad = uncertain & (v == UNCERTAIN).any(axis=0)
+            code = np.where(in_bad, BAD_BOX, OUTSIDE_BOXES).astype(np.int8)
+            first = np.where(in_bad, (v == UNCERTAIN).argmax(axis=0), (v == REJECT).argmax(axis=0))
+            layer = layout.monitored[first]
+        contrast = terms[layout.n_dist : layout.n_dist + layout.n_con]
+        return code, layer, self._nearest_classes(rows, y, contrast, trace, logits, layout)
+
+    def _nearest_classes(
+        self,
+        rows: np.ndarray,
+        y: np.ndarray,
+        contrast: np.ndarray,
+        trace: AssessTrace,
+        logits: np.ndarray | None,
+        layout: _ReasonLayout,
+    ) -> np.ndarray:
+        """The nearest other class of each input ``rows`` (predicted ``y``): where the score
+        has contrast terms (``contrast``, scaled, shape (n_contrast_layers, len(rows))), the
+        nearest of the classes the contrast layer with the largest term measures against;
+        else the runner-up of ``logits``; else -1."""
+        if len(contrast):
+            pick = contrast.argmax(axis=0)
+            if layout.nearest is not None:  # one class per class (the default): a lookup
+                return layout.nearest[pick, y]
+            nearest = np.empty(len(rows), dtype=np.int64)
+            for j, name in enumerate(self.contrast_layers):
+                sel = np.flatnonzero(pick == j)
+                nearest[sel] = self._nearest_other(name, trace.feats[name], rows[sel], y[sel])
+            return nearest
+        if logits is not None:
+            z = np.array(np.asarray(logits).reshape(len(logits), -1)[rows], dtype=np.float64)
+            if z.shape[1] > 1 and z.shape[1] > y.max():
+                z[np.arange(len(rows)), y] = -np.inf
+                return z.argmax(axis=1)
+        return np.full(len(rows), -1, dtype=np.int64)
+
+    def _nearest_other(
+        self, layer: str, feats: np.ndarray, rows: np.ndarray, y: np.ndarray
+    ) -> np.ndarray:
+        """Of the classes whose boxes :meth:`other_boxes` gives class ``y[i]``, the one with a
+        box nearest ``feats[rows[i]]`` (normalised features); -1 where there is none.
+
+        One distance per candidate class: what the contrast term's own search costs.
+        """
+        cand = self._other_classes_of(layer)[y]
+        i, k = np.nonzero(cand >= 0)
+        d = np.full(cand.shape, np.inf)
+        d[i, k] = self.good[layer].distance(feats[rows[i]], cand[i, k])
+        return cand[np.arange(len(y)), d.argmin(axis=1)]
+
+    def _other_classes_of(self, layer: str) -> np.ndarray:
+        """:func:`complement_classes` of the layer's good boxes (the classes of
+        :meth:`other_boxes`), built on first use and cached."""
+        key = (layer, self.contrast_classes)
+        if key not in self._other_classes:
+            self._other_classes[key] = complement_classes(self.good[layer], self.contrast_classes)
+        return self._other_classes[key]
+
+    def _not_finite(
+        self,
+        feats: Mapping[str, np.ndarray],
+        scores: np.ndarray | None,
+        logits: np.ndarray | None,
+        n: int,
+    ) -> np.ndarray | None:
+        """Rows whose logits or monitored features are not finite (None: no such row).
+
+        A non-finite feature makes the score non-finite, so the features of score and
+        contrast layers are read only on rows whose score is not finite; a finite sum shows
+        that every value is (one cheap look for the usual batch).
+        """
+        z = None if logits is None else np.asarray(logits).reshape(n, -1)
+        scored: set[str] = set()
+        if scores is not None:
+            scored = {*self.score_layers, *(self.contrast_layers if self.score == "fused" else [])}
+        unscored = [x for layer, x in feats.items() if layer not in scored]
+        suspect = None
+        if scores is not None and not math.isfinite(float(np.asarray(scores).sum())):
+            suspect = np.flatnonzero(~np.isfinite(scores))
+        if suspect is None and not unscored and (z is None or math.isfinite(float(z.sum()))):
+            return None
+        bad = np.zeros(n, dtype=bool) if z is None else ~np.isfinite(z).all(axis=1)
+        for x in unscored:
+            bad |= ~np.isfinite(x).all(axis=1)
+        if suspect is not None:
+            for layer in scored:
+                bad[suspect] |= ~np.isfinite(feats[layer][suspect]).all(axis=1)
+        return bad if bad.any() else None
 
     def decide(self, scores: np.ndarray) -> np.ndarray:
         """Accept (``True``) where the score is finite and at most the calibrated threshold."""

@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import one_line
 from boxwatch.agent.metrics import GATE_OUTCOMES, VERDICTS
+from boxwatch.agent.vocab import VERDICT_REASONS
 
 _T = TypeVar("_T")
 
@@ -84,7 +85,8 @@ def _share(n: int, total: int) -> str:
 
 
 def _verdict_section(info: dict[str, Any]) -> str:
-    """Live verdict counts and shares, beside the build's split on validation data.
+    """Live verdict counts and shares, beside the build's split on validation data, then the
+    live count of each reason (``vocab.VERDICT_REASONS``).
 
     The build's split (``contents["verdict_split"]``, one column per validation set) is
     shown only when the artifact records it.
@@ -111,7 +113,14 @@ def _verdict_section(info: dict[str, Any]) -> str:
         if sets
         else ""
     )
-    return f"<h2>Verdicts</h2><table>{''.join(rows)}</table>{note}"
+    reasons = info.get("reasons", {})
+    why = "".join(
+        f'<tr><th>{r}</th><td id="reason-{r}">{reasons.get(r, 0)}</td></tr>'
+        for r in VERDICT_REASONS
+    )
+    return (
+        f"<h2>Verdicts</h2><table>{''.join(rows)}</table>{note}<h2>Reasons</h2><table>{why}</table>"
+    )
 
 
 def _fmt_share(v: Any) -> str:

@@ -1,8 +1,9 @@
 """Every Prometheus metric the agent exports, declared in one place.
 
 Names follow ``boxwatch_agent_<name>_<unit>``; counters end in ``_total``; durations are
-``_seconds`` histograms. Label values come from small known sets: verdicts, gate outcomes,
-output kinds (:data:`~boxwatch.agent.vocab.AGENT_OUTPUTS`), invalid-record reasons
+``_seconds`` histograms. Label values come from small known sets: verdicts, their reasons
+(:data:`~boxwatch.agent.vocab.VERDICT_REASONS`), gate outcomes, output kinds
+(:data:`~boxwatch.agent.vocab.AGENT_OUTPUTS`), invalid-record reasons
 (:data:`INVALID_REASONS`), and the class / layer names of the loaded artifact. Tests pass
 their own ``CollectorRegistry``.
 """
@@ -14,7 +15,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from boxwatch import __version__
 from boxwatch.agent.boxes import box_kernel
-from boxwatch.agent.vocab import AGENT_OUTPUTS, DEAD_LETTER_REASONS, GATE_OUTCOMES, VERDICTS
+from boxwatch.agent.vocab import (
+    AGENT_OUTPUTS,
+    DEAD_LETTER_REASONS,
+    GATE_OUTCOMES,
+    REASON_VERDICTS,
+    VERDICTS,
+)
 
 INPUT_KINDS = ("model", "bn")
 INVALID_REASONS = DEAD_LETTER_REASONS
@@ -60,6 +67,12 @@ class AgentMetrics:
             "boxwatch_agent_verdicts_total",
             "Combined monitor verdicts by verdict and predicted class.",
             ["verdict", "class_name"],
+            registry=r,
+        )
+        self.verdict_reasons = Counter(
+            "boxwatch_agent_verdict_reasons_total",
+            "Combined monitor verdicts by verdict and reason (why the input got it).",
+            ["verdict", "reason"],
             registry=r,
         )
         self.layer_verdicts = Counter(
@@ -185,6 +198,9 @@ class AgentMetrics:
             self.invalid_records.labels(reason)
         for result in RELOAD_RESULTS:
             self.artifact_reloads.labels(result)
+        for reason, verdicts in REASON_VERDICTS.items():
+            for verdict in verdicts:
+                self.verdict_reasons.labels(verdict, reason)
 
     def prime_classes(self, classes: list[str], layers: list[str], decisions: list[str]) -> None:
         """Create per-class / per-layer series at zero for the loaded artifact."""

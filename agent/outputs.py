@@ -1,8 +1,9 @@
 """Output record schemas (version 1): verdicts, gate records, dead letters and copies.
 
 * verdict topic -- JSON ``boxwatch.verdict/1``: id, source (topic, partition, offset),
-  predicted class, combined and per-layer verdicts, score, artifact id, model version and
-  timings; keyed by the input id.
+  predicted class, combined verdict, its reason (and, unless accepted, the layer the reason
+  points at and the nearest other class), per-layer verdicts, score, artifact id, model
+  version and timings; keyed by the input id.
 * gate topic -- JSON ``boxwatch.gate/1``: id, source, decided class, outcome (certified /
   blocked / unverified), rule ids, artifact id.
 * dead-letter topic -- the original bytes and headers (or, when payloads must not be kept,
@@ -10,7 +11,9 @@
   ``boxwatch-dlq-detail``, ``boxwatch-source-topic``, ``-partition``, ``-offset`` and
   ``boxwatch-payload-sha256``.
 * capture / release / review topics -- the original bytes and headers plus
-  ``boxwatch-verdict`` or ``boxwatch-decision`` / ``boxwatch-gate`` headers.
+  ``boxwatch-verdict``, ``boxwatch-reason`` (and ``boxwatch-layer``,
+  ``boxwatch-nearest-class`` where known) or ``boxwatch-decision`` / ``boxwatch-gate``
+  headers.
 
 Copies and dead letters carry only the headers every producer can write (UTF-8 names, byte
 values; null values are dropped). An output too large to send (:func:`output_bytes` over
@@ -104,6 +107,9 @@ def verdict_outputs(
     *,
     predicted: Sequence[str],
     verdicts: Sequence[str],
+    reasons: Sequence[str],
+    reason_layers: Sequence[str | None],
+    nearest: Sequence[str | None],
     layers: Mapping[str, Sequence[str]],
     scores: Sequence[float],
     accepted: Sequence[bool] | None,
@@ -112,6 +118,9 @@ def verdict_outputs(
     timings: Mapping[str, Any],
 ) -> list[Output]:
     """One verdict record per input, the batch encoded at once.
+
+    ``reasons``, ``reason_layers`` and ``nearest`` are each input's reason, the layer it
+    points at and the nearest other class (None: written as ``null``).
 
     Byte for byte what :func:`verdict_output` writes for each body, without a
     ``json.dumps`` of a nested dict per record: the fields shared by the batch are encoded
@@ -128,20 +137,25 @@ def verdict_outputs(
         [b"null"] * len(ids) if accepted is None else [b"true" if a else b"false" for a in accepted]
     )
     score_json = json_numbers(scores)
-    middles: dict[tuple, bytes] = {}  # few distinct (class, verdicts) per batch: encode each once
+    # Few distinct (class, verdict, reason, layer, nearest, layer verdicts) per batch: each
+    # is encoded once.
+    middles: dict[tuple, bytes] = {}
     topics: dict[str, bytes] = {}
     out = []
     for i, rec in enumerate(recs):
         t = topics.get(rec.topic) or topics.setdefault(rec.topic, _json_str(rec.topic).encode())
-        key = (predicted[i], verdicts[i], *(v[i] for v in layer_values))
-        middle = middles.get(key)
+        head = (predicted[i], verdicts[i], reasons[i])
+        why = (reason_layers[i], nearest[i])
+        per_layer = tuple(v[i] for v in layer_values)
+        middle = middles.get((head, why, per_layer))
         if middle is None:
             layer_json = ",".join(
-                [k + _json_str(v) for k, v in zip(layer_keys, key[2:], strict=True)]
+                [k + _json_str(v) for k, v in zip(layer_keys, per_layer, strict=True)]
             )
-            middle = middles[key] = (
-                f'"predicted_class":{_json_str(key[0])},"verdict":'
-                f'{_json_str(key[1])},"layers":{{{layer_json}}}'
+            middle = middles[(head, why, per_layer)] = (
+                f'"predicted_class":{_json_str(head[0])},"verdict":{_json_str(head[1])},'
+                f'"reason":{_json_str(head[2])},"layer":{_json_or_null(why[0])},'
+                f'"nearest_class":{_json_or_null(why[1])},"layers":{{{layer_json}}}'
             ).encode()
         rid = ids[i]
         value = _VERDICT % (
@@ -156,6 +170,23 @@ def verdict_outputs(
         )
         out.append(Output("verdict", topic, rid.encode("utf-8"), value, []))
     return out
+
+
+def _json_or_null(text: str | None) -> str:
+    return "null" if text is None else _json_str(text)
+
+
+def reason_headers(
+    verdict: str, reason: str, layer: str | None, nearest: str | None
+) -> dict[str, str]:
+    """A capture copy's ``boxwatch-*`` headers: its verdict and reason, and the layer and
+    nearest other class where known."""
+    headers = {"boxwatch-verdict": verdict, "boxwatch-reason": reason}
+    if layer is not None:
+        headers["boxwatch-layer"] = layer
+    if nearest is not None:
+        headers["boxwatch-nearest-class"] = nearest
+    return headers
 
 
 def gate_output(topic: str, rec: Consumed, record_id: str, body: dict[str, Any]) -> Output:

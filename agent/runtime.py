@@ -10,7 +10,9 @@ Artifact members (written by ``boxwatch build-artifact``):
 
 A :class:`MonitorRuntime` is immutable: reloads build a new one and swap it in whole.
 It fails closed: an input whose logits, monitored activations or score are not finite is
-rejected, whatever the box tests said.
+rejected, whatever the box tests said. Every verdict comes with its reason
+(:class:`~boxwatch.agent.boxes.Reasons`): ``not_finite`` for those, ``out_of_range`` for an
+input outside the training range the artifact records, else what the monitor found.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from boxwatch.agent.artifact import Artifact, digest_files, load_artifact
-from boxwatch.agent.boxes import REJECT, BoxRuntime
+from boxwatch.agent.boxes import NOT_FINITE, OUT_OF_RANGE, REJECT, BoxRuntime, Reasons
 from boxwatch.agent.diagram import DecisionDiagram
 from boxwatch.agent.errors import ArtifactError, ConfigError, MissingModelError
 from boxwatch.agent.gate import RuleGate
@@ -55,6 +57,8 @@ class ModelResult:
     out_of_range: np.ndarray | None = None
     # The score within the calibrated threshold (None: the monitor has no threshold).
     accepted: np.ndarray | None = None
+    # Why each input got its verdict (None only where a caller built the result without it).
+    reasons: Reasons | None = None
 
 
 @dataclass(frozen=True)
@@ -91,33 +95,38 @@ class MonitorRuntime:
             t1 = time.perf_counter()
             logits = np.asarray(logits)
             predicted = logits.argmax(axis=1)
-            verdicts, per_layer, scores = self.boxes.assess(acts, predicted, logits=logits)
-        broken = _non_finite_rows(logits, acts, scores)
-        if broken.any():  # fail closed: NaN compares false, so it must never reach "accept"
-            verdicts = np.where(broken, REJECT, verdicts).astype(np.int8)
+            verdicts, per_layer, scores, reasons = self.boxes.explain(
+                acts, predicted, logits=logits
+            )
+        broken = _non_finite_rows(logits, acts)
+        fail_closed = broken
+        if scores is not None:
+            fail_closed = broken | ~np.isfinite(np.asarray(scores, dtype=np.float64))
+        if fail_closed.any():  # fail closed: NaN compares false, so it must never reach "accept"
+            verdicts = np.where(fail_closed, REJECT, verdicts).astype(np.int8)
             per_layer = {
-                layer: np.where(broken, REJECT, v).astype(np.int8) for layer, v in per_layer.items()
+                layer: np.where(fail_closed, REJECT, v).astype(np.int8)
+                for layer, v in per_layer.items()
             }
         if scores is None:
             scores = np.full(len(predicted), np.nan)
         accepted = None if self.boxes.threshold is None else self.boxes.decide(scores)
         outside = None if self.input_range is None else self.input_range.outside(pre)
+        if outside is not None:  # the likelier cause, whatever the verdict; not_finite wins
+            reasons = reasons.override(outside, OUT_OF_RANGE)
+        reasons = reasons.override(broken, NOT_FINITE)
         t2 = time.perf_counter()
         return ModelResult(
-            predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1, outside, accepted
+            predicted, verdicts, per_layer, scores, t1 - t0, t2 - t1, outside, accepted, reasons
         )
 
 
-def _non_finite_rows(
-    logits: np.ndarray, acts: Mapping[str, np.ndarray], scores: np.ndarray | None
-) -> np.ndarray:
-    """Rows of a batch whose logits, tapped activations or score hold a NaN or infinity."""
+def _non_finite_rows(logits: np.ndarray, acts: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Rows of a batch whose logits or tapped activations hold a NaN or infinity."""
     bad = ~np.isfinite(logits.reshape(len(logits), -1)).all(axis=1)
     for a in acts.values():
         a = np.asarray(a)
         bad |= ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
-    if scores is not None:
-        bad |= ~np.isfinite(np.asarray(scores, dtype=np.float64))
     return bad
 
 

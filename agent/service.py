@@ -48,6 +48,7 @@ from boxwatch.agent.outputs import (
     gate_output,
     omit_payload,
     output_bytes,
+    reason_headers,
     verdict_outputs,
 )
 from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_batch
@@ -80,6 +81,7 @@ class BatchTally:
     """What a batch adds to the verdict and gate metrics, applied once it is delivered."""
 
     verdicts: _Counter = field(default_factory=_Counter)
+    reasons: _Counter = field(default_factory=_Counter)  # (verdict, reason)
     layer_verdicts: _Counter = field(default_factory=_Counter)
     gate: _Counter = field(default_factory=_Counter)
     scores: list[np.ndarray] = field(default_factory=list)
@@ -114,6 +116,7 @@ class AgentStatus:
     started: float = field(default_factory=time.time)
     records: int = 0
     verdicts: _Counter = field(default_factory=_Counter)
+    reasons: _Counter = field(default_factory=_Counter)
     gate: _Counter = field(default_factory=_Counter)
     dead_letters: int = 0
     batches: int = 0
@@ -148,6 +151,7 @@ class AgentStatus:
         return {
             "records": self.records,
             "verdicts": dict(self.verdicts),
+            "reasons": dict(self.reasons),
             "gate": dict(self.gate),
             "dead_letters": self.dead_letters,
             "batches": self.batches,
@@ -377,6 +381,13 @@ class Agent:
         layer_names = {layer: verdict_names(v) for layer, v in res.layer_verdicts.items()}
         classes = rt.classes
         predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted.tolist()]
+        assert res.reasons is not None  # run_model always says why
+        reasons = res.reasons.names().tolist()
+        reason_layers = res.reasons.layers()
+        nearest = [
+            None if c < 0 else classes[c] if c < len(classes) else str(c)
+            for c in res.reasons.nearest.tolist()
+        ]
         timings = {
             "inference_ms": round(res.inference_seconds * 1e3, 3),
             "monitor_ms": round(res.monitor_seconds * 1e3, 3),
@@ -389,6 +400,9 @@ class Agent:
             ids,
             predicted=predicted,
             verdicts=verdict_list,
+            reasons=reasons,
+            reason_layers=reason_layers,
+            nearest=nearest,
             layers={layer: v.tolist() for layer, v in layer_names.items()},
             scores=np.asarray(res.scores, dtype=np.float64).tolist(),
             accepted=None if res.accepted is None else res.accepted.tolist(),
@@ -399,11 +413,17 @@ class Agent:
         capture = self.cfg["topics.capture"]
         if capture:
             out += [
-                copy_output("capture", capture, good[i], {"boxwatch-verdict": v})
+                copy_output(
+                    "capture",
+                    capture,
+                    good[i],
+                    reason_headers(v, reasons[i], reason_layers[i], nearest[i]),
+                )
                 for i, v in enumerate(verdict_list)
                 if v != "accept"
             ]
         tally.verdicts.update(zip(verdict_list, predicted, strict=True))
+        tally.reasons.update(zip(verdict_list, reasons, strict=True))
         for layer, names in layer_names.items():
             tally.layer_verdicts.update(
                 (layer, v, c) for v, c in zip(names.tolist(), predicted, strict=True)
@@ -439,6 +459,9 @@ class Agent:
         for (v, c), n in tally.verdicts.items():
             m.verdicts.labels(v, c).inc(n)
             self.status.verdicts[v] += n
+        for (v, reason), n in tally.reasons.items():
+            m.verdict_reasons.labels(v, reason).inc(n)
+            self.status.reasons[reason] += n
         for (layer, v, c), n in tally.layer_verdicts.items():
             m.layer_verdicts.labels(layer, v, c).inc(n)
         for (outcome, decision), n in tally.gate.items():

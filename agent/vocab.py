@@ -69,6 +69,23 @@ SELECTIONS = ("held-out-class", "f1", "coverage")
 INPUT_DTYPES = ("float32", "float64", "float16", "uint8", "int64")
 """Model input dtypes the preprocessing accepts."""
 
+REASON_VERDICTS: dict[str, tuple[str, ...]] = {
+    "familiar": ("accept",),
+    "low_confidence": ("uncertainty",),
+    "bad_box": ("uncertainty",),
+    "outside_boxes": ("reject", "uncertainty"),
+    "between_classes": ("reject",),
+    "energy": ("reject",),
+    "not_finite": ("reject",),
+    "out_of_range": VERDICTS,
+}
+"""Why an input got its verdict, and the verdicts each reason comes with (docs/records.md
+says what each means; a test checks that it lists exactly these)."""
+
+VERDICT_REASONS = tuple(REASON_VERDICTS)
+"""The reasons, by reason code (the verdict record's ``reason``, the capture copy's
+``boxwatch-reason`` header, label ``reason`` of ``boxwatch_agent_verdict_reasons_total``)."""
+
 AGENT_OUTPUTS = ("verdict", "gate", "dead_letter", "capture", "release", "review")
 """The records the agent produces, by kind (``Output.kind``, label ``kind`` of
 ``boxwatch_agent_outputs_total`` and of the omitted and dropped outputs' counters)."""

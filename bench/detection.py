@@ -648,14 +648,14 @@ def run_cell(
         ms = []
         for _ in range(6):
             start = time.perf_counter()
-            rt.assess(kb, pred["known"][:256], logits=kb["logits"])
+            rt.explain(kb, pred["known"][:256], logits=kb["logits"])
             ms.append(time.perf_counter() - start)
         timing["monitor"].append(float(np.median(ms[1:])))
         rt.score = "distance"  # same boxes and layers, the distance score's cost
         ms = []
         for _ in range(6):
             start = time.perf_counter()
-            rt.assess(kb, pred["known"][:256], logits=kb["logits"])
+            rt.explain(kb, pred["known"][:256], logits=kb["logits"])
             ms.append(time.perf_counter() - start)
         rt.score = "fused"
         timing["distance"].append(float(np.median(ms[1:])))
@@ -893,7 +893,7 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
             "",
             "### Monitor cost (targets of issues 23 and 38)\n",
             f"- CNN cells, batch 256, one thread, median over cells of the median of 5: model call "
-            f"{model * 1e3:.2f} ms, monitor (BoxRuntime.assess) {monitor * 1e3:.2f} ms = "
+            f"{model * 1e3:.2f} ms, monitor (BoxRuntime.explain: verdicts, scores, reasons) {monitor * 1e3:.2f} ms = "
             f"{monitor / model:.0%} of the model call (target <= 10%); box verdicts "
             f"{256 / monitor:,.0f} inputs/s at batch 256 (target >= 100,000); the same boxes with "
             f"the distance score instead of the fused one: {float(np.median(timing['distance'])) * 1e3:.2f} ms",

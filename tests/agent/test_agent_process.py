@@ -17,6 +17,7 @@ from prometheus_client import generate_latest
 from boxwatch.agent import boxes as boxes_module
 from boxwatch.agent import service
 from boxwatch.agent.boxes import box_kernel
+from boxwatch.agent.vocab import REASON_VERDICTS
 
 TOPICS = {
     "inputs": "in",
@@ -55,6 +56,34 @@ def test_capture_gets_every_rejected_or_uncertain_input(example, make_agent):
     for o in captured:
         assert dict(o.headers)["boxwatch-verdict"].decode() == verdicts[json.loads(o.value)["id"]]
     assert len(verdicts) == len(x)
+
+
+def test_verdicts_and_captured_copies_say_why(example, make_agent):
+    agent = make_agent()
+    data = np.load(example.data / "stream.npz")
+    x = np.concatenate([data["x_known"][:40], data["x_unknown"][:40]])
+    recs = [
+        Record("in", 0, i, json.dumps({"id": f"r{i}", "input": row.tolist()}).encode())
+        for i, row in enumerate(x)
+    ]
+    outs = agent.process(recs)
+    records = {json.loads(o.value)["id"]: json.loads(o.value) for o in outs if o.topic == "v"}
+    classes = set(agent.runtime.classes)
+    for r in records.values():
+        assert r["verdict"] in REASON_VERDICTS[r["reason"]]
+        if r["verdict"] == "accept":
+            assert r["layer"] is None and r["nearest_class"] is None
+        else:
+            assert r["layer"] in r["layers"]
+            assert r["nearest_class"] in classes - {r["predicted_class"]}
+    captured = [o for o in outs if o.topic == "cap"]
+    assert captured and len(captured) == sum(r["verdict"] != "accept" for r in records.values())
+    for o in captured:
+        headers = {k: v.decode() for k, v in o.headers}
+        r = records[json.loads(o.value)["id"]]
+        assert headers["boxwatch-reason"] == r["reason"]
+        assert headers["boxwatch-layer"] == r["layer"]
+        assert headers["boxwatch-nearest-class"] == r["nearest_class"]
 
 
 def test_gate_policy_routes_records(make_agent):

@@ -53,6 +53,12 @@ def test_finite_inputs_that_overflow_the_model_are_rejected(runtime, value):
     res = runtime.run_model(x)
     assert res.verdicts.tolist() == [REJECT] * 3
     assert all(v.tolist() == [REJECT] * 3 for v in res.layer_verdicts.values())
+    # 3.4e38 stays finite in float32 and in the model: rejected on its score, and outside
+    # the training range; the others overflow (not_finite, nothing left to point at).
+    want = "out_of_range" if value == 3.4e38 else "not_finite"
+    assert res.reasons.names().tolist() == [want] * 3
+    if want == "not_finite":
+        assert res.reasons.layers() == [None] * 3 and res.reasons.nearest.tolist() == [-1] * 3
     if runtime.boxes.threshold is not None:
         assert not res.accepted.any()
 

@@ -50,8 +50,28 @@ def test_inputs_already_scaled_are_all_flagged(model_example, runtime):
     val = _x(model_example, "validation") / 16.0
     res = runtime.run_model(val)
     assert res.out_of_range.all()
+    assert set(res.reasons.names().tolist()) == {"out_of_range"}
     far = _x(model_example, "validation") * 16.0  # the other way: raw values scaled twice
     assert runtime.run_model(far).out_of_range.all()
+
+
+def test_out_of_range_is_the_reason_whatever_the_verdict_and_not_finite_wins(
+    model_example, runtime
+):
+    """The reason of an input outside the training range is ``out_of_range`` (the verdict is
+    the monitor's own, unchanged); an input that overflows the model is ``not_finite``."""
+    val = _x(model_example, "validation")[:200]
+    x = np.concatenate([val, val[:50] / 16.0, np.full((1, 64), 1e300)])
+    res = runtime.run_model(x)
+    plain = runtime.run_model(x[:-1])
+    np.testing.assert_array_equal(res.verdicts[:-1], plain.verdicts)
+    names = res.reasons.names()
+    assert (names[res.out_of_range[:-1].nonzero()[0]] == "out_of_range").all()
+    assert "out_of_range" not in names[:200][~res.out_of_range[:200]].tolist()
+    assert names[-1] == "not_finite" and res.out_of_range[-1]
+    layers = res.reasons.layers()
+    flagged = [i for i in range(len(x) - 1) if res.verdicts[i] != 0]
+    assert flagged and all(layers[i] is not None for i in flagged)
 
 
 def test_unit_floats_to_a_model_dividing_by_255(model_example):
@@ -87,6 +107,15 @@ def test_the_agent_counts_them_in_a_metric_and_on_the_status_page(model_example,
     agent._count_delivered(tally, outputs)
     value = agent.metrics.registry.get_sample_value("boxwatch_agent_inputs_out_of_range_total")
     assert value == 20
+    verdicts = [json.loads(o.value) for o in outputs if o.kind == "verdict"]
+    assert len(verdicts) == 20 and {v["reason"] for v in verdicts} == {"out_of_range"}
+    by_reason = sum(
+        agent.metrics.registry.get_sample_value(
+            "boxwatch_agent_verdict_reasons_total", {"verdict": v, "reason": "out_of_range"}
+        )
+        for v in ("accept", "uncertainty", "reject")
+    )
+    assert by_reason == 20
     info = {
         **agent.status.snapshot(),
         "artifact_id": "a",
@@ -98,4 +127,5 @@ def test_the_agent_counts_them_in_a_metric_and_on_the_status_page(model_example,
     }
     page = render_status_page(info)
     assert 'id="out-of-range"' in page and "wrong scale" in page
+    assert 'id="reason-out_of_range">20<' in page and 'id="reason-familiar">0<' in page
     assert "BN gate" not in page

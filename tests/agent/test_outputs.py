@@ -14,8 +14,10 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from boxwatch.agent.metrics import observe_many
 from boxwatch.agent.outputs import json_numbers, verdict_output, verdict_outputs
+from boxwatch.agent.vocab import VERDICT_REASONS
 
 VERDICTS = st.sampled_from(["accept", "uncertainty", "reject"])
+REASONS = st.sampled_from(VERDICT_REASONS)
 NAMES = st.text(min_size=1, max_size=12)
 
 
@@ -38,6 +40,11 @@ def batches(draw):
         "ids": draw(st.lists(st.text(min_size=1, max_size=20), min_size=n, max_size=n)),
         "predicted": draw(st.lists(st.sampled_from(classes), min_size=n, max_size=n)),
         "verdicts": draw(st.lists(VERDICTS, min_size=n, max_size=n)),
+        "reasons": draw(st.lists(REASONS, min_size=n, max_size=n)),
+        "reason_layers": draw(
+            st.lists(st.none() | st.sampled_from(layers), min_size=n, max_size=n)
+        ),
+        "nearest": draw(st.lists(st.none() | st.sampled_from(classes), min_size=n, max_size=n)),
         "layers": {name: draw(st.lists(VERDICTS, min_size=n, max_size=n)) for name in layers},
         "scores": draw(st.lists(floats, min_size=n, max_size=n)),
         "accepted": draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n)),
@@ -56,6 +63,9 @@ def test_batch_encoder_writes_the_same_bytes_as_the_reference(b):
         b["ids"],
         predicted=b["predicted"],
         verdicts=b["verdicts"],
+        reasons=b["reasons"],
+        reason_layers=b["reason_layers"],
+        nearest=b["nearest"],
         layers=b["layers"],
         scores=b["scores"],
         accepted=b["accepted"],
@@ -69,6 +79,9 @@ def test_batch_encoder_writes_the_same_bytes_as_the_reference(b):
         body = {
             "predicted_class": b["predicted"][i],
             "verdict": b["verdicts"][i],
+            "reason": b["reasons"][i],
+            "layer": b["reason_layers"][i],
+            "nearest_class": b["nearest"][i],
             "layers": {k: v[i] for k, v in b["layers"].items()},
             "score": score if math.isfinite(score) else None,
             "score_accepted": None if b["accepted"] is None else b["accepted"][i],

@@ -56,6 +56,13 @@ def test_build_split_beside_the_live_one_only_when_recorded():
     assert "build:" not in plain and 'id="verdict-accept">8<' in plain
 
 
+def test_every_reason_is_counted_on_the_page_zero_counts_included():
+    page = render_status_page(info(reasons={"familiar": 8, "energy": 2}))
+    assert 'id="reason-familiar">8<' in page and 'id="reason-energy">2<' in page
+    assert 'id="reason-not_finite">0<' in page and "Reasons" in page
+    assert "Reasons" not in render_status_page(info(monitors_model=False))
+
+
 def test_bn_gate_table_only_with_a_bn_and_verdicts_only_with_a_model():
     assert "BN gate" in render_status_page(info())
     no_bn = render_status_page(info(has_bn=False))

@@ -4,6 +4,7 @@ the build schema and the estimators use its objects, and nobody else spells them
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 from consumed import Record
@@ -44,6 +45,7 @@ def test_users_hold_the_owners_objects():
     assert boxes.SCORE_MEANS is vocab.SCORE_MEANS
     assert boxes.UNCERTAINTY_RULES is vocab.UNCERTAINTY_RULES
     assert boxes.MODEL_OUTPUTS is vocab.MODEL_OUTPUTS
+    assert boxes.REASON_NAMES is vocab.VERDICT_REASONS
     assert preprocessing.DTYPES is vocab.INPUT_DTYPES
 
 
@@ -84,6 +86,27 @@ def test_metric_label_values_are_the_owners():
         assert _label_values(registry, "kind", prefix + counter) == set(vocab.AGENT_OUTPUTS)
     assert _label_values(registry, "verdict") == set(vocab.VERDICTS)
     assert _label_values(registry, "outcome") == set(vocab.GATE_OUTCOMES)
+    pairs = {
+        (s.labels["verdict"], s.labels["reason"])
+        for m in registry.collect()
+        if m.name == prefix + "verdict_reasons"
+        for s in m.samples
+    }
+    assert pairs == {(v, r) for r, verdicts in vocab.REASON_VERDICTS.items() for v in verdicts}
+
+
+def test_every_verdict_has_reasons_and_every_reason_its_verdicts():
+    assert vocab.VERDICT_REASONS == tuple(vocab.REASON_VERDICTS)
+    for reason, verdicts in vocab.REASON_VERDICTS.items():
+        assert verdicts and set(verdicts) <= set(vocab.VERDICTS), reason
+    assert {v for vs in vocab.REASON_VERDICTS.values() for v in vs} == set(vocab.VERDICTS)
+
+
+def test_the_records_doc_lists_every_reason_with_its_verdicts():
+    doc = (ROOT / "docs" / "records.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| ([a-z, ]+) \|", doc, flags=re.M)
+    listed = {reason: {v.strip() for v in verdicts.split(",")} for reason, verdicts in rows}
+    assert listed == {reason: set(v) for reason, v in vocab.REASON_VERDICTS.items()}
 
 
 def test_agent_config_validators_accept_exactly_the_owners():

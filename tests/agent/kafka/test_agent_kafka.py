@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +120,15 @@ def scrape(address: str) -> dict[str, float]:
     )
 
 
+def metric_samples(scraped: dict[str, float], name: str) -> list[tuple[dict[str, str], float]]:
+    """The labels and value of each sample of ``name`` in a :func:`scrape`."""
+    return [
+        (dict(re.findall(r'(\w+)="([^"]*)"', key)), value)
+        for key, value in scraped.items()
+        if key.startswith(name + "{")
+    ]
+
+
 def _settled_lag(address: str, timeout: float = 15.0) -> dict[str, float]:
     """The consumer-lag series once they exist and read 0 (or whatever they read at timeout)."""
     deadline = time.monotonic() + timeout
@@ -173,9 +184,13 @@ def test_agent_round_trip(example, agent_config, broker, kafka, library):
     # Same values as offline, computed on the whole set in one batch.
     res = offline.run_model(x_model)
     names = verdict_names(res.verdicts)
+    reasons, reason_layers = res.reasons.names(), res.reasons.layers()
     for i in range(N_MODEL):
         v = verdicts[f"m{i}"]
         assert v["verdict"] == names[i]
+        assert v["reason"] == reasons[i] and v["layer"] == reason_layers[i]
+        nearest = res.reasons.nearest[i]
+        assert v["nearest_class"] == (None if nearest < 0 else offline.classes[nearest])
         assert v["predicted_class"] == offline.classes[res.predicted[i]]
         assert v["score"] == pytest.approx(float(res.scores[i]), abs=1e-5)
         assert v["score_accepted"] == (None if res.accepted is None else bool(res.accepted[i]))
@@ -207,6 +222,14 @@ def test_agent_round_trip(example, agent_config, broker, kafka, library):
     http.stop()
     total_verdicts = sum(v for k, v in m.items() if k.startswith("boxwatch_agent_verdicts_total{"))
     assert total_verdicts == N_MODEL
+    said = Counter((v["verdict"], v["reason"]) for v in verdicts.values())
+    assert len(said) > 1, said  # the stream's unknown inputs are rejected, for some reason
+    counted = {
+        (labels["verdict"], labels["reason"]): value
+        for labels, value in metric_samples(m, "boxwatch_agent_verdict_reasons_total")
+        if value
+    }
+    assert counted == dict(said)
     assert m['boxwatch_agent_inputs_total{kind="model"}'] == N_MODEL + 3
     assert m['boxwatch_agent_inputs_total{kind="bn"}'] == N_BN + 1
     assert m['boxwatch_agent_invalid_records_total{reason="not_json"}'] == 1
