@@ -136,10 +136,12 @@ class Progress:
             self._stack.append(phase)
             if self._heart is None:
                 self._wake.clear()
-                self._heart = threading.Thread(
-                    target=self._beat, name="boxwatch-progress", daemon=True
-                )
-                self._heart.start()
+                heart = threading.Thread(target=self._beat, name="boxwatch-progress", daemon=True)
+                try:
+                    heart.start()
+                except RuntimeError:  # no thread under a memory guard: counts still show
+                    return
+                self._heart = heart
 
     def _close(self, phase: Phase, ok: bool) -> None:
         if self.mode == "off":

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from boxwatch.agent.errors import ConfigError
+from boxwatch.offline.bn.limits import _data_in_use
 from boxwatch.offline.progress import INTERVAL_ENV, LINE, Progress, resolve_interval, tick
 
 
@@ -104,3 +105,18 @@ def test_the_interval_comes_from_the_argument_then_the_environment(monkeypatch):
         resolve_interval()
     with pytest.raises(ConfigError, match=">= 0"):
         resolve_interval(-1)
+
+
+def test_a_phase_under_a_memory_guard_with_no_room_for_a_thread_still_counts():
+    """compile-bn and verify-bn cap the data segment; a heartbeat thread's stack may not fit
+    (starting it raises), and the phase must still run and show its counts."""
+    resource = pytest.importorskip("resource")
+    old = resource.getrlimit(resource.RLIMIT_DATA)
+    progress = Progress(io.StringIO(), interval=0)
+    resource.setrlimit(resource.RLIMIT_DATA, (_data_in_use() + (1 << 20), old[1]))
+    try:
+        with progress.phase("verifying rules and queries", 2) as phase:
+            phase.update(2)
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, old)
+    assert _lines(progress)[-1].startswith("verifying rules and queries: done in ")
