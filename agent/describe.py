@@ -54,6 +54,29 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+# The verdict split's columns and their widths, as ``inspect`` prints them.
+SPLIT_COLUMNS = (("n", 7), ("accept", 6), ("uncertainty", 11), ("reject", 6))
+
+
+def _split_rows(key: str, split: dict[str, Any]) -> list[tuple[str, str]]:
+    """``verdict_split`` as a table: one row per build set, its size and verdict shares."""
+
+    def cell(v: Any, column: str) -> str:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return "-" if v is None else str(v)
+        return f"{v:,}" if column == "n" else f"{v:.3f}"
+
+    rows = [
+        (key, "share of each verdict the build measured, by set"),
+        ("  set", "  ".join(c.rjust(w) for c, w in SPLIT_COLUMNS)),
+    ]
+    for name, shares in split.items():
+        row = _dict(shares)
+        cells = "  ".join(cell(row.get(c), c).rjust(w) for c, w in SPLIT_COLUMNS)
+        rows.append((f"  {name}", cells))
+    return rows
+
+
 def render_description(info: dict[str, Any]) -> str:
     """Aligned text view of :func:`describe`'s dict, control characters escaped."""
     builder = _dict(info.get("builder"))
@@ -78,7 +101,9 @@ def render_description(info: dict[str, Any]) -> str:
             )
         )
     for key, value in _dict(info.get("contents")).items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
+        if key == "verdict_split" and isinstance(value, dict) and value:
+            rows.extend(_split_rows(key, value))
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
             rows.append((key, f"{len(value)}"))
             rows.extend((f"  {key[:-1] if key.endswith('s') else key}", _fmt(v)) for v in value)
         else:

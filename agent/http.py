@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import one_line
 from boxwatch.agent.metrics import GATE_OUTCOMES, VERDICTS
+from boxwatch.agent.preprocessing import RANGE_WARN_SHARE
 from boxwatch.agent.vocab import VERDICT_REASONS
 
 _T = TypeVar("_T")
@@ -67,7 +68,8 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}th{{background:#f
 <tr><th>consumer lag</th><td id="lag">{lag}</td></tr>
 <tr><th>records</th><td id="records">{records}</td></tr>
 <tr><th>records/s, last minute</th><td id="rate-1m">{rate_1m:.1f}</td></tr>
-<tr><th>records/s since start</th><td id="rate-lifetime">{rate:.1f}</td></tr>
+<tr><th>records/s while handling batches, last minute</th><td id="rate-busy">{rate_busy}</td></tr>
+<tr><th>records/s since start (average)</th><td id="rate-lifetime">{rate:.1f}</td></tr>
 <tr><th>uncertainty rate</th><td id="uncertainty-rate">{uncertainty_rate:.4f}</td></tr>
 <tr><th>reject rate</th><td id="reject-rate">{reject_rate:.4f}</td></tr>
 <tr><th>dead letters</th><td id="dead-letters">{dead_letters}</td></tr>
@@ -76,8 +78,6 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}th{{background:#f
 <a href="/readyz">/readyz</a> · <a href="/status.json">/status.json</a></p>
 </body></html>
 """
-# A share of inputs outside the training range above this is shown as a warning.
-RANGE_WARN_SHARE = 0.05
 
 
 def _share(n: int, total: int) -> str:
@@ -144,15 +144,19 @@ def render_status_page(info: dict[str, Any]) -> str:
         )
 
     lag = info.get("lag")
+    busy = info.get("records_per_second_busy_1m")
     range_row = ""
     if info.get("input_range_checked"):
         n_out = info.get("out_of_range", 0)
-        share = info.get("out_of_range_rate", 0.0)
-        cls = ' class="warn"' if share > RANGE_WARN_SHARE else ""
-        hint = " (wrong scale or units?)" if cls else ""
+        share = info.get("out_of_range_recent_share", info.get("out_of_range_rate", 0.0))
+        recent = info.get("out_of_range_recent_inputs")
+        warn = bool(info.get("out_of_range_warning"))
+        cls = ' class="warn"' if warn else ""
+        of = f" of the last {recent}" if recent else ""
+        hint = f" (over {RANGE_WARN_SHARE:.0%}: wrong scale or units?)" if warn else ""
         range_row = (
             f"<tr><th>inputs outside the training range</th>"
-            f'<td id="out-of-range"{cls}>{n_out} ({share:.3f}){hint}</td></tr>\n'
+            f'<td id="out-of-range"{cls}>{n_out} ({share:.3f}{of}){hint}</td></tr>\n'
         )
     gate_section = (
         "<h2>BN gate</h2><table>"
@@ -171,7 +175,8 @@ def render_status_page(info: dict[str, Any]) -> str:
         lag="-" if lag is None else str(lag),
         records=info["records"],
         rate_1m=info.get("records_per_second_1m", info["records_per_second"]),
-        rate=info["records_per_second"],
+        rate_busy="-" if busy is None else f"{busy:.1f}",
+        rate=info.get("records_per_second_since_start", info["records_per_second"]),
         uncertainty_rate=info["uncertainty_rate"],
         reject_rate=info["reject_rate"],
         dead_letters=info["dead_letters"],

@@ -116,7 +116,7 @@ class AgentMetrics:
         self.out_of_range = Counter(
             "boxwatch_agent_inputs_out_of_range_total",
             "Model inputs whose preprocessed values lie outside the training range the "
-            "artifact records (wrong scale or units?).",
+            "artifact records (some unknown inputs do; a large share: wrong scale or units?).",
             registry=r,
         )
         self.produce_errors = Counter(

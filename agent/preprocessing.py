@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from collections import deque
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -160,3 +161,51 @@ class InputRange:
         ):
             raise ConfigError(f"input_range must hold {size} finite min and max values")
         return cls(lo, hi, peak)
+
+
+# Honest unknown inputs fall outside the training range now and then (3% of the bundled
+# demo's mixed stream); inputs at the wrong scale or in the wrong units make most of a stream
+# fall outside. The agent warns only when more than RANGE_WARN_SHARE of the last
+# RANGE_WINDOW inputs (whole batches) did, once it has seen RANGE_MIN_INPUTS.
+RANGE_WINDOW = 1000
+RANGE_WARN_SHARE = 0.2
+RANGE_MIN_INPUTS = 100
+
+
+@dataclass
+class RangeWindow:
+    """How many of the last ``size`` model inputs (whole batches) fell outside the training
+    range: the share the agent's wrong-scale warning and status page read."""
+
+    size: int = RANGE_WINDOW
+    _batches: deque[tuple[int, int]] = field(default_factory=deque)
+    _outside: int = 0
+    _inputs: int = 0
+
+    def add(self, outside: int, inputs: int) -> None:
+        """Count a batch of ``inputs`` checked inputs, ``outside`` of them out of range;
+        the oldest batches leave once the rest still hold ``size`` inputs."""
+        self._batches.append((outside, inputs))
+        self._outside += outside
+        self._inputs += inputs
+        while self._inputs - self._batches[0][1] >= self.size:
+            old_out, old_n = self._batches.popleft()
+            self._outside -= old_out
+            self._inputs -= old_n
+
+    @property
+    def inputs(self) -> int:
+        """Inputs the share is over (``size`` or a little more, once the window is full)."""
+        return self._inputs
+
+    @property
+    def share(self) -> float:
+        """Share of the window's inputs outside the training range (0 when empty)."""
+        inputs = self._inputs  # read once: the loop thread may be adding a batch
+        return min(self._outside / inputs, 1.0) if inputs else 0.0
+
+    @property
+    def alarming(self) -> bool:
+        """More than :data:`RANGE_WARN_SHARE` outside, over at least
+        :data:`RANGE_MIN_INPUTS` inputs: the wrong scale or units, rather than unknowns."""
+        return self._inputs >= RANGE_MIN_INPUTS and self.share > RANGE_WARN_SHARE

@@ -51,6 +51,7 @@ from boxwatch.agent.outputs import (
     reason_headers,
     verdict_outputs,
 )
+from boxwatch.agent.preprocessing import RANGE_WARN_SHARE, RangeWindow
 from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_batch
 from boxwatch.agent.runtime import MonitorRuntime, load_runtime
 
@@ -126,9 +127,13 @@ class AgentStatus:
     reloads: int = 0
     reload_failures: int = 0
     out_of_range: int = 0
+    # The last ~RANGE_WINDOW model inputs: how many fell outside the training range
+    range_window: RangeWindow = field(default_factory=RangeWindow)
     lag: int | None = None  # records not yet consumed, all assigned partitions together
     # (time, records) of recent batches, for the rate over the last RATE_WINDOW_S seconds
     recent: deque = field(default_factory=deque)
+    # (time, seconds) each recent batch took, decode to commit: the rate while busy
+    busy: deque = field(default_factory=deque)
 
     def count_batch(self, n: int, now: float | None = None) -> None:
         """Add a consumed batch of ``n`` records to the totals and to the recent rate."""
@@ -138,6 +143,13 @@ class AgentStatus:
         while self.recent and self.recent[0][0] < now - RATE_WINDOW_S:
             self.recent.popleft()
 
+    def count_busy(self, seconds: float, now: float | None = None) -> None:
+        """Add the ``seconds`` a handled batch took (decode to commit)."""
+        now = time.time() if now is None else now
+        self.busy.append((now, seconds))
+        while self.busy and self.busy[0][0] < now - RATE_WINDOW_S:
+            self.busy.popleft()
+
     def recent_rate(self, now: float | None = None) -> float:
         """Records per second over the last :data:`RATE_WINDOW_S` seconds (or since start)."""
         now = time.time() if now is None else now
@@ -145,9 +157,21 @@ class AgentStatus:
         n = sum(k for t, k in list(self.recent) if t >= since)
         return n / max(min(RATE_WINDOW_S, now - self.started), 1e-9)
 
+    def busy_rate(self, now: float | None = None) -> float | None:
+        """Records per second of batch handling over the last :data:`RATE_WINDOW_S` seconds:
+        what the agent sustains while it has work (None: no batch handled in that time)."""
+        now = time.time() if now is None else now
+        since = now - RATE_WINDOW_S
+        seconds = sum(s for t, s in list(self.busy) if t >= since)
+        n = sum(k for t, k in list(self.recent) if t >= since)
+        return n / seconds if seconds > 0 else None
+
     def snapshot(self) -> dict[str, Any]:
+        """The figures of ``/status.json`` (docs/agent-config.md lists them)."""
         elapsed = max(time.time() - self.started, 1e-9)
         n = sum(self.verdicts.values())
+        since_start = self.records / elapsed
+        window = self.range_window
         return {
             "records": self.records,
             "verdicts": dict(self.verdicts),
@@ -155,10 +179,15 @@ class AgentStatus:
             "gate": dict(self.gate),
             "dead_letters": self.dead_letters,
             "batches": self.batches,
-            "records_per_second": self.records / elapsed,
             "records_per_second_1m": self.recent_rate(),
+            "records_per_second_busy_1m": self.busy_rate(),
+            "records_per_second_since_start": since_start,
+            "records_per_second": since_start,  # the old name of the line above, kept
             "out_of_range": self.out_of_range,
             "out_of_range_rate": self.out_of_range / n if n else 0.0,
+            "out_of_range_recent_share": window.share,
+            "out_of_range_recent_inputs": window.inputs,
+            "out_of_range_warning": window.alarming,
             "lag": self.lag,
             "uncertainty_rate": self.verdicts.get("uncertainty", 0) / n if n else 0.0,
             "reject_rate": self.verdicts.get("reject", 0) / n if n else 0.0,
@@ -304,7 +333,9 @@ class Agent:
             self.metrics.end_to_end_seconds, np.maximum(now - stamps[stamps > 0] / 1000.0, 0.0)
         )
         self.metrics.batch_size.observe(len(records))
-        self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        self.metrics.batch_seconds.observe(took)
+        self.status.count_busy(took, now)
         self.status.batches += 1
         self.status.last_batch_at = now
 
@@ -434,16 +465,21 @@ class Agent:
         return out
 
     def _note_out_of_range(self, n: int, of: int) -> int:
-        """Say (at most once a minute) that inputs lie outside the training range."""
+        """Count a batch's inputs outside the training range in the recent window; say (at
+        most once a minute) when more than :data:`RANGE_WARN_SHARE` of the window's are: a
+        share honest unknown inputs do not reach, the wrong scale or units do."""
+        window = self.status.range_window
+        window.add(n, of)
         now = time.monotonic()
-        if n and now - self._range_said >= RANGE_NOTE_INTERVAL_S:
+        if window.alarming and now - self._range_said >= RANGE_NOTE_INTERVAL_S:
             self._range_said = now
             log.warning(
-                "%d of %d inputs in a batch lie outside the preprocessed training range the "
-                "artifact records: wrong scale or units? (e.g. [0, 1] floats sent to a model "
-                "whose preprocessing divides by 255)",
-                n,
-                of,
+                "%.1f%% of the last %d inputs lie outside the preprocessed training range the "
+                "artifact records (warned above %.0f%%): wrong scale or units? (e.g. [0, 1] "
+                "floats sent to a model whose preprocessing divides by 255)",
+                100 * window.share,
+                window.inputs,
+                100 * RANGE_WARN_SHARE,
             )
         return n
 

@@ -238,16 +238,25 @@ CEILINGS = {"kafka-python": ceiling_kafka_python, "confluent-kafka": ceiling_con
 
 
 def agent_rate(
-    bootstrap: str, artifact: Path, public: Path, topic: str, n: int, group: str, library: str
+    bootstrap: str,
+    artifact: Path,
+    public: Path,
+    topic: str,
+    n: int,
+    group: str,
+    library: str,
+    *,
+    model: Path | None = None,
 ) -> float:
-    """Records/s of the agent on a pre-filled topic (from its first batch to the last)."""
+    """Records/s of the agent on a pre-filled topic (from its first batch to the last);
+    ``model`` defaults to the bundled ONNX model."""
     cfg = load_agent_config(
         None,
         environ={},
         overrides={
             "artifact": str(artifact),
             "public_keys": [str(public)],
-            "model": str(example_path("digits", "model.onnx")),
+            "model": str(model or example_path("digits", "model.onnx")),
             "kafka.bootstrap_servers": bootstrap,
             "kafka.group_id": group,
             "topics.inputs": topic,

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from boxwatch.offline.progress import LINE
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -73,12 +75,12 @@ class Outcome:
     """Bytes of peak resident memory, imports included (None: never reported)."""
 
     def error_lines(self) -> list[str]:
-        """Lines of stderr but click's usage boilerplate and compile-bn's progress bar
-        (shown after a second): what reports an error, or should not be there."""
+        """Lines of stderr but click's usage boilerplate and progress lines (a phase that
+        runs over 2 s shows one): what reports an error, or should not be there."""
         return [
             line
             for line in self.stderr.splitlines()
-            if line.strip() and not line.startswith(("Usage:", "Try '", "compiling"))
+            if line.strip() and not line.startswith(("Usage:", "Try '")) and not LINE.match(line)
         ]
 
 

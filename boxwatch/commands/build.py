@@ -17,9 +17,10 @@ from boxwatch.commands.console import (
     EXIT_USAGE,
     VerbExit,
     finish,
-    progress_bar,
     summary_table,
 )
+from boxwatch.commands.options import progress_option
+from boxwatch.offline.progress import Progress
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, check_out_path, prepare
 from boxwatch.offline.release.report import write_report
@@ -53,6 +54,7 @@ KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
     type=int,
     help="Creation time (Unix seconds); default $SOURCE_DATE_EPOCH, else now.",
 )
+@progress_option
 def build_artifact(
     config: Path,
     key_path: Path | None,
@@ -60,6 +62,7 @@ def build_artifact(
     report_dir: Path | None,
     dry_run: bool,
     created_at: int | None,
+    progress: Progress,
 ) -> None:
     """Build the signed artifact a release pipeline publishes.
 
@@ -68,7 +71,8 @@ def build_artifact(
     verifies its rules and monotonicity queries, then writes the artifact atomically and
     prints a summary table. The same config, data, key and creation time give a
     byte-identical artifact. The key never comes from the config: use --key or
-    $BOXWATCH_SIGNING_KEY_FILE.
+    $BOXWATCH_SIGNING_KEY_FILE. Each phase that runs over 2 s shows its progress on stderr
+    (the summary table alone goes to stdout).
 
     \b
     Example:
@@ -106,11 +110,12 @@ def build_artifact(
         return
     assert prepared is not None and private_key is not None and out is not None
     try:
-        outcome = build(prepared, private_key, created_at=created_at, progress=progress_bar)
+        outcome = build(prepared, private_key, created_at=created_at, progress=progress)
         write_artifact(out, outcome.artifact)
         summary = outcome.summary.written_to(out)
         if report_dir is not None:
-            write_report(summary, report_dir, outcome.files)
+            with progress.phase("writing the report"):
+                write_report(summary, report_dir, outcome.files)
     except (ConfigError, KeyFileError, ArtifactError) as exc:
         _fail(config, exc.problems if isinstance(exc, ConfigError) else [str(exc)], exc)
     except MemoryError as exc:

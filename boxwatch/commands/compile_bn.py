@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import show_path
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
-from boxwatch.commands.options import classifier_options, limit_options
+from boxwatch.commands.options import classifier_options, limit_options, progress_option
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import (
     MAX_TIE_PAIRS,
@@ -26,41 +22,7 @@ from boxwatch.offline.bn.compile import (
 from boxwatch.offline.bn.formats import load_network
 from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes, memory_guard
 from boxwatch.offline.bn.plan import CompileLimitError
-
-PROGRESS_AFTER_S = 1.0
-
-
-class _ProgressBar:
-    """A stderr progress bar, shown once a loop has run for :data:`PROGRESS_AFTER_S`."""
-
-    def __init__(self) -> None:
-        self._bar: Any = None
-        self._done = 0
-        self._start = time.perf_counter()
-
-    def __call__(self, done: int, total: int) -> None:
-        if self._bar is None:
-            if time.perf_counter() - self._start < PROGRESS_AFTER_S:
-                return
-            self._bar = click.progressbar(
-                length=total, label="compiling", file=sys.stderr, show_eta=True, show_percent=True
-            )
-            self._bar.__enter__()
-        self._bar.update(done - self._done)
-        self._done = done
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-
-
-@contextlib.contextmanager
-def _progress() -> Iterator[_ProgressBar]:
-    bar = _ProgressBar()
-    try:
-        yield bar
-    finally:
-        bar.close()
+from boxwatch.offline.progress import Progress
 
 
 def _table(result: CompileResult, parse_seconds: float) -> str:
@@ -131,6 +93,7 @@ def _exactness(result: CompileResult) -> str:
 )
 @limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@progress_option
 def compile_bn(
     network_file: Path,
     wanted: ClassifierSpec,
@@ -138,6 +101,7 @@ def compile_bn(
     max_memory: int | None,
     max_seconds: float | None,
     as_json: bool,
+    progress: Progress,
 ) -> None:
     """Compile a BN classifier into an exact ordered decision diagram and report its size.
 
@@ -151,8 +115,9 @@ def compile_bn(
     positive). A route that cannot certify every decision says so ("exact  NO").
 
     Each route (joint table, or a split of the features at the cheapest cut) is sized
-    before it starts; the fastest one within --max-memory (and --max-seconds) runs (a split
-    that runs long shows a progress bar on stderr). When none fits, or memory runs out
+    before it starts; the fastest one within --max-memory (and --max-seconds) runs (reading,
+    ordering and compiling show their progress on stderr when they run over 2 s; --quiet
+    shows none). When none fits, or memory runs out
     anyway, or the command runs past --max-seconds (reading, planning or in a route), it
     exits 2 with one line naming the estimates and the limits (or how far it got).
 
@@ -169,22 +134,25 @@ def compile_bn(
     """
     limit = default_max_memory() if max_memory is None else max_memory
     try:
-        with memory_guard(limit), _progress() as bar:
+        with memory_guard(limit):
             start = time.perf_counter()
             deadline = Deadline(max_seconds, show_path(network_file), start)
             deadline.enter("reading the network", "give a smaller network")
-            network = load_network(network_file, max_memory=limit, deadline=deadline)
+            with progress.phase("reading the network"):
+                network = load_network(network_file, max_memory=limit, deadline=deadline)
             parse_seconds = time.perf_counter() - start
             deadline.enter("choosing the feature order", "give --order")
-            spec = resolve_spec(network, wanted, deadline=deadline)
-            result = compile_classifier(
-                network,
-                spec,
-                method=method,
-                max_memory=limit,
-                progress=bar,
-                deadline=deadline,
-            )
+            with progress.phase("choosing the feature order"):
+                spec = resolve_spec(network, wanted, deadline=deadline)
+            with progress.phase("compiling") as phase:
+                result = compile_classifier(
+                    network,
+                    spec,
+                    method=method,
+                    max_memory=limit,
+                    progress=phase.set_done,
+                    deadline=deadline,
+                )
     except ConfigError as exc:
         fail(exc, EXIT_USAGE)
     except MemoryError:

@@ -1,4 +1,4 @@
-"""What every verb shares: the exit codes, one-line errors, progress bars, summary tables.
+"""What every verb shares: the exit codes, one-line errors, summary tables.
 
 Exit codes (documented in ``boxwatch --help`` and the README):
 
@@ -16,7 +16,6 @@ the exit code, the one place that does.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -62,11 +61,6 @@ def fail(exc: BoxwatchError, code: int) -> NoReturn:
 def finish(code: int, *lines: str) -> NoReturn:
     """End the verb with ``code`` after its output (e.g. 1 when a rule is violated)."""
     raise VerbExit(code, lines)
-
-
-def progress_bar(label: str, total: int) -> Any:
-    """A stderr progress bar for long build steps (what :func:`build` calls ``progress``)."""
-    return click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True)
 
 
 def _fmt(v: Any) -> str:

@@ -34,7 +34,7 @@ from boxwatch.agent.gate import decode_rules
 from boxwatch.agent.keys import generate_keypair
 from boxwatch.agent.members import DIAGRAM_META, RULES
 from boxwatch.agent.records import TENSOR_TYPE
-from boxwatch.commands.console import EXIT_FAILED, finish, progress_bar, summary_table
+from boxwatch.commands.console import EXIT_FAILED, finish, summary_table
 from boxwatch.embedded_broker import KINDS, BrokerKind
 from boxwatch.examples import example_path
 
@@ -71,6 +71,7 @@ def build_example(workdir: Path) -> tuple[Path, Path, BuildSummary]:
     """Key, config, artifact and report in ``workdir``; returns (artifact, public key, summary)."""
     from boxwatch.agent.artifact import write_artifact
     from boxwatch.agent.keys import load_private_key
+    from boxwatch.offline.progress import Progress
     from boxwatch.offline.release.config import load_config
     from boxwatch.offline.release.pipeline import build, prepare
     from boxwatch.offline.release.report import write_report
@@ -78,7 +79,7 @@ def build_example(workdir: Path) -> tuple[Path, Path, BuildSummary]:
     private, public = workdir / "keys" / "demo.key", workdir / "keys" / "demo.pub"
     generate_keypair(private, public, force=True)
     config = write_build_config(workdir)
-    outcome = build(prepare(load_config(config)), load_private_key(private), progress=progress_bar)
+    outcome = build(prepare(load_config(config)), load_private_key(private), progress=Progress())
     artifact = workdir / "demo.bwa"
     write_artifact(artifact, outcome.artifact)
     summary = outcome.summary.written_to(artifact)

@@ -1,5 +1,5 @@
-"""Command-line options shared by the BN verbs (``compile-bn``, ``verify-bn``): the
-classifier, and the limits of its compilation."""
+"""Command-line options shared by the offline verbs: the classifier and the limits of its
+compilation (``compile-bn``, ``verify-bn``), and ``--quiet`` (these and ``build-artifact``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from typing import Any
 
 import click
 
+from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec
 from boxwatch.offline.bn.formats import formats_text
 from boxwatch.offline.bn.limits import MEMORY_SHARE, parse_size
+from boxwatch.offline.progress import DEFAULT_INTERVAL_S, INTERVAL_ENV, Progress
 
 _CLASSIFIER_OPTIONS = (
     click.argument("network_file", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path)),
@@ -130,6 +132,28 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for decorate in reversed(_LIMIT_OPTIONS):
         command = decorate(command)
     return command
+
+
+def progress_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--quiet/-q, handed to the command as ``progress``: the :class:`Progress` its long
+    phases show on (stderr; nothing with --quiet). A bad $BOXWATCH_PROGRESS_INTERVAL is a
+    usage error."""
+
+    @functools.wraps(command)
+    def with_progress(*args: Any, quiet: bool, **kwargs: Any) -> Any:
+        try:
+            progress = Progress(mode="off" if quiet else None)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        return command(*args, progress=progress, **kwargs)
+
+    return click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        help="Show no progress on stderr. Otherwise phases running over 2 s show a bar on a "
+        f"terminal, else a line every {DEFAULT_INTERVAL_S:g} s (${INTERVAL_ENV} seconds).",
+    )(with_progress)
 
 
 def _names(value: str | None) -> list[str] | None:

@@ -13,7 +13,7 @@ import click
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import one_line, show_path
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_err, finish
-from boxwatch.commands.options import classifier_options, limit_options
+from boxwatch.commands.options import classifier_options, limit_options, progress_option
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.formats import load_network
@@ -26,6 +26,7 @@ from boxwatch.offline.bn.limits import (
 )
 from boxwatch.offline.bn.rules import ClassifierSchema, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, VerificationReport
+from boxwatch.offline.progress import Progress
 
 
 def _prob(p: float | None) -> str:
@@ -131,6 +132,7 @@ def yaml_file_option(flag: str, dest: str, what: str, **kwargs: Any) -> Callable
 )
 @limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@progress_option
 def verify_bn(
     network_file: Path,
     wanted: ClassifierSpec,
@@ -140,13 +142,16 @@ def verify_bn(
     max_memory: int | None,
     max_seconds: float | None,
     as_json: bool,
+    progress: Progress,
 ) -> None:
     """Verify if-then rules and monotonicity of a BN classifier, exhaustively.
 
     Compiles FILE into its exact decision diagram, encodes it into CNF and asks a SAT
     solver. A violated rule is reported with the exact number of violating inputs, their
     probability under the network, and K compact counterexamples (features not listed may
-    take any value the premise allows). FILE is a network file: {formats}.
+    take any value the premise allows). FILE is a network file: {formats}. Reading,
+    compiling and verifying show their progress on stderr when they run over 2 s (--quiet:
+    none); the report goes to stdout.
 
     Exit status: 0 every rule and query holds; 1 some are violated; 2 invalid input (every
     problem of the rule files is listed, one per line).
@@ -166,16 +171,25 @@ def verify_bn(
         deadline = Deadline(max_seconds, show_path(network_file), start)
         with memory_guard(limit):
             deadline.enter("reading the network", "give a smaller network")
-            network = load_network(network_file, max_memory=limit, deadline=deadline)
+            with progress.phase("reading the network"):
+                network = load_network(network_file, max_memory=limit, deadline=deadline)
             deadline.enter("choosing the feature order", "give --order")
-            spec = resolve_spec(network, wanted, deadline=deadline)
-            compiled = compile_classifier(network, spec, max_memory=limit, deadline=deadline)
+            with progress.phase("choosing the feature order"):
+                spec = resolve_spec(network, wanted, deadline=deadline)
+            with progress.phase("compiling") as phase:
+                compiled = compile_classifier(
+                    network, spec, max_memory=limit, deadline=deadline, progress=phase.set_done
+                )
             diagram = compiled.diagram
             schema = ClassifierSchema.from_diagram(diagram, network.variables)
             deadline.enter("verifying the rules", "give fewer rules or queries")
             specs = load_specs(rules_path, fmo_path, schema, deadline)
-            with BNVerifier(diagram, network=network, deadline=deadline) as verifier:
-                report = verifier.verify(specs, counterexamples=k)
+            checks = len(specs.rules) + len(specs.queries)
+            with (
+                progress.phase("verifying rules and queries", checks) as phase,
+                BNVerifier(diagram, network=network, deadline=deadline) as verifier,
+            ):
+                report = verifier.verify(specs, counterexamples=k, progress=phase.set_done)
     except ConfigError as exc:
         raise VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems)) from exc
     except MemoryError as exc:

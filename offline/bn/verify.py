@@ -31,7 +31,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -472,8 +472,15 @@ class BNVerifier:
                 self._table = _output_table(d, deadline=deadline)
 
     # ------------------------------------------------------------------ public queries
-    def verify(self, spec: Spec, *, counterexamples: int = 10) -> VerificationReport:
-        """Check every rule and monotonicity query of a parsed spec."""
+    def verify(
+        self,
+        spec: Spec,
+        *,
+        counterexamples: int = 10,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> VerificationReport:
+        """Check every rule and monotonicity query of a parsed spec; ``progress(done,
+        total)`` is called after each."""
         d = self.diagram
         info = {
             "class_variable": d.class_variable,
@@ -493,10 +500,14 @@ class BNVerifier:
         for r in spec.rules:
             self._check(f"{len(rules):,} of {total:,} rules and queries checked")
             rules.append(self.check_rule(r, counterexamples=counterexamples))
+            if progress is not None:
+                progress(len(rules), total)
         mono: list[MonotonicityResult] = []
         for q in spec.queries:
             self._check(f"{len(rules) + len(mono):,} of {total:,} rules and queries checked")
             mono.append(self.check_monotonicity(q))
+            if progress is not None:
+                progress(len(rules) + len(mono), total)
         return VerificationReport(info, rules, mono)
 
     def _check(self, reached: str) -> None:

@@ -57,6 +57,7 @@ from boxwatch.offline.monitors.params import (
     validate_params,
 )
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
+from boxwatch.offline.progress import tick
 
 DEFAULT_TAUS: tuple[float, ...] = (
     1.0,
@@ -268,7 +269,9 @@ def build_sweep(
     """Build good/bad boxes for every layer, class and tau (taus swept descending, k reused).
 
     Assumes validated input (see :meth:`BoxMonitor.fit`). One seed per (layer, class, kind)
-    is drawn from ``random_state`` in a fixed order, so the result is deterministic.
+    is drawn from ``random_state`` in a fixed order, so the result is deterministic. Each
+    (layer, class, kind) done counts one step of the open progress phase
+    (:func:`~boxwatch.offline.progress.tick`).
     """
     start = time.perf_counter()
     rng = check_random_state(random_state)
@@ -326,11 +329,13 @@ def _sweep_layer(
                 for i, t in enumerate(taus):
                     per_kind[kind][t].append((np.zeros((0, d)), np.zeros((0, d))))
                     ks[kind][i, cls] = 0
+                tick()
                 continue
             path = TauKMeansPath(xs, max_clusters=max_clusters, random_state=seed, n_init=n_init)
             for i, (t, clustering) in enumerate(sorted(path.sweep(taus).items(), reverse=True)):
                 per_kind[kind][t].append(cluster_boxes(xs, clustering.labels))
                 ks[kind][i, cls] = clustering.k
+            tick()
     sweep.good[layer] = {t: BoxSet.from_boxes(per_kind["good"][t], d) for t in taus}
     sweep.bad[layer] = {t: BoxSet.from_boxes(per_kind["bad"][t], d) for t in taus}
     sweep.k_good[layer], sweep.k_bad[layer] = ks["good"], ks["bad"]

@@ -30,6 +30,7 @@ from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.repair import RepairReport, fraction_text, repair
 from boxwatch.offline.bn.rules import ClassifierSchema, Rule, Spec, load_spec
 from boxwatch.offline.bn.verify import BNVerifier, RuleResult, VerificationReport
+from boxwatch.offline.progress import Progress
 from boxwatch.offline.release.config import BuildConfig
 from boxwatch.offline.release.records import (
     BNSection,
@@ -195,12 +196,21 @@ def _reproducible(value: Any) -> Any:
     return value
 
 
-def run(bn: BNInputs) -> BNOutcome:
-    """Compile and verify; everything deterministic."""
-    result = compile_classifier(bn.network, bn.spec, max_memory=bn.max_memory)
+def run(bn: BNInputs, progress: Progress | None = None) -> BNOutcome:
+    """Compile and verify; everything deterministic. ``progress`` shows both phases
+    (default: nothing shown)."""
+    progress = Progress(mode="off") if progress is None else progress
+    with progress.phase("compiling the BN classifier") as phase:
+        result = compile_classifier(
+            bn.network, bn.spec, max_memory=bn.max_memory, progress=phase.set_done
+        )
     d = result.diagram
-    with BNVerifier(d, network=bn.network) as verifier:
-        report = verifier.verify(bn.rules, counterexamples=bn.counterexamples)
+    checks = len(bn.rules.rules) + len(bn.rules.queries)
+    with progress.phase("verifying rules and queries", checks) as phase:
+        with BNVerifier(d, network=bn.network) as verifier:
+            report = verifier.verify(
+                bn.rules, counterexamples=bn.counterexamples, progress=phase.set_done
+            )
     schema = ClassifierSchema.from_diagram(d, bn.network.variables)
     gate_rules = encode_rules(
         RuleEntry(rule.name, rule.premise, rule.conclusion, res.verdict)

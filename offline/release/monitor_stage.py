@@ -14,7 +14,6 @@ The estimator is built from the config's ``monitor`` section
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from boxwatch.offline.monitors.coverage import coverage_at
 from boxwatch.offline.monitors.estimator import BoxMonitor, Calibration, build_sweep
 from boxwatch.offline.monitors.evaluation import detection, outcomes_per_class, total
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath
+from boxwatch.offline.progress import Progress, tick
 from boxwatch.offline.release.records import (
     Accuracy,
     BoxCounts,
@@ -133,24 +133,29 @@ def fit_monitors(
     params: MonitorSection,
     *,
     extract: Callable[..., tuple[np.ndarray, dict[str, np.ndarray]]],
-    progress: Any = None,
+    progress: Progress | None = None,
 ) -> MonitorOutcome:
-    """Fit, select, calibrate and evaluate the box monitors of a validated model config."""
+    """Fit, select, calibrate and evaluate the box monitors of a validated model config;
+    ``progress`` shows each phase (default: nothing shown)."""
+    progress = Progress(mode="off") if progress is None else progress
     tapped = _tap_sets(mi, extract, progress)
     sets = _Sets.of(tapped)
-    monitor = _fit(params.estimator(mi.layers), sets, len(mi.classes))
+    # The sweep counts one step per layer, class and kind of box (good, bad).
+    with progress.phase("fitting boxes (tau sweep)", len(mi.layers) * len(mi.classes) * 2):
+        monitor = _fit(params.estimator(mi.layers), sets, len(mi.classes))
     calib_set, calib = _calibration_set(sets.train, sets.validation, monitor.calibration_rows_)
-    cal = monitor.calibrate(
-        calib.acts,
-        calib.pred,
-        target_acceptance=float(monitor.target_acceptance),
-        acts_unknown=None if sets.unknown is None else sets.unknown.acts,
-        y_pred_unknown=None if sets.unknown is None else sets.unknown.pred,
-        y_true_known=calib.y,
-        logits_known=calib.logits,
-        logits_unknown=None if sets.unknown is None else sets.unknown.logits,
-    )
-    summary = _fit_summary(monitor, mi, sets, cal, calib_set)
+    with progress.phase("calibrating the score"):
+        cal = monitor.calibrate(
+            calib.acts,
+            calib.pred,
+            target_acceptance=float(monitor.target_acceptance),
+            acts_unknown=None if sets.unknown is None else sets.unknown.acts,
+            y_pred_unknown=None if sets.unknown is None else sets.unknown.pred,
+            y_true_known=calib.y,
+            logits_known=calib.logits,
+            logits_unknown=None if sets.unknown is None else sets.unknown.logits,
+        )
+    summary = _fit_summary(monitor, mi, sets, cal, calib_set, progress)
     contents = {
         "count": len(mi.layers) * len(mi.classes),
         "boxes": int(sum(sum(b.good) + sum(b.bad) for b in summary.boxes.values())),
@@ -186,7 +191,12 @@ def _fit(monitor: BoxMonitor, sets: _Sets, n_classes: int) -> BoxMonitor:
 
 
 def _fit_summary(
-    monitor: BoxMonitor, mi: ModelInputs, sets: _Sets, cal: Calibration, calib_set: str
+    monitor: BoxMonitor,
+    mi: ModelInputs,
+    sets: _Sets,
+    cal: Calibration,
+    calib_set: str,
+    progress: Progress,
 ) -> MonitorFit:
     """The summary of a fitted, calibrated monitor: taus, boxes, calibration, the per-tau
     curves and the score's detection figures (with validation data), the coverage."""
@@ -197,10 +207,17 @@ def _fit_summary(
         tau_selection = monitor.selection if sets.validation is not None else "coverage"
     curves: dict[str, OutcomeCurve] | UnsetType = UNSET
     detected: DetectionSummary | UnsetType = UNSET
-    if sets.validation is not None and sets.evaluation is not None:
-        curves = _curves(monitor, mi, sets.train, sets.evaluation, taus)
-        if sets.unknown is not None:
-            detected = _detection(monitor, sets.validation, sets.unknown, cal.target_acceptance)
+    evaluated = sets.validation is not None and sets.evaluation is not None
+    # Steps: the coverage's one per layer and class, and the curves' sweep (one per layer,
+    # class and kind) when the fit swept other taus.
+    cells = len(mi.layers) * len(mi.classes)
+    steps = cells * (3 if evaluated and monitor.sweep_.taus != taus else 1)
+    with progress.phase("evaluating (curves, coverage)", steps):
+        if sets.validation is not None and sets.evaluation is not None:
+            curves = _curves(monitor, mi, sets.train, sets.evaluation, taus)
+            if sets.unknown is not None:
+                detected = _detection(monitor, sets.validation, sets.unknown, cal.target_acceptance)
+        coverage = _coverage(monitor, mi, sets.train, taus, len(mi.classes))
     return MonitorFit(
         layers=list(mi.layers),
         taus=taus,
@@ -220,17 +237,19 @@ def _fit_summary(
         calibration=_calibration_summary(cal),
         curves=curves,
         detection=detected,
-        coverage=_coverage(monitor, mi, sets.train, taus, len(mi.classes)),
+        coverage=coverage,
     )
 
 
-def _tap_sets(mi: ModelInputs, extract: Callable[..., Any], progress: Any) -> dict[str, Tapped]:
+def _tap_sets(
+    mi: ModelInputs, extract: Callable[..., Any], progress: Progress
+) -> dict[str, Tapped]:
     """Every data set but ``test`` through the model (``test`` is only reported, by the
     pipeline: never fitted or calibrated on)."""
     names = [name for name in mi.data if name != "test"]
     total_rows = sum(len(mi.data[name][0]) for name in names)
     out = {}
-    with progress("extracting activations", total_rows) if progress else nullcontext() as bar:
+    with progress.phase("extracting activations", total_rows) as bar:
         for name in names:
             x, y = mi.data[name]
             logits, acts = extract(mi, x, bar)
@@ -382,9 +401,11 @@ def _coverage(
             seed = int(rng.randint(0, 2**31 - 1))
             if len(xs) < 2:
                 per_class.append([None] * len(taus))
+                tick()
                 continue
             path = TauKMeansPath(xs, random_state=seed)
             covs = [coverage_at(path, t) for t in taus]
             per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1)))) for c in covs])
+            tick()
         out[layer] = CoverageCurve(taus=list(taus), per_class=per_class, measure=COVERAGE_MEASURE)
     return out

@@ -41,6 +41,7 @@ from boxwatch.agent.runtime import ModelResult, model_files
 from boxwatch.agent.taps import LayerInfo, Tap, open_tap
 from boxwatch.offline.monitors.baselines import BASELINES as TABLE
 from boxwatch.offline.monitors.baselines import NEEDS
+from boxwatch.offline.progress import Phase, Progress
 from boxwatch.offline.release import bn_stage, emitted, layer_choice
 from boxwatch.offline.release.config import BuildConfig
 from boxwatch.offline.release.datasets import load_dataset
@@ -67,8 +68,6 @@ from boxwatch.offline.release.records import (
     VerdictsSummary,
 )
 
-# progress(label, total) -> a context manager whose value has .update(n) (click.progressbar).
-Progress = Callable[[str, int], Any]
 EXTRACT_BATCH = 512
 CONFIG_RULE = "listed in the build config"
 
@@ -431,7 +430,7 @@ def _model_files(cfg: BuildConfig) -> list[tuple[str, Path]]:
 
 
 def extract(
-    model: ModelInputs, x: np.ndarray, bar: Any = None
+    model: ModelInputs, x: np.ndarray, bar: Phase | None = None
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Logits and activations of ``x`` in batches (what the agent computes online)."""
     logits: list[np.ndarray] = []
@@ -453,12 +452,15 @@ def build(
     created_at: int | None = None,
     progress: Progress | None = None,
 ) -> BuildOutcome:
-    """Run the whole build; deterministic for the same inputs, key and creation time."""
+    """Run the whole build; deterministic for the same inputs, key and creation time.
+
+    ``progress`` shows each long phase (default: nothing shown)."""
     cfg = prepared.cfg
     spec = cfg.spec
     parts = _Assembly()
+    progress = Progress(mode="off") if progress is None else progress
     half = None if prepared.model is None else _model_half(prepared.model, spec, parts, progress)
-    bn_summary = UNSET if prepared.bn is None else _bn_half(prepared.bn, parts)
+    bn_summary = UNSET if prepared.bn is None else _bn_half(prepared.bn, parts, progress)
     parts.contents["model_version"] = spec.metadata.model_version
     sign = functools.partial(
         build_artifact_bytes,
@@ -473,7 +475,8 @@ def build(
         # without the split, which the manifest then carries; the members do not change).
         t0 = time.perf_counter()
         draft = load_artifact(sign(parts.members, contents=parts.contents), None)
-        monitor_summary, verdict_split = _emitted(half, draft)
+        with progress.phase("running the agent's runtime on the held-out sets"):
+            monitor_summary, verdict_split = _emitted(half, draft)
         if verdict_split:
             parts.contents["verdict_split"] = verdict_split
         parts.timings["emitted verdicts"] = time.perf_counter() - t0
@@ -502,13 +505,13 @@ def build(
 
 
 def _model_half(
-    mi: ModelInputs, spec: BuildSpec, parts: _Assembly, progress: Progress | None
+    mi: ModelInputs, spec: BuildSpec, parts: _Assembly, progress: Progress
 ) -> _ModelHalf:
     """Choose the layers (``layers: auto``), fit the box monitors, add their members."""
     digest = digest_files(mi.files)
     if mi.auto:
         t0 = time.perf_counter()
-        with threadpool_limits(limits=1):
+        with threadpool_limits(limits=1), progress.phase("layer choice", _ranking_steps(mi)):
             choice = choose_layers(mi, spec.monitor)
         poolings = choice.layer_pooling()
         mi = dataclasses.replace(
@@ -550,10 +553,17 @@ def _model_half(
     return _ModelHalf(mi, monitor, choice_summary, record, summary)
 
 
-def _bn_half(bn: bn_stage.BNInputs, parts: _Assembly) -> BNSummary:
+def _ranking_steps(mi: ModelInputs) -> int:
+    """The tau-sweep steps the layer choice takes, about: one per class and kind (good,
+    bad) of each rankable candidate (twins of another candidate are skipped, so fewer)."""
+    n = len(layer_choice.rankable(mi.tap.candidates(), mi.pooling))
+    return n * 2 * len(mi.classes)
+
+
+def _bn_half(bn: bn_stage.BNInputs, parts: _Assembly, progress: Progress) -> BNSummary:
     """Compile and verify the BN classifier, add its members."""
     t0 = time.perf_counter()
-    bn_out = bn_stage.run(bn)
+    bn_out = bn_stage.run(bn, progress)
     parts.timings["bn"] = time.perf_counter() - t0
     parts.members.update(bn_out.diagram.to_members(DIAGRAM_PREFIX))
     parts.members[RULES] = bn_out.gate_rules

@@ -4,6 +4,10 @@ the sections the artifact has. ``test_status_page.py`` renders it in Chromium.""
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from boxwatch.agent.http import render_status_page
 from boxwatch.agent.service import RATE_WINDOW_S, AgentStatus
 
@@ -36,6 +40,27 @@ def test_rate_is_over_the_last_minute_not_the_lifetime():
     assert status.recent_rate(now=1100.0 + RATE_WINDOW_S + 5) == 0.0
     status.count_batch(30, now=1200.0)
     assert status.recent_rate(now=1201.0) == 30 / RATE_WINDOW_S
+
+
+def test_a_burst_reads_at_its_own_rate_beside_the_minute_and_the_lifetime(monkeypatch):
+    """Issue 39, point 7b: a burst of ~2,300 records/s, 100 s after start, reads as that
+    while busy, as ~42/s over the last minute and ~25/s since start, each named so."""
+    status = AgentStatus(started=1000.0)
+    for k in range(11):  # 2,500 records in 11 batches of 0.1 s each
+        now = 1100.0 + k * 0.11
+        status.count_batch(2500 // 11 + (k < 2500 % 11), now=now)
+        status.count_busy(0.1, now=now)
+    assert status.busy_rate(now=1101.2) == pytest.approx(2500 / 1.1)
+    assert status.busy_rate(now=1100.0 + RATE_WINDOW_S + 5) is None  # no batch in the window
+    monkeypatch.setattr(time, "time", lambda: 1101.2)
+    snap = status.snapshot()
+    assert snap["records_per_second_busy_1m"] == pytest.approx(2500 / 1.1)
+    assert snap["records_per_second_1m"] == pytest.approx(2500 / RATE_WINDOW_S)
+    assert snap["records_per_second_since_start"] == pytest.approx(2500 / 101.2)
+    assert snap["records_per_second"] == snap["records_per_second_since_start"]  # old name
+    page = render_status_page(info(**snap))
+    assert 'id="rate-busy">2272.7<' in page and 'id="rate-1m">41.7<' in page
+    assert "records/s since start (average)" in page and 'id="rate-lifetime">24.7<' in page
 
 
 def test_broker_lag_and_paused_state_are_shown():

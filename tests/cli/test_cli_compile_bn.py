@@ -13,6 +13,7 @@ from locations import SHARED_BN
 
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
 from boxwatch.offline.bn.formats import write_bif
+from boxwatch.offline.progress import INTERVAL_ENV, LINE
 
 SHARED = SHARED_BN
 JSON_KEYS = {
@@ -274,3 +275,22 @@ def test_a_route_that_cannot_certify_says_so(tmp_path, monkeypatch):
         4,
     )
     assert "exact        NO: 4 inputs" in run(*args).stdout
+
+
+def test_each_phase_shows_by_name_on_stderr_and_stdout_stays_json(bif_file, monkeypatch):
+    """Issue 39, point 6: off a terminal, one line per interval (0 here: every count)."""
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    res = run(str(bif_file), *V3_S1_AT_04, "--method", "decompose", "--json")
+    assert res.exit_code == EXIT_OK, res.output
+    json.loads(res.stdout)  # nothing but the JSON on stdout
+    for phase in ("reading the network", "choosing the feature order", "compiling"):
+        assert f"\n{phase}: done in " in f"\n{res.stderr}", phase
+    assert any(LINE.match(line) and "/" in line for line in res.stderr.splitlines())
+    assert "\r" not in res.stderr
+
+
+def test_quiet_shows_no_progress(bif_file, monkeypatch):
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    res = run(str(bif_file), *V3_S1_AT_04, "--quiet")
+    assert res.exit_code == EXIT_OK, res.output
+    assert len(res.stderr.splitlines()) == 1 and "compiled" in res.stderr

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from boxwatch.cli import cli
+from boxwatch.offline.progress import INTERVAL_ENV
 
 # P(C=yes | A, B) >= 0.5 holds exactly for (A, B) in {(mid, on), (high, off), (high, on)}
 # (worked out by hand from these CPTs: e.g. high/off 0.4*0.6*0.2 = 0.048 > 0.6*0.1*0.7).
@@ -167,3 +168,15 @@ def test_no_monotonicity_queries_says_none_were_asked(files):
     assert res.exit_code == 0, res.output
     assert "0 of 0" not in res.stderr
     assert "2 of 2 rules hold, no monotonicity queries asked" in res.stderr
+
+
+def test_verification_counts_its_rules_and_queries_on_stderr(files, monkeypatch):
+    """Issue 39, point 6: the verification phase shows its count and ETA off a terminal."""
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    res = run(files, "--rules", str(files / "ok.yaml"), "--fmo", str(files / "fmo.yaml"), "--json")
+    assert res.exit_code == 0, res.output
+    json.loads(res.stdout)
+    lines = res.stderr.splitlines()
+    assert any(line.startswith("verifying rules and queries: 1/5 (20%)") for line in lines), lines
+    assert "verifying rules and queries: done in " in res.stderr
+    assert "\r" not in res.stderr

@@ -32,6 +32,7 @@ import yaml
 
 from boxwatch.commands.console import EXIT_OK, EXIT_USAGE
 from boxwatch.examples import example_path
+from boxwatch.offline.progress import LINE as PROGRESS
 
 GIB = 1 << 30
 SECRET = "hostile-secret-6f1d2c"
@@ -107,11 +108,12 @@ HOSTILE_ENV = "HOSTILE_TEST_SECRET"
 
 
 def error_lines(stderr: str) -> list[str]:
-    """Lines of stderr that report an error (click's usage boilerplate excluded)."""
+    """Lines of stderr that report an error (click's usage boilerplate and the progress
+    lines of phases that ran over 2 s excluded)."""
     return [
         line
         for line in stderr.splitlines()
-        if line.strip() and not line.startswith(("Usage:", "Try '"))
+        if line.strip() and not line.startswith(("Usage:", "Try '")) and not PROGRESS.match(line)
     ]
 
 
