@@ -307,13 +307,18 @@ def _depth(value) -> int:
 
 @pytest.mark.parametrize("family", sorted(JSON_FAMILIES))
 def test_json_depth_is_linear(family):
-    """8x the text takes at most 24x the time (a rescan at every quote took 64x) and 2 MB
-    well under a second."""
-    small, large = JSON_FAMILIES[family](256 << 10), JSON_FAMILIES[family](2 << 20)
-    t_small = best_of(3, lambda: art.json_depth(small))
+    """2 MB of each hostile family in well under a second (a rescan at every quote took
+    minutes for 200 KB), with the depth a parser finds. The growth ratio is measured by
+    bench/hostile.py, not here: small timings on a shared machine are noise."""
+    large = JSON_FAMILIES[family](2 << 20)
     t_large = best_of(3, lambda: art.json_depth(large))
     assert t_large < 1.0, (family, t_large)
-    assert t_large < 24 * max(t_small, 1e-3), (family, t_small, t_large)
+    small = JSON_FAMILIES[family](4 << 10)
+    try:
+        expected = _depth(json.loads(small))
+    except (ValueError, RecursionError):  # not JSON, or deeper than the parser goes
+        return
+    assert art.json_depth(small) == expected
 
 
 def test_signature_larger_than_its_cap_refused_from_the_index():
