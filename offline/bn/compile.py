@@ -28,9 +28,11 @@ Before any route starts, its peak memory and time are estimated from shapes alon
 (:mod:`boxwatch.offline.bn.plan`); ``auto`` takes the fastest route that fits the limits,
 and when none fits the compilation is refused with one line naming every estimate and limit.
 
-Decisions are exact against the file's numbers (:mod:`boxwatch.offline.bn.exact`): the
+Decisions are exact against the network as read (:mod:`boxwatch.offline.bn.exact`): the
 classifier is ``P(C = positive | x) >= T`` with every CPT number the rational its decimal
-string denotes and ``T`` the decimal the user wrote. The joint and separator routes bound
+string denotes, each CPT row divided by its sum
+(:attr:`~boxwatch.offline.bn.network.Network.renormalised`, the one reading every route and
+the exact decisions share), and ``T`` the decimal the user wrote. The joint and separator routes bound
 the float error of each input's margin ``P(pos, x) - T P(x)`` from the operations they
 performed; inputs within the bound are recomputed in exact arithmetic (a post-pass,
 :func:`~boxwatch.offline.bn.exact.refine`). *Ties* are inputs whose posterior is exactly
@@ -89,7 +91,7 @@ from boxwatch.offline.bn.limits import (
     default_max_memory,
     format_bytes,
 )
-from boxwatch.offline.bn.network import Network
+from boxwatch.offline.bn.network import Network, RowSums
 from boxwatch.offline.bn.plan import (
     SEPARATOR_BLOCK_CELLS,
     SEPARATOR_DISTINCT_GUESS,
@@ -187,6 +189,9 @@ class CompileResult:
     tie_pairs_counted : bool
         False when the tied pairs were too many to count (:data:`MAX_TIE_PAIRS`; the tied
         inputs, ``ties``, are counted all the same).
+    row_sums : RowSums or None
+        How far the file's CPT rows are from summing to 1; every route read them divided
+        by their sums (:data:`~boxwatch.offline.bn.network.READING`).
     early_inputs : int
         Inputs decided before their last features were enumerated: by the separator route
         from the prefix message alone (a prefix whose every completion has one decision),
@@ -215,6 +220,7 @@ class CompileResult:
     tie_tolerance: float | None = None
     early_inputs: int = 0
     tie_pairs_counted: bool = True
+    row_sums: RowSums | None = None
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -277,6 +283,7 @@ class CompileResult:
             "constant": d.root < d.n_terminals,
             "seconds": self.seconds,
             "estimate": self.estimate.to_dict() if self.estimate else None,
+            "reading": self.row_sums.to_dict() if self.row_sums else None,
         }
 
 
@@ -337,6 +344,8 @@ def compile_classifier(
         network = load_network(network)
     if not isinstance(spec, ResolvedSpec):
         spec = resolve_spec(network, spec)
+    row_sums = network.row_sums
+    network = network.renormalised
     limit = float(default_max_memory() if max_memory is None else max_memory)
     start = time.perf_counter()
     if deadline is None:
@@ -386,6 +395,7 @@ def compile_classifier(
         tie_tolerance=TIE_TOLERANCE if diagram.is_argmax else None,
         early_inputs=built.early_inputs,
         tie_pairs_counted=built.tie_sets is None or built.tie_sets.counted,
+        row_sums=row_sums,
     )
 
 

@@ -159,9 +159,12 @@ def absolute_error(
 
 def _flushed_zero(network: Network, var: str, table: np.ndarray) -> bool:
     """Whether a number of ``var``'s CPT is written nonzero but read as 0.0."""
-    texts = network.texts.get(var) if network.texts is not None else None
-    if texts is None or texts.shape != table.shape or var not in network.cpts:
+    if var not in network.cpts or network.cpts[var].shape != table.shape:
         return False
+    texts = network.texts.get(var) if network.texts is not None else None
+    if texts is None or texts.shape != table.shape:
+        # no strings (a renormalised CPT, a UAI or pgmpy network): its exact rationals
+        return bool(np.not_equal(network.exact_cpt(var)[table == 0], 0).any())
     # few distinct strings ("0", "0.0") stand for the many zeros of deterministic rows
     return any(_ZERO_TEXT.fullmatch(s) is None for s in set(texts[table == 0].tolist()))
 

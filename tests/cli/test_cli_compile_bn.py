@@ -274,3 +274,35 @@ def test_a_route_that_cannot_certify_says_so(tmp_path, monkeypatch):
         4,
     )
     assert "exact        NO: 4 inputs" in run(*args).stdout
+
+
+OFF_ROWS_BIF = """network n {
+}
+variable C {
+  type discrete [ 2 ] { neg, pos };
+}
+variable F {
+  type discrete [ 2 ] { f0, f1 };
+}
+probability ( C ) {
+  table 0.4, 0.6;
+}
+probability ( F | C ) {
+  (neg) 0.3, 0.7;
+  (pos) 0.5, 0.5005;
+}
+"""
+
+
+@pytest.mark.parametrize(("row", "warned"), [("0.5005", True), ("0.5000001", False)])
+def test_the_reading_and_the_largest_row_deviation_are_said(tmp_path, row, warned):
+    path = tmp_path / "off.bif"
+    path.write_text(OFF_ROWS_BIF.replace("0.5005", row))
+    args = (str(path), "--class", "C", "--positive", "pos", "--threshold", "0.5")
+    text = run(*args)
+    assert text.exit_code == EXIT_OK, text.output
+    assert "reading      each CPT row divided by its sum (1 row off 1 as written" in text.stdout
+    assert ("warning:" in text.stderr and "'F'" in text.stderr) == warned
+    info = json.loads(run(*args, "--json").stdout)["reading"]
+    assert info["rows_off"] == 1 and info["variable"] == "F"
+    assert info["largest_row_deviation"] == pytest.approx(float(row) - 0.5)
