@@ -73,7 +73,6 @@ from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_ro
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.exact import (
-    ErrorBound,
     ExactBudget,
     ExactJoint,
     Refinement,
@@ -93,24 +92,30 @@ from boxwatch.offline.bn.limits import (
 )
 from boxwatch.offline.bn.network import Network, RowSums
 from boxwatch.offline.bn.plan import (
-    SEPARATOR_BLOCK_CELLS,
-    SEPARATOR_DISTINCT_GUESS,
+    BUILD_CHUNK_CELLS,
+    ESTIMATE_ACCURACY,
     CompileLimitError,
     Contraction,
+    Cut,
     Estimate,
     JointreePlan,
     SeparatorPlan,
     additive_estimate,
-    distinct_table_bytes,
+    constant_prefixes,
     joint_error_bound,
     jointree_floor,
+    may_fit,
+    pattern_bytes,
     plan_joint,
     plan_jointree,
     plan_separator,
     refusal,
     relevant_factors,
+    rows_per_step,
     separator_error_bound,
     separator_floor,
+    separator_memory,
+    settles,
     upper_error_bound,
     within,
 )
@@ -356,7 +361,11 @@ def compile_classifier(
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
     options = _plan_routes(network, spec, method, limit, deadline, progress)
-    fitting = [o for o in options if within(o[0], limit, max_seconds)]
+    # the routes estimated to fit; else those that may, given the estimates' accuracy
+    planned = [o for o in options if o[1] is not _never_runs]
+    fitting = [o for o in planned if within(o[0], limit, max_seconds)] or [
+        o for o in planned if may_fit(o[0], limit, max_seconds)
+    ]
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
     estimate, build = min(fitting, key=lambda o: (o[0].seconds, o[0].bytes))
@@ -440,7 +449,7 @@ def _plan_routes(
         if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
             planning = "jointree"
             floor = jointree_floor(network, spec)
-            if within(floor, limit, max_seconds):
+            if may_fit(floor, limit, max_seconds):
                 tree = plan_jointree(network, spec, max_memory=limit, deadline=deadline)
                 options.append(
                     (
@@ -469,7 +478,7 @@ def _plan_routes(
             else:
                 planning = "decompose/separator"
                 floor = separator_floor(network, spec)
-                if within(floor, limit, max_seconds):
+                if may_fit(floor, limit, max_seconds):
                     sep = plan_separator(network, spec, max_memory=limit, deadline=deadline)
                     options.append(
                         (
@@ -820,6 +829,50 @@ def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
 
 
 # ---------------------------------------------------------------------------- separator route
+def _lower_tables(network: Network, plan: SeparatorPlan) -> list[np.ndarray]:
+    """The lower message per context, transposed for the matrix products: a class-free cut
+    gets one ``(hidden states, completions)`` table serving every class state, any other
+    cut one ``(class states, hidden states, completions)`` table."""
+    cut = plan.cut
+    lo = plan.lo.run(cut.lo_factors(network))
+    if cut.class_free:
+        lo = lo.reshape(cut.n_ctx, cut.n_suf, -1)
+        return [np.ascontiguousarray(lo[c].T) for c in range(cut.n_ctx)]
+    lo = lo.reshape(cut.n_ctx, cut.n_suf, cut.n_class, -1)
+    return [np.ascontiguousarray(lo[c].transpose(1, 2, 0)) for c in range(cut.n_ctx)]
+
+
+def _margins(
+    u: np.ndarray, table: np.ndarray, pos: int, class_free: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``P(pos, x)`` and ``P(x)`` of every completion of the prefixes whose messages are
+    ``u`` (shape ``(n, class states, hidden states)``), against one context's lower table
+    (:func:`_lower_tables`); a class-free cut sums the class out of ``u`` first (two
+    products over the hidden states instead of one per class state and one over both)."""
+    if class_free:
+        return u[:, pos, :] @ table, u.sum(axis=1) @ table
+    return u[:, pos, :] @ table[pos], u.reshape(u.shape[0], -1) @ table.reshape(-1, table.shape[-1])
+
+
+def _class_products(u: np.ndarray, table: np.ndarray, class_free: bool) -> np.ndarray:
+    """``P(c, x)`` for every class state (axis 0) and completion of the prefixes of ``u``."""
+    if class_free:
+        return np.stack([u[:, c, :] @ table for c in range(u.shape[1])])
+    return np.stack([u[:, c, :] @ table[c] for c in range(u.shape[1])])
+
+
+def _context_index(prefixes: np.ndarray, cut: Cut) -> np.ndarray:
+    """Each prefix's context (mixed radix over ``cut.ctx``), from its index in the grid of
+    the prefix features."""
+    out = np.zeros(prefixes.size, dtype=np.int64)
+    for f in cut.ctx:
+        i = cut.prefix.index(f)
+        card = cut.prefix_cards[i]
+        out *= card
+        out += prefixes // math.prod(cut.prefix_cards[i + 1 :]) % card
+    return out
+
+
 def _compile_separator(
     network: Network,
     spec: ResolvedSpec,
@@ -831,19 +884,21 @@ def _compile_separator(
 ) -> _Built:
     """Decomposition for any network: prefix and suffix messages over the planned cut.
 
-    Distinct sub-classifiers are kept as packed decision bits (argmax: one byte per
-    completion, the decided state) while the prefixes are scanned; their count is checked
-    against ``max_memory`` as it grows.
+    The lower message is made once; the prefix message a block of prefixes at a time
+    (:meth:`~boxwatch.offline.bn.plan.SeparatorPlan.block`), never whole. Distinct
+    sub-classifiers are kept as packed decision bits (argmax: one byte per completion, the
+    decided state) while the prefixes are scanned, their memory checked against
+    ``max_memory`` as they grow (past :data:`~boxwatch.offline.bn.plan.ESTIMATE_ACCURACY`
+    times it, as the estimate is refused); they are merged into nodes a chunk at a time.
     """
     cut = plan.cut
     cls = spec.class_variable
     cards = [network.card(f) for f in spec.order]
-    k, prefix, n_pre, n_suf, n_ctx = cut.k, list(cut.prefix), cut.n_pre, cut.n_suf, cut.n_ctx
-    zc = network.card(cls)
+    k, n_pre, n_suf, n_ctx = cut.k, cut.n_pre, cut.n_suf, cut.n_ctx
+    zc = cut.n_class
     deadline = deadline or Deadline(None, "")
-    up = plan.up.run(cut.up_factors(network)).reshape(n_pre, zc, -1)
-    deadline.check("the prefix message was contracted")
-    lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
+    lower = _lower_tables(network, plan)
+    deadline.check("the suffix message was contracted")
     argmax = spec.is_argmax
     pos = 0 if argmax else _positive_index(network, spec)
     tie_sets = _TieSets(zc)
@@ -853,30 +908,17 @@ def _compile_separator(
         bound = separator_error_bound(network, plan)
         exact = ExactJoint(network, cls, spec.order)
     # Prefixes whose sub-classifier is constant are decided from the prefix message alone
-    # (_constant_prefixes): only where the lower side does not mention the class, and where
-    # nothing can underflow (a float 0 is then an exact 0, so the impossible inputs of a
-    # settled prefix are counted exactly from the lower message's zero columns).
-    settles = (
-        not argmax
-        and all(cls not in scope for scope, _ in cut.lower)
-        and bound.abs_num == 0
-        and bound.abs_den == 0
-    )
-    if settles:
+    # (constant_prefixes): only on a class-free cut, and where nothing can underflow (a
+    # float 0 is then an exact 0, so the impossible inputs of a settled prefix are counted
+    # exactly from the lower message's zero columns).
+    early = settles(network, spec, plan)
+    if early:
         upper_bound = upper_error_bound(network, plan)
-        zero_columns = [
-            int(np.count_nonzero(~(lo[c, :, 0, :] > 0).any(axis=1))) for c in range(n_ctx)
-        ]
+        zero_columns = [int(np.count_nonzero(~(t > 0).any(axis=0))) for t in lower]
         all_false = np.packbits(np.zeros((1, n_suf), dtype=bool), axis=1)
         all_true = np.packbits(np.ones((1, n_suf), dtype=bool), axis=1)
     settled = 0
     refined, budget = Refinement(), ExactBudget()
-    # context index of every prefix (mixed radix over ctx, in prefix-grid order)
-    grid = np.indices(cards[:k]).reshape(k, -1)
-    ctx_idx = np.zeros(n_pre, dtype=np.int64)
-    for f in cut.ctx:
-        ctx_idx = ctx_idx * network.card(f) + grid[prefix.index(f)]
-    del grid
     if argmax:
         terminals, pos_sink = spec_terminals(network, spec), 0
     else:
@@ -884,94 +926,98 @@ def _compile_separator(
     key_of_prefix = np.empty(n_pre, dtype=np.int64)
     patterns: dict[bytes, int] = {}
     impossible = done = 0
-    block = max(1, SEPARATOR_BLOCK_CELLS // (max(1, n_suf) * (zc if argmax else 1)))
-    fixed = plan.estimate.bytes - distinct_table_bytes(cut, min(n_pre, SEPARATOR_DISTINCT_GUESS))
-    for c in range(n_ctx):
-        members = np.nonzero(ctx_idx == c)[0]
-        l_states = [np.ascontiguousarray(lo[c][:, z, :]).T for z in range(zc)]
-        l_all = lo[c].reshape(n_suf, -1).T
-        for s in range(0, members.size, block):
-            deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
-            part = members[s : s + block]
-            u = up[part]
-            whole = part
-            const = None
-            if settles:
-                const = _constant_prefixes(
-                    u, pos, threshold, upper_bound, all_possible=zero_columns[c] == 0
-                )
-                live = const < 0
-                if not live.all():
-                    n_neg = int(np.count_nonzero(const == 0))
-                    impossible += n_neg * zero_columns[c]
-                    settled += part.size - int(np.count_nonzero(live))
-                    part, u = part[live], u[live]
-            if argmax:
-                probs = np.stack([u[:, z, :] @ l_states[z] for z in range(zc)])
-                _, codes, t, imp = _decide_argmax(probs, tie_sets, deadline)
-                del probs
-                ties += t
-                impossible += imp
-                packed = np.ascontiguousarray(codes)
-            else:
-                num = u[:, pos, :] @ l_states[pos]
-                den = u.reshape(part.size, l_all.shape[0]) @ l_all
-                decision = np.empty(num.shape, dtype=bool)
-                impossible += int(np.count_nonzero(~(den > 0)))
-                refined.add(
-                    refine(
-                        num,
-                        den,
-                        decision,
-                        bound,
-                        threshold,
-                        exact,
-                        pos,
-                        _separator_locate(part, cards, k, n_suf),
-                        budget,
-                    )
-                )
-                packed = np.ascontiguousarray(np.packbits(decision, axis=1))
-                if const is not None and part.size < whole.size:
-                    rows = np.empty((whole.size, packed.shape[1]), dtype=np.uint8)
-                    rows[const < 0] = packed
-                    rows[const == 0] = all_false
-                    rows[const == 1] = all_true
-                    packed, part = rows, whole
-            keys = packed.view(np.dtype((np.void, packed.shape[1] * packed.itemsize)))
-            keys = keys.reshape(-1)
-            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-            local = np.empty(first.size, dtype=np.int64)
-            for q, f in enumerate(first):
-                local[q] = patterns.setdefault(keys[f].tobytes(), len(patterns))
-            key_of_prefix[part] = local[inverse.reshape(-1)]
-            if fixed + distinct_table_bytes(cut, len(patterns)) > max_memory:
-                raise CompileLimitError(
-                    f"{network.source}: {len(patterns):,} distinct sub-classifiers of "
-                    f"{n_suf:,} completions after {done + part.size:,} of {n_pre:,} prefixes "
-                    f"need more than the limit {format_bytes(max_memory)} (estimate "
-                    f"{plan.estimate.text()}); give fewer features or another order"
-                )
-            done += part.size
-            if progress is not None:
-                progress(done, n_pre)
-    del up, lo
-    dtype = _code_dtype(zc) if argmax else np.uint8
-    packed_rows: np.ndarray = np.frombuffer(b"".join(patterns), dtype=dtype).reshape(
-        len(patterns), -1
+    step = rows_per_step(cut, argmax)
+    fixed = dict(
+        separator_memory(cut, plan.up, plan.lo, plan.fixed, 0.0, argmax, plan.settled).phases
     )
-    del patterns
-    table: np.ndarray
-    if argmax:
-        table = packed_rows.astype(np.int64).reshape(-1, *cards[k:])
-    else:
-        table = np.unpackbits(packed_rows, axis=1, count=n_suf)  # sink ids 0 / 1, one byte
-        if pos_sink == 0:
-            table ^= 1
-        table = table.reshape(-1, *cards[k:])
+    block = plan.block_prefixes
+    buffer = np.empty(block * cut.shared_states)
+    for b in range(plan.n_blocks):
+        deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
+        first = b * block
+        u_block = plan.block_message(network, b, buffer)
+        contexts = _context_index(first + np.arange(block), cut) if n_ctx > 1 else None
+        for c in range(n_ctx):
+            members = np.arange(block) if contexts is None else np.flatnonzero(contexts == c)
+            table = lower[c]
+            if early:  # the prefixes decided from their message alone, then the others
+                const = constant_prefixes(
+                    u_block if contexts is None else u_block[members],
+                    pos,
+                    threshold,
+                    upper_bound,
+                    all_possible=zero_columns[c] == 0,
+                )
+                for value, sink_bits in ((0, all_false), (1, all_true)):
+                    decided = members[const == value]
+                    if decided.size:
+                        key = patterns.setdefault(sink_bits.tobytes(), len(patterns))
+                        key_of_prefix[first + decided] = key
+                        settled += decided.size
+                        if value == 0:
+                            impossible += decided.size * zero_columns[c]
+                done += int(np.count_nonzero(const >= 0))
+                members = members[const < 0]
+                del const
+                if progress is not None:
+                    progress(done, n_pre)
+            for s in range(0, members.size, step):
+                deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
+                u = u_block[members[s : s + step]]
+                part = first + members[s : s + step]
+                if argmax:
+                    probs = _class_products(u, table, cut.class_free)
+                    _, codes, t, imp = _decide_argmax(probs, tie_sets, deadline)
+                    del probs
+                    ties += t
+                    impossible += imp
+                    packed = np.ascontiguousarray(codes)
+                else:
+                    num, den = _margins(u, table, pos, cut.class_free)
+                    decision = np.empty(num.shape, dtype=bool)
+                    impossible += int(np.count_nonzero(~(den > 0)))
+                    refined.add(
+                        refine(
+                            num,
+                            den,
+                            decision,
+                            bound,
+                            threshold,
+                            exact,
+                            pos,
+                            _separator_locate(part, cards, k, n_suf),
+                            budget,
+                        )
+                    )
+                    del num, den
+                    packed = np.ascontiguousarray(np.packbits(decision, axis=1))
+                    del decision
+                keys = packed.view(np.dtype((np.void, packed.shape[1] * packed.itemsize)))
+                keys = keys.reshape(-1)
+                _, first_of, inverse = np.unique(keys, return_index=True, return_inverse=True)
+                local = np.empty(first_of.size, dtype=np.int64)
+                for q, f in enumerate(first_of):
+                    local[q] = patterns.setdefault(keys[f].tobytes(), len(patterns))
+                key_of_prefix[part] = local[inverse.reshape(-1)]
+                del packed, keys, u
+                held = fixed["prefix blocks"] + pattern_bytes(cut, len(patterns), argmax)
+                if held > ESTIMATE_ACCURACY * max_memory:
+                    raise CompileLimitError(
+                        f"{network.source}: {len(patterns):,} distinct sub-classifiers of "
+                        f"{n_suf:,} completions after {done + part.size:,} of {n_pre:,} "
+                        f"prefixes need more than the limit {format_bytes(max_memory)} "
+                        f"(estimate {plan.estimate.text()}); give fewer features or another "
+                        "order"
+                    )
+                done += part.size
+                if progress is not None:
+                    progress(done, n_pre)
+    del lower, buffer, u_block
     store = _NodeStore(len(terminals), cards, deadline)
-    level_k_ids = store.bottom_up(table, k)
+    level_k_ids = _merge_patterns(store, list(patterns), cards, k, argmax, pos_sink, zc)
+    del patterns
     prefix_table = level_k_ids[key_of_prefix].reshape(1, *cards[:k])
+    del key_of_prefix, level_k_ids
     root = int(store.bottom_up(prefix_table, 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     quasi = diagram.quasi_nodes_per_level()
@@ -989,29 +1035,34 @@ def _compile_separator(
     )
 
 
-def _constant_prefixes(
-    u: np.ndarray, pos: int, threshold: float, bound: ErrorBound, *, all_possible: bool
+def _merge_patterns(
+    store: _NodeStore,
+    keys: list[bytes],
+    cards: Sequence[int],
+    k: int,
+    argmax: bool,
+    pos_sink: int,
+    n_states: int,
 ) -> np.ndarray:
-    """Per prefix of a block: 0 when every completion is negative, 1 when every one is
-    positive, -1 when the completions have to be computed.
-
-    With a lower side free of the class, an input's exact margin ``P(pos, x) - T P(x)`` is
-    ``sum_z l(z, x) g(z)`` with ``g(z) = u(pos, z) - T sum_c u(c, z)`` and ``l >= 0``. Where
-    every ``g(z)`` is certainly negative (its float's sign outside ``bound``'s window) the
-    margin is negative wherever ``P(x) > 0``, and an input with ``P(x) = 0`` is decided
-    negative anyway. Where every ``g(z)`` is certainly positive the margin is positive
-    wherever ``P(x) > 0``, and ``all_possible`` (no completion column of the lower message
-    all zero) makes that every completion. No input so decided is a tie.
-    """
-    u_pos = u[:, pos, :]
-    u_all = u.sum(axis=1)
-    g = u_pos - threshold * u_all
-    sure = ~bound.undecided(u_pos, u_all, threshold, margin=g.copy())
-    out = np.full(u.shape[0], -1, dtype=np.int8)
-    out[(sure & (g < 0)).all(axis=1)] = 0
-    if all_possible:
-        out[(sure & (g > 0)).all(axis=1)] = 1
-    return out
+    """Node ids at level ``k`` of the distinct sub-classifiers ``keys`` (packed decision
+    bits, or argmax codes), merged into ``store`` :data:`BUILD_CHUNK_CELLS` completions at a
+    time (a node two chunks share is stored twice; the canonical diagram merges them)."""
+    n_suf = math.prod(cards[k:])
+    dtype = _code_dtype(n_states) if argmax else np.uint8
+    ids = np.empty(len(keys), dtype=np.int64)
+    rows = max(1, BUILD_CHUNK_CELLS // max(1, n_suf))
+    for s in range(0, len(keys), rows):
+        chunk = np.frombuffer(b"".join(keys[s : s + rows]), dtype=dtype).reshape(
+            len(keys[s : s + rows]), -1
+        )
+        if argmax:
+            table = chunk.astype(np.int64)
+        else:
+            table = np.unpackbits(chunk, axis=1, count=n_suf)  # sink ids 0 / 1, one byte
+            if pos_sink == 0:
+                table ^= 1
+        ids[s : s + chunk.shape[0]] = store.bottom_up(table.reshape(-1, *cards[k:]), k)
+    return ids
 
 
 def _separator_locate(

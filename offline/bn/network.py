@@ -240,7 +240,10 @@ class Network:
             shape = ints.shape
             common = math.lcm(*{t for t in totals if t})
             # a row of zeros (an impossible parent configuration, built in memory) stays zero
-            rows = [(row, t or 1) for row, t in zip(ints.reshape(len(totals), -1).tolist(), totals)]
+            rows = [
+                (row, t or 1)
+                for row, t in zip(ints.reshape(len(totals), -1).tolist(), totals, strict=True)
+            ]
             flat_int = [n * (common // t) for row, t in rows for n in row]
             flat_q = [Fraction(n, t) for row, t in rows for n in row]
             cpts[v] = np.array([n / t for row, t in rows for n in row]).reshape(shape)

@@ -337,22 +337,29 @@ def _float_margins_joint(network, spec):
 
 
 def _float_margins_separator(network, spec):
+    """num and den of every input as the separator route computes them (its own pieces:
+    the lower tables, the prefix message block by block, the products)."""
+    from boxwatch.offline.bn.compile import _context_index, _lower_tables, _margins
+
     plan = plan_separator(network, spec, max_memory=1 << 30)
     cut = plan.cut
     cards = [network.card(f) for f in spec.order]
-    zc = network.card(spec.class_variable)
-    up = plan.up.run(cut.up_factors(network)).reshape(cut.n_pre, zc, -1)
-    lo = plan.lo.run(cut.lo_factors(network)).reshape(cut.n_ctx, cut.n_suf, zc, -1)
     pos = network.states[spec.class_variable].index(spec.positive)
-    grid = np.indices(cards[: cut.k]).reshape(cut.k, -1)
-    ctx = np.zeros(cut.n_pre, dtype=np.int64)
-    for f in cut.ctx:
-        ctx = ctx * network.card(f) + grid[list(cut.prefix).index(f)]
-    num = np.stack([up[i, pos, :] @ lo[ctx[i]][:, pos, :].T for i in range(cut.n_pre)])
-    den = np.stack(
-        [up[i].reshape(-1) @ lo[ctx[i]].reshape(cut.n_suf, -1).T for i in range(cut.n_pre)]
+    lower = _lower_tables(network, plan)
+    nums, dens = [], []
+    for b in range(plan.n_blocks):
+        u = plan.up.run(plan.block(network, b)).reshape(plan.block_prefixes, cut.n_class, -1)
+        prefixes = b * plan.block_prefixes + np.arange(plan.block_prefixes)
+        ctx = _context_index(prefixes, cut)
+        for i in range(plan.block_prefixes):
+            num, den = _margins(u[i : i + 1], lower[ctx[i]], pos, cut.class_free)
+            nums.append(num[0])
+            dens.append(den[0])
+    return (
+        np.stack(nums).reshape(cards),
+        np.stack(dens).reshape(cards),
+        separator_error_bound(network, plan),
     )
-    return num.reshape(cards), den.reshape(cards), separator_error_bound(network, plan)
 
 
 @pytest.mark.parametrize("seed", range(10))
