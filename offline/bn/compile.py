@@ -96,14 +96,16 @@ from boxwatch.offline.bn.plan import (
     ESTIMATE_ACCURACY,
     CompileLimitError,
     Contraction,
-    Cut,
     Estimate,
     JointreePlan,
     SeparatorPlan,
     additive_estimate,
     constant_prefixes,
+    context_index,
     joint_error_bound,
     jointree_floor,
+    lower_tables,
+    margins,
     may_fit,
     pattern_bytes,
     plan_joint,
@@ -602,6 +604,23 @@ def terminals_for(
     return (f"not {positive}", positive), 1
 
 
+def _dense_ids(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of an array of node ids (sorted) and each cell's index among
+    them: through a table of the ids present when they are few against the cells (sink
+    ids, the node ids of a chunk), else a sort."""
+    if table.size == 0:
+        return np.zeros(0, dtype=np.int64), table.astype(np.int64)
+    top = int(table.max()) + 1
+    if top <= max(1 << 16, table.size):
+        present = np.zeros(top, dtype=bool)
+        present[table] = True
+        values = np.flatnonzero(present)
+        index = np.cumsum(present) - 1
+        return values, index[table]
+    values, inverse = np.unique(table, return_inverse=True)
+    return values.astype(np.int64), inverse.reshape(table.shape)
+
+
 class _NodeStore:
     """Accumulates quasi-reduced nodes level by level; ids start after the sinks."""
 
@@ -631,17 +650,24 @@ class _NodeStore:
         """Merge equal rows level by level, deepest first.
 
         ``table`` has shape ``(m, card_first, ..., card_last)`` and holds node ids of the
-        level below ``last``; returns shape ``(m,)``: the ids at ``first_level``.
+        level below ``last``; returns shape ``(m,)``: the ids at ``first_level``. Each
+        level's rows are compared by the indices of the distinct nodes below them, small
+        integers (counted rather than sorted while they are few, :func:`unique_rows`), and
+        stored with those nodes' ids.
         """
-        ids = table
-        for level in range(first_level + table.ndim - 2, first_level - 1, -1):
+        below, local = _dense_ids(table)
+        return self.merge(below, local, first_level)
+
+    def merge(self, below: np.ndarray, local: np.ndarray, first_level: int) -> np.ndarray:
+        """:meth:`bottom_up` of a table given as indices ``local`` into the ids ``below``
+        of the nodes under its last level."""
+        for level in range(first_level + local.ndim - 2, first_level - 1, -1):
             self.deadline.check(f"merging level {level} of {len(self.cards)} into nodes")
             card = self.cards[level]
-            rows = ids.reshape(-1, card)
-            uniq, inverse = unique_rows(rows)
-            node_ids = self.add_level(level, uniq)
-            ids = node_ids[inverse].reshape(ids.shape[:-1])
-        return ids
+            uniq, inverse = unique_rows(local.reshape(-1, card))
+            below = self.add_level(level, below[uniq])
+            local = inverse.reshape(local.shape[:-1])
+        return below[local]
 
     def diagram(self, root: int, **kw: Any) -> DecisionDiagram:
         """The canonical diagram of the stored nodes below ``root``."""
@@ -829,48 +855,11 @@ def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
 
 
 # ---------------------------------------------------------------------------- separator route
-def _lower_tables(network: Network, plan: SeparatorPlan) -> list[np.ndarray]:
-    """The lower message per context, transposed for the matrix products: a class-free cut
-    gets one ``(hidden states, completions)`` table serving every class state, any other
-    cut one ``(class states, hidden states, completions)`` table."""
-    cut = plan.cut
-    lo = plan.lo.run(cut.lo_factors(network))
-    if cut.class_free:
-        lo = lo.reshape(cut.n_ctx, cut.n_suf, -1)
-        return [np.ascontiguousarray(lo[c].T) for c in range(cut.n_ctx)]
-    lo = lo.reshape(cut.n_ctx, cut.n_suf, cut.n_class, -1)
-    return [np.ascontiguousarray(lo[c].transpose(1, 2, 0)) for c in range(cut.n_ctx)]
-
-
-def _margins(
-    u: np.ndarray, table: np.ndarray, pos: int, class_free: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """``P(pos, x)`` and ``P(x)`` of every completion of the prefixes whose messages are
-    ``u`` (shape ``(n, class states, hidden states)``), against one context's lower table
-    (:func:`_lower_tables`); a class-free cut sums the class out of ``u`` first (two
-    products over the hidden states instead of one per class state and one over both)."""
-    if class_free:
-        return u[:, pos, :] @ table, u.sum(axis=1) @ table
-    return u[:, pos, :] @ table[pos], u.reshape(u.shape[0], -1) @ table.reshape(-1, table.shape[-1])
-
-
 def _class_products(u: np.ndarray, table: np.ndarray, class_free: bool) -> np.ndarray:
     """``P(c, x)`` for every class state (axis 0) and completion of the prefixes of ``u``."""
     if class_free:
         return np.stack([u[:, c, :] @ table for c in range(u.shape[1])])
     return np.stack([u[:, c, :] @ table[c] for c in range(u.shape[1])])
-
-
-def _context_index(prefixes: np.ndarray, cut: Cut) -> np.ndarray:
-    """Each prefix's context (mixed radix over ``cut.ctx``), from its index in the grid of
-    the prefix features."""
-    out = np.zeros(prefixes.size, dtype=np.int64)
-    for f in cut.ctx:
-        i = cut.prefix.index(f)
-        card = cut.prefix_cards[i]
-        out *= card
-        out += prefixes // math.prod(cut.prefix_cards[i + 1 :]) % card
-    return out
 
 
 def _compile_separator(
@@ -897,7 +886,7 @@ def _compile_separator(
     k, n_pre, n_suf, n_ctx = cut.k, cut.n_pre, cut.n_suf, cut.n_ctx
     zc = cut.n_class
     deadline = deadline or Deadline(None, "")
-    lower = _lower_tables(network, plan)
+    lower = lower_tables(network, plan)
     deadline.check("the suffix message was contracted")
     argmax = spec.is_argmax
     pos = 0 if argmax else _positive_index(network, spec)
@@ -910,13 +899,14 @@ def _compile_separator(
     # Prefixes whose sub-classifier is constant are decided from the prefix message alone
     # (constant_prefixes): only on a class-free cut, and where nothing can underflow (a
     # float 0 is then an exact 0, so the impossible inputs of a settled prefix are counted
-    # exactly from the lower message's zero columns).
+    # exactly from the lower message's zero columns); whole blocks of them from the
+    # message of their first features (plan.blocks), where no input is impossible.
     early = settles(network, spec, plan)
     if early:
         upper_bound = upper_error_bound(network, plan)
         zero_columns = [int(np.count_nonzero(~(t > 0).any(axis=0))) for t in lower]
-        all_false = np.packbits(np.zeros((1, n_suf), dtype=bool), axis=1)
-        all_true = np.packbits(np.ones((1, n_suf), dtype=bool), axis=1)
+    all_false = np.packbits(np.zeros((1, n_suf), dtype=bool), axis=1)
+    all_true = np.packbits(np.ones((1, n_suf), dtype=bool), axis=1)
     settled = 0
     refined, budget = Refinement(), ExactBudget()
     if argmax:
@@ -932,11 +922,22 @@ def _compile_separator(
     )
     block = plan.block_prefixes
     buffer = np.empty(block * cut.shared_states)
+    u_block = buffer
     for b in range(plan.n_blocks):
         deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
         first = b * block
+        if plan.blocks is not None and plan.blocks[b] >= 0:  # decided before its message
+            sink_bits = all_true if plan.blocks[b] == 1 else all_false
+            key_of_prefix[first : first + block] = patterns.setdefault(
+                sink_bits.tobytes(), len(patterns)
+            )
+            settled += block
+            done += block
+            if progress is not None:
+                progress(done, n_pre)
+            continue
         u_block = plan.block_message(network, b, buffer)
-        contexts = _context_index(first + np.arange(block), cut) if n_ctx > 1 else None
+        contexts = context_index(first + np.arange(block), cut) if n_ctx > 1 else None
         for c in range(n_ctx):
             members = np.arange(block) if contexts is None else np.flatnonzero(contexts == c)
             table = lower[c]
@@ -973,7 +974,7 @@ def _compile_separator(
                     impossible += imp
                     packed = np.ascontiguousarray(codes)
                 else:
-                    num, den = _margins(u, table, pos, cut.class_free)
+                    num, den = margins(u, table, pos, cut.class_free)
                     decision = np.empty(num.shape, dtype=bool)
                     impossible += int(np.count_nonzero(~(den > 0)))
                     refined.add(
@@ -1046,15 +1047,30 @@ def _merge_patterns(
 ) -> np.ndarray:
     """Node ids at level ``k`` of the distinct sub-classifiers ``keys`` (packed decision
     bits, or argmax codes), merged into ``store`` :data:`BUILD_CHUNK_CELLS` completions at a
-    time (a node two chunks share is stored twice; the canonical diagram merges them)."""
+    time (a node two chunks share is stored twice; the canonical diagram merges them).
+
+    Where the last three features are binary, a byte of decision bits is the function of
+    those three levels: the bytes are merged as they are (eight completions a cell), the
+    256 possible functions built once."""
     n_suf = math.prod(cards[k:])
     dtype = _code_dtype(n_states) if argmax else np.uint8
     ids = np.empty(len(keys), dtype=np.int64)
     rows = max(1, BUILD_CHUNK_CELLS // max(1, n_suf))
+    bytewise = not argmax and len(cards) - k > 3 and tuple(cards[-3:]) == (2, 2, 2)
+    if bytewise:
+        functions = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)
+        if pos_sink == 0:
+            functions ^= 1
+        byte_ids = store.bottom_up(functions.reshape(256, 2, 2, 2), len(cards) - 3)
     for s in range(0, len(keys), rows):
         chunk = np.frombuffer(b"".join(keys[s : s + rows]), dtype=dtype).reshape(
             len(keys[s : s + rows]), -1
         )
+        if bytewise:
+            values, local = _dense_ids(chunk)
+            table = local.reshape(-1, *cards[k:-3])
+            ids[s : s + chunk.shape[0]] = store.merge(byte_ids[values], table, k)
+            continue
         if argmax:
             table = chunk.astype(np.int64)
         else:

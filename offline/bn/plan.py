@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,9 @@ BLAS_COPY_RATE = 1.5e8
 EINSUM_CELL_RATE = 8e8
 STEP_SECONDS = 1.5e-5
 JOINT_SECONDS_PER_INPUT = 1.8e-7
-JOINT_BYTES_PER_INPUT = 32
+JOINT_BYTES_PER_INPUT = 44
+"""What the joint route keeps per input once its table is contracted: the two margins'
+operands, the posterior, the decision, the sink ids and the first level's keys."""
 ADDITIVE_SECONDS_PER_ITEM = 6e-6
 ADDITIVE_BYTES_PER_ITEM = 400
 
@@ -59,8 +61,9 @@ SETTLE_BYTES_PER_STATE = 32
 BUILD_BYTES_PER_CELL = 14
 """Bytes per completion while a chunk of sub-classifiers is merged into nodes (the
 unpacked decisions, the keys and node ids of their first levels)."""
-PREFIX_BUILD_BYTES = 40
-"""Bytes per prefix while the prefixes' node ids are merged level by level."""
+PREFIX_BUILD_BYTES = 64
+"""Bytes per prefix while the prefixes' node ids are merged level by level (their node ids,
+keys and sort, and the nodes of the first levels above the cut)."""
 MATMUL_RATE = 2e10
 """Multiply-adds per second of the matrix products (float64 BLAS, one core)."""
 SEPARATOR_SECONDS_PER_INPUT = 4e-9
@@ -68,10 +71,13 @@ SEPARATOR_SECONDS_PER_INPUT = 4e-9
 SEPARATOR_SECONDS_PER_PREFIX = 2e-7
 SETTLE_SECONDS_PER_STATE = 2e-9
 """The early test of a prefix message, per shared state."""
-BUILD_SECONDS_PER_CELL = 2e-8
-"""Merging one completion of a distinct sub-classifier into nodes."""
+BUILD_SECONDS_PER_CELL = 1.5e-8
+"""Merging one completion of a distinct sub-classifier into nodes (an eighth of it where
+the last three features are binary: a byte of decisions is merged at once)."""
 SETTLE_SAMPLES = 1024
-"""Prefixes drawn to measure the share decided early (:func:`settled_share`)."""
+"""Prefixes drawn to measure the share decided early (:func:`sample_prefixes`)."""
+SAMPLE_LOWER_CELLS = 1 << 21
+"""Largest lower message made while planning, to count the sample's sub-classifiers."""
 SEPARATOR_CUTS_MEASURED = 5
 """Cuts that fit whose contractions are planned and early share measured (the fastest
 floors first)."""
@@ -280,7 +286,9 @@ def plan_joint(
         relevant_factors(network, keep), keep, max_cells=max_memory / 16, deadline=deadline
     )
     table = network.card(spec.class_variable) * inputs
-    nbytes = 8 * (2 * c.largest_cells + table) + JOINT_BYTES_PER_INPUT * inputs
+    # the contraction (its output, the table, included); the table beside the margins'
+    # operands; then what is kept per input once the table is gone
+    nbytes = max(8 * c.peak_cells, 8 * table + 16 * inputs, JOINT_BYTES_PER_INPUT * inputs)
     if spec.is_argmax:  # the posterior of every state is kept, and a tie mask beside it
         nbytes += 9 * table
     seconds = c.seconds + JOINT_SECONDS_PER_INPUT * inputs
@@ -332,6 +340,7 @@ class Cut:
     prefix_cards: tuple[int, ...] = ()
     n_class: int = 1
     class_free: bool = False
+    suffix_cards: tuple[int, ...] = ()
 
     @property
     def hidden_states(self) -> int:
@@ -434,6 +443,7 @@ def cut_at(network: Network, spec: ResolvedSpec, k: int) -> Cut:
         tuple(network.card(f) for f in prefix),
         network.card(cls),
         cls not in vars_lo,
+        tuple(network.card(f) for f in suffix),
     )
 
 
@@ -461,8 +471,9 @@ class SeparatorPlan:
     The prefix message is made a block of prefixes at a time: ``up`` contracts the upper
     CPTs with the first ``fixed`` prefix features given (:meth:`block`), each block holding
     :attr:`block_prefixes` consecutive prefixes. ``settled`` is the share of prefixes
-    expected to be decided from their prefix message alone, measured on
-    :data:`SETTLE_SAMPLES` prefixes drawn at random (0 where no prefix can be).
+    expected to be decided from their prefix message alone (or their block's,
+    :attr:`blocks`), measured on :data:`SETTLE_SAMPLES` prefixes drawn at random (0 where
+    no prefix can be).
     """
 
     cut: Cut
@@ -472,6 +483,9 @@ class SeparatorPlan:
     fixed: int = 0
     settled: float = 0.0
     memory: MemoryBill | None = None
+    blocks: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """Per block: its prefixes all decided (0 / 1) before its message is made, or -1
+    (:func:`decided_blocks`); None when that test does not apply."""
 
     @property
     def n_blocks(self) -> int:
@@ -653,12 +667,14 @@ def separator_seconds(
     settled: float,
     distinct: float,
     argmax: bool,
+    skipped: float = 0.0,
 ) -> float:
-    """Estimated seconds: both contractions (the upper one once per block), the prefix
-    messages' early test, and for the prefixes not decided early (``1 - settled``) the
-    matrix products over the shared states and the decisions of every completion; then
-    ``distinct`` sub-classifiers merged into nodes, and the prefixes."""
-    n_blocks = math.prod(cut.prefix_cards[:fixed])
+    """Estimated seconds: both contractions (the upper one once per block not decided
+    before its message is made: all but ``skipped`` of them), the prefix messages' early
+    test, and for the prefixes not decided early (``1 - settled``) the matrix products over
+    the shared states and the decisions of every completion; then ``distinct``
+    sub-classifiers merged into nodes, and the prefixes."""
+    n_blocks = math.prod(cut.prefix_cards[:fixed]) * (1.0 - skipped)
     n_pre = as_float(cut.n_pre)
     live = n_pre * (1.0 - settled)
     inputs = live * as_float(cut.n_suf)
@@ -671,11 +687,18 @@ def separator_seconds(
     return (
         lo.seconds
         + n_blocks * up.seconds
-        + n_pre * (SEPARATOR_SECONDS_PER_PREFIX + cut.shared_states * SETTLE_SECONDS_PER_STATE)
+        + n_pre * SEPARATOR_SECONDS_PER_PREFIX
+        + n_pre * (1.0 - skipped) * cut.shared_states * SETTLE_SECONDS_PER_STATE
         + 2.0 * inputs * products / MATMUL_RATE
         + SEPARATOR_SECONDS_PER_INPUT * inputs * (cut.n_class if argmax else 1)
-        + BUILD_SECONDS_PER_CELL * distinct * as_float(cut.n_suf)
+        + BUILD_SECONDS_PER_CELL * distinct * as_float(cut.n_suf) / (8 if _bytewise(cut) else 1)
     )
+
+
+def _bytewise(cut: Cut) -> bool:
+    """Whether the route merges the cut's sub-classifiers a byte of decisions at a time
+    (more than three suffix features, the last three binary)."""
+    return len(cut.suffix_cards) > 3 and cut.suffix_cards[-3:] == (2, 2, 2)
 
 
 def _separator_floor(cut: Cut, argmax: bool = False) -> tuple[float, float, float]:
@@ -706,12 +729,19 @@ def _separator_estimate(
     fixed: int = 0,
     settled: float = 0.0,
     argmax: bool = False,
+    sample: float = 0.0,
+    skipped: float = 0.0,
+    distinct: float | None = None,
 ) -> tuple[Estimate, MemoryBill]:
-    """The estimate of a planned cut. The distinct sub-classifiers are counted as the
-    prefixes not decided early (at most; their bits and bookkeeping are a small share)."""
-    distinct = max(1.0, min(as_float(cut.n_pre) * (1.0 - settled), 2.0 ** min(cut.n_suf, 1000)))
+    """The estimate of a planned cut. The distinct sub-classifiers are ``distinct`` (as
+    measured on a sample), and at most the prefixes not decided early (their number where
+    not measured); ``sample``: the bytes the measurement took while it was planned."""
+    most = max(2.0, min(as_float(cut.n_pre) * (1.0 - settled) + 2, 2.0 ** min(cut.n_suf, 1000)))
+    distinct = most if distinct is None else max(1.0, min(distinct, most))
     bill = separator_memory(cut, up, lo, fixed, distinct, argmax, settled)
-    seconds = separator_seconds(cut, up, lo, fixed, settled, distinct, argmax)
+    if sample:
+        bill = MemoryBill((("early-decision sample (planning)", sample), *bill.phases))
+    seconds = separator_seconds(cut, up, lo, fixed, settled, distinct, argmax, skipped)
     early = f", {settled:.0%} of prefixes decided early (sampled)" if settled else ""
     detail = (
         f"{as_float(cut.n_pre * cut.n_suf):.3g} inputs, cut after level {cut.k} of {n}, "
@@ -754,7 +784,7 @@ def plan_separator(
     Every cut is sized from its shapes (:func:`_separator_floor`); those whose floor fits
     (:func:`fits`, else within :data:`ESTIMATE_ACCURACY` of the limit) are visited fastest
     floor first, each getting its contractions planned and, where prefixes can be decided
-    early, the share that will be measured on a sample (:func:`settled_share`), until
+    early, the share that will be measured on a sample (:func:`sample_prefixes`), until
     :data:`SEPARATOR_CUTS_MEASURED` cuts that fit have been or no unvisited floor can beat
     the fastest. When none fits, the one needing the least memory is returned (its
     estimate says by how much it misses). ``deadline`` is checked at every cut.
@@ -827,14 +857,60 @@ def _plan_cut(
     )
     lo = plan_contraction(cut.lo_factors(network), cut.lo_out, max_cells=cells, deadline=deadline)
     argmax = spec is not None and spec.is_argmax
-    plan = SeparatorPlan(cut, up, lo, Estimate("decompose/separator", 0.0, 0.0, ""), fixed)
-    settled = 0.0
-    if spec is not None and not argmax:
-        settled = settled_share(network, spec, plan, deadline=deadline)
-    estimate, bill = _separator_estimate(
-        cut, up, lo, n, fixed=fixed, settled=settled, argmax=argmax
+    blocks = None if spec is None else decided_blocks(network, spec, fixed, deadline=deadline)
+    plan = SeparatorPlan(
+        cut, up, lo, Estimate("decompose/separator", 0.0, 0.0, ""), fixed, blocks=blocks
     )
-    return SeparatorPlan(cut, up, lo, estimate, fixed, settled, bill)
+    measured = PrefixSample(0.0, None, 0.0)
+    if spec is not None and not argmax:
+        measured = sample_prefixes(network, spec, plan, deadline=deadline)
+    skipped = 0.0 if blocks is None else float(np.count_nonzero(blocks >= 0)) / blocks.size
+    estimate, bill = _separator_estimate(
+        cut,
+        up,
+        lo,
+        n,
+        fixed=fixed,
+        settled=measured.settled,
+        argmax=argmax,
+        sample=measured.nbytes,
+        skipped=skipped,
+        distinct=measured.distinct,
+    )
+    return SeparatorPlan(cut, up, lo, estimate, fixed, measured.settled, bill, blocks)
+
+
+def decided_blocks(
+    network: Network, spec: ResolvedSpec, fixed: int, *, deadline: Deadline | None = None
+) -> np.ndarray | None:
+    """Per block of prefixes (the first ``fixed`` features given): 0 / 1 when every input
+    extending the block's partial prefix is certainly negative / positive, from its message
+    at the cut after those ``fixed`` features (:func:`constant_prefixes` there), else -1.
+
+    None where that test does not apply: an argmax decision, no feature given, the cut
+    after them not class-free, more blocks than :data:`UP_BLOCK_CELLS` cells of messages,
+    underflow possible, or a relevant CPT holding a 0 (then a decided block's inputs of
+    probability 0 would have to be counted)."""
+    if spec.is_argmax or fixed == 0:
+        return None
+    if not all(
+        (t > 0).all() for _, t in relevant_factors(network, [spec.class_variable, *spec.order])
+    ):
+        return None
+    outer = cut_at(network, spec, fixed)
+    if not outer.class_free or outer.n_pre * outer.shared_states > UP_BLOCK_CELLS:
+        return None
+    factors = outer.up_factors(network)
+    up = plan_contraction(factors, outer.up_out, deadline=deadline)
+    head = SeparatorPlan(outer, up, up, Estimate("decompose/separator", 0.0, 0.0, ""))
+    if not settles(network, spec, head):
+        return None
+    u = up.run(factors).reshape(outer.n_pre, outer.n_class, -1)
+    assert spec.threshold is not None
+    pos = network.states[spec.class_variable].index(spec.positive)
+    return constant_prefixes(
+        u, pos, spec.threshold, upper_error_bound(network, head), all_possible=True
+    )
 
 
 def settles(network: Network, spec: ResolvedSpec, plan: SeparatorPlan) -> bool:
@@ -846,33 +922,117 @@ def settles(network: Network, spec: ResolvedSpec, plan: SeparatorPlan) -> bool:
     return bound.abs_num == 0 and bound.abs_den == 0
 
 
-def settled_share(
+def lower_tables(network: Network, plan: SeparatorPlan) -> list[np.ndarray]:
+    """The lower message per context, transposed for the matrix products: a class-free cut
+    gets one ``(hidden states, completions)`` table serving every class state, any other
+    cut one ``(class states, hidden states, completions)`` table."""
+    cut = plan.cut
+    lo = plan.lo.run(cut.lo_factors(network))
+    if cut.class_free:
+        lo = lo.reshape(cut.n_ctx, cut.n_suf, -1)
+        return [np.ascontiguousarray(lo[c].T) for c in range(cut.n_ctx)]
+    lo = lo.reshape(cut.n_ctx, cut.n_suf, cut.n_class, -1)
+    return [np.ascontiguousarray(lo[c].transpose(1, 2, 0)) for c in range(cut.n_ctx)]
+
+
+def margins(
+    u: np.ndarray, table: np.ndarray, pos: int, class_free: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``P(pos, x)`` and ``P(x)`` of every completion of the prefixes whose messages are
+    ``u`` (shape ``(n, class states, hidden states)``), against one context's lower table
+    (:func:`lower_tables`); a class-free cut sums the class out of ``u`` first (two
+    products over the hidden states instead of one per class state and one over both)."""
+    if class_free:
+        return u[:, pos, :] @ table, u.sum(axis=1) @ table
+    return u[:, pos, :] @ table[pos], u.reshape(u.shape[0], -1) @ table.reshape(-1, table.shape[-1])
+
+
+def context_index(prefixes: np.ndarray, cut: Cut) -> np.ndarray:
+    """Each prefix's context (mixed radix over ``cut.ctx``), from its index in the grid of
+    the prefix features."""
+    out = np.zeros(prefixes.size, dtype=np.int64)
+    for f in cut.ctx:
+        i = cut.prefix.index(f)
+        card = cut.prefix_cards[i]
+        out *= card
+        out += prefixes // math.prod(cut.prefix_cards[i + 1 :]) % card
+    return out
+
+
+@dataclass(frozen=True)
+class PrefixSample:
+    """What :func:`sample_prefixes` measured on prefixes drawn at random."""
+
+    settled: float
+    """Share decided from their prefix message (or their block's) alone."""
+    distinct: float | None
+    """Distinct sub-classifiers expected over every prefix (Chao1 on the sample's), None
+    where the lower message was not made while planning."""
+    nbytes: float
+    """What the measurement held: the sampled CPT rows, their contraction, the lower
+    message."""
+
+
+def sample_prefixes(
     network: Network,
     spec: ResolvedSpec,
     plan: SeparatorPlan,
     *,
     samples: int | None = None,
     deadline: Deadline | None = None,
-) -> float:
-    """Share of the cut's prefixes decided from their prefix message alone
-    (:func:`constant_prefixes`), measured on ``samples`` prefixes drawn uniformly (a fixed
-    seed: plans are deterministic); 0 where :func:`settles` says none can be."""
-    if not settles(network, spec, plan):
-        return 0.0
+) -> PrefixSample:
+    """Measure the route on ``samples`` prefixes drawn uniformly (a fixed seed: plans are
+    deterministic): the share decided from their prefix message alone
+    (:func:`constant_prefixes`; 0 where :func:`settles` says none can be), and where the
+    lower message has at most :data:`SAMPLE_LOWER_CELLS` cells their sub-classifiers (float
+    decisions of every completion), whose distinct count over all prefixes is estimated by
+    Chao1 (``d + f1^2 / (2 f2)`` from the patterns seen once and twice)."""
     cut = plan.cut
+    early = settles(network, spec, plan)
+    lower_cells = as_float(cut.n_ctx) * as_float(cut.n_suf) * cut.lower_states
+    if spec.is_argmax or (not early and lower_cells > SAMPLE_LOWER_CELLS):
+        return PrefixSample(0.0, None, 0.0)
     m = int(min(samples or SETTLE_SAMPLES, cut.n_pre))
     rng = np.random.default_rng(0)
     rows = {f: rng.integers(0, network.card(f), size=m) for f in cut.prefix}
     factors = [*sampled(cut.upper, rows), *unit_factors(network, list(cut.z))]
     factors.append(((BATCH,), np.ones(m)))
     c = plan_contraction(factors, [BATCH, *cut.z], deadline=deadline)
+    held = 8.0 * (sum(t.size for s, t in factors if BATCH in s) + c.peak_cells)
     u = c.run(factors).reshape(m, cut.n_class, -1)
     assert spec.threshold is not None
     pos = network.states[spec.class_variable].index(spec.positive)
-    const = constant_prefixes(
-        u, pos, spec.threshold, upper_error_bound(network, plan), all_possible=True
-    )
-    return float(np.count_nonzero(const >= 0)) / m
+    decided = np.zeros(m, dtype=bool)
+    if early:
+        const = constant_prefixes(
+            u, pos, spec.threshold, upper_error_bound(network, plan), all_possible=True
+        )
+        decided = const >= 0
+    if plan.blocks is not None:  # a prefix of a decided block is decided with it
+        block = np.zeros(m, dtype=np.int64)
+        for f in cut.prefix[: plan.fixed]:
+            block = block * network.card(f) + rows[f]
+        decided |= plan.blocks[block] >= 0
+    settled = float(np.count_nonzero(decided)) / m if early else 0.0
+    if lower_cells > SAMPLE_LOWER_CELLS:
+        return PrefixSample(settled, None, held)
+    lower = lower_tables(network, plan)
+    held += 16.0 * lower_cells + 24.0 * cut.n_suf  # one prefix's margins at a time
+    index = np.zeros(m, dtype=np.int64)
+    for f in cut.prefix:
+        index = index * network.card(f) + rows[f]
+    contexts = context_index(index, cut)
+    keys: list[bytes] = []
+    for i in range(m):
+        if decided[i]:
+            keys.append(b"decided")  # one of two constant sub-classifiers
+            continue
+        num, den = margins(u[i : i + 1], lower[contexts[i]], pos, cut.class_free)
+        keys.append(np.packbits(num > spec.threshold * den).tobytes())
+    counts = np.bincount(np.unique(keys, return_inverse=True)[1].reshape(-1))
+    d, f1, f2 = counts.size, int(np.count_nonzero(counts == 1)), int(np.count_nonzero(counts == 2))
+    chao = d + (f1 * f1 / (2.0 * f2) if f2 else f1 * (f1 - 1) / 2.0)
+    return PrefixSample(settled, chao, held)
 
 
 # ---------------------------------------------------------------------------- additive route

@@ -339,20 +339,20 @@ def _float_margins_joint(network, spec):
 def _float_margins_separator(network, spec):
     """num and den of every input as the separator route computes them (its own pieces:
     the lower tables, the prefix message block by block, the products)."""
-    from boxwatch.offline.bn.compile import _context_index, _lower_tables, _margins
+    from boxwatch.offline.bn.plan import context_index, lower_tables, margins
 
     plan = plan_separator(network, spec, max_memory=1 << 30)
     cut = plan.cut
     cards = [network.card(f) for f in spec.order]
     pos = network.states[spec.class_variable].index(spec.positive)
-    lower = _lower_tables(network, plan)
+    lower = lower_tables(network, plan)
     nums, dens = [], []
     for b in range(plan.n_blocks):
         u = plan.up.run(plan.block(network, b)).reshape(plan.block_prefixes, cut.n_class, -1)
         prefixes = b * plan.block_prefixes + np.arange(plan.block_prefixes)
-        ctx = _context_index(prefixes, cut)
+        ctx = context_index(prefixes, cut)
         for i in range(plan.block_prefixes):
-            num, den = _margins(u[i : i + 1], lower[ctx[i]], pos, cut.class_free)
+            num, den = margins(u[i : i + 1], lower[ctx[i]], pos, cut.class_free)
             nums.append(num[0])
             dens.append(den[0])
     return (
