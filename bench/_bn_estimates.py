@@ -183,6 +183,7 @@ def child(problem: dict[str, Any], forced: bool) -> dict[str, Any]:
                 assert result.estimate is not None
                 out["estimate_b"] = result.estimate.bytes
                 out["estimate_s"] = result.estimate.seconds
+                out["planning"] = result.planning_seconds
                 out["route"] = result.method
                 out["detail"] = result.estimate.detail
                 out["certified"] = result.certified
@@ -335,6 +336,7 @@ def estimates_section(began: float) -> str:
                 if forced and "refused" not in forced
                 else f"forced run also fails ({(forced or {}).get('refused', '')[:120]})"
             )
+        planning = f" (+{shown['planning']:.1f} planning)" if "planning" in shown else ""
         outcome = (
             f"{shown['positives']:,} of {shown['inputs']:,}"
             if "positives" in shown
@@ -343,7 +345,7 @@ def estimates_section(began: float) -> str:
         rows.append(
             f"| {problem['name']} | {len(problem['features'])} | {shown.get('route', '-')} | "
             f"{outcome} | {_gib(est)} | {_gib(peak)} | "
-            f"{ratio:.2f} | {shown.get('estimate_s', math.nan):.1f} | "
+            f"{ratio:.2f} | {shown.get('estimate_s', math.nan):.1f}{planning} | "
             f"{shown.get('cpu', math.nan):.1f} | {shown.get('wall', math.nan):.1f} | "
             f"{refused} | {exact} |"
         )
@@ -371,8 +373,9 @@ def estimates_section(began: float) -> str:
             f"{LIMIT >> 30} GiB and --max-seconds {SECONDS:g} (RLIMIT_AS {HARD_CAP >> 30} GiB; "
             "one at a time). Measured peak: VmHWM above the RSS when the compilation started "
             "(reset through /proc/self/clear_refs). Ratio: estimate / measured peak. "
-            "Seconds: the route's estimate, then CPU and wall seconds measured (the machine "
-            "is shared: compare CPU seconds; the load is in the line above). A refused "
+            "Seconds: the route's estimate (and the wall seconds its planning took before), "
+            "then CPU and wall seconds measured, planning included (the machine is shared: "
+            "compare CPU seconds; the load is in the line above). A refused "
             "problem is compiled again with the separator route forced, the limits holding. "
             f"Checks: disagreements on {CHECKS} inputs (half uniform, half drawn from the "
             "network) with the decision of the renormalised network (float posterior of the "

@@ -110,7 +110,7 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
 
 
 def _exactness(result: CompileResult) -> str:
-    """Whether the diagram is the classifier of the file's numbers, in one line."""
+    """Whether the diagram is the classifier of the network as read, in one line."""
     if result.certified:
         return "yes: the diagram equals the classifier of the network as read with P >= T"
     return (

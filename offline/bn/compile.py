@@ -163,7 +163,7 @@ class CompileResult:
         All inputs (product of the cardinalities).
     ties : int
         Threshold: inputs whose posterior is exactly the threshold, in exact arithmetic on
-        the file's numbers (decided positive); 0 on the additive route, which cannot tell.
+        the network as read (decided positive); 0 on the additive route, which cannot tell.
         Argmax: inputs where two or more states are within ``tie_tolerance`` of the largest
         float posterior (decided the lowest state index).
     exact_inputs : int
@@ -199,6 +199,9 @@ class CompileResult:
     row_sums : RowSums or None
         How far the file's CPT rows are from summing to 1; every route read them divided
         by their sums (:data:`~boxwatch.offline.bn.network.READING`).
+    planning_seconds : float
+        Of ``seconds``, those spent sizing the routes before one started (``estimate``
+        covers the route that ran).
     early_inputs : int
         Inputs decided before their last features were enumerated: by the separator route
         from the prefix message alone (a prefix whose every completion has one decision),
@@ -228,6 +231,7 @@ class CompileResult:
     early_inputs: int = 0
     tie_pairs_counted: bool = True
     row_sums: RowSums | None = None
+    planning_seconds: float = 0.0
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -289,6 +293,7 @@ class CompileResult:
             "impossible": self.impossible,
             "constant": d.root < d.n_terminals,
             "seconds": self.seconds,
+            "planning_seconds": self.planning_seconds,
             "estimate": self.estimate.to_dict() if self.estimate else None,
             "reading": self.row_sums.to_dict() if self.row_sums else None,
         }
@@ -363,10 +368,13 @@ def compile_classifier(
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
     options = _plan_routes(network, spec, method, limit, deadline, progress)
-    # the routes estimated to fit; else those that may, given the estimates' accuracy
+    planning = time.perf_counter() - start
+    # the routes estimated to fit in what the limit leaves after planning; else those that
+    # may, given the estimates' accuracy
+    left = None if max_seconds is None else max(0.0, max_seconds - deadline.elapsed())
     planned = [o for o in options if o[1] is not _never_runs]
-    fitting = [o for o in planned if within(o[0], limit, max_seconds)] or [
-        o for o in planned if may_fit(o[0], limit, max_seconds)
+    fitting = [o for o in planned if within(o[0], limit, left)] or [
+        o for o in planned if may_fit(o[0], limit, left)
     ]
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
@@ -407,6 +415,7 @@ def compile_classifier(
         early_inputs=built.early_inputs,
         tie_pairs_counted=built.tie_sets is None or built.tie_sets.counted,
         row_sums=row_sums,
+        planning_seconds=planning,
     )
 
 
@@ -1063,9 +1072,8 @@ def _merge_patterns(
             functions ^= 1
         byte_ids = store.bottom_up(functions.reshape(256, 2, 2, 2), len(cards) - 3)
     for s in range(0, len(keys), rows):
-        chunk = np.frombuffer(b"".join(keys[s : s + rows]), dtype=dtype).reshape(
-            len(keys[s : s + rows]), -1
-        )
+        chunk: np.ndarray = np.frombuffer(b"".join(keys[s : s + rows]), dtype=dtype)
+        chunk = chunk.reshape(len(keys[s : s + rows]), -1)
         if bytewise:
             values, local = _dense_ids(chunk)
             table = local.reshape(-1, *cards[k:-3])

@@ -1,7 +1,9 @@
 """Exact decisions: a float error bound per route, and exact rational arithmetic inside it.
 
-The classifier a network defines is ``P(C = positive | x) >= T`` with the CPT numbers as
-written in the file (:meth:`~boxwatch.offline.bn.network.Network.exact_cpt`) and ``T`` the
+The classifier a network defines is ``P(C = positive | x) >= T`` with the CPT numbers of
+the network it is given (:meth:`~boxwatch.offline.bn.network.Network.exact_cpt`; the
+compiler gives it the file's numbers, each row divided by its sum:
+:attr:`~boxwatch.offline.bn.network.Network.renormalised`) and ``T`` the
 decimal the user wrote (:func:`exact_threshold`). The routes compute ``P(C, x)`` in float64;
 each knows how many roundings every term of its sums can meet, which gives a rigorous bound
 on the float margin's error (:class:`ErrorBound`; the derivation is in
@@ -171,7 +173,7 @@ def _flushed_zero(network: Network, var: str, table: np.ndarray) -> bool:
 
 # ---------------------------------------------------------------------------- exact joint
 class ExactJoint:
-    """``P(C, x)`` of chosen inputs in exact arithmetic, as the file's numbers define it.
+    """``P(C, x)`` of chosen inputs in exact arithmetic, as the network's numbers define it.
 
     Each relevant CPT is scaled to integers by the common denominator of its numbers; a
     batch of inputs becomes one more axis of every factor that mentions a feature, and the

@@ -64,11 +64,11 @@ unpacked decisions, the keys and node ids of their first levels)."""
 PREFIX_BUILD_BYTES = 64
 """Bytes per prefix while the prefixes' node ids are merged level by level (their node ids,
 keys and sort, and the nodes of the first levels above the cut)."""
-MATMUL_RATE = 2e10
+MATMUL_RATE = 1.5e10
 """Multiply-adds per second of the matrix products (float64 BLAS, one core)."""
-SEPARATOR_SECONDS_PER_INPUT = 4e-9
+SEPARATOR_SECONDS_PER_INPUT = 6e-9
 """Deciding one completion of a prefix not decided early (error window, bits, keys)."""
-SEPARATOR_SECONDS_PER_PREFIX = 2e-7
+SEPARATOR_SECONDS_PER_PREFIX = 3e-7
 SETTLE_SECONDS_PER_STATE = 2e-9
 """The early test of a prefix message, per shared state."""
 BUILD_SECONDS_PER_CELL = 1.5e-8
