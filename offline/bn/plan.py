@@ -9,6 +9,7 @@ to be right within a small factor, which is what choosing and refusing need.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,8 @@ SETTLE_SAMPLES = 1024
 """Prefixes drawn to measure the share decided early (:func:`sample_prefixes`)."""
 SAMPLE_LOWER_CELLS = 1 << 21
 """Largest lower message made while planning, to count the sample's sub-classifiers."""
+SAMPLE_STEP_CELLS = 1 << 20
+"""Completions of sampled prefixes decided at once while planning."""
 SEPARATOR_CUTS_MEASURED = 5
 """Cuts that fit whose contractions are planned and early share measured (the fastest
 floors first)."""
@@ -1017,19 +1020,22 @@ def sample_prefixes(
     if lower_cells > SAMPLE_LOWER_CELLS:
         return PrefixSample(settled, None, held)
     lower = lower_tables(network, plan)
-    held += 16.0 * lower_cells + 24.0 * cut.n_suf  # one prefix's margins at a time
+    step = max(1, SAMPLE_STEP_CELLS // max(1, cut.n_suf))
+    held += 16.0 * lower_cells + 24.0 * min(m, step) * cut.n_suf
     index = np.zeros(m, dtype=np.int64)
     for f in cut.prefix:
         index = index * network.card(f) + rows[f]
     contexts = context_index(index, cut)
-    keys: list[bytes] = []
-    for i in range(m):
-        if decided[i]:
-            keys.append(b"decided")  # one of two constant sub-classifiers
-            continue
-        num, den = margins(u[i : i + 1], lower[contexts[i]], pos, cut.class_free)
-        keys.append(np.packbits(num > spec.threshold * den).tobytes())
-    counts = np.bincount(np.unique(keys, return_inverse=True)[1].reshape(-1))
+    keys = [b"decided"] * m  # decided early: one of two constant sub-classifiers
+    for c in np.unique(contexts[~decided]).tolist():
+        live = np.flatnonzero(~decided & (contexts == c))
+        for s in range(0, live.size, step):
+            part = live[s : s + step]
+            num, den = margins(u[part], lower[c], pos, cut.class_free)
+            bits = np.packbits(num > spec.threshold * den, axis=1)
+            for i, row in zip(part.tolist(), bits, strict=True):
+                keys[i] = row.tobytes()
+    counts = np.array(list(Counter(keys).values()))
     d, f1, f2 = counts.size, int(np.count_nonzero(counts == 1)), int(np.count_nonzero(counts == 2))
     chao = d + (f1 * f1 / (2.0 * f2) if f2 else f1 * (f1 - 1) / 2.0)
     return PrefixSample(settled, chao, held)
