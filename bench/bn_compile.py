@@ -548,7 +548,7 @@ def problem_case(name: str, method: str) -> dict:
     problem = next(
         p for p in json.loads((SHARED / "problems.json").read_text()) if p["name"] == name
     )
-    network = load_network(SHARED / problem["network"])
+    network = load_network(SHARED / problem["network"]).renormalised  # as compile reads it
     spec = resolve_spec(
         network,
         ClassifierSpec(

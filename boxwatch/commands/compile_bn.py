@@ -155,9 +155,11 @@ def compile_bn(
 
     Each route (joint table, or a split of the features at the cheapest cut) is sized
     before it starts; the fastest one within --max-memory (and --max-seconds) runs (a split
-    that runs long shows a progress bar on stderr). When none fits, or memory runs out
-    anyway, or the command runs past --max-seconds (reading, planning or in a route), it
-    exits 2 with one line naming the estimates and the limits (or how far it got).
+    that runs long shows a progress bar on stderr), else the fastest whose estimate is
+    within its stated accuracy of the limits (2x memory, 3x time). When none is, or memory
+    runs out anyway, or the command runs past --max-seconds (reading, planning or in a
+    route), it exits 2 with one line naming the estimates and the limits (or how far it
+    got).
 
     \b
     Examples:

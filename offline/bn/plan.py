@@ -65,6 +65,8 @@ unpacked decisions, the keys and node ids of their first levels)."""
 PREFIX_BUILD_BYTES = 64
 """Bytes per prefix while the prefixes' node ids are merged level by level (their node ids,
 keys and sort, and the nodes of the first levels above the cut)."""
+PREFIX_COUNT_BYTES = 24
+"""The same where the first level's keys are few enough to be counted, not sorted."""
 MATMUL_RATE = 1.5e10
 """Multiply-adds per second of the matrix products (float64 BLAS, one core)."""
 SEPARATOR_SECONDS_PER_INPUT = 6e-9
@@ -77,8 +79,10 @@ BUILD_SECONDS_PER_CELL = 1.5e-8
 the last three features are binary: a byte of decisions is merged at once)."""
 SETTLE_SAMPLES = 1024
 """Prefixes drawn to measure the share decided early (:func:`sample_prefixes`)."""
-SAMPLE_LOWER_CELLS = 1 << 21
-"""Largest lower message made while planning, to count the sample's sub-classifiers."""
+SAMPLE_LOWER_CELLS = 1 << 23
+"""Largest lower message made while planning, to count the sample's sub-classifiers..."""
+SAMPLE_LOWER_SECONDS = 1.0
+"""...and the longest its contraction may be estimated to take."""
 SAMPLE_STEP_CELLS = 1 << 20
 """Completions of sampled prefixes decided at once while planning."""
 SEPARATOR_CUTS_MEASURED = 5
@@ -632,7 +636,8 @@ def separator_memory(
       decisions and packed keys, :data:`STEP_BYTES_PER_CELL` a cell);
     * *diagram*: the packed sub-classifiers merged into nodes :data:`BUILD_CHUNK_CELLS`
       completions at a time (:data:`BUILD_BYTES_PER_CELL` a cell), and the prefixes' node
-      ids merged level by level (:data:`PREFIX_BUILD_BYTES` a prefix).
+      ids merged level by level (:data:`PREFIX_BUILD_BYTES` a prefix, or
+      :data:`PREFIX_COUNT_BYTES` where the keys of the first level are counted).
     """
     n_pre, n_suf = as_float(cut.n_pre), as_float(cut.n_suf)
     lo_out = as_float(cut.n_ctx) * n_suf * cut.lower_states
@@ -651,7 +656,10 @@ def separator_memory(
     scan = held + packed + max(8.0 * up.peak_cells + message, message + max(step, early))
     chunk = min(distinct * n_suf, max(BUILD_CHUNK_CELLS, n_suf))
     build = 8.0 * n_pre + packed + BUILD_BYTES_PER_CELL * chunk
-    prefixes = packed + PREFIX_BUILD_BYTES * n_pre
+    # the first level above the cut compares rows of level-cut node indices: counted when
+    # their keys are few (unique_rows), else sorted
+    counted = (distinct + 2) ** (cut.prefix_cards[-1] if cut.prefix_cards else 1) <= 1 << 16
+    prefixes = packed + (PREFIX_COUNT_BYTES if counted else PREFIX_BUILD_BYTES) * n_pre
     return MemoryBill(
         (
             ("lower message", lower),
@@ -987,12 +995,15 @@ def sample_prefixes(
     """Measure the route on ``samples`` prefixes drawn uniformly (a fixed seed: plans are
     deterministic): the share decided from their prefix message alone
     (:func:`constant_prefixes`; 0 where :func:`settles` says none can be), and where the
-    lower message has at most :data:`SAMPLE_LOWER_CELLS` cells their sub-classifiers (float
+    lower message has at most :data:`SAMPLE_LOWER_CELLS` cells (and is estimated to take at
+    most :data:`SAMPLE_LOWER_SECONDS`) their sub-classifiers (float
     decisions of every completion), whose distinct count over all prefixes is estimated by
     Chao1 (``d + f1^2 / (2 f2)`` from the patterns seen once and twice)."""
     cut = plan.cut
     early = settles(network, spec, plan)
     lower_cells = as_float(cut.n_ctx) * as_float(cut.n_suf) * cut.lower_states
+    if plan.lo.seconds > SAMPLE_LOWER_SECONDS:
+        lower_cells = math.inf  # not made while planning
     if spec.is_argmax or (not early and lower_cells > SAMPLE_LOWER_CELLS):
         return PrefixSample(0.0, None, 0.0)
     m = int(min(samples or SETTLE_SAMPLES, cut.n_pre))

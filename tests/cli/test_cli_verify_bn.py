@@ -167,3 +167,15 @@ def test_no_monotonicity_queries_says_none_were_asked(files):
     assert res.exit_code == 0, res.output
     assert "0 of 0" not in res.stderr
     assert "2 of 2 rules hold, no monotonicity queries asked" in res.stderr
+
+
+def test_the_reading_is_said_and_far_rows_warned(files):
+    res = run(files, "--rules", str(files / "ok.yaml"))
+    assert res.exit_code == 0, res.output
+    assert "reading: each CPT row divided by its sum (every row sums to exactly 1" in res.stdout
+    assert "warning" not in res.stderr
+    (files / "tiny.bif").write_text(BIF.replace("(yes) 0.2, 0.8;", "(yes) 0.2, 0.8005;"))
+    res = run(files, "--rules", str(files / "ok.yaml"), "--json")
+    reading = json.loads(res.stdout)["compile"]["reading"]
+    assert (reading["rows_off"], reading["variable"]) == (1, "B")
+    assert "warning:" in res.stderr and "off 1 by 0.0005" in res.stderr
