@@ -303,14 +303,17 @@ def estimates_section(began: float) -> str:
     problems = all_problems()
     path = Path(os.environ.get("TMPDIR", "/tmp")) / "bn_estimates_problems.json"
     path.write_text(json.dumps(problems))
-    rows, ratios, wrong_refusals, bad, checked = [], [], [], 0, 0
+    rows, ratios, wrong_refusals, stopped, bad, checked = [], [], [], [], 0, 0
     for i, problem in enumerate(problems):
         r = run_child(["estimates-child", str(path), str(i), "auto"])
         forced = None
+        refused = "refused" in r and "no route fits" in r["refused"]
         if "refused" in r:
             forced = run_child(["estimates-child", str(path), str(i), "forced"])
-            if "refused" not in forced:
+            if refused and "refused" not in forced:
                 wrong_refusals.append(problem["name"])
+            if not refused:
+                stopped.append(problem["name"])
         shown = forced if forced is not None and "refused" not in forced else r
         est = shown.get("estimate_b", math.nan) / 2**30
         peak = shown.get("peak_gb", math.nan)
@@ -330,13 +333,14 @@ def estimates_section(began: float) -> str:
                 exact += f" ({shown['pgmpy_near']} within 1e-9 of T for pgmpy)"
             if want is not None:
                 exact += ", count " + ("exact" if shown["positives"] == want else "WRONG")
-        refused = "-"
+        verdict = "-"
         if "refused" in r:
-            refused = "yes: " + (
+            how = (
                 "forced run compiled within the limits"
                 if forced and "refused" not in forced
                 else f"forced run also fails ({(forced or {}).get('refused', '')[:120]})"
             )
+            verdict = ("refused: " if refused else "ran, stopped at a limit: ") + how
         planning = f" (+{shown['planning']:.1f} planning)" if "planning" in shown else ""
         outcome = (
             f"{shown['positives']:,} of {shown['inputs']:,}"
@@ -348,7 +352,7 @@ def estimates_section(began: float) -> str:
             f"{outcome} | {_gib(est)} | {_gib(peak)} | "
             f"{ratio:.2f} | {shown.get('estimate_s', math.nan):.1f}{planning} | "
             f"{shown.get('cpu', math.nan):.1f} | {shown.get('wall', math.nan):.1f} | "
-            f"{refused} | {exact} |"
+            f"{verdict} | {exact} |"
         )
         print(rows[-1], flush=True)
     finite = [x for x in ratios if math.isfinite(x[0])]
@@ -361,6 +365,8 @@ def estimates_section(began: float) -> str:
         f"{bn_plan.ESTIMATE_ACCURACY:g}x either way); refusals of a problem that compiles "
         f"within the limits when forced: {len(wrong_refusals)}"
         + (f" ({', '.join(wrong_refusals)})" if wrong_refusals else "")
+        + f"; run but stopped at a limit (not refused): {len(stopped)}"
+        + (f" ({', '.join(stopped)})" if stopped else "")
         + f"; disagreements with the exact decision or pgmpy on the {checked} compiled: {bad}."
     )
     print(summary)
@@ -376,8 +382,9 @@ def estimates_section(began: float) -> str:
             "(reset through /proc/self/clear_refs). Ratio: estimate / measured peak. "
             "Seconds: the route's estimate (and the wall seconds its planning took before), "
             "then CPU and wall seconds measured, planning included (the machine is shared: "
-            "compare CPU seconds; the load is in the line above). A refused "
-            "problem is compiled again with the separator route forced, the limits holding. "
+            "compare CPU seconds; the load is in the line above). A problem refused "
+            "from its estimates, or stopped at a limit while it ran, is compiled again with "
+            "the separator route forced past its estimate, the limits holding. "
             f"Checks: disagreements on {CHECKS} inputs (half uniform, half drawn from the "
             "network) with the decision of the renormalised network (float posterior of the "
             f"whole network, and the exact rational decision within {NEAR:g} of T), then on "
@@ -387,7 +394,8 @@ def estimates_section(began: float) -> str:
             summary,
             "",
             "| problem | features | route | positives | estimate GiB | measured peak GiB | "
-            "ratio | estimate s | CPU s | wall s | refused? | disagreements exact / pgmpy |",
+            "ratio | estimate s | CPU s | wall s | refused or stopped? | "
+            "disagreements exact / pgmpy |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
