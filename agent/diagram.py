@@ -758,9 +758,10 @@ def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of a small non-negative (or -1) int matrix and each row's index in them.
 
     Rows are packed into one int64 key when they fit (much faster to sort than rows); when
-    every key fits :data:`_DENSE_KEYS` and the rows are at least a quarter as many as the
-    possible keys (a large table of few small values, such as the decision bits of a
-    separator's sub-classifiers) they are counted instead of sorted, column by column
+    the rows are at least a quarter as many as the possible keys and those keys fit
+    :data:`_DENSE_KEYS`, or are at most a quarter as many as the rows (a large table of few
+    small values, such as the decision bits of a separator's sub-classifiers, or node
+    indices of a level below), they are counted instead of sorted, column by column
     without an int64 copy of the rows (a quarter of the memory on binary rows; on small
     tables the counting arrays would cost more than the sort).
 
@@ -775,7 +776,7 @@ def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if rows.dtype.kind in "iu":
         base = int(rows.max()) + 2
         space = base**width
-        if space <= _DENSE_KEYS and space <= 4 * n and int(rows.min()) >= -1:
+        if space <= 4 * n and (space <= _DENSE_KEYS or space <= n // 4) and int(rows.min()) >= -1:
             key = np.zeros(n, dtype=np.int32)
             for j in range(width):
                 key *= base

@@ -33,6 +33,10 @@ at ``MAIN`` (with its own ``.venv``), alternately, each in a fresh process; seco
 side and their ratio, flagged past :data:`COMPARE_LIMIT`; its own section.
 ``.venv/bin/python bench/bn_compile.py exact``: only the cost of exact decisions on the
 reference rows, with and without the post-pass in one run; its own section.
+``.venv/bin/python bench/bn_compile.py estimates``: every route estimate against the
+measured peak and seconds, on problems.json and on generated problems (bench/_bn_estimates.py);
+``.venv/bin/python bench/bn_compile.py speed MAIN``: the 30-feature tcc4e problems before
+(``MAIN``) and after; each its own section.
 """
 
 from __future__ import annotations
@@ -544,7 +548,7 @@ def problem_case(name: str, method: str) -> dict:
     problem = next(
         p for p in json.loads((SHARED / "problems.json").read_text()) if p["name"] == name
     )
-    network = load_network(SHARED / problem["network"])
+    network = load_network(SHARED / problem["network"]).renormalised  # as compile reads it
     spec = resolve_spec(
         network,
         ClassifierSpec(
@@ -856,6 +860,22 @@ def _commit(root: Path) -> str:
 
 def main() -> None:
     """Run every case (or one large case when given ``KIND N``) and write RESULTS.md."""
+    if sys.argv[1:2] in (["estimates"], ["estimates-child"], ["speed"]):
+        import _bn_estimates
+
+        if sys.argv[1] == "estimates-child":
+            problems = json.loads(Path(sys.argv[2]).read_text())
+            forced = sys.argv[4] == "forced"
+            print(json.dumps(_bn_estimates.child(problems[int(sys.argv[3])], forced)))
+            return
+        if sys.argv[1] == "estimates":
+            text = _bn_estimates.estimates_section(time.perf_counter())
+            write_section(_bn_estimates.ESTIMATES_HEADING, text)
+        else:
+            text = _bn_estimates.speed_section(Path(sys.argv[2]).resolve(), time.perf_counter())
+            write_section(_bn_estimates.SPEED_HEADING, text)
+        print(text)
+        return
     if len(sys.argv) == 2 and sys.argv[1] == "problems":
         text = problems_section(time.perf_counter())
         write_section(PROBLEMS_HEADING, text)

@@ -61,8 +61,10 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
             f"exact        {_exactness(result)}\n"
             f"impossible   {result.impossible:,} (probability 0, decided negative)\n"
         )
+    reading = result.row_sums.text() if result.row_sums else "-"
     return (
         head + f"constant     {'yes' if d.root < d.n_terminals else 'no'}\n"
+        f"reading      {reading}\n"
         f"seconds      {result.seconds:.4f} compile, {parse_seconds:.4f} parse\n"
         f"estimate     {result.estimate.text() if result.estimate else '-'}\n"
         f"  lvl  feature                      states    quasi  reduced\n{per_level}"
@@ -70,9 +72,9 @@ def _table(result: CompileResult, parse_seconds: float) -> str:
 
 
 def _exactness(result: CompileResult) -> str:
-    """Whether the diagram is the classifier of the file's numbers, in one line."""
+    """Whether the diagram is the classifier of the network as read, in one line."""
     if result.certified:
-        return "yes: the diagram equals the classifier of the file's numbers with P >= T"
+        return "yes: the diagram equals the classifier of the network as read with P >= T"
     return (
         f"NO: {result.uncertified:,} inputs within the {result.method} route's float error "
         "bound were too many to recompute exactly; decided positive (P within rounding of T)"
@@ -109,7 +111,8 @@ def compile_bn(
     route's estimate) go to stdout.
 
     Decisions are exact: the diagram is P(class = positive | x) >= T with every CPT
-    number the decimal written in FILE (not renormalised) and T as typed. Inputs whose
+    number the decimal written in FILE, each CPT row divided by its sum ("reading": rows
+    off 1 by more than 1e-6 draw a warning), and T as typed. Inputs whose
     float posterior lies within the computation's error bound of T are recomputed in exact
     rational arithmetic ("exact path"); "ties" counts posteriors exactly T (decided
     positive). A route that cannot certify every decision says so ("exact  NO").
@@ -117,9 +120,10 @@ def compile_bn(
     Each route (joint table, or a split of the features at the cheapest cut) is sized
     before it starts; the fastest one within --max-memory (and --max-seconds) runs (reading,
     ordering and compiling show their progress on stderr when they run over 2 s; --quiet
-    shows none). When none fits, or memory runs out
-    anyway, or the command runs past --max-seconds (reading, planning or in a route), it
-    exits 2 with one line naming the estimates and the limits (or how far it got).
+    shows none), else the fastest whose estimate is within its stated accuracy of the limits
+    (2x memory, 3x time). When none is, or memory runs out anyway, or the command runs past
+    --max-seconds (reading, planning or in a route), it exits 2 with one line naming the
+    estimates and the limits (or how far it got).
 
     \b
     Examples:
@@ -163,6 +167,8 @@ def compile_bn(
             ),
             EXIT_USAGE,
         )
+    if result.row_sums is not None and (warning := result.row_sums.warning()):
+        echo_err(f"warning: {show_path(network_file)}: {warning}")
     if as_json:
         info = {**result.summary(), "parse_seconds": parse_seconds, "file": str(network_file)}
         click.echo(json.dumps(info, indent=2, sort_keys=True))

@@ -201,6 +201,8 @@ def verify_bn(
             ),
         ) from exc
     seconds = time.perf_counter() - start
+    if compiled.row_sums is not None and (warning := compiled.row_sums.warning()):
+        echo_err(f"warning: {show_path(network_file)}: {warning}")
     if as_json:
         info: dict[str, Any] = {
             **report.to_dict(),
@@ -211,6 +213,8 @@ def verify_bn(
         click.echo(json.dumps(info, indent=2, sort_keys=True))
     else:
         click.echo(render_report(report))
+        if compiled.row_sums is not None:
+            click.echo(f"\nreading: {compiled.row_sums.text()}")
     n_rules = sum(r.holds for r in report.rules)
     n_mono = sum(m.holds for m in report.monotonicity)
     mono = (

@@ -28,9 +28,11 @@ Before any route starts, its peak memory and time are estimated from shapes alon
 (:mod:`boxwatch.offline.bn.plan`); ``auto`` takes the fastest route that fits the limits,
 and when none fits the compilation is refused with one line naming every estimate and limit.
 
-Decisions are exact against the file's numbers (:mod:`boxwatch.offline.bn.exact`): the
+Decisions are exact against the network as read (:mod:`boxwatch.offline.bn.exact`): the
 classifier is ``P(C = positive | x) >= T`` with every CPT number the rational its decimal
-string denotes and ``T`` the decimal the user wrote. The joint and separator routes bound
+string denotes, each CPT row divided by its sum
+(:attr:`~boxwatch.offline.bn.network.Network.renormalised`, the one reading every route and
+the exact decisions share), and ``T`` the decimal the user wrote. The joint and separator routes bound
 the float error of each input's margin ``P(pos, x) - T P(x)`` from the operations they
 performed; inputs within the bound are recomputed in exact arithmetic (a post-pass,
 :func:`~boxwatch.offline.bn.exact.refine`). *Ties* are inputs whose posterior is exactly
@@ -71,7 +73,6 @@ from boxwatch.agent.diagram import ARGMAX, THRESHOLD, DecisionDiagram, unique_ro
 from boxwatch.agent.errors import ConfigError
 from boxwatch.offline.bn.classifier import ClassifierSpec, ResolvedSpec, resolve_spec
 from boxwatch.offline.bn.exact import (
-    ErrorBound,
     ExactBudget,
     ExactJoint,
     Refinement,
@@ -89,26 +90,34 @@ from boxwatch.offline.bn.limits import (
     default_max_memory,
     format_bytes,
 )
-from boxwatch.offline.bn.network import Network
+from boxwatch.offline.bn.network import Network, RowSums
 from boxwatch.offline.bn.plan import (
-    SEPARATOR_BLOCK_CELLS,
-    SEPARATOR_DISTINCT_GUESS,
+    BUILD_CHUNK_CELLS,
+    ESTIMATE_ACCURACY,
     CompileLimitError,
     Contraction,
     Estimate,
     JointreePlan,
     SeparatorPlan,
     additive_estimate,
-    distinct_table_bytes,
+    constant_prefixes,
+    context_index,
     joint_error_bound,
     jointree_floor,
+    lower_tables,
+    margins,
+    may_fit,
+    pattern_bytes,
     plan_joint,
     plan_jointree,
     plan_separator,
     refusal,
     relevant_factors,
+    rows_per_step,
     separator_error_bound,
     separator_floor,
+    separator_memory,
+    settles,
     upper_error_bound,
     within,
 )
@@ -154,7 +163,7 @@ class CompileResult:
         All inputs (product of the cardinalities).
     ties : int
         Threshold: inputs whose posterior is exactly the threshold, in exact arithmetic on
-        the file's numbers (decided positive); 0 on the additive route, which cannot tell.
+        the network as read (decided positive); 0 on the additive route, which cannot tell.
         Argmax: inputs where two or more states are within ``tie_tolerance`` of the largest
         float posterior (decided the lowest state index).
     exact_inputs : int
@@ -187,6 +196,12 @@ class CompileResult:
     tie_pairs_counted : bool
         False when the tied pairs were too many to count (:data:`MAX_TIE_PAIRS`; the tied
         inputs, ``ties``, are counted all the same).
+    row_sums : RowSums or None
+        How far the file's CPT rows are from summing to 1; every route read them divided
+        by their sums (:data:`~boxwatch.offline.bn.network.READING`).
+    planning_seconds : float
+        Of ``seconds``, those spent sizing the routes before one started (``estimate``
+        covers the route that ran).
     early_inputs : int
         Inputs decided before their last features were enumerated: by the separator route
         from the prefix message alone (a prefix whose every completion has one decision),
@@ -215,6 +230,8 @@ class CompileResult:
     tie_tolerance: float | None = None
     early_inputs: int = 0
     tie_pairs_counted: bool = True
+    row_sums: RowSums | None = None
+    planning_seconds: float = 0.0
 
     def posterior_of(self, X: Any) -> np.ndarray:
         """``P(C = positive | x)`` per assignment, from the kept joint table.
@@ -276,7 +293,9 @@ class CompileResult:
             "impossible": self.impossible,
             "constant": d.root < d.n_terminals,
             "seconds": self.seconds,
+            "planning_seconds": self.planning_seconds,
             "estimate": self.estimate.to_dict() if self.estimate else None,
+            "reading": self.row_sums.to_dict() if self.row_sums else None,
         }
 
 
@@ -337,6 +356,8 @@ def compile_classifier(
         network = load_network(network)
     if not isinstance(spec, ResolvedSpec):
         spec = resolve_spec(network, spec)
+    row_sums = network.row_sums
+    network = network.renormalised
     limit = float(default_max_memory() if max_memory is None else max_memory)
     start = time.perf_counter()
     if deadline is None:
@@ -347,7 +368,14 @@ def compile_classifier(
     cards = [network.card(f) for f in spec.order]
     inputs = math.prod(cards)
     options = _plan_routes(network, spec, method, limit, deadline, progress)
-    fitting = [o for o in options if within(o[0], limit, max_seconds)]
+    planning = time.perf_counter() - start
+    # the routes estimated to fit in what the limit leaves after planning; else those that
+    # may, given the estimates' accuracy
+    left = None if max_seconds is None else max(0.0, max_seconds - deadline.elapsed())
+    planned = [o for o in options if o[1] is not _never_runs]
+    fitting = [o for o in planned if within(o[0], limit, left)] or [
+        o for o in planned if may_fit(o[0], limit, left)
+    ]
     if not fitting:
         raise refusal(network.source, [e for e, _ in options], limit, max_seconds)
     estimate, build = min(fitting, key=lambda o: (o[0].seconds, o[0].bytes))
@@ -386,6 +414,8 @@ def compile_classifier(
         tie_tolerance=TIE_TOLERANCE if diagram.is_argmax else None,
         early_inputs=built.early_inputs,
         tie_pairs_counted=built.tie_sets is None or built.tie_sets.counted,
+        row_sums=row_sums,
+        planning_seconds=planning,
     )
 
 
@@ -430,7 +460,7 @@ def _plan_routes(
         if method in ("auto", "jointree") and len(spec.order) >= 2 and not quick:
             planning = "jointree"
             floor = jointree_floor(network, spec)
-            if within(floor, limit, max_seconds):
+            if may_fit(floor, limit, max_seconds):
                 tree = plan_jointree(network, spec, max_memory=limit, deadline=deadline)
                 options.append(
                     (
@@ -459,7 +489,7 @@ def _plan_routes(
             else:
                 planning = "decompose/separator"
                 floor = separator_floor(network, spec)
-                if within(floor, limit, max_seconds):
+                if may_fit(floor, limit, max_seconds):
                     sep = plan_separator(network, spec, max_memory=limit, deadline=deadline)
                     options.append(
                         (
@@ -583,6 +613,23 @@ def terminals_for(
     return (f"not {positive}", positive), 1
 
 
+def _dense_ids(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of an array of node ids (sorted) and each cell's index among
+    them: through a table of the ids present when they are few against the cells (sink
+    ids, the node ids of a chunk), else a sort."""
+    if table.size == 0:
+        return np.zeros(0, dtype=np.int64), table.astype(np.int64)
+    top = int(table.max()) + 1
+    if top <= max(1 << 16, table.size):
+        present = np.zeros(top, dtype=bool)
+        present[table] = True
+        values = np.flatnonzero(present)
+        index = np.cumsum(present) - 1
+        return values, index[table]
+    values, inverse = np.unique(table, return_inverse=True)
+    return values.astype(np.int64), inverse.reshape(table.shape)
+
+
 class _NodeStore:
     """Accumulates quasi-reduced nodes level by level; ids start after the sinks."""
 
@@ -612,17 +659,24 @@ class _NodeStore:
         """Merge equal rows level by level, deepest first.
 
         ``table`` has shape ``(m, card_first, ..., card_last)`` and holds node ids of the
-        level below ``last``; returns shape ``(m,)``: the ids at ``first_level``.
+        level below ``last``; returns shape ``(m,)``: the ids at ``first_level``. Each
+        level's rows are compared by the indices of the distinct nodes below them, small
+        integers (counted rather than sorted while they are few, :func:`unique_rows`), and
+        stored with those nodes' ids.
         """
-        ids = table
-        for level in range(first_level + table.ndim - 2, first_level - 1, -1):
+        below, local = _dense_ids(table)
+        return self.merge(below, local, first_level)
+
+    def merge(self, below: np.ndarray, local: np.ndarray, first_level: int) -> np.ndarray:
+        """:meth:`bottom_up` of a table given as indices ``local`` into the ids ``below``
+        of the nodes under its last level."""
+        for level in range(first_level + local.ndim - 2, first_level - 1, -1):
             self.deadline.check(f"merging level {level} of {len(self.cards)} into nodes")
             card = self.cards[level]
-            rows = ids.reshape(-1, card)
-            uniq, inverse = unique_rows(rows)
-            node_ids = self.add_level(level, uniq)
-            ids = node_ids[inverse].reshape(ids.shape[:-1])
-        return ids
+            uniq, inverse = unique_rows(local.reshape(-1, card))
+            below = self.add_level(level, below[uniq])
+            local = inverse.reshape(local.shape[:-1])
+        return below[local]
 
     def diagram(self, root: int, **kw: Any) -> DecisionDiagram:
         """The canonical diagram of the stored nodes below ``root``."""
@@ -810,6 +864,13 @@ def _split_level(cards: Sequence[int], contexts: int = 1) -> int:
 
 
 # ---------------------------------------------------------------------------- separator route
+def _class_products(u: np.ndarray, table: np.ndarray, class_free: bool) -> np.ndarray:
+    """``P(c, x)`` for every class state (axis 0) and completion of the prefixes of ``u``."""
+    if class_free:
+        return np.stack([u[:, c, :] @ table for c in range(u.shape[1])])
+    return np.stack([u[:, c, :] @ table[c] for c in range(u.shape[1])])
+
+
 def _compile_separator(
     network: Network,
     spec: ResolvedSpec,
@@ -821,19 +882,21 @@ def _compile_separator(
 ) -> _Built:
     """Decomposition for any network: prefix and suffix messages over the planned cut.
 
-    Distinct sub-classifiers are kept as packed decision bits (argmax: one byte per
-    completion, the decided state) while the prefixes are scanned; their count is checked
-    against ``max_memory`` as it grows.
+    The lower message is made once; the prefix message a block of prefixes at a time
+    (:meth:`~boxwatch.offline.bn.plan.SeparatorPlan.block`), never whole. Distinct
+    sub-classifiers are kept as packed decision bits (argmax: one byte per completion, the
+    decided state) while the prefixes are scanned, their memory checked against
+    ``max_memory`` as they grow (past :data:`~boxwatch.offline.bn.plan.ESTIMATE_ACCURACY`
+    times it, as the estimate is refused); they are merged into nodes a chunk at a time.
     """
     cut = plan.cut
     cls = spec.class_variable
     cards = [network.card(f) for f in spec.order]
-    k, prefix, n_pre, n_suf, n_ctx = cut.k, list(cut.prefix), cut.n_pre, cut.n_suf, cut.n_ctx
-    zc = network.card(cls)
+    k, n_pre, n_suf, n_ctx = cut.k, cut.n_pre, cut.n_suf, cut.n_ctx
+    zc = cut.n_class
     deadline = deadline or Deadline(None, "")
-    up = plan.up.run(cut.up_factors(network)).reshape(n_pre, zc, -1)
-    deadline.check("the prefix message was contracted")
-    lo = plan.lo.run(cut.lo_factors(network)).reshape(n_ctx, n_suf, zc, -1)
+    lower = lower_tables(network, plan)
+    deadline.check("the suffix message was contracted")
     argmax = spec.is_argmax
     pos = 0 if argmax else _positive_index(network, spec)
     tie_sets = _TieSets(zc)
@@ -843,30 +906,18 @@ def _compile_separator(
         bound = separator_error_bound(network, plan)
         exact = ExactJoint(network, cls, spec.order)
     # Prefixes whose sub-classifier is constant are decided from the prefix message alone
-    # (_constant_prefixes): only where the lower side does not mention the class, and where
-    # nothing can underflow (a float 0 is then an exact 0, so the impossible inputs of a
-    # settled prefix are counted exactly from the lower message's zero columns).
-    settles = (
-        not argmax
-        and all(cls not in scope for scope, _ in cut.lower)
-        and bound.abs_num == 0
-        and bound.abs_den == 0
-    )
-    if settles:
+    # (constant_prefixes): only on a class-free cut, and where nothing can underflow (a
+    # float 0 is then an exact 0, so the impossible inputs of a settled prefix are counted
+    # exactly from the lower message's zero columns); whole blocks of them from the
+    # message of their first features (plan.blocks), where no input is impossible.
+    early = settles(network, spec, plan)
+    if early:
         upper_bound = upper_error_bound(network, plan)
-        zero_columns = [
-            int(np.count_nonzero(~(lo[c, :, 0, :] > 0).any(axis=1))) for c in range(n_ctx)
-        ]
-        all_false = np.packbits(np.zeros((1, n_suf), dtype=bool), axis=1)
-        all_true = np.packbits(np.ones((1, n_suf), dtype=bool), axis=1)
+        zero_columns = [int(np.count_nonzero(~(t > 0).any(axis=0))) for t in lower]
+    all_false = np.packbits(np.zeros((1, n_suf), dtype=bool), axis=1)
+    all_true = np.packbits(np.ones((1, n_suf), dtype=bool), axis=1)
     settled = 0
     refined, budget = Refinement(), ExactBudget()
-    # context index of every prefix (mixed radix over ctx, in prefix-grid order)
-    grid = np.indices(cards[:k]).reshape(k, -1)
-    ctx_idx = np.zeros(n_pre, dtype=np.int64)
-    for f in cut.ctx:
-        ctx_idx = ctx_idx * network.card(f) + grid[prefix.index(f)]
-    del grid
     if argmax:
         terminals, pos_sink = spec_terminals(network, spec), 0
     else:
@@ -874,94 +925,109 @@ def _compile_separator(
     key_of_prefix = np.empty(n_pre, dtype=np.int64)
     patterns: dict[bytes, int] = {}
     impossible = done = 0
-    block = max(1, SEPARATOR_BLOCK_CELLS // (max(1, n_suf) * (zc if argmax else 1)))
-    fixed = plan.estimate.bytes - distinct_table_bytes(cut, min(n_pre, SEPARATOR_DISTINCT_GUESS))
-    for c in range(n_ctx):
-        members = np.nonzero(ctx_idx == c)[0]
-        l_states = [np.ascontiguousarray(lo[c][:, z, :]).T for z in range(zc)]
-        l_all = lo[c].reshape(n_suf, -1).T
-        for s in range(0, members.size, block):
-            deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
-            part = members[s : s + block]
-            u = up[part]
-            whole = part
-            const = None
-            if settles:
-                const = _constant_prefixes(
-                    u, pos, threshold, upper_bound, all_possible=zero_columns[c] == 0
-                )
-                live = const < 0
-                if not live.all():
-                    n_neg = int(np.count_nonzero(const == 0))
-                    impossible += n_neg * zero_columns[c]
-                    settled += part.size - int(np.count_nonzero(live))
-                    part, u = part[live], u[live]
-            if argmax:
-                probs = np.stack([u[:, z, :] @ l_states[z] for z in range(zc)])
-                _, codes, t, imp = _decide_argmax(probs, tie_sets, deadline)
-                del probs
-                ties += t
-                impossible += imp
-                packed = np.ascontiguousarray(codes)
-            else:
-                num = u[:, pos, :] @ l_states[pos]
-                den = u.reshape(part.size, l_all.shape[0]) @ l_all
-                decision = np.empty(num.shape, dtype=bool)
-                impossible += int(np.count_nonzero(~(den > 0)))
-                refined.add(
-                    refine(
-                        num,
-                        den,
-                        decision,
-                        bound,
-                        threshold,
-                        exact,
-                        pos,
-                        _separator_locate(part, cards, k, n_suf),
-                        budget,
-                    )
-                )
-                packed = np.ascontiguousarray(np.packbits(decision, axis=1))
-                if const is not None and part.size < whole.size:
-                    rows = np.empty((whole.size, packed.shape[1]), dtype=np.uint8)
-                    rows[const < 0] = packed
-                    rows[const == 0] = all_false
-                    rows[const == 1] = all_true
-                    packed, part = rows, whole
-            keys = packed.view(np.dtype((np.void, packed.shape[1] * packed.itemsize)))
-            keys = keys.reshape(-1)
-            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-            local = np.empty(first.size, dtype=np.int64)
-            for q, f in enumerate(first):
-                local[q] = patterns.setdefault(keys[f].tobytes(), len(patterns))
-            key_of_prefix[part] = local[inverse.reshape(-1)]
-            if fixed + distinct_table_bytes(cut, len(patterns)) > max_memory:
-                raise CompileLimitError(
-                    f"{network.source}: {len(patterns):,} distinct sub-classifiers of "
-                    f"{n_suf:,} completions after {done + part.size:,} of {n_pre:,} prefixes "
-                    f"need more than the limit {format_bytes(max_memory)} (estimate "
-                    f"{plan.estimate.text()}); give fewer features or another order"
-                )
-            done += part.size
+    step = rows_per_step(cut, argmax)
+    fixed = dict(
+        separator_memory(cut, plan.up, plan.lo, plan.fixed, 0.0, argmax, plan.settled).phases
+    )
+    block = plan.block_prefixes
+    buffer = np.empty(block * cut.shared_states)
+    u_block = buffer
+    for b in range(plan.n_blocks):
+        deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
+        first = b * block
+        if plan.blocks is not None and plan.blocks[b] >= 0:  # decided before its message
+            sink_bits = all_true if plan.blocks[b] == 1 else all_false
+            key_of_prefix[first : first + block] = patterns.setdefault(
+                sink_bits.tobytes(), len(patterns)
+            )
+            settled += block
+            done += block
             if progress is not None:
                 progress(done, n_pre)
-    del up, lo
-    dtype = _code_dtype(zc) if argmax else np.uint8
-    packed_rows: np.ndarray = np.frombuffer(b"".join(patterns), dtype=dtype).reshape(
-        len(patterns), -1
-    )
-    del patterns
-    table: np.ndarray
-    if argmax:
-        table = packed_rows.astype(np.int64).reshape(-1, *cards[k:])
-    else:
-        table = np.unpackbits(packed_rows, axis=1, count=n_suf)  # sink ids 0 / 1, one byte
-        if pos_sink == 0:
-            table ^= 1
-        table = table.reshape(-1, *cards[k:])
+            continue
+        u_block = plan.block_message(network, b, buffer)
+        contexts = context_index(first + np.arange(block), cut) if n_ctx > 1 else None
+        for c in range(n_ctx):
+            members = np.arange(block) if contexts is None else np.flatnonzero(contexts == c)
+            table = lower[c]
+            if early:  # the prefixes decided from their message alone, then the others
+                const = constant_prefixes(
+                    u_block if contexts is None else u_block[members],
+                    pos,
+                    threshold,
+                    upper_bound,
+                    all_possible=zero_columns[c] == 0,
+                )
+                for value, sink_bits in ((0, all_false), (1, all_true)):
+                    decided = members[const == value]
+                    if decided.size:
+                        key = patterns.setdefault(sink_bits.tobytes(), len(patterns))
+                        key_of_prefix[first + decided] = key
+                        settled += decided.size
+                        if value == 0:
+                            impossible += decided.size * zero_columns[c]
+                done += int(np.count_nonzero(const >= 0))
+                members = members[const < 0]
+                del const
+                if progress is not None:
+                    progress(done, n_pre)
+            for s in range(0, members.size, step):
+                deadline.check(f"{done:,} of {n_pre:,} prefixes decided")
+                u = u_block[members[s : s + step]]
+                part = first + members[s : s + step]
+                if argmax:
+                    probs = _class_products(u, table, cut.class_free)
+                    _, codes, t, imp = _decide_argmax(probs, tie_sets, deadline)
+                    del probs
+                    ties += t
+                    impossible += imp
+                    packed = np.ascontiguousarray(codes)
+                else:
+                    num, den = margins(u, table, pos, cut.class_free)
+                    decision = np.empty(num.shape, dtype=bool)
+                    impossible += int(np.count_nonzero(~(den > 0)))
+                    refined.add(
+                        refine(
+                            num,
+                            den,
+                            decision,
+                            bound,
+                            threshold,
+                            exact,
+                            pos,
+                            _separator_locate(part, cards, k, n_suf),
+                            budget,
+                        )
+                    )
+                    del num, den
+                    packed = np.ascontiguousarray(np.packbits(decision, axis=1))
+                    del decision
+                keys = packed.view(np.dtype((np.void, packed.shape[1] * packed.itemsize)))
+                keys = keys.reshape(-1)
+                _, first_of, inverse = np.unique(keys, return_index=True, return_inverse=True)
+                local = np.empty(first_of.size, dtype=np.int64)
+                for q, f in enumerate(first_of):
+                    local[q] = patterns.setdefault(keys[f].tobytes(), len(patterns))
+                key_of_prefix[part] = local[inverse.reshape(-1)]
+                del packed, keys, u
+                held = fixed["prefix blocks"] + pattern_bytes(cut, len(patterns), argmax)
+                if held > ESTIMATE_ACCURACY * max_memory:
+                    raise CompileLimitError(
+                        f"{network.source}: {len(patterns):,} distinct sub-classifiers of "
+                        f"{n_suf:,} completions after {done + part.size:,} of {n_pre:,} "
+                        f"prefixes need more than the limit {format_bytes(max_memory)} "
+                        f"(estimate {plan.estimate.text()}); give fewer features or another "
+                        "order"
+                    )
+                done += part.size
+                if progress is not None:
+                    progress(done, n_pre)
+    del lower, buffer, u_block
     store = _NodeStore(len(terminals), cards, deadline)
-    level_k_ids = store.bottom_up(table, k)
+    level_k_ids = _merge_patterns(store, list(patterns), cards, k, argmax, pos_sink, zc)
+    del patterns
     prefix_table = level_k_ids[key_of_prefix].reshape(1, *cards[:k])
+    del key_of_prefix, level_k_ids
     root = int(store.bottom_up(prefix_table, 0)[0])
     diagram = store.diagram(root, **_diagram_kw(network, spec))
     quasi = diagram.quasi_nodes_per_level()
@@ -979,29 +1045,48 @@ def _compile_separator(
     )
 
 
-def _constant_prefixes(
-    u: np.ndarray, pos: int, threshold: float, bound: ErrorBound, *, all_possible: bool
+def _merge_patterns(
+    store: _NodeStore,
+    keys: list[bytes],
+    cards: Sequence[int],
+    k: int,
+    argmax: bool,
+    pos_sink: int,
+    n_states: int,
 ) -> np.ndarray:
-    """Per prefix of a block: 0 when every completion is negative, 1 when every one is
-    positive, -1 when the completions have to be computed.
+    """Node ids at level ``k`` of the distinct sub-classifiers ``keys`` (packed decision
+    bits, or argmax codes), merged into ``store`` :data:`BUILD_CHUNK_CELLS` completions at a
+    time (a node two chunks share is stored twice; the canonical diagram merges them).
 
-    With a lower side free of the class, an input's exact margin ``P(pos, x) - T P(x)`` is
-    ``sum_z l(z, x) g(z)`` with ``g(z) = u(pos, z) - T sum_c u(c, z)`` and ``l >= 0``. Where
-    every ``g(z)`` is certainly negative (its float's sign outside ``bound``'s window) the
-    margin is negative wherever ``P(x) > 0``, and an input with ``P(x) = 0`` is decided
-    negative anyway. Where every ``g(z)`` is certainly positive the margin is positive
-    wherever ``P(x) > 0``, and ``all_possible`` (no completion column of the lower message
-    all zero) makes that every completion. No input so decided is a tie.
-    """
-    u_pos = u[:, pos, :]
-    u_all = u.sum(axis=1)
-    g = u_pos - threshold * u_all
-    sure = ~bound.undecided(u_pos, u_all, threshold, margin=g.copy())
-    out = np.full(u.shape[0], -1, dtype=np.int8)
-    out[(sure & (g < 0)).all(axis=1)] = 0
-    if all_possible:
-        out[(sure & (g > 0)).all(axis=1)] = 1
-    return out
+    Where the last three features are binary, a byte of decision bits is the function of
+    those three levels: the bytes are merged as they are (eight completions a cell), the
+    256 possible functions built once."""
+    n_suf = math.prod(cards[k:])
+    dtype = _code_dtype(n_states) if argmax else np.uint8
+    ids = np.empty(len(keys), dtype=np.int64)
+    rows = max(1, BUILD_CHUNK_CELLS // max(1, n_suf))
+    bytewise = not argmax and len(cards) - k > 3 and tuple(cards[-3:]) == (2, 2, 2)
+    if bytewise:
+        functions = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)
+        if pos_sink == 0:
+            functions ^= 1
+        byte_ids = store.bottom_up(functions.reshape(256, 2, 2, 2), len(cards) - 3)
+    for s in range(0, len(keys), rows):
+        chunk: np.ndarray = np.frombuffer(b"".join(keys[s : s + rows]), dtype=dtype)
+        chunk = chunk.reshape(len(keys[s : s + rows]), -1)
+        if bytewise:
+            values, local = _dense_ids(chunk)
+            table = local.reshape(-1, *cards[k:-3])
+            ids[s : s + chunk.shape[0]] = store.merge(byte_ids[values], table, k)
+            continue
+        if argmax:
+            table = chunk.astype(np.int64)
+        else:
+            table = np.unpackbits(chunk, axis=1, count=n_suf)  # sink ids 0 / 1, one byte
+            if pos_sink == 0:
+                table ^= 1
+        ids[s : s + chunk.shape[0]] = store.bottom_up(table.reshape(-1, *cards[k:]), k)
+    return ids
 
 
 def _separator_locate(

@@ -1,7 +1,9 @@
 """Exact decisions: a float error bound per route, and exact rational arithmetic inside it.
 
-The classifier a network defines is ``P(C = positive | x) >= T`` with the CPT numbers as
-written in the file (:meth:`~boxwatch.offline.bn.network.Network.exact_cpt`) and ``T`` the
+The classifier a network defines is ``P(C = positive | x) >= T`` with the CPT numbers of
+the network it is given (:meth:`~boxwatch.offline.bn.network.Network.exact_cpt`; the
+compiler gives it the file's numbers, each row divided by its sum:
+:attr:`~boxwatch.offline.bn.network.Network.renormalised`) and ``T`` the
 decimal the user wrote (:func:`exact_threshold`). The routes compute ``P(C, x)`` in float64;
 each knows how many roundings every term of its sums can meet, which gives a rigorous bound
 on the float margin's error (:class:`ErrorBound`; the derivation is in
@@ -159,16 +161,19 @@ def absolute_error(
 
 def _flushed_zero(network: Network, var: str, table: np.ndarray) -> bool:
     """Whether a number of ``var``'s CPT is written nonzero but read as 0.0."""
-    texts = network.texts.get(var) if network.texts is not None else None
-    if texts is None or texts.shape != table.shape or var not in network.cpts:
+    if var not in network.cpts or network.cpts[var].shape != table.shape:
         return False
+    texts = network.texts.get(var) if network.texts is not None else None
+    if texts is None or texts.shape != table.shape:
+        # no strings (a renormalised CPT, a UAI or pgmpy network): its exact rationals
+        return bool(np.not_equal(network.exact_cpt(var)[table == 0], 0).any())
     # few distinct strings ("0", "0.0") stand for the many zeros of deterministic rows
     return any(_ZERO_TEXT.fullmatch(s) is None for s in set(texts[table == 0].tolist()))
 
 
 # ---------------------------------------------------------------------------- exact joint
 class ExactJoint:
-    """``P(C, x)`` of chosen inputs in exact arithmetic, as the file's numbers define it.
+    """``P(C, x)`` of chosen inputs in exact arithmetic, as the network's numbers define it.
 
     Each relevant CPT is scaled to integers by the common denominator of its numbers; a
     batch of inputs becomes one more axis of every factor that mentions a feature, and the

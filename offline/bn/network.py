@@ -4,10 +4,16 @@ Numbers as written: beside each float table a reader keeps the CPT's numbers as 
 strings of the file (:attr:`Network.texts`, one object array per CPT, references to the
 tokens the tokenizer made anyway); :meth:`Network.exact_cpt` turns them into the exact
 rationals they denote, lazily, when the compiler has to decide an input exactly
-(:mod:`boxwatch.offline.bn.exact`). The numbers are used as written and never renormalised:
-:data:`~boxwatch.offline.bn.formats.common.CPT_SUM_TOLERANCE` is a validation check on the
-rows' sums, nothing more. A reader of another format keeps its value tokens the same way: the
-strings in file order, :func:`text_table` to shape them, ``texts=`` to :class:`Network`.
+(:mod:`boxwatch.offline.bn.exact`).
+
+The reading (docs/exactness.md): a CPT row is a conditional distribution, so the network the
+compiler and the verifier decide on is the file's with **each row divided by its sum**
+(:meth:`Network.renormalised`; :data:`READING`). Rows that sum to exactly 1 are unchanged;
+the readers refuse rows further than
+:data:`~boxwatch.offline.bn.formats.common.CPT_SUM_TOLERANCE` from 1, and rows further than
+:data:`ROW_WARN_TOLERANCE` draw a warning (:meth:`RowSums.warning`). A reader of another
+format keeps its value tokens the same way: the strings in file order, :func:`text_table` to
+shape them, ``texts=`` to :class:`Network`.
 """
 
 from __future__ import annotations
@@ -31,12 +37,79 @@ def text_table(texts: Sequence[str], shape: Sequence[int]) -> np.ndarray:
     return out.reshape(tuple(shape))
 
 
+def _row_totals(ints: np.ndarray) -> list[int]:
+    """Sum of each row (last axis) of an object array of Python ints."""
+    return [sum(row) for row in ints.reshape(-1, ints.shape[-1]).tolist()]
+
+
+def _object_array(values: list[Any], shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` (Python numbers) as an object array of ``shape``."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out.reshape(shape)
+
+
 def exact_value(text: str) -> Fraction:
     """The rational a number's decimal string denotes (``"0.98"`` is 49/50, not the float)."""
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
         return Fraction(float(text))
+
+
+READING = "each CPT row divided by its sum"
+"""How every route and the exact decisions read a network's numbers (:meth:`Network.renormalised`)."""
+ROW_WARN_TOLERANCE = 1e-6
+"""Rows whose sum is further than this from 1 draw a warning: more than the rounding of a
+file written with six or more decimals (tcc4e's rows are off by up to 1.6e-7)."""
+
+
+@dataclass(frozen=True)
+class RowSums:
+    """How far a network's CPT rows, as written, are from summing to 1 (exactly).
+
+    Attributes
+    ----------
+    largest : float
+        The largest ``|row sum - 1|`` over every row of every CPT (computed in rationals).
+    variable : str or None
+        The CPT holding it (None when every row sums to exactly 1).
+    rows : int
+        Rows whose sum is not exactly 1 (each is divided by its sum: :data:`READING`).
+    """
+
+    largest: float
+    variable: str | None
+    rows: int
+
+    def text(self) -> str:
+        """The reading and the largest deviation, for the commands' output: ``each CPT row
+        divided by its sum (1,208 rows off 1 as written, the largest by 1.6e-07, in
+        'var_82')``."""
+        if not self.rows:
+            return f"{READING} (every row sums to exactly 1 as written)"
+        return (
+            f"{READING} ({self.rows:,} row{'s' if self.rows != 1 else ''} off 1 as written, "
+            f"the largest by {self.largest:.2g}, in {self.variable!r})"
+        )
+
+    def warning(self) -> str | None:
+        """A one-line warning when a row is off 1 by more than :data:`ROW_WARN_TOLERANCE`."""
+        if self.largest <= ROW_WARN_TOLERANCE:
+            return None
+        return (
+            f"the CPT of {self.variable!r} has a row whose sum is off 1 by {self.largest:.3g} "
+            f"(more than {ROW_WARN_TOLERANCE:g}); every row is read divided by its sum"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (``reading`` in the commands' ``--json``)."""
+        return {
+            "reading": READING,
+            "rows_off": self.rows,
+            "largest_row_deviation": self.largest,
+            "variable": self.variable,
+        }
 
 
 _PLAIN_DECIMALS = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?: (?:[0-9]+\.?[0-9]*|\.[0-9]+))*")
@@ -83,7 +156,8 @@ class Network:
     def exact_cpt(self, var: str) -> np.ndarray:
         """``P(var | parents)`` as written: an object array of :class:`~fractions.Fraction`.
 
-        Built on first use and kept; the numbers are not renormalised.
+        Built on first use and kept. These are the file's numbers; the network the
+        compiler decides on is :meth:`renormalised`.
         """
         table = self._exact.get(var)
         if table is None:
@@ -127,6 +201,67 @@ class Network:
             got = (ints.reshape(shape), scale)
             self._scaled[var] = got
         return got
+
+    @functools.cached_property
+    def row_sums(self) -> RowSums:
+        """How far the rows, as written, are from summing to 1 (exactly, from
+        :meth:`scaled_cpt`)."""
+        largest, where, rows = Fraction(0), None, 0
+        for v in self.variables:
+            ints, scale = self.scaled_cpt(v)
+            for total in _row_totals(ints):
+                if total != scale:
+                    rows += 1
+                    off = Fraction(abs(total - scale), scale)
+                    if off > largest:
+                        largest, where = off, v
+        return RowSums(float(largest), where, rows)
+
+    @functools.cached_property
+    def renormalised(self) -> Network:
+        """This network with each CPT row divided by its sum: the one the compiler decides
+        on (:data:`READING`); the network itself when every row sums to exactly 1.
+
+        A changed CPT's floats are the nearest doubles to its exact rationals (one rounding
+        each, as a number read from a file), and its exact and scaled tables are kept with
+        it; the other CPTs are shared with this network.
+        """
+        if not self.row_sums.rows:
+            return self
+        cpts = dict(self.cpts)
+        texts = dict(self.texts) if self.texts is not None else {}
+        exact: dict[str, np.ndarray] = {}
+        scaled: dict[str, tuple[np.ndarray, int]] = {}
+        for v in self.variables:
+            ints, scale = self.scaled_cpt(v)
+            totals = _row_totals(ints)
+            if all(t == scale for t in totals):
+                continue
+            shape = ints.shape
+            common = math.lcm(*{t for t in totals if t})
+            # a row of zeros (an impossible parent configuration, built in memory) stays zero
+            rows = [
+                (row, t or 1)
+                for row, t in zip(ints.reshape(len(totals), -1).tolist(), totals, strict=True)
+            ]
+            flat_int = [n * (common // t) for row, t in rows for n in row]
+            flat_q = [Fraction(n, t) for row, t in rows for n in row]
+            cpts[v] = np.array([n / t for row, t in rows for n in row]).reshape(shape)
+            exact[v] = _object_array(flat_q, shape)
+            scaled[v] = (_object_array(flat_int, shape), common)
+            texts.pop(v, None)
+        out = Network(
+            name=self.name,
+            variables=self.variables,
+            states=self.states,
+            parents=self.parents,
+            cpts=cpts,
+            source=self.source,
+            texts=texts or None,
+        )
+        out._exact.update(exact)
+        out._scaled.update(scaled)
+        return out
 
     def card(self, var: str) -> int:
         """Number of states of ``var``."""

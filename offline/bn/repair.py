@@ -495,7 +495,9 @@ class Repairer:
             with BNVerifier(self.diagram, network=self.network) as verifier:
                 original = verifier.verify(self.spec_rules, counterexamples=0)
         verdicts = {r.rule: r.verdict for r in original.rules}
-        space = Space(self.network, self.spec, self.spec_rules.rules)
+        # The analysis decides on the network as the compiler reads it (each CPT row divided
+        # by its sum, network.READING); proposals are written from the file's own numbers.
+        space = Space(self.network.renormalised, self.spec, self.spec_rules.rules)
         self.space = space
         self.joint = space.joint()
         self.sinks = space.decisions(self.joint)

@@ -48,6 +48,7 @@ from boxwatch.offline.bn.cnf import (
     strictly_increasing,
 )
 from boxwatch.offline.bn.limits import Deadline
+from boxwatch.offline.bn.network import Network
 from boxwatch.offline.bn.rules import MonotonicityQuery, Rule, Spec
 
 HOLDS, VIOLATED = RULE_VERDICTS
@@ -310,6 +311,8 @@ class FeatureMarginal:
     ):
         import opt_einsum
 
+        if isinstance(network, Network):
+            network = network.renormalised  # the reading the compiler decided on
         self.features = tuple(features)
         var_id = {v: k for k, v in enumerate(network.variables)}
         self._perm = []

@@ -117,7 +117,7 @@ def test_exact_ties_and_the_exact_path_are_reported(tmp_path, method):
     assert info["exact_inputs"] == 4 and info["certified"] is True
     text = run(*args, "--features", "F,G", "--method", method).stdout
     assert "posterior exactly T" in text and "exact rational arithmetic" in text
-    assert "the diagram equals the classifier of the file's numbers" in text
+    assert "the diagram equals the classifier of the network as read" in text
 
 
 def test_bad_spec_exits_2_with_every_problem(bif_file):
@@ -230,9 +230,11 @@ def test_argmax_json_counts_every_state_and_agrees_across_routes(bif_file):
     assert {
         k: v
         for k, v in infos[1].items()
-        if k not in ("seconds", "method", "estimate", "parse_seconds")
+        if k not in ("seconds", "method", "estimate", "parse_seconds", "planning_seconds")
     } == {
-        k: v for k, v in info.items() if k not in ("seconds", "method", "estimate", "parse_seconds")
+        k: v
+        for k, v in info.items()
+        if k not in ("seconds", "method", "estimate", "parse_seconds", "planning_seconds")
     }
     text = run(str(bif_file), "--class", cls, "--decision", "argmax")
     assert text.exit_code == EXIT_OK and f"argmax_c P({cls} = c | x)" in text.stdout
@@ -294,3 +296,35 @@ def test_quiet_shows_no_progress(bif_file, monkeypatch):
     res = run(str(bif_file), *V3_S1_AT_04, "--quiet")
     assert res.exit_code == EXIT_OK, res.output
     assert len(res.stderr.splitlines()) == 1 and "compiled" in res.stderr
+
+
+OFF_ROWS_BIF = """network n {
+}
+variable C {
+  type discrete [ 2 ] { neg, pos };
+}
+variable F {
+  type discrete [ 2 ] { f0, f1 };
+}
+probability ( C ) {
+  table 0.4, 0.6;
+}
+probability ( F | C ) {
+  (neg) 0.3, 0.7;
+  (pos) 0.5, 0.5005;
+}
+"""
+
+
+@pytest.mark.parametrize(("row", "warned"), [("0.5005", True), ("0.5000001", False)])
+def test_the_reading_and_the_largest_row_deviation_are_said(tmp_path, row, warned):
+    path = tmp_path / "off.bif"
+    path.write_text(OFF_ROWS_BIF.replace("0.5005", row))
+    args = (str(path), "--class", "C", "--positive", "pos", "--threshold", "0.5")
+    text = run(*args)
+    assert text.exit_code == EXIT_OK, text.output
+    assert "reading      each CPT row divided by its sum (1 row off 1 as written" in text.stdout
+    assert ("warning:" in text.stderr and "'F'" in text.stderr) == warned
+    info = json.loads(run(*args, "--json").stdout)["reading"]
+    assert info["rows_off"] == 1 and info["variable"] == "F"
+    assert info["largest_row_deviation"] == pytest.approx(float(row) - 0.5)

@@ -165,3 +165,25 @@ def test_help_states_the_measure_and_the_exit_codes():
     assert "largest absolute change of one CPT entry" in text and "co-varied proportionally" in text
     assert "Exit status: 0" in text and "BIF (.bif, .bif.gz)" in text
     assert "repair-bn" in CliRunner().invoke(cli, ["--help"]).output
+
+
+def test_a_network_whose_rows_do_not_sum_to_1_is_repaired_as_the_compiler_reads_it(tmp_path):
+    """Issue 42: the analysis decides on each CPT row divided by its sum (network.READING), as
+    the compiler does. Here A=a1 ties at 0.5 with the numbers as written (positive) but not
+    with the row divided by its sum (0.6 / 1.0004 < 0.6): the rule that A=a1 is positive is
+    violated as the compiler reads it, and repaired, re-verified, with the same reading."""
+    off = """network off { }
+variable C { type discrete [ 2 ] { no, yes }; }
+variable A { type discrete [ 2 ] { a0, a1 }; }
+probability ( C ) { table 0.5, 0.5; }
+probability ( A | C ) { (no) 0.4, 0.6; (yes) 0.4004, 0.6; }
+"""
+    (tmp_path / "off.bif").write_text(off)
+    (tmp_path / "r.yaml").write_text('rules:\n  - {name: a1_yes, if: {A: a1}, then: "yes"}\n')
+    out = tmp_path / "repairs"
+    res = run(
+        str(tmp_path / "off.bif"), *NB_ARGS, "--rules", str(tmp_path / "r.yaml"), "--out", str(out)
+    )
+    assert res.exit_code == 0, res.output
+    assert "1 of 1 rules violated; 1 of them repaired" in res.stderr
+    assert "NOT" not in res.stdout

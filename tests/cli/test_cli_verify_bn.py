@@ -180,3 +180,15 @@ def test_verification_counts_its_rules_and_queries_on_stderr(files, monkeypatch)
     assert any(line.startswith("verifying rules and queries: 1/5 (20%)") for line in lines), lines
     assert "verifying rules and queries: done in " in res.stderr
     assert "\r" not in res.stderr
+
+
+def test_the_reading_is_said_and_far_rows_warned(files):
+    res = run(files, "--rules", str(files / "ok.yaml"))
+    assert res.exit_code == 0, res.output
+    assert "reading: each CPT row divided by its sum (every row sums to exactly 1" in res.stdout
+    assert "warning" not in res.stderr
+    (files / "tiny.bif").write_text(BIF.replace("(yes) 0.2, 0.8;", "(yes) 0.2, 0.8005;"))
+    res = run(files, "--rules", str(files / "ok.yaml"), "--json")
+    reading = json.loads(res.stdout)["compile"]["reading"]
+    assert (reading["rows_off"], reading["variable"]) == (1, "B")
+    assert "warning:" in res.stderr and "off 1 by 0.0005" in res.stderr

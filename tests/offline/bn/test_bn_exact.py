@@ -1,5 +1,6 @@
-"""Exact decisions against the numbers as written: ties, near-ties, deterministic rows, underflow,
-and the float error bound against rational brute force.
+"""Exact decisions against the numbers as written, each CPT row divided by its sum: ties,
+near-ties, deterministic rows, underflow, rows that do not sum to 1, and the float error bound
+against rational brute force.
 
 The reference here is independent of the compiler and of the readers' exact values: every
 network is given as decimal strings, written out as BIF for the compiler, and enumerated in
@@ -54,9 +55,26 @@ def to_bif(net: Spec) -> str:
     return "\n".join(out) + "\n"
 
 
-def brute_force(net: Spec, cls: str, features: list[str]) -> dict[tuple[int, ...], list[Fraction]]:
-    """P(C = c, x) for every input x (state indices in ``features`` order), in Fractions."""
+def brute_force(
+    net: Spec, cls: str, features: list[str], reading: str = "renormalised"
+) -> dict[tuple[int, ...], list[Fraction]]:
+    """P(C = c, x) for every input x (state indices in ``features`` order), in Fractions,
+    over every variable of the network.
+
+    ``reading``: ``"renormalised"`` (the compiler's: each row divided by its sum),
+    ``"literal"`` (the numbers as written, barren variables kept) or ``"literal, barren
+    dropped"`` (as written, the variables that are no ancestor of the class or a feature left
+    out: what a compiler that prunes does to a literal reading).
+    """
     names = list(net)
+    if reading == "literal, barren dropped":
+        keep, stack = set(), [cls, *features]
+        while stack:
+            v = stack.pop()
+            if v not in keep:
+                keep.add(v)
+                stack.extend(net[v][1])
+        names = [v for v in names if v in keep]
     cards = [len(net[v][0]) for v in names]
     out: dict[tuple[int, ...], list[Fraction]] = {}
     for config in itertools.product(*[range(c) for c in cards]):
@@ -68,6 +86,8 @@ def brute_force(net: Spec, cls: str, features: list[str]) -> dict[tuple[int, ...
             for u in parents:
                 row = row * len(net[u][0]) + at[u]
             p *= Fraction(rows[row][at[v]])
+            if reading == "renormalised":
+                p /= sum(Fraction(q) for q in rows[row])
         x = tuple(at[f] for f in features)
         out.setdefault(x, [Fraction(0)] * len(net[cls][0]))[at[cls]] += p
     return out
@@ -199,19 +219,67 @@ def test_numbers_too_small_for_a_float_are_still_used_as_written():
             assert result.exact_inputs > 0
 
 
-def test_numbers_are_not_renormalised():
-    # P(H | C = pos) sums to 0.9996 (inside the readers' tolerance): used as written.
+def test_rows_are_read_divided_by_their_sums():
+    # P(H | C = pos) sums to 0.9996 (inside the readers' tolerance): read divided by its sum,
+    # so F tells nothing and P(pos | x) = 1/2 exactly (as written it would be 0.4998 / 0.9998)
     net: Spec = {
         "C": (["neg", "pos"], [], [["0.5", "0.5"]]),
         "H": (["h0", "h1"], ["C"], [["0.5", "0.5"], ["0.4998", "0.4998"]]),
         "F": (["f0", "f1"], ["H"], [["0.5", "0.5"], ["0.5", "0.5"]]),
         "G": (["g0", "g1"], ["C"], [["0.5", "0.5"], ["0.5", "0.5"]]),
     }
-    # P(pos | x) = 0.4998 / 0.9998 exactly (renormalising would give 1/2)
+    for result in check_every_route(net, "C", "pos", "0.5", ["F", "G"]):
+        assert (result.positives, result.ties) == (4, 4)
+        assert result.row_sums is not None and result.row_sums.rows == 1
     for result in check_every_route(net, "C", "pos", "0.4999", ["F", "G"]):
-        assert result.positives == 0
-    for result in check_every_route(net, "C", "pos", "0.49989", ["F", "G"]):
         assert result.positives == 4
+    for result in check_every_route(net, "C", "pos", "0.50001", ["F", "G"]):
+        assert result.positives == 0
+
+
+def _between(a: Fraction, b: Fraction) -> str:
+    """A short decimal strictly between ``a`` and ``b`` that reads back as itself."""
+    lo, hi = min(a, b), max(a, b)
+    for digits in range(1, 17):
+        text = f"{float((lo + hi) / 2):.{digits}g}"
+        if lo < Fraction(text) < hi and Fraction(repr(float(text))) == Fraction(text):
+            return text
+    raise AssertionError(f"no short decimal between {float(lo)} and {float(hi)}")
+
+
+def _deviating_network() -> Spec:
+    """C -> H -> F, C -> G, H -> B with B barren (no feature, no class below it); rows of H,
+    F, G and B off 1 by up to 9e-4, B's differently per state of H, so dropping B is exact
+    only once its rows are divided by their sums."""
+    return {
+        "C": (["neg", "pos"], [], [["0.3", "0.7"]]),
+        "H": (["h0", "h1", "h2"], ["C"], [["0.2", "0.3", "0.5"], ["0.6", "0.3", "0.1009"]]),
+        "F": (["f0", "f1"], ["H"], [["0.7", "0.3"], ["0.2", "0.7991"], ["0.5", "0.5009"]]),
+        "G": (["g0", "g1"], ["C"], [["0.4", "0.6007"], ["0.55", "0.45"]]),
+        "B": (["b0", "b1"], ["H"], [["0.5", "0.5009"], ["0.9", "0.0991"], ["0.3", "0.7"]]),
+    }
+
+
+@pytest.mark.parametrize("other", ["literal", "literal, barren dropped"])
+def test_every_route_decides_the_renormalised_reading_where_the_others_differ(other):
+    # each threshold lies between the posterior of some input under the renormalised reading
+    # and under another reading: a compiler mixing readings gets that input wrong
+    net = _deviating_network()
+    feats = ["F", "G"]
+    ours = brute_force(net, "C", feats)
+    theirs = brute_force(net, "C", feats, reading=other)
+    flipped = 0
+    for x in sorted(ours):
+        a, b = ours[x][1] / sum(ours[x]), theirs[x][1] / sum(theirs[x])
+        assert a != b
+        threshold = _between(a, b)
+        t = Fraction(threshold)
+        # the two readings decide x differently at this threshold...
+        assert (a >= t) != (b >= t)
+        flipped += 1
+        # ...and every route decides every input as the renormalised rationals do
+        check_every_route(net, "C", "pos", threshold, feats)
+    assert flipped == len(ours) == 4
 
 
 # ---------------------------------------------------------------------------- random networks
@@ -269,22 +337,29 @@ def _float_margins_joint(network, spec):
 
 
 def _float_margins_separator(network, spec):
+    """num and den of every input as the separator route computes them (its own pieces:
+    the lower tables, the prefix message block by block, the products)."""
+    from boxwatch.offline.bn.plan import context_index, lower_tables, margins
+
     plan = plan_separator(network, spec, max_memory=1 << 30)
     cut = plan.cut
     cards = [network.card(f) for f in spec.order]
-    zc = network.card(spec.class_variable)
-    up = plan.up.run(cut.up_factors(network)).reshape(cut.n_pre, zc, -1)
-    lo = plan.lo.run(cut.lo_factors(network)).reshape(cut.n_ctx, cut.n_suf, zc, -1)
     pos = network.states[spec.class_variable].index(spec.positive)
-    grid = np.indices(cards[: cut.k]).reshape(cut.k, -1)
-    ctx = np.zeros(cut.n_pre, dtype=np.int64)
-    for f in cut.ctx:
-        ctx = ctx * network.card(f) + grid[list(cut.prefix).index(f)]
-    num = np.stack([up[i, pos, :] @ lo[ctx[i]][:, pos, :].T for i in range(cut.n_pre)])
-    den = np.stack(
-        [up[i].reshape(-1) @ lo[ctx[i]].reshape(cut.n_suf, -1).T for i in range(cut.n_pre)]
+    lower = lower_tables(network, plan)
+    nums, dens = [], []
+    for b in range(plan.n_blocks):
+        u = plan.up.run(plan.block(network, b)).reshape(plan.block_prefixes, cut.n_class, -1)
+        prefixes = b * plan.block_prefixes + np.arange(plan.block_prefixes)
+        ctx = context_index(prefixes, cut)
+        for i in range(plan.block_prefixes):
+            num, den = margins(u[i : i + 1], lower[ctx[i]], pos, cut.class_free)
+            nums.append(num[0])
+            dens.append(den[0])
+    return (
+        np.stack(nums).reshape(cards),
+        np.stack(dens).reshape(cards),
+        separator_error_bound(network, plan),
     )
-    return num.reshape(cards), den.reshape(cards), separator_error_bound(network, plan)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -294,7 +369,7 @@ def test_the_error_bound_is_never_exceeded(seed, route):
     net = random_decimal_network(seed, n=8, digits=4)
     names = list(net)
     cls, feats = names[2], [v for v in names if v not in (names[2],)][-4:]
-    network = parse_bif(to_bif(net))
+    network = parse_bif(to_bif(net)).renormalised
     joint = brute_force(net, cls, feats)
     for positive in net[cls][0]:
         for threshold in ("0.3", "0.5", "0.77"):
@@ -324,7 +399,7 @@ def test_exact_joint_matches_brute_force_up_to_one_scale():
     net = random_decimal_network(3, n=8)
     names = list(net)
     cls, feats = names[3], [names[0], names[5], names[7]]
-    network = parse_bif(to_bif(net))
+    network = parse_bif(to_bif(net)).renormalised
     want = brute_force(net, cls, feats)
     X = np.array(sorted(want), dtype=np.int64)
     got = ExactJoint(network, cls, feats).joint(X)
@@ -475,7 +550,7 @@ def test_exact_decisions_of_every_input_match_the_rationals(monkeypatch, seed, f
         X, want_pos, want_tie, want_imp = _decisions_by_rationals(
             net, cls, positive, threshold, feats
         )
-        exact = ExactJoint(parse_bif(to_bif(net)), cls, feats)
+        exact = ExactJoint(parse_bif(to_bif(net)).renormalised, cls, feats)
         got = exact.decide(X, Fraction(threshold), 0)
         assert got.positive.tolist() == want_pos.tolist()
         assert got.tie.tolist() == want_tie.tolist()
@@ -508,11 +583,19 @@ def test_a_feature_only_cpt_with_an_exact_zero_is_read_where_it_matters():
 
 
 def _mixed_window_network() -> Spec:
-    """Naive Bayes where f0 is an exact tie at 0.5 and f1 is 1e-15 below it (both inside
-    the additive route's window): ties and exactly negative inputs side by side."""
+    """Naive Bayes where f0 is an exact tie at 0.5 and f1 about 2.5e-16 below it (both
+    inside the additive route's window), f2 clearly positive: ties and exactly negative
+    inputs side by side (every row sums to exactly 1)."""
     return {
         "C": (["neg", "pos"], [], [["0.5", "0.5"]]),
-        "F": (["f0", "f1"], ["C"], [["0.5", "0.5"], ["0.5", "0.499999999999999"]]),
+        "F": (
+            ["f0", "f1", "f2"],
+            ["C"],
+            [
+                ["0.5", "0.4999999999999995", "0.0000000000000005"],
+                ["0.5", "0.499999999999999", "0.000000000000001"],
+            ],
+        ),
         "G": (["g0", "g1", "g2"], ["C"], [["0.2", "0.3", "0.5"], ["0.2", "0.3", "0.5"]]),
         "H": (["h0", "h1"], ["C"], [["0.4", "0.6"], ["0.4", "0.6"]]),
     }
@@ -530,7 +613,7 @@ def _tan_window_network() -> Spec:
             ["f0", "f1", "f2"],
             ["C", "A"],
             [["0.5", "0.25", "0.25"], ["0.2", "0.3", "0.5"], ["0.5", "0.3", "0.2"]]
-            + [["0.5", "0.25", "0.25"], ["0.5", "0.299999999999999", "0.2"]]
+            + [["0.5", "0.25", "0.25"], ["0.5", "0.299999999999999", "0.200000000000001"]]
             + [["0.2", "0.3", "0.5"]],
         ),
         "G": (["g0", "g1", "g2"], ["C"], [["0.2", "0.3", "0.5"], ["0.2", "0.3", "0.5"]]),
@@ -544,7 +627,7 @@ def test_the_additive_route_decides_its_window_by_parts_or_input_by_input(monkey
 
     # 0 cells: every window is decided input by input (the fallback)
     monkeypatch.setattr(bn_compile, "ADDITIVE_PART_CELLS", part_cells)
-    cases = [(_mixed_window_network(), order, (6, 12, 6)) for order in ("FGH", "GHF", "HFG")]
+    cases = [(_mixed_window_network(), order, (6, 12, 12)) for order in ("FGH", "GHF", "HFG")]
     cases += [
         (_tan_window_network(), order, (24, 30, None)) for order in ("AFGH", "AGHF", "GHFA", "HAFG")
     ]

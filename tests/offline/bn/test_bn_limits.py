@@ -140,7 +140,7 @@ def _hidden(seed: int):
     ("route", "reached"),
     [
         ("joint", "the joint table was contracted"),
-        ("separator", "the prefix message was contracted"),
+        ("separator", "the suffix message was contracted"),
         ("additive", "completion sums of level"),
         ("jointree", "step 1 of"),
     ],

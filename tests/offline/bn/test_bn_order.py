@@ -113,9 +113,7 @@ def test_prefixes_settled_from_the_prefix_message_give_the_joint_diagram(make, s
     for k in range(2, len(spec.order)):  # past the class's children: the lower side is class-free
         cut = bn_plan.cut_at(net, spec, k)
         assert all("C" not in scope for scope, _ in cut.lower)
-        up = bn_plan.plan_contraction(cut.up_factors(net), cut.up_out)
-        lo = bn_plan.plan_contraction(cut.lo_factors(net), cut.lo_out)
-        plan = bn_plan.SeparatorPlan(cut, up, lo, bn_plan._separator_estimate(cut, up, lo, 12))
+        plan = bn_plan._plan_cut(net, cut, 12, 1e12, spec=spec)
         built = bn_compile._compile_separator(net, spec, plan, max_memory=1e12)
         assert built.diagram == joint.diagram, k
         assert (built.ties, built.impossible) == (joint.ties, joint.impossible), k
@@ -131,9 +129,7 @@ def test_no_prefix_is_settled_while_the_lower_side_mentions_the_class():
     spec = resolve_spec(net, ClassifierSpec("C", "pos", 0.5, features=FEATURES, order=order))
     cut = bn_plan.cut_at(net, spec, 2)
     assert any("C" in scope for scope, _ in cut.lower)
-    up = bn_plan.plan_contraction(cut.up_factors(net), cut.up_out)
-    lo = bn_plan.plan_contraction(cut.lo_factors(net), cut.lo_out)
-    plan = bn_plan.SeparatorPlan(cut, up, lo, bn_plan._separator_estimate(cut, up, lo, 12))
+    plan = bn_plan._plan_cut(net, cut, 12, 1e12, spec=spec)
     built = bn_compile._compile_separator(net, spec, plan, max_memory=1e12)
     assert built.early_inputs == 0
     assert built.diagram == compile_classifier(net, spec, method="joint").diagram
