@@ -43,7 +43,9 @@ ESTIMATE_ACCURACY = 2.0
 (``bench/bn_compile.py estimates`` measures it): a route is refused only when its estimate
 exceeds the limit by more than this factor (:func:`may_fit`)."""
 TIME_ACCURACY = 3.0
-"""The same for the time estimate (seconds on a machine of two shared cores)."""
+"""The same for the time estimate (seconds on a machine of two shared cores). On the bench
+the time was 0.5-7.7x the estimate: too low more often than too high, which a run's
+deadline catches; refusing only past 3x refuses nothing that would have finished."""
 
 # The separator route (calibrated on a 2-core machine: bench/bn_compile.py estimates).
 SEPARATOR_BLOCK_CELLS = 1 << 23
