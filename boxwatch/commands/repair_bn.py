@@ -13,18 +13,18 @@ from typing import Any
 import click
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.inputs import one_line, show_path
-from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, VerbExit, echo_err, finish
+from boxwatch.agent.inputs import show_path
+from boxwatch.commands.console import EXIT_FAILED, echo_err, finish
 from boxwatch.commands.options import (
     SecondsParam,
     SizeParam,
     classifier_options,
 )
-from boxwatch.commands.verify_bn import load_specs, yaml_file_option
+from boxwatch.commands.verify_bn import bn_verb_exit, load_specs, yaml_file_option
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
 from boxwatch.offline.bn.compile import compile_classifier
 from boxwatch.offline.bn.formats import load_network
-from boxwatch.offline.bn.limits import Deadline, default_max_memory, format_bytes, memory_guard
+from boxwatch.offline.bn.limits import Deadline, default_max_memory, memory_guard
 from boxwatch.offline.bn.repair import (
     BREAKS,
     CONFLICT,
@@ -267,16 +267,8 @@ def repair_bn(
                 original=original,
                 progress=bar,
             )
-    except ConfigError as exc:
-        raise VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems)) from exc
-    except MemoryError as exc:
-        raise VerbExit(
-            EXIT_USAGE,
-            (
-                f"error: {show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
-                "give fewer features or raise --max-memory",
-            ),
-        ) from exc
+    except (ConfigError, MemoryError) as exc:
+        raise bn_verb_exit(exc, network_file, limit) from exc
     finally:
         bar.close()
     if as_json:

@@ -190,16 +190,8 @@ def verify_bn(
                 BNVerifier(diagram, network=network, deadline=deadline) as verifier,
             ):
                 report = verifier.verify(specs, counterexamples=k, progress=phase.set_done)
-    except ConfigError as exc:
-        raise VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems)) from exc
-    except MemoryError as exc:
-        raise VerbExit(
-            EXIT_USAGE,
-            (
-                f"error: {show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
-                "give fewer features or raise --max-memory",
-            ),
-        ) from exc
+    except (ConfigError, MemoryError) as exc:
+        raise bn_verb_exit(exc, network_file, limit) from exc
     seconds = time.perf_counter() - start
     if compiled.row_sums is not None and (warning := compiled.row_sums.warning()):
         echo_err(f"warning: {show_path(network_file)}: {warning}")
@@ -228,3 +220,17 @@ def verify_bn(
     )
     if not report.all_hold:
         finish(EXIT_FAILED)
+
+
+def bn_verb_exit(exc: ConfigError | MemoryError, network_file: Path, limit: int) -> VerbExit:
+    """How a BN verb (verify-bn, repair-bn) ends on bad input or memory: exit 2, one line per
+    problem, the memory limit named."""
+    if isinstance(exc, ConfigError):
+        return VerbExit(EXIT_USAGE, tuple(one_line(f"error: {p}") for p in exc.problems))
+    return VerbExit(
+        EXIT_USAGE,
+        (
+            f"error: {show_path(network_file)}: out of memory (limit {format_bytes(limit)}); "
+            "give fewer features or raise --max-memory",
+        ),
+    )
