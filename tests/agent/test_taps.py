@@ -90,7 +90,7 @@ def test_onnx_and_torch_paths_give_the_same_activations(exported):
 
 def test_onnx_tap_on_digits_model_matches_its_weights():
     x = np.random.default_rng(1).random((7, 64)).astype(np.float32)
-    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "/act2/Relu"], threads=1)
+    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "act2"], threads=1)
     logits, acts = tap.run(x)
     plain = ort.InferenceSession(str(DIGITS_MODEL), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(logits, plain.run(None, {"input": x})[0], atol=1e-6)
@@ -99,7 +99,11 @@ def test_onnx_tap_on_digits_model_matches_its_weights():
     }
     w1, b1 = weights["fc1.weight"], weights["fc1.bias"]
     np.testing.assert_allclose(acts["/act1/Relu_output_0"], np.maximum(x @ w1.T + b1, 0), atol=1e-5)
-    assert acts["/act2/Relu"].shape == (7, 32)  # node name = its first output
+    assert acts["act2"].shape == (7, 32)  # the torch module (legacy node /act2/Relu)
+    np.testing.assert_array_equal(
+        acts["act2"],
+        OnnxTap(DIGITS_MODEL, ["/act2/Relu_output_0"]).run(x)[1]["/act2/Relu_output_0"],
+    )
 
 
 @pytest.mark.slow
@@ -182,7 +186,7 @@ def test_model_input_of_each_format(exported):
     assert open_tap(scripted).input.as_dict() == {"name": None, "shape": [], "dtype": None}
     res = CliRunner().invoke(layers_cmd, [str(scripted)])
     assert res.exit_code == 0 and res.stdout.startswith(
-        "input: not declared, shape not declared, dtype not declared"
+        "input: not declared, shape not declared, dtype not declared, kind not declared"
     )
 
 
@@ -228,10 +232,15 @@ def test_cli_layers():
     res = runner.invoke(layers_cmd, [str(DIGITS_MODEL)])
     assert res.exit_code == 0, res.output
     assert "/act1/Relu_output_0" in res.stdout and "(?, 64)" in res.stdout
-    assert res.stdout.splitlines()[0] == "input: input, shape (?, 64), dtype float32"
+    assert res.stdout.splitlines()[0] == "input: input, shape (?, 64), dtype float32, kind vector"
     res = runner.invoke(layers_cmd, [str(DIGITS_MODEL), "--json"])
     data = json.loads(res.stdout)
-    assert data["input"] == {"name": "input", "shape": [None, 64], "dtype": "float32"}
+    assert data["input"] == {
+        "name": "input",
+        "shape": [None, 64],
+        "dtype": "float32",
+        "kind": "vector",
+    }
     assert [row["features"] for row in data["layers"] if row["name"] == "logits"] == [8]
     # Registered as a lazy verb of the main command, which decides the exit codes.
     from boxwatch.cli import cli
