@@ -384,3 +384,30 @@ def test_real_torch_files_pass_the_zip_check(exported):
     _, _, pt2, scripted = exported
     for path in (pt2, scripted):
         TorchTap(path)
+
+
+def test_a_torch_module_path_taps_the_same_values_in_onnx_and_pt2(resnet_saved):
+    """torch's default ONNX exporter records each node's modules: the ONNX tap takes the
+    module path for the tensor it names (BatchNorm folded into its conv, a ReLU called twice
+    by its last call, a block by its output), as the .pt2 tap takes it for the module."""
+    modules = ["stem.1", "layer1.0.relu", "layer1.0", "layer1", "pool", "fc"]
+    x = np.random.default_rng(5).normal(size=(4, 1, 12, 12)).astype(np.float32)
+    onnx_tap = OnnxTap(resnet_saved.onnx, modules)
+    torch_tap = TorchTap(resnet_saved.pt2, modules)
+    (lo, ao), (lt, at) = onnx_tap.run(x), torch_tap.run(x)
+    np.testing.assert_allclose(lo, lt, rtol=1e-4, atol=1e-5)
+    for name in modules:
+        np.testing.assert_allclose(ao[name], at[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    rows = {info.name: info for info in onnx_tap.candidates()}
+    twice = next(info for info in rows.values() if "layer1.0.relu" in info.modules)
+    assert twice.calls == 2 and twice.modules == ("layer1.0.relu", "layer1.0")
+    # Every name a tap lists opens, and nothing else: the .pt2 modules run in forward order.
+    torch_rows = [info.name for info in torch_tap.candidates()]
+    assert (
+        torch_rows.index("layer1.0.conv1")
+        < torch_rows.index("layer1.0")
+        < torch_rows.index("layer1")
+    )
+    for tap in (onnx_tap, torch_tap):
+        names = [n for info in tap.candidates() for n in (info.name, *info.modules)]
+        type(tap)(tap.path, list(dict.fromkeys(names)))
