@@ -404,8 +404,8 @@ def choose_layers(
     names = [s.info.name for s in screened if s.reason is None]
     if not names:
         raise ConfigError(
-            f"layers: auto found no candidate layer with 2 to {MAX_FEATURES:,} features "
-            f"(pooling: {pooling}); list the layers to monitor"
+            f"layers: auto found no candidate layer with 2 to {MAX_FEATURES:,} features, "
+            f"conv maps pooled (pooling: {pooling}); list the layers to monitor"
         )
     x_tr, y_tr = train
     if validation is not None:

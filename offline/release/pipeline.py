@@ -392,8 +392,7 @@ def _check_auto(
     if not layer_choice.rankable(tap.candidates(), pooling):
         problems.append(
             f"layers: auto found no candidate layer with 2 to {layer_choice.MAX_FEATURES:,} "
-            f"features (pooling: {pooling}); list the layers to monitor, or set "
-            "model.pooling: avg"
+            f"features, conv maps pooled (pooling: {pooling}); list the layers to monitor"
         )
     name = "validation" if "validation" in data else "train"
     y = data[name][1]

@@ -23,6 +23,7 @@ from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
 from boxwatch.offline.release import layer_choice
 from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, prepare
+from boxwatch.offline.release.report import render_report
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -88,6 +89,10 @@ def test_the_listing_names_layers_by_module_and_is_what_the_config_takes(resnet_
     )
     assert row["layer"] == by_module["layer1.0.relu"] and "layer1.0.relu" in row["modules"]
     assert row["reason"] == "listed in the build config as layer1.0.relu"
+    j = summary["monitor"]["layer_choice"]["candidates"].index(row)
+    html = render_report(summary)
+    assert f'id="layer-choice-{j}-modules">layer1.0.relu, layer1.0<' in html
+    assert f'id="layer-choice-{j}-pooling">flatten<' in html
     runtime = load_runtime(artifact, [str(keys[1])], model_path=resnet_saved.onnx)
     x = np.load(resnet_saved.folder / "validation.npz")["x"][:5]
     assert set(runtime.run_model(x).layer_verdicts) == {"input", "layer1.0.relu"}
