@@ -91,6 +91,9 @@ HELD_OUT_SHARE = 0.2
 # (POOLING_TAUS of them), not on every candidate tau.
 MAP_POOLINGS = ("avg", "max", "grid")
 POOLING_TAUS = 3
+# Values of the flattened maps one extraction batch may hold (128 MB of float32): a large
+# model's early maps (64x56x56) take a few rows at a time, not 512.
+BATCH_VALUES = 2**25
 # Candidates ranked per block at most (the block's last ones, its output): bounds the
 # choice's cost on models with long runs of same-shape layers (a residual stage). A block of
 # pooled maps (a conv and its activation, a residual stage) is ranked on its output alone.
@@ -335,9 +338,12 @@ def _extract(
     plan: Mapping[str, tuple[tuple[int, ...], Sequence[str]]],
 ) -> tuple[np.ndarray, Pooled]:
     """Logits and pooled activations of ``x``, in batches: a layer of ``plan`` (a map the
-    tap returns flattened) in each of its poolings, the others as the tap pools them."""
+    tap returns flattened) in each of its poolings, the others as the tap pools them.
+    Batches shrink so the flattened maps of one hold at most :data:`BATCH_VALUES` values."""
     logits: list[np.ndarray] = []
     parts: dict[str, dict[str, list[np.ndarray]]] = {}
+    wide = sum(int(np.prod(shape)) for shape, _ in plan.values())
+    batch = max(1, min(batch, BATCH_VALUES // max(wide, 1)))
     for start in range(0, len(x), batch):
         out, acts = tap.run(preprocess(x[start : start + batch]))
         logits.append(out)

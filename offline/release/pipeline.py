@@ -310,7 +310,7 @@ def _prepare_model(
         )
     elif not auto and entry is not None and entry.monitored and INPUT_LAYER not in layers:
         # An explicit list keeps the model's input, pooled as its kind says.
-        pooling = {**{n: layer_choice.pooling_of(m.pooling, n) for n in layers}}
+        pooling = {n: layer_choice.pooling_of(m.pooling, n) for n in layers}
         pooling[INPUT_LAYER] = entry.pooling
         layers = [INPUT_LAYER, *layers]
     tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
