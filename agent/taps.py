@@ -17,15 +17,27 @@ features for an image, which keeps where things are). ``pooling`` may also map l
 to options (layers not named use ``"flatten"``).
 
 The layer :data:`INPUT_LAYER` (``"input"``) is the model's input itself, as the tap receives
-it (preprocessed): monitoring a coarse grid of it catches inputs unlike the training data
-(other data sets, broken sensors) that a well-trained network maps into familiar activations.
+it (preprocessed): monitoring it catches inputs unlike the training data (other data sets,
+broken sensors) that a well-trained network maps into familiar activations. What the input
+is (an image, a signal, a vector: :data:`INPUT_KINDS`) follows from its shape
+(:func:`infer_input_kind`).
+
+Layer names: an ONNX layer is a tensor (its graph name) or, where torch's exporter recorded
+it, the torch module whose output the tensor is (``layer2.1.relu``: the dynamo exporter's
+``pkg.torch.onnx.name_scopes`` node metadata, else the legacy exporter's node names such as
+``/layer2/layer2.1/relu/Relu``); a module called more than once names its last call, as a
+``.pt2`` forward hook taps it. A ``.pt2`` layer is a module path. :meth:`Tap.candidates`
+lists exactly the names a tap accepts.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import logging
 import os
+import re
+import threading
 import warnings
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,6 +52,7 @@ from boxwatch.agent.errors import ConfigError, MissingModelError
 from boxwatch.agent.inputs import one_line
 
 POOLINGS = vocab.POOLINGS
+INPUT_KINDS = vocab.INPUT_KINDS
 INPUT_LAYER = "input"
 GRID_CELLS = 7
 THREADS_ENV = "BOXWATCH_ORT_THREADS"
@@ -56,13 +69,15 @@ MAX_ERROR_ECHO = 300
 
 @dataclass(frozen=True)
 class LayerInfo:
-    """One candidate layer: its name, output shape (``None`` = dynamic axis) and kind."""
+    """One candidate layer: its name, output shape (``None`` = dynamic axis) and kind, and
+    the torch module paths that name it too (deepest first; empty where none does)."""
 
     name: str
     shape: tuple[int | None, ...]
     kind: str
     # Calls per forward pass (a torch module used twice); a monitor taps the last call.
     calls: int = 1
+    modules: tuple[str, ...] = ()
 
     def n_features(self, pooling: str = "flatten") -> int | None:
         """Feature count after ``pooling``; ``None`` when unknown (no shape, or a dynamic axis)."""
@@ -79,7 +94,14 @@ class LayerInfo:
         return int(np.prod(known)) if known else 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "shape": list(self.shape)}
+        return {**asdict(self), "shape": list(self.shape), "modules": list(self.modules)}
+
+
+def infer_input_kind(shape: Sequence[int | None]) -> str:
+    """The kind (:data:`INPUT_KINDS`) of a model input of ``shape``, batch axis first: three
+    or more axes after it an image, two a signal ``[C, L]``, one or none a vector."""
+    rank = len(shape) - 1
+    return "image" if rank >= 3 else "signal" if rank == 2 else "vector"
 
 
 @dataclass(frozen=True)
@@ -153,11 +175,24 @@ def _check_pooling(pooling: str | Mapping[str, str], layers: Sequence[str]) -> d
     return {name: per.get(name, "flatten") for name in layers}
 
 
-def _check_names(wanted: Sequence[str], valid: Sequence[str], model: str) -> None:
+def _check_names(
+    wanted: Sequence[str],
+    valid: Sequence[str],
+    model: str,
+    renamed: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse names a tap does not accept, listing those it does; ``renamed`` maps a name
+    an older release accepted (an ONNX node name) to the layer to write instead."""
     unknown = [name for name in wanted if name not in valid]
     if unknown:
         raise ConfigError(
-            [f"{model}: unknown layer {name!r}; valid layers: {list(valid)}" for name in unknown]
+            [
+                f"{model}: layer {name!r} is an ONNX node name, no longer accepted; "
+                f"name its output {renamed[name]!r} instead (boxwatch layers lists the names)"
+                if renamed and name in renamed
+                else f"{model}: unknown layer {name!r}; valid layers: {list(valid)}"
+                for name in unknown
+            ]
         )
 
 
@@ -205,8 +240,8 @@ class OnnxTap(_ModelTap):
     model : str or Path
         ``.onnx`` file (external weight files beside it are loaded too).
     layers : sequence of str
-        Tensor names (or node names, meaning the node's first output) to expose; see
-        :meth:`candidates`.
+        Tensor names, or the torch module paths the export recorded for them, to expose;
+        see :meth:`candidates`.
     pooling : {"flatten", "avg", "max", "grid"} or mapping of layer to it, default="flatten"
     threads : int, optional
         onnxruntime intra-op threads (default ``BOXWATCH_ORT_THREADS`` or 1; more threads
@@ -239,29 +274,42 @@ class OnnxTap(_ModelTap):
             _onnx_dtype(onnx, declared.type.tensor_type.elem_type),
         )
         infos = {v.name: v for v in [*graph.value_info, *graph.output]}
-        self._layers: dict[str, LayerInfo] = {}
-        aliases: dict[str, str] = {}
-        for node in graph.node:
-            for out in node.output:
-                info = infos.get(out)
-                if info is None or info.type.tensor_type.elem_type not in _FLOAT_TYPES:
-                    continue
-                self._layers[out] = LayerInfo(out, _onnx_shape(info), node.op_type)
-            if node.name and node.output and node.output[0] in self._layers:
-                aliases.setdefault(node.name, node.output[0])
-        source = self.input_names[0]
-        if INPUT_LAYER not in self._layers:
-            aliases.setdefault(INPUT_LAYER, source)
-        graph_input = next(i for i in graph.input if i.name == source)
-        self._input = LayerInfo(INPUT_LAYER, _onnx_shape(graph_input), "Input")
-        valid = [
-            INPUT_LAYER,
-            *self._layers,
-            *[a for a in aliases if a not in self._layers and a != INPUT_LAYER],
+        produced = [  # (tensor, node) of every float tensor a node produces, graph order
+            (out, node)
+            for node in graph.node
+            for out in node.output
+            if out in infos and infos[out].type.tensor_type.elem_type in _FLOAT_TYPES
         ]
-        if source not in valid:
-            valid.append(source)
-        _check_names(layers, valid, str(self.path))
+        source = self.input_names[0]
+        paths, calls = _module_paths(proto, produced)
+        taken = {INPUT_LAYER, source, *(t for t, _ in produced)}
+        self._layers: dict[str, LayerInfo] = {}
+        for tensor, node in produced:
+            names = tuple(p for p in paths.get(tensor, ()) if p not in taken)
+            self._layers[tensor] = LayerInfo(
+                tensor,
+                _onnx_shape(infos[tensor]),
+                node.op_type,
+                calls.get(names[0], 1) if names else 1,
+                names,
+            )
+        # The graph input is the layer "input", unless a node's tensor has that name: then
+        # it keeps its own name.
+        input_name = INPUT_LAYER if INPUT_LAYER not in self._layers else source
+        graph_input = next(i for i in graph.input if i.name == source)
+        self._input = LayerInfo(input_name, _onnx_shape(graph_input), "Input")
+        aliases = {p: info.name for info in self._layers.values() for p in info.modules}
+        aliases[input_name] = source
+        valid = [info.name for info in self.candidates()] + list(
+            dict.fromkeys(p for info in self._layers.values() for p in info.modules)
+        )
+        renamed = {
+            node.name: (info.modules or (info.name,))[0]
+            for tensor, node in produced
+            if node.name and node.output[0] == tensor
+            for info in [self._layers[tensor]]
+        }
+        _check_names(layers, valid, str(self.path), renamed)
         self.layers = list(layers)
         self._tensor = {name: aliases.get(name, name) for name in self.layers}
         present = {o.name for o in proto.graph.output}
@@ -285,7 +333,8 @@ class OnnxTap(_ModelTap):
 
     def candidates(self) -> list[LayerInfo]:
         """The model's input (:data:`INPUT_LAYER`), then every float tensor a node
-        produces, in graph order."""
+        produces, in graph order, each with the module paths that name it (the config takes
+        either name, and no other)."""
         return [self._input, *self._layers.values()]
 
     def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -300,6 +349,69 @@ class OnnxTap(_ModelTap):
 
 
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_SCOPES_KEY = "pkg.torch.onnx.name_scopes"  # torch's dynamo exporter, per node
+_REPEAT = re.compile(r"^(.+)_(\d+)$")  # the legacy exporter's scope of a module's later call
+
+
+def _node_scopes(node: Any) -> tuple[list[str], bool]:
+    """The module paths enclosing ``node``, outermost first, as torch's exporter recorded
+    them, and whether they come from a legacy node name: the dynamo exporter's
+    ``name_scopes`` metadata (root first, the op's own name last), else a legacy node name
+    (``/layer1/layer1.0/relu/Relu``); empty without either."""
+    for prop in node.metadata_props:
+        if prop.key == _SCOPES_KEY:
+            try:
+                scopes = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                return [], False
+            if not isinstance(scopes, list) or not all(isinstance(x, str) for x in scopes):
+                return [], False
+            return [x for x in scopes[1:-1] if x], False
+    parts = node.name.split("/")
+    if len(parts) < 3 or parts[0] or not all(parts[1:-1]):
+        return [], False
+    out: list[str] = []
+    for part in parts[1:-1]:  # each scope is a full path, or a child's name under the last
+        path = out[-1] if out else ""
+        out.append(part if not path or part.startswith(path + ".") else f"{path}.{part}")
+    return out, True
+
+
+def _module_paths(
+    proto: Any, produced: Sequence[tuple[str, Any]]
+) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Which torch modules each tensor is the output of (deepest first), and how many calls
+    each module has, for a graph torch exported (none for others).
+
+    A module's output is the last tensor (graph order) among those its nodes produce; its
+    calls are the runs of consecutive such tensors. The legacy exporter scopes a module's
+    later calls ``relu_1``, ``relu_2``: such a scope counts as ``relu`` where its parent
+    also holds ``relu``.
+    """
+    if proto.producer_name != "pytorch":
+        return {}, {}
+    chains = [(tensor, *_node_scopes(node)) for tensor, node in produced]
+    known = {p for _, chain, _ in chains for p in chain}
+
+    def same_module(path: str, legacy: bool) -> str:
+        match = _REPEAT.match(path) if legacy else None
+        return match.group(1) if match and match.group(1) in known else path
+
+    last: dict[str, str] = {}
+    depth: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    before: set[str] = set()
+    for tensor, chain, legacy in chains:
+        here = list(dict.fromkeys(same_module(p, legacy) for p in chain))
+        for level, path in enumerate(here):
+            last[path], depth[path] = tensor, level
+            if path not in before:
+                calls[path] = calls.get(path, 0) + 1
+        before = set(here)
+    paths: dict[str, list[str]] = {}
+    for path in sorted(last, key=lambda p: -depth[p]):
+        paths.setdefault(last[path], []).append(path)
+    return paths, calls
 
 
 def _onnx_shape(info) -> tuple[int | None, ...]:
@@ -348,6 +460,7 @@ class TorchTap(_ModelTap):
         self.path = path
         self.threads = resolve_threads(threads)
         torch.set_num_threads(self.threads)
+        self._threads_set = {threading.get_ident()}
         if not self.path.is_file():
             raise MissingModelError(f"{self.path}: no such model file")
         self._torch = torch
@@ -366,6 +479,7 @@ class TorchTap(_ModelTap):
                     program = torch.export.load(str(self.path))
                     self.module = torch.export.unflatten(program)
                     self._example = _example_input(program)
+                    _compiled_calls(torch, self.module, self._example)
                     self.input = _program_input(program)
                     self._kinds, self._calls = _module_calls(program)
         except Exception as exc:  # torch raises many types for unreadable files
@@ -375,21 +489,23 @@ class TorchTap(_ModelTap):
             ) from None
         self.module.eval()
         modules = dict(self.module.named_modules())
-        valid = [name for name in modules if name and not name.startswith("_")]
-        if INPUT_LAYER in valid:
+        named = [name for name in modules if name and not name.startswith("_")]
+        if INPUT_LAYER in named:
             raise ConfigError(
                 f"{self.path}: a module is named {INPUT_LAYER!r}, the name boxwatch gives the "
                 "model's input; rename the module"
             )
-        valid = [INPUT_LAYER, *valid]
-        _check_names(layers, valid, str(self.path))
+        self._shape_cache: dict[str, tuple[int | None, ...]] | None = None
+        self._named = named
         if layers and self.scripted:
+            _check_names(layers, [INPUT_LAYER, *named], str(self.path))
             raise ConfigError(
                 f"{self.path}: TorchScript modules do not accept forward hooks; "
                 "save the model with torch.export (.pt2) or export it to ONNX"
             )
+        if layers:  # only modules whose forward returns a tensor can be tapped (and listed)
+            _check_names(layers, [info.name for info in self.candidates()], str(self.path))
         self.layers = list(layers)
-        self._valid = valid
         self._captured: dict[str, Any] = {}
         for name in self.layers:
             if name != INPUT_LAYER:
@@ -401,26 +517,22 @@ class TorchTap(_ModelTap):
 
         return capture
 
-    def candidates(self) -> list[LayerInfo]:
-        """Every named module with its output shape (from one run on a zero example input)."""
-        if self._example is None:
-            modules = dict(self.module.named_modules())
-            return [LayerInfo(INPUT_LAYER, (), "Input")] + [
-                LayerInfo(n, (), type(modules[n]).__name__.split(".")[-1])
-                for n in self._valid
-                if n != INPUT_LAYER
-            ]
+    def _shapes(self) -> dict[str, tuple[int | None, ...]]:
+        """Each module's output shape (batch axis ``None``) on one run of a zero example
+        input, in the order the modules finish their (last) call: a module's children come
+        before it, as in the graph. Modules that return no tensor are left out."""
+        if self._shape_cache is not None:
+            return self._shape_cache
         torch = self._torch
-        shapes: dict[str, tuple] = {}
+        shapes: dict[str, tuple[int | None, ...]] = {}
         modules = dict(self.module.named_modules())
         handles = []
-        for name in self._valid:
-            if name == INPUT_LAYER:
-                continue
+        for name in self._named:
 
             def record(_m, _i, out, name=name):
                 t = out[0] if isinstance(out, tuple | list) else out
                 if isinstance(t, torch.Tensor):
+                    shapes.pop(name, None)  # a later call moves the module to its place
                     shapes[name] = (None, *t.shape[1:])
 
             handles.append(modules[name].register_forward_hook(record))
@@ -430,20 +542,39 @@ class TorchTap(_ModelTap):
         finally:
             for h in handles:
                 h.remove()
+        self._shape_cache = shapes
+        return shapes
+
+    def candidates(self) -> list[LayerInfo]:
+        """The model's input, then every module whose forward returns a tensor, with its
+        output shape (from one run on a zero example input), in the order the modules
+        finish: exactly the names the tap accepts. TorchScript: every module, no shapes."""
+        if self._example is None:
+            modules = dict(self.module.named_modules())
+            return [LayerInfo(INPUT_LAYER, (), "Input")] + [
+                LayerInfo(n, (), type(modules[n]).__name__.split(".")[-1], modules=(n,))
+                for n in self._named
+            ]
+        modules = dict(self.module.named_modules())
         return [LayerInfo(INPUT_LAYER, (None, *self._example.shape[1:]), "Input")] + [
             LayerInfo(
                 n,
-                tuple(shapes[n]),
+                shape,
                 self._kinds.get(n, type(modules[n]).__name__),
                 self._calls.get(n, 1),
+                (n,),
             )
-            for n in self._valid
-            if n in shapes
+            for n, shape in self._shapes().items()
         ]
 
     def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One forward pass: ``(logits, {layer: (n_samples, n_features) float32})``."""
         torch = self._torch
+        if threading.get_ident() not in self._threads_set:
+            # torch.set_num_threads holds for the calling thread only (OpenMP, MKL): a
+            # model run from another thread would get one thread per core.
+            torch.set_num_threads(self.threads)
+            self._threads_set.add(threading.get_ident())
         self._captured.clear()
         x = np.ascontiguousarray(x, dtype=np.float32)
         self._captured[INPUT_LAYER] = torch.from_numpy(x)
@@ -487,6 +618,22 @@ def _program_input(program) -> InputInfo:
     val = placeholder.meta["val"]
     shape = tuple(d if isinstance(d, int) else None for d in val.shape)
     return InputInfo(str(placeholder.name), shape, str(val.dtype).removeprefix("torch."))
+
+
+def _compiled_calls(torch: Any, module: Any, example: Any) -> None:
+    """Let an unflattened program's submodules run their generated code rather than
+    torch.fx's interpreter (which runs the graph node by node: ~4x a small model's call),
+    where that code runs: it does not for a module called more than once (torch names its
+    later calls ``relu@1``), and then every submodule keeps the interpreter."""
+    switched = [m for m in module.modules() if getattr(m, "_run_with_interpreter", False)]
+    for m in switched:
+        m._run_with_interpreter = False
+    try:
+        with torch.no_grad():
+            module(example)
+    except Exception:  # the generated code's failures vary (AttributeError, TypeError)
+        for m in switched:
+            m._run_with_interpreter = True
 
 
 def _example_input(program) -> Any:

@@ -63,6 +63,11 @@ probability) or rows that already are class probabilities (confidence = the top 
 POOLINGS = ("flatten", "avg", "max", "grid")
 """How a convolutional layer's maps (or an image input) become features."""
 
+INPUT_KINDS = ("image", "signal", "vector")
+"""What a model's input is (``model.input_kind``): an image ``[C, H, W]`` (more spatial axes
+allowed), a signal or sequence ``[C, L]`` (or ``[L]``), a vector of features ``[D]``; it sets
+how the build pools the input for its monitor."""
+
 SELECTIONS = ("held-out-class", "f1", "coverage")
 """How the builder picks tau per layer and class (``monitor.selection``)."""
 

@@ -21,6 +21,7 @@ from boxwatch.embedded_broker import KINDS, EmbeddedBroker, available_kinds
 if TYPE_CHECKING:
     from example_build import ExampleArtifact
     from live_agent import LiveAgent
+    from torch_models import SavedModel
 
     from boxwatch.agent.service import Agent
 
@@ -128,6 +129,27 @@ def live_agent_factory(
         return LiveAgent(example, cfg)
 
     return factory
+
+
+# -- models a user brings (issue 39) -------------------------------------------------------------
+@pytest.fixture(scope="session")
+def resnet_saved(tmp_path_factory: pytest.TempPathFactory) -> SavedModel:
+    """A trained residual CNN with BatchNorm, as torch's default ONNX exporter and
+    ``torch.export.save`` write it, with its data sets (``tests/torch_models.py``)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    from torch_models import residual_cnn
+
+    return residual_cnn(tmp_path_factory.mktemp("resnet"))
+
+
+@pytest.fixture(scope="session")
+def signal_saved(tmp_path_factory: pytest.TempPathFactory) -> SavedModel:
+    """A trained 1-D CNN on signals of shape [1, 40], as ONNX, with its data sets."""
+    pytest.importorskip("torch")
+    from torch_models import signal_cnn
+
+    return signal_cnn(tmp_path_factory.mktemp("signal"))
 
 
 # -- signing keys ---------------------------------------------------------------------------------

@@ -41,7 +41,13 @@ _DATASET = {
     },
 }
 # The build's monitor warnings (offline/release/emitted.py WARNINGS), usable in policy.fail_on.
-MONITOR_WARNINGS = ("low_known_acceptance", "tau_at_edge", "empty_contrast", "few_training_inputs")
+MONITOR_WARNINGS = (
+    "low_known_acceptance",
+    "tau_at_edge",
+    "empty_contrast",
+    "few_training_inputs",
+    "input_not_monitored",
+)
 _TAU = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
 
 SCHEMA: dict[str, Any] = {
@@ -69,6 +75,10 @@ SCHEMA: dict[str, Any] = {
                 "path": _PATH,
                 "format": {"enum": ["onnx", "torch"]},
                 "input_name": {"type": "string"},
+                # image | signal | vector (omitted: from the input's shape); sets its pooling.
+                "input_kind": {"enum": list(vocab.INPUT_KINDS)},
+                # false: the model's input is not monitored beside the layers.
+                "monitor_input": {"type": "boolean"},
                 "external_data": {"type": "array", "items": _PATH},
                 "preprocessing": {
                     "type": "object",

@@ -85,10 +85,16 @@ WARNINGS: dict[str, str] = {
     "distance score alone",
     "few_training_inputs": "a class has fewer than max(10, its good boxes in a layer) "
     "correctly classified training inputs",
+    "input_not_monitored": "the model's input is not monitored (model.monitor_input: false, "
+    "or it cannot be) and the monitored layers accept more than 10 points more of an "
+    "unknown set than a monitor of the input alone would; without unknown sets to measure "
+    "on, whenever the input is not monitored",
 }
 assert tuple(WARNINGS) == MONITOR_WARNINGS  # one vocabulary: the schema's enum
 LOW_ACCEPTANCE_MARGIN = 0.03
 MIN_TRAINING_INPUTS = 10
+# input_not_monitored: accepted share of an unknown set above a monitor of the input alone.
+INPUT_GAP = 0.10
 
 
 @dataclass(frozen=True)
@@ -475,6 +481,29 @@ def warnings(
         _few_training_inputs(fit, train_counts, classes),
     )
     return [w for w in found if w is not None]
+
+
+def input_not_monitored(
+    reason: str, measured: Mapping[str, tuple[float, float]]
+) -> BuildWarning | None:
+    """The ``input_not_monitored`` warning of a build that does not monitor the model's
+    input (``reason``: why not): when some unknown set of ``measured`` (name: share the
+    emitted verdicts accept, share a monitor of the input alone accepts) is accepted more
+    than :data:`INPUT_GAP` more often, or when nothing was measured."""
+    if not measured:
+        return BuildWarning(
+            name="input_not_monitored",
+            message=f"{reason}; no unknown set measures what it lets through "
+            "(add data.unknown or data.unknown_* sets, or monitor the input)",
+        )
+    over = [
+        f"{name} {ours:.1%} accepted, {alone:.1%} by a monitor of the input alone"
+        for name, (ours, alone) in measured.items()
+        if ours - alone > INPUT_GAP
+    ]
+    if not over:
+        return None
+    return BuildWarning(name="input_not_monitored", message=f"{reason}: {'; '.join(over)}")
 
 
 def _low_known_acceptance(correct: VerdictShares | None, target: float) -> BuildWarning | None:

@@ -13,7 +13,7 @@ The estimator is built from the config's ``monitor`` section
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,8 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from boxwatch.agent.boxes import normalize_features
+from boxwatch.agent.boxes import ACCEPT, normalize_features
+from boxwatch.agent.taps import INPUT_LAYER, pool
 from boxwatch.offline.monitors.coverage import coverage_at
 from boxwatch.offline.monitors.estimator import BoxMonitor, Calibration, build_sweep
 from boxwatch.offline.monitors.evaluation import detection, outcomes_per_class, total
@@ -169,6 +170,34 @@ def fit_monitors(
     logits = {name: s.logits for name, s in tapped.items()}
     acts = {name: s.acts for name, s in tapped.items()}
     return MonitorOutcome(monitor, _accuracy(tapped), contents, summary, logits, rows, acts)
+
+
+def input_alone(
+    mi: ModelInputs,
+    params: MonitorSection,
+    outcome: MonitorOutcome,
+    pooling: str,
+    names: Sequence[str],
+) -> dict[str, float]:
+    """The share of each unknown set of ``names`` that a box monitor of the model's input
+    alone (pooled ``pooling``, the config's monitor settings, fitted and calibrated as the
+    build's own) accepts: what monitoring the input would catch (``input_not_monitored``)."""
+
+    def tapped(name: str) -> Tapped:
+        x, y = mi.data[name]
+        logits = outcome.logits[name]
+        acts = {INPUT_LAYER: pool(mi.preprocessing.apply(x), pooling)}
+        return Tapped(acts, logits, logits.argmax(axis=1), y)
+
+    known = {name: tapped(name) for name in ("train", "validation") if name in mi.data}
+    sets = _Sets(known["train"], known.get("validation"), None, known.get("validation"))
+    monitor = _fit(params.estimator([INPUT_LAYER]), sets, len(mi.classes))
+    out = {}
+    for name in names:
+        unknown = tapped(name)
+        verdicts = monitor.predict(unknown.acts, unknown.pred, logits=unknown.logits).combined
+        out[name] = float(np.mean(verdicts == ACCEPT)) if len(verdicts) else 0.0
+    return out
 
 
 def _fit(monitor: BoxMonitor, sets: _Sets, n_classes: int) -> BoxMonitor:

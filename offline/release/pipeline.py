@@ -38,20 +38,21 @@ from boxwatch.agent.keys import key_id
 from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES, VERIFICATION
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
-from boxwatch.agent.taps import LayerInfo, Tap, open_tap
+from boxwatch.agent.taps import INPUT_LAYER, LayerInfo, Tap, open_tap
 from boxwatch.offline.monitors.baselines import BASELINES as TABLE
 from boxwatch.offline.monitors.baselines import NEEDS
 from boxwatch.offline.progress import Phase, Progress
 from boxwatch.offline.release import bn_stage, emitted, layer_choice
 from boxwatch.offline.release.config import BuildConfig
 from boxwatch.offline.release.datasets import load_dataset
-from boxwatch.offline.release.monitor_stage import MonitorOutcome, fit_monitors
+from boxwatch.offline.release.monitor_stage import MonitorOutcome, fit_monitors, input_alone
 from boxwatch.offline.release.records import (
     ArtifactSummary,
     BaselineComparison,
     BNSummary,
     BuildSpec,
     BuildSummary,
+    BuildWarning,
     Evaluation,
     LabelledData,
     LayerChoiceSummary,
@@ -69,7 +70,10 @@ from boxwatch.offline.release.records import (
 )
 
 EXTRACT_BATCH = 512
-CONFIG_RULE = "listed in the build config"
+CONFIG_RULE = (
+    "listed in the build config, and the model's input unless model.monitor_input is false"
+)
+FED_DTYPE = "float32"  # what both taps feed a model (OnnxTap.run, TorchTap.run)
 
 
 @dataclass
@@ -118,6 +122,7 @@ class _ModelHalf:
     layer_choice: LayerChoiceSummary
     record: dict[str, Any]
     summary: ModelSummary
+    params: MonitorSection  # the config's monitor section
 
 
 def _collect(problems: list[str], step: Callable[[], Any]) -> Any:
@@ -183,18 +188,15 @@ def check_out_path(out: Path | None) -> list[str]:
 
 
 def check_model_input(model: ModelInputs) -> list[str]:
-    """Problems of ``model.input_name`` and ``model.preprocessing.shape`` against the model's
-    own input (name, rank, fixed dims), found before the model is run (``--dry-run`` too)."""
+    """Problems of ``model.input_name``, ``model.preprocessing.shape`` and the input's dtype
+    against the model's own input (name, rank, fixed dims, float32), ONNX and ``.pt2``
+    alike, found before the model is run (``--dry-run`` too). A TorchScript file declares
+    no input: the probe run finds its misfits."""
     tap, pre = model.tap, model.preprocessing
-    session = getattr(tap, "session", None)
-    if session is not None:  # ONNX: the input's name and declared shape
-        declared = session.get_inputs()[0]
-        name: str | None = declared.name
-        dims = list(declared.shape)
-    elif (example := getattr(tap, "_example", None)) is not None:  # torch.export: its rank
-        name, dims = None, [None, *example.shape[1:]]
-    else:  # TorchScript declares nothing; the probe run finds misfits
+    declared = tap.input
+    if not declared.shape:
         return []
+    name, dims = declared.name, list(declared.shape)
     problems = []
     if pre.input_name is not None and name is not None and pre.input_name != name:
         problems.append(
@@ -202,14 +204,20 @@ def check_model_input(model: ModelInputs) -> list[str]:
             f"(its input is {quote(name)})"
         )
     want = [int(d) for d in pre.shape]
+    shown = [d if d is not None else "?" for d in dims]
     if len(dims) != len(want) + 1:
         problems.append(
             f"model.preprocessing.shape: {want} makes inputs of rank {len(want) + 1} (with the "
-            f"batch axis) but the model's input has rank {len(dims)} (shape {dims})"
+            f"batch axis) but the model's input has rank {len(dims)} (shape {shown})"
         )
     elif any(isinstance(d, int) and d > 0 and d != w for d, w in zip(dims[1:], want, strict=True)):
         problems.append(
-            f"model.preprocessing.shape: {want} does not fit the model's input shape {dims}"
+            f"model.preprocessing.shape: {want} does not fit the model's input shape {shown}"
+        )
+    if declared.dtype is not None and declared.dtype != FED_DTYPE:
+        problems.append(
+            f"model: its input {quote(name or '')} takes {declared.dtype}, but the model is fed "
+            f"{FED_DTYPE} (export it with a {FED_DTYPE} input)"
         )
     return problems
 
@@ -285,12 +293,29 @@ def _prepare_model(
         problems,
         lambda: Preprocessing.from_dict({**m.preprocessing, "input_name": m.input_name}),
     )
-    tap = _collect(
-        problems,
-        lambda: open_tap(
-            path, layers, pooling=_tapped(m.pooling, layers) if auto else m.pooling, threads=1
-        ),
-    )
+    listed = list(layers)
+    pooling: str | dict[str, str] = _tapped(m.pooling, layers) if auto else m.pooling
+    entry = None
+    if preprocessing is not None:
+        entry = _collect(
+            problems,
+            lambda: layer_choice.input_plan(
+                (None, *preprocessing.shape),
+                kind=m.input_kind,
+                pooling=m.pooling,
+                monitor=m.monitor_input,
+            ),
+        )
+    if not auto and not m.monitor_input and INPUT_LAYER in layers:
+        problems.append(
+            f"model.monitor_input: false, but layers lists {INPUT_LAYER!r}; drop one of them"
+        )
+    elif not auto and entry is not None and entry.monitored and INPUT_LAYER not in layers:
+        # An explicit list keeps the model's input, pooled as its kind says.
+        pooling = {n: layer_choice.pooling_of(m.pooling, n) for n in layers}
+        pooling[INPUT_LAYER] = entry.pooling
+        layers = [INPUT_LAYER, *layers]
+    tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
     data = _load_data(cfg, preprocessing, classes, problems)
     if "train" not in data and len(problems) == before:
         problems.append("data.train: the model section needs training inputs")
@@ -303,12 +328,26 @@ def _prepare_model(
         files=files,
         format=m.format,
         preprocessing=preprocessing,
-        pooling=m.pooling,
+        pooling=m.pooling if auto else pooling,
         layers=layers,
         classes=classes,
         tap=tap,
         data=data,
         auto=auto,
+        input_kind=m.input_kind,
+        monitor_input=m.monitor_input,
+        listed=None if auto else listed,
+    )
+
+
+def input_plan(model: ModelInputs) -> layer_choice.InputPlan:
+    """How a prepared model's input is monitored: its kind, pooling and why (the input's
+    shape is ``model.preprocessing.shape``, which the checks hold to the model's)."""
+    return layer_choice.input_plan(
+        (None, *model.preprocessing.shape),
+        kind=model.input_kind,
+        pooling=model.pooling,
+        monitor=model.monitor_input,
     )
 
 
@@ -355,8 +394,7 @@ def _check_auto(
     if not layer_choice.rankable(tap.candidates(), pooling):
         problems.append(
             f"layers: auto found no candidate layer with 2 to {layer_choice.MAX_FEATURES:,} "
-            f"features (pooling: {pooling}); list the layers to monitor, or set "
-            "model.pooling: avg"
+            f"features, conv maps pooled (pooling: {pooling}); list the layers to monitor"
         )
     name = "validation" if "validation" in data else "train"
     y = data[name][1]
@@ -411,6 +449,8 @@ def choose_layers(
         n_classes=len(model.classes),
         params=params,
         batch=EXTRACT_BATCH,
+        input_kind=model.input_kind,
+        monitor_input=model.monitor_input,
     )
 
 
@@ -523,7 +563,16 @@ def _model_half(
         parts.timings["layer choice"] = time.perf_counter() - t0
         choice_summary = choice.summary()
     else:
-        choice_summary = LayerChoiceSummary(mode="config", layers=list(mi.layers), rule=CONFIG_RULE)
+        poolings = {n: layer_choice.pooling_of(mi.pooling, n) for n in mi.layers}
+        choice_summary = LayerChoiceSummary(
+            mode="config",
+            layers=list(mi.layers),
+            rule=CONFIG_RULE,
+            pooling=poolings,
+            candidates=layer_choice.listed(
+                mi.tap.candidates(), mi.listed or mi.layers, poolings, input_plan(mi)
+            ),
+        )
     t0 = time.perf_counter()
     # Hundreds of small k-means fits: one BLAS/OpenMP thread is ~9x faster here than
     # two threads contending (measured on the example: 1.6 s against 14.2 s).
@@ -548,15 +597,18 @@ def _model_half(
         classes=mi.classes,
         layers=mi.layers,
         accuracy=monitor.accuracy,
+        input_kind=input_plan(mi).kind,
     )
     record = {"format": mi.format, **digest}
-    return _ModelHalf(mi, monitor, choice_summary, record, summary)
+    return _ModelHalf(mi, monitor, choice_summary, record, summary, spec.monitor)
 
 
 def _ranking_steps(mi: ModelInputs) -> int:
     """The tau-sweep steps the layer choice takes, about: one per class and kind (good,
-    bad) of each rankable candidate (twins of another candidate are skipped, so fewer)."""
-    n = len(layer_choice.rankable(mi.tap.candidates(), mi.pooling))
+    bad) of each ranked candidate (twins of another candidate are skipped, so fewer)."""
+    infos = mi.tap.candidates()
+    output = output_layer(mi.tap, infos, len(mi.classes))
+    n = sum(s.reason is None for s in layer_choice.to_rank(infos, mi.pooling, output))
     return n * 2 * len(mi.classes)
 
 
@@ -688,6 +740,9 @@ def _emitted(half: _ModelHalf, draft: Artifact) -> tuple[MonitorSummary, dict[st
     ]
     target = float(monitor.monitor.target_acceptance)
     warnings = emitted.warnings(fit, verdict_split, target, _train_counts(mi, monitor), mi.classes)
+    unwatched = _input_warning(half, {name: full[f"unknown:{name}"] for name in held.unknown_names})
+    if unwatched is not None:
+        warnings.append(unwatched)
     summary = MonitorSummary(
         **msgspec.structs.asdict(fit),
         layer_choice=half.layer_choice,
@@ -700,6 +755,21 @@ def _emitted(half: _ModelHalf, draft: Artifact) -> tuple[MonitorSummary, dict[st
         histogram=histogram,
     )
     return summary, {k: msgspec.to_builtins(v) for k, v in verdict_split.items()}
+
+
+def _input_warning(half: _ModelHalf, unknown: Mapping[str, VerdictShares]) -> BuildWarning | None:
+    """``input_not_monitored`` when the model's input is not monitored: measured on every
+    unknown set against a monitor of the input alone where one can be fitted."""
+    mi = half.inputs
+    if INPUT_LAYER in mi.layers:
+        return None
+    plan = input_plan(mi)
+    measured = {}
+    if unknown and plan.measurable:
+        with threadpool_limits(limits=1):
+            alone = input_alone(mi, half.params, half.monitor, plan.pooling, list(unknown))
+        measured = {name: (shares.accept, alone[name]) for name, shares in unknown.items()}
+    return emitted.input_not_monitored(plan.reason, measured)
 
 
 def _operating_point(name: str, shares: VerdictShares, auroc: float | None) -> OperatingPoint:

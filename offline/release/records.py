@@ -72,6 +72,8 @@ class ModelSection(Section, frozen=True):
     # The raw mapping :meth:`Preprocessing.from_dict` reads (it owns the defaults).
     preprocessing: dict[str, Any] = msgspec.field(default_factory=dict)
     pooling: str | dict[str, str] = "flatten"
+    input_kind: str | None = None  # vocab.INPUT_KINDS (the schema checks); None: from the shape
+    monitor_input: bool = True  # the model's input is monitored beside the layers
 
 
 class DatasetSpec(Section, frozen=True):
@@ -208,6 +210,9 @@ class ModelInputs:
     # ``layers`` omitted or "auto": the layer choice picks them (build time); until then
     # ``layers`` is empty and ``tap`` taps nothing.
     auto: bool = False
+    input_kind: str | None = None  # model.input_kind (None: inferred from the shape)
+    monitor_input: bool = True  # model.monitor_input
+    listed: list[str] | None = None  # the config's own list (without the input it adds)
 
 
 # ----------------------------------------------------------------------------- summary out
@@ -266,6 +271,10 @@ class ModelSummary(Record, frozen=True):
     classes: list[str]
     layers: Annotated[list[str], _d("monitored layers")]
     accuracy: Accuracy
+    input_kind: (
+        Annotated[str, _d("image, signal or vector: model.input_kind, else from the shape")]
+        | UnsetType
+    ) = UNSET
 
 
 class BoxCounts(Record, frozen=True):
@@ -387,16 +396,28 @@ class RowCounts(Record, frozen=True):
 
 
 class LayerCandidate(Record, frozen=True):
-    """One candidate layer of ``layers: auto``, and why it was (not) chosen."""
+    """One candidate layer, and why it was (not) monitored."""
 
-    layer: str
+    layer: Annotated[str, _d("the graph's name (ONNX tensor, torch module)")]
     kind: str
-    features: int | None
-    auroc: Annotated[float | None, _d("held-out-class AUROC")]
+    features: Annotated[int | None, _d("after the row's pooling")]
+    auroc: Annotated[float | None, _d("held-out-class AUROC (layers: auto)")]
     tau: float | None
     rank: int | None
-    chosen: bool
+    chosen: Annotated[bool, _d("monitored")]
     reason: str
+    pooling: Annotated[str, _d("how its maps become features")] | UnsetType = UNSET
+    modules: (
+        Annotated[list[str], _d("the torch modules whose output it is (config names too)")]
+        | UnsetType
+    ) = UNSET
+    pooling_auroc: (
+        Annotated[
+            dict[str, float | None],
+            _d("a map auto pooled: held-out-class AUROC by pooling tried"),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class LayerChoiceSummary(Record, frozen=True):

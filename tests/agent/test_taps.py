@@ -80,6 +80,8 @@ def test_onnx_and_torch_paths_give_the_same_activations(exported):
     np.testing.assert_allclose(at["pool"], ao["/pool/MaxPool_output_0"], atol=1e-5)
     np.testing.assert_allclose(at["relu"], ao["/relu/Relu_output_0"], atol=1e-5)
     assert at["pool"].shape == (5, 4) and at["relu"].shape == (5, 6)
+    # The program runs its generated code, not torch.fx's interpreter (~4x slower).
+    assert not any(getattr(m, "_run_with_interpreter", False) for m in tt.module.modules())
     # And both equal the eager model's own intermediate values.
     with torch.no_grad():
         h = model.pool(model.act(model.conv(torch.from_numpy(x))))
@@ -90,7 +92,7 @@ def test_onnx_and_torch_paths_give_the_same_activations(exported):
 
 def test_onnx_tap_on_digits_model_matches_its_weights():
     x = np.random.default_rng(1).random((7, 64)).astype(np.float32)
-    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "/act2/Relu"], threads=1)
+    tap = OnnxTap(DIGITS_MODEL, ["/act1/Relu_output_0", "act2"], threads=1)
     logits, acts = tap.run(x)
     plain = ort.InferenceSession(str(DIGITS_MODEL), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(logits, plain.run(None, {"input": x})[0], atol=1e-6)
@@ -99,7 +101,16 @@ def test_onnx_tap_on_digits_model_matches_its_weights():
     }
     w1, b1 = weights["fc1.weight"], weights["fc1.bias"]
     np.testing.assert_allclose(acts["/act1/Relu_output_0"], np.maximum(x @ w1.T + b1, 0), atol=1e-5)
-    assert acts["/act2/Relu"].shape == (7, 32)  # node name = its first output
+    assert acts["act2"].shape == (7, 32)  # the torch module (legacy node /act2/Relu)
+    np.testing.assert_array_equal(
+        acts["act2"],
+        OnnxTap(DIGITS_MODEL, ["/act2/Relu_output_0"]).run(x)[1]["/act2/Relu_output_0"],
+    )
+    with pytest.raises(
+        ConfigError,
+        match="'/act2/Relu' is an ONNX node name, no longer accepted; name its output 'act2' instead",
+    ):
+        OnnxTap(DIGITS_MODEL, ["/act2/Relu"])
 
 
 @pytest.mark.slow
@@ -153,7 +164,8 @@ def test_repeated_module_calls_are_listed_and_the_last_call_is_tapped(tmp_path):
     assert (infos["fc1"].kind, infos["fc1"].calls) == ("Linear", 2)
     assert (infos["out"].kind, infos["out"].calls) == ("Linear", 1)
     x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
-    _, acts = TorchTap(pt2, ["fc1"]).run(x)
+    tap = TorchTap(pt2, ["fc1"])
+    _, acts = tap.run(x)
     with torch.no_grad():
         first = model.fc1(torch.from_numpy(x))
         second = model.fc1(model.act(first))
@@ -182,7 +194,7 @@ def test_model_input_of_each_format(exported):
     assert open_tap(scripted).input.as_dict() == {"name": None, "shape": [], "dtype": None}
     res = CliRunner().invoke(layers_cmd, [str(scripted)])
     assert res.exit_code == 0 and res.stdout.startswith(
-        "input: not declared, shape not declared, dtype not declared"
+        "input: not declared, shape not declared, dtype not declared, kind not declared"
     )
 
 
@@ -228,10 +240,15 @@ def test_cli_layers():
     res = runner.invoke(layers_cmd, [str(DIGITS_MODEL)])
     assert res.exit_code == 0, res.output
     assert "/act1/Relu_output_0" in res.stdout and "(?, 64)" in res.stdout
-    assert res.stdout.splitlines()[0] == "input: input, shape (?, 64), dtype float32"
+    assert res.stdout.splitlines()[0] == "input: input, shape (?, 64), dtype float32, kind vector"
     res = runner.invoke(layers_cmd, [str(DIGITS_MODEL), "--json"])
     data = json.loads(res.stdout)
-    assert data["input"] == {"name": "input", "shape": [None, 64], "dtype": "float32"}
+    assert data["input"] == {
+        "name": "input",
+        "shape": [None, 64],
+        "dtype": "float32",
+        "kind": "vector",
+    }
     assert [row["features"] for row in data["layers"] if row["name"] == "logits"] == [8]
     # Registered as a lazy verb of the main command, which decides the exit codes.
     from boxwatch.cli import cli
@@ -375,3 +392,33 @@ def test_real_torch_files_pass_the_zip_check(exported):
     _, _, pt2, scripted = exported
     for path in (pt2, scripted):
         TorchTap(path)
+
+
+def test_a_torch_module_path_taps_the_same_values_in_onnx_and_pt2(resnet_saved):
+    """torch's default ONNX exporter records each node's modules: the ONNX tap takes the
+    module path for the tensor it names (BatchNorm folded into its conv, a ReLU called twice
+    by its last call, a block by its output), as the .pt2 tap takes it for the module."""
+    modules = ["stem.1", "layer1.0.relu", "layer1.0", "layer1", "pool", "fc"]
+    x = np.random.default_rng(5).normal(size=(4, 1, 12, 12)).astype(np.float32)
+    onnx_tap = OnnxTap(resnet_saved.onnx, modules)
+    torch_tap = TorchTap(resnet_saved.pt2, modules)
+    (lo, ao), (lt, at) = onnx_tap.run(x), torch_tap.run(x)
+    np.testing.assert_allclose(lo, lt, rtol=1e-4, atol=1e-5)
+    for name in modules:
+        np.testing.assert_allclose(ao[name], at[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    rows = {info.name: info for info in onnx_tap.candidates()}
+    twice = next(info for info in rows.values() if "layer1.0.relu" in info.modules)
+    assert twice.calls == 2 and twice.modules == ("layer1.0.relu", "layer1.0")
+    # torch's generated code cannot run a submodule called twice (``relu@1``): the program
+    # keeps the interpreter, and the values above are right.
+    assert any(getattr(m, "_run_with_interpreter", False) for m in torch_tap.module.modules())
+    # Every name a tap lists opens, and nothing else: the .pt2 modules run in forward order.
+    torch_rows = [info.name for info in torch_tap.candidates()]
+    assert (
+        torch_rows.index("layer1.0.conv1")
+        < torch_rows.index("layer1.0")
+        < torch_rows.index("layer1")
+    )
+    for tap in (onnx_tap, torch_tap):
+        names = [n for info in tap.candidates() for n in (info.name, *info.modules)]
+        type(tap)(tap.path, list(dict.fromkeys(names)))

@@ -78,8 +78,14 @@ def test_the_guide_has_the_promised_parts():
         "/metrics",
         "noida-db start",
         "tansu",
+        "unknown_noise",  # far unknowns of two kinds, checked from the summary (issue 39)
+        "unknown_shuffled",
+        "operating_points",
     ):
         assert needle in text, needle
+    # The config takes the defaults: no hand-written layer or tau list (issue 39).
+    config = next(b.text for b in blocks if b.text.startswith("# build.yaml"))
+    assert "layers:" not in config and "tau:" not in config
     assert any(s in b.section for b in blocks for s in SKIPPED_SECTIONS[2:])
     readme = (GUIDE.parents[1] / "README.md").read_text(encoding="utf-8")
     first_link = re.search(r"\]\((docs/[^)]+)\)", readme)
@@ -155,6 +161,8 @@ def test_the_guide_runs_against_an_embedded_broker(tmp_path):
     everything = "\n".join(outputs)
     assert "InterpreterModule" not in everything and "Linear" in everything  # layers, pt2
     assert "40 verdicts" in everything
+    for name in ("unknown", "unknown_noise", "unknown_shuffled"):
+        assert re.search(rf"^{name}: \d+\.\d% accepted$", everything, re.M), name
     counts = dict(
         (f"{m[0]} {m[1]}", int(m[2]))
         for m in re.findall(r"^(kp|ck) (accept|uncertainty|reject) (\d+)$", everything, re.M)

@@ -21,8 +21,8 @@ it formatted by :func:`fmt_value`. ``L{i}`` in an id is the layer's position in
 * monitor: ``monitor-taus``, ``monitor-tau-selection``, ``monitor-calibration-set``, ``monitor-score``,
   ``monitor-tau-L{i}-C{k}``, ``monitor-boxes-good-L{i}-C{k}``, ``monitor-boxes-bad-L{i}-C{k}``;
   the layer choice: ``layer-choice-mode`` (``auto`` or ``config``), ``layer-choice-rule``, per
-  candidate ``j`` (graph order) ``layer-choice-{j}-layer``, ``-auroc``, ``-chosen``,
-  ``-reason``;
+  candidate ``j`` (graph order) ``layer-choice-{j}-layer``, ``-modules``, ``-pooling``,
+  ``-auroc``, ``-chosen``, ``-reason``;
   ``calibration-threshold``, ``calibration-target-acceptance``, ``calibration-known-acceptance``,
   ``calibration-unknown-acceptance``, ``calibration-n-known``, ``calibration-n-unknown``,
   ``detection-auroc``, ``detection-fpr-at-95``; per unknown set ``j`` (``unknown``, then

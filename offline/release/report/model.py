@@ -99,25 +99,27 @@ def _monitor_layers(monitor: MonitorSummary, model: ModelSummary | None) -> str:
 
 
 def layer_choice(choice: LayerChoiceSummary | None) -> str:
-    """Why these layers: the config's list, or the auto choice's ranking of every candidate."""
+    """Why these layers: the config's list, or the auto choice's ranking of every candidate
+    (each with its torch modules, pooling and features)."""
     if choice is None:
         return ""
     head = (
         f"<p>Layer choice: {text('layer-choice-mode', choice.mode)} "
         f"({text('layer-choice-rule', choice.rule)}"
     )
-    if choice.mode != "auto":
-        return head + ").</p>"
     rows = given(choice.rows)
-    head += (
-        f"; ranked on {esc(rows.train if rows else None)} training and "
-        f"{esc(rows.validation if rows else None)} {esc(given(choice.set))} inputs, "
-        f"pooling {esc(given(choice.pooling))}).</p>"
-    )
+    if choice.mode == "auto":
+        head += (
+            f"; ranked on {esc(rows.train if rows else None)} training and "
+            f"{esc(rows.validation if rows else None)} {esc(given(choice.set))} inputs"
+        )
+    head += f"; pooling {esc(given(choice.pooling))}).</p>"
     candidates = [
         (
             text(f"layer-choice-{j}-layer", c.layer),
+            text(f"layer-choice-{j}-modules", ", ".join(given(c.modules) or []) or "-"),
             esc(c.kind),
+            text(f"layer-choice-{j}-pooling", given(c.pooling) or "-"),
             esc(c.features),
             num(f"layer-choice-{j}-auroc", c.auroc),
             text(f"layer-choice-{j}-chosen", "yes" if c.chosen else "no"),
@@ -125,9 +127,20 @@ def layer_choice(choice: LayerChoiceSummary | None) -> str:
         )
         for j, c in enumerate(given(choice.candidates) or [])
     ]
+    if not candidates:
+        return head
     return head + table(
-        ("Candidate", "Kind", "Features", "Held-out-class AUROC", "Chosen", "Why"),
+        (
+            "Candidate",
+            "Torch module",
+            "Kind",
+            "Pooling",
+            "Features",
+            "Held-out-class AUROC",
+            "Chosen",
+            "Why",
+        ),
         candidates,
-        numeric=(False, False, True, True, False, False),
+        numeric=(False, False, False, False, True, True, False, False),
         table_id="layer-choice-table",
     )

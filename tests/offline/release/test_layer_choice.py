@@ -42,6 +42,8 @@ DIGITS_LAYERS = [
     "logits",
 ]
 DIGITS_BLOCKS = [DIGITS_LAYERS[:2], DIGITS_LAYERS[2:4], DIGITS_LAYERS[4:]]
+# The torch modules the (legacy) export recorded for each tensor; the input has none.
+MODULES = dict(zip(DIGITS_LAYERS, ["fc1", "act1", "fc2", "act2", "out"], strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -95,16 +97,16 @@ def test_choice_ranks_every_candidate_deterministically(demo):
     rows = first.candidates
     assert [r["layer"] for r in rows] == ["input", *DIGITS_LAYERS]
     ranked = sorted((r for r in rows if r["rank"]), key=lambda r: r["rank"])
-    assert [r["rank"] for r in ranked] == list(range(1, len(DIGITS_LAYERS) + 1))
+    # Every candidate but the input and the model's output (not ranked: auto leaves it out).
+    assert [r["rank"] for r in ranked] == list(range(1, len(DIGITS_LAYERS)))
     aurocs = [r["auroc"] for r in ranked]
     assert aurocs == sorted(aurocs, reverse=True) and all(0.5 < a <= 1 for a in aurocs)
     # The rule: blocks of consecutive same-shape candidates (fc1+act1, fc2+act2, logits); the
-    # best of each block but the output (logits), the top N_CHOSEN blocks of them.
+    # best of each block, the top N_CHOSEN blocks of them.
     block = {n: i for i, names in enumerate(DIGITS_BLOCKS) for n in names}
     best: dict[int, str] = {}
     for r in ranked:
-        if r["layer"] != "logits":
-            best.setdefault(block[r["layer"]], r["layer"])
+        best.setdefault(block[r["layer"]], r["layer"])
     expected = {n for n in best.values()}
     assert len(expected) == 2 <= layer_choice.N_CHOSEN  # the MLP has two hidden blocks
     # Plus the model's input (not ranked: its held-out-class AUROC says nothing of it).
@@ -113,11 +115,15 @@ def test_choice_ranks_every_candidate_deterministically(demo):
     assert first.layer_pooling()["input"] == "flatten"  # a flat (tabular) input: as it is
     for r in rows:
         assert r["chosen"] == (r["layer"] in expected or r["layer"] == "input")
+        assert r["pooling"] == "flatten"
+        assert r.get("modules") == ([MODULES[r["layer"]]] if r["layer"] in MODULES else None)
         if r["layer"] == "input":
             assert r["rank"] is None and r["reason"].startswith("the model's input (flatten")
             continue
-        assert r["reason"].startswith(f"rank {r['rank']} of {len(DIGITS_LAYERS)}")
-    assert "the model's output" in next(r["reason"] for r in rows if r["layer"] == "logits")
+        if r["layer"] == "logits":
+            assert r["rank"] is None and "the model's output" in r["reason"]
+            continue
+        assert r["reason"].startswith(f"rank {r['rank']} of {len(DIGITS_LAYERS) - 1}")
 
 
 def test_without_validation_a_held_out_share_of_train_ranks(demo):
@@ -164,13 +170,19 @@ def test_omitted_is_auto_and_unknown_data_does_not_change_the_choice(demo, tmp_p
     before = omitted["monitor"]["operating_points"][0]["acceptance"]
     assert other["monitor"]["operating_points"][0]["acceptance"] != before
     # An explicit list is monitored as given, and the summary says where it came from.
-    listed = summary_of(work, {**raw, "layers": ["logits"]}, "listed")
-    assert listed["model"]["layers"] == ["logits"]
-    assert listed["monitor"]["layer_choice"] == {
-        "mode": "config",
-        "layers": ["logits"],
-        "rule": "listed in the build config",
-    }
+    # (and the model's input beside it, issue 39), every candidate with why (not).
+    listed = summary_of(work, {**raw, "layers": ["out"]}, "listed")
+    assert listed["model"]["layers"] == ["input", "out"]
+    config = listed["monitor"]["layer_choice"]
+    assert config["mode"] == "config" and config["layers"] == ["input", "out"]
+    assert config["pooling"] == {"input": "flatten", "out": "flatten"}
+    why = {c["layer"]: (c["chosen"], c["reason"]) for c in config["candidates"]}
+    assert why["logits"] == (True, "listed in the build config as out")
+    assert why["input"][0] and why["input"][1].startswith("the model's input (flatten, 64")
+    assert why["/act1/Relu_output_0"] == (False, "not listed")
+    assert "warnings" not in listed["monitor"] or not any(
+        w["name"] == "input_not_monitored" for w in listed["monitor"]["warnings"]
+    )
     # The console table and the report say what was chosen and why.
     table = summary_table(omitted | {"artifact": {"artifact_id": "x", "bytes": 1}}, tmp_path)
     line = next(li for li in table.splitlines() if "layers (auto)" in li)
@@ -189,7 +201,12 @@ def test_omitted_is_auto_and_unknown_data_does_not_change_the_choice(demo, tmp_p
     assert res.exit_code == EXIT_OK, res.output
     out = json.loads(res.stdout)
     assert [r["name"] for r in out["layers"] if r["auto"]["chosen"]] == choice["layers"]
-    assert out["input"] == {"name": "input", "shape": [None, 64], "dtype": "float32"}
+    assert out["input"] == {
+        "name": "input",
+        "shape": [None, 64],
+        "dtype": "float32",
+        "kind": "vector",
+    }
     text = CliRunner().invoke(cli, ["layers", model, "--config", config])
     marked = [li.split()[0] for li in text.stdout.splitlines() if "* " in li]
     assert marked == choice["layers"], text.stdout
@@ -276,30 +293,41 @@ def test_screening_leaves_out_copies_and_wide_layers_and_picks_per_block(tmp_pat
     monkeypatch.setattr(layer_choice, "MAX_FEATURES", 20)
     infos = open_tap(path).candidates()
     choice = _choose_halves(path, infos, "logits", x, y)
-    why = {c["layer"]: c["reason"] for c in choice.candidates}
-    assert why["/conv/Conv_output_0"].startswith("32 features > 20")
+    rows = {c["layer"]: c for c in choice.candidates}
+    why = {name: c["reason"] for name, c in rows.items()}
+    # conv and act (32 features each flattened) are pooled, not dropped (issue 39); a block
+    # of pooled maps is ranked on its output (act) alone.
+    assert why["/conv/Conv_output_0"].startswith("not ranked: its block of 2 same-shape")
+    act = rows["/act/Relu_output_0"]
+    assert act["rank"] and "32 features flattened, pooled" in act["reason"]
     flats = [name for name in why if "Flatten" in name]
     assert sorted(why[n] for n in flats) == [
         "same values as /pool/MaxPool_output_0",
         "the model's input, reshaped",
     ]
-    ranked = {c["layer"]: c for c in choice.candidates if c["rank"]}
-    assert why["/Concat_output_0"] == "24 features > 20"
-    assert set(ranked) == {  # conv and act (32 features each) are too wide here
+    ranked = {name: c for name, c in rows.items() if c["rank"]}
+    assert why["/Concat_output_0"] == "24 features > 20"  # no spatial axes: cannot be pooled
+    assert set(ranked) == {
+        "/act/Relu_output_0",
         "/pool/MaxPool_output_0",
         "/fc/Gemm_output_0",
         "/relu/Relu_output_0",
-        "logits",
     }
     # fc and its relu are one block: one of them, the better ranked, is monitored.
     pair = sorted(("/fc/Gemm_output_0", "/relu/Relu_output_0"), key=lambda n: ranked[n]["rank"])
     assert pair[0] in choice.layers and pair[1] not in choice.layers
     assert "ranks higher in its block" in ranked[pair[1]]["reason"]
-    # Two blocks besides the output: both monitored, whatever their rank; logits left out.
-    # And the model's input, on a grid (an image: 1x4x4 gives 16 grid features).
-    assert choice.layers == ["input", "/pool/MaxPool_output_0", pair[0]]
+    # Three blocks besides the output: all monitored, whatever their rank; the pooled map
+    # with the pooling of the best held-out-class AUROC among those that fit (avg, max: 2
+    # features; grid: 2x4x4 = 32 > 20). Logits left out, not ranked. And the model's input,
+    # on a grid (an image: 1x4x4 gives 16 grid features).
+    assert choice.layers == ["input", "/act/Relu_output_0", "/pool/MaxPool_output_0", pair[0]]
+    assert set(act["pooling_auroc"]) == {"avg", "max"}
+    best = max(act["pooling_auroc"], key=lambda p: act["pooling_auroc"][p])
+    assert choice.layer_pooling()["/act/Relu_output_0"] == act["pooling"] == best
+    assert act["features"] == 2
     assert choice.layer_pooling()["input"] == "grid" and choice.candidates[0]["features"] == 16
-    assert not ranked["logits"]["chosen"] and "output" in ranked["logits"]["reason"]
+    assert not rows["logits"]["chosen"] and "output" in why["logits"]
 
 
 @pytest.mark.slow
@@ -337,7 +365,8 @@ def test_torch_export_program_output_and_blocks(tmp_path):
     assert output_layer(tap, infos, 3) == "out"
     choice = _choose_halves(path, infos, "out", x, y)
     rows = {c["layer"]: c for c in choice.candidates}
-    assert all(rows[n]["rank"] for n in ("conv", "act", "pool", "fc", "relu", "out"))
+    assert all(rows[n]["rank"] for n in ("conv", "act", "pool", "fc", "relu"))
+    assert rows["out"]["rank"] is None and "the model's output" in rows["out"]["reason"]
     # conv/act and fc/relu are blocks: one of each, and pool; the output is left out.
     assert len(choice.layers) == 4 and "pool" in choice.layers and "out" not in choice.layers
     assert choice.layers[0] == "input" and choice.layer_pooling()["input"] == "grid"
