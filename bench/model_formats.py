@@ -100,6 +100,8 @@ def build_artifacts(work: Path) -> dict[str, tuple[Path, Path]]:
     for fmt, model in models.items():
         raw = yaml.safe_load(config.read_text())
         raw["model"].update({"path": str(model), "format": fmt})
+        if fmt == "torch":  # the program's input is its forward argument
+            raw["model"]["input_name"] = "x"
         raw["layers"] = LAYERS[fmt]
         raw["monitor"]["tau"] = [1.0, 0.2, 0.05]
         raw.pop("bn", None)
