@@ -4,11 +4,9 @@ rules hold, written as network files and re-verified exactly."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -19,6 +17,7 @@ from boxwatch.commands.options import (
     SecondsParam,
     SizeParam,
     classifier_options,
+    progress_option,
 )
 from boxwatch.commands.verify_bn import bn_verb_exit, load_specs, yaml_file_option
 from boxwatch.offline.bn.classifier import ClassifierSpec, resolve_spec
@@ -39,39 +38,31 @@ from boxwatch.offline.bn.repair import (
 )
 from boxwatch.offline.bn.rules import ClassifierSchema
 from boxwatch.offline.bn.verify import BNVerifier
+from boxwatch.offline.progress import Phase, Progress
 
-PROGRESS_AFTER_S = 1.0
 
+class _Steps:
+    """The repair's ``progress(step, done, total)`` calls as phases of a :class:`Progress`:
+    one phase per step, opened when the step first reports and closed at the next."""
 
-class _Progress:
-    """A stderr progress bar per step, shown once the command has run for
-    :data:`PROGRESS_AFTER_S` (short runs print nothing)."""
-
-    def __init__(self) -> None:
-        self._start = time.perf_counter()
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
         self._step = ""
-        self._bar: Any = None
-        self._done = 0
+        self._phase: Phase | None = None
 
     def __call__(self, step: str, done: int, total: int) -> None:
-        if step != self._step:
+        if step != self._step or self._phase is None:
             self.close()
             self._step = step
-        if self._bar is None:
-            if time.perf_counter() - self._start < PROGRESS_AFTER_S or done >= total:
-                return
-            self._bar = click.progressbar(
-                length=total, label=step, file=sys.stderr, show_pos=True, show_eta=True
-            )
-            self._bar.__enter__()
-            self._done = 0
-        self._bar.update(done - self._done)
-        self._done = done
+            self._phase = self._progress.phase(step, total).__enter__()
+        self._phase.set_done(done, total)
 
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
+    def close(self, ok: bool = True) -> None:
+        """End the open step's phase (``ok=False``: it failed, no end line)."""
+        if self._phase is not None:
+            error = None if ok else RuntimeError
+            self._phase.__exit__(error, None, None)
+            self._phase = None
 
 
 def _align(rows: list[tuple[str, ...]]) -> str:
@@ -207,6 +198,7 @@ def render(report: RepairReport) -> str:
     "machine's RAM).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@progress_option
 def repair_bn(
     network_file: Path,
     wanted: ClassifierSpec,
@@ -217,6 +209,7 @@ def repair_bn(
     max_seconds: float,
     max_memory: int | None,
     as_json: bool,
+    progress: Progress,
 ) -> None:
     """Propose the smallest changes of a BN's parameters that make its violated rules hold.
 
@@ -243,18 +236,28 @@ def repair_bn(
           --rules examples/child/disease-rules.yaml --json
     """
     limit = default_max_memory() if max_memory is None else max_memory
-    bar = _Progress()
+    steps = _Steps(progress)
+    ok = False
     try:
         start = time.perf_counter()
         deadline = Deadline(None, show_path(network_file), start)
         with memory_guard(limit):
-            network = load_network(network_file, max_memory=limit)
-            spec = resolve_spec(network, wanted)
-            compiled = compile_classifier(network, spec, max_memory=limit)
+            with progress.phase("reading the network"):
+                network = load_network(network_file, max_memory=limit)
+            with progress.phase("choosing the feature order"):
+                spec = resolve_spec(network, wanted)
+            with progress.phase("compiling") as phase:
+                compiled = compile_classifier(
+                    network, spec, max_memory=limit, progress=phase.set_done
+                )
             schema = ClassifierSchema.from_diagram(compiled.diagram, network.variables)
             specs = load_specs(rules_path, fmo_path, schema, deadline)
-            with BNVerifier(compiled.diagram, network=network) as verifier:
-                original = verifier.verify(specs, counterexamples=0)
+            checks = len(specs.rules) + len(specs.queries)
+            with (
+                progress.phase("verifying rules and queries", checks) as phase,
+                BNVerifier(compiled.diagram, network=network) as verifier,
+            ):
+                original = verifier.verify(specs, counterexamples=0, progress=phase.set_done)
             report = repair(
                 network,
                 spec,
@@ -265,12 +268,15 @@ def repair_bn(
                 max_seconds=max_seconds,
                 max_memory=limit,
                 original=original,
-                progress=bar,
+                progress=steps,
             )
+        ok = True
     except (ConfigError, MemoryError) as exc:
         raise bn_verb_exit(exc, network_file, limit) from exc
     finally:
-        bar.close()
+        steps.close(ok)
+    if compiled.row_sums is not None and (warning := compiled.row_sums.warning()):
+        echo_err(f"warning: {show_path(network_file)}: {warning}")
     if as_json:
         click.echo(json.dumps({**report.to_dict(), "file": str(network_file)}, indent=2))
     elif report.targets:

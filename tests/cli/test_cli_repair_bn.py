@@ -11,6 +11,7 @@ from locations import ROOT
 
 from boxwatch.cli import cli
 from boxwatch.offline.bn.formats import load_network, write_bif
+from boxwatch.offline.progress import INTERVAL_ENV, LINE
 
 CREDIT = ROOT / "examples" / "credit" / "credit.net"
 CREDIT_RULES = ROOT / "examples" / "credit" / "rules.yaml"
@@ -187,3 +188,21 @@ probability ( A | C ) { (no) 0.4, 0.6; (yes) 0.4004, 0.6; }
     assert res.exit_code == 0, res.output
     assert "1 of 1 rules violated; 1 of them repaired" in res.stderr
     assert "NOT" not in res.stdout
+    # repair-bn warns about the reading as compile-bn and verify-bn do (row sums off by 4e-4).
+    assert "warning: " in res.stderr and "sum" in res.stderr
+
+
+def test_progress_names_each_phase_on_stderr_and_quiet_shows_none(tmp_path):
+    """repair-bn shows its phases through the builder's one progress facility (issue 39
+    point 6): off a terminal as plain lines, none on stdout; --quiet shows none."""
+    out = tmp_path / "repairs"
+    args = [str(CREDIT), *CREDIT_ARGS, "--rules", str(CREDIT_RULES), "--out", str(out)]
+    res = CliRunner().invoke(cli, ["repair-bn", *args], env={INTERVAL_ENV: "0"})
+    assert res.exit_code == 0, res.output
+    for phase in ("reading the network", "compiling", "verifying rules and queries"):
+        assert f"{phase}: done in " in res.stderr, res.stderr
+    assert "analysing parameters: " in res.stderr
+    assert "\r" not in res.stderr
+    assert not any(LINE.match(line) for line in res.stdout.splitlines())
+    quiet = CliRunner().invoke(cli, ["repair-bn", *args, "--quiet"], env={INTERVAL_ENV: "0"})
+    assert quiet.exit_code == 0 and not any(LINE.match(x) for x in quiet.stderr.splitlines())
