@@ -83,6 +83,12 @@ MAX_FEATURES = 1024
 MAX_TRAIN_ROWS = 2000
 MAX_VALIDATION_ROWS = 1000
 N_CHOSEN = 3
+# A candidate (a pooled map with its best pooling) whose held-out-class AUROC is below this
+# is not chosen, unless none reaches it (then the best-ranked one is): near chance, a layer
+# adds noise to the score. On the detection suite's CNN cells the first conv map, pooled,
+# ranked 0.40-0.60 and took near unknowns accepted up by 3-13 points on 4 of 20 cells; the
+# 1-D CNN's first map max-pooled ranked 0.78 and took them down by 20-30 points.
+MIN_CHOSEN_AUROC = 0.7
 HELD_OUT_SHARE = 0.2
 # A map (conv or signal layer) over MAX_FEATURES flattened is ranked pooled by the first of
 # these; once chosen, each of them that gives 2 to MAX_FEATURES features is fitted and the
@@ -511,16 +517,31 @@ def choose_layers(
     for name in order:
         if name != output:
             best.setdefault(block[name], name)
-    chosen = [n for n in order if best.get(block[n]) == n][:N_CHOSEN] or order[:1]
-    poolings = {name: ranked_with[name].pooling for name in chosen}
+    poolings = {name: ranked_with[name].pooling for name in order}
     tried: dict[str, dict[str, float | None]] = {}
-    for name in chosen:  # a pooled map: the pooling of the best held-out-class AUROC
-        if name in plan:
+    weak: set[str] = set()
+    chosen: list[str] = []
+    for name in (n for n in order if best.get(block[n]) == n):
+        if len(chosen) == N_CHOSEN:
+            break
+        value = results[name]["auroc"] or 0.0
+        if name in plan:  # a pooled map: the pooling of the best held-out-class AUROC
             tau = results[name]["tau"]
-            tried[name] = {p: rank(name, p, tau)["auroc"] for p in plan[name][1]}
+            tried[name] = {  # the ranking's own pooling is ranked already
+                p: results[name]["auroc"]
+                if p == ranked_with[name].pooling
+                else rank(name, p, tau)["auroc"]
+                for p in plan[name][1]
+            }
             poolings[name] = max(
                 tried[name], key=lambda p: (tried[name][p] or -1.0, -MAP_POOLINGS.index(p))
             )
+            value = tried[name][poolings[name]] or 0.0
+        if value < MIN_CHOSEN_AUROC:
+            weak.add(name)
+            continue
+        chosen.append(name)
+    chosen = chosen or order[:1]
     source = next((info for info in infos if info.name == INPUT_LAYER), None)
     entry = None
     if source is not None:
@@ -559,6 +580,11 @@ def choose_layers(
                 why = f"{rank_of}; the model's output, which auto leaves out"
             elif top != info.name:
                 why = f"{rank_of}; {top} ranks higher in its block"
+            elif info.name in weak:
+                why = (
+                    f"{rank_of}; held-out-class AUROC below {MIN_CHOSEN_AUROC} "
+                    "(near chance: it would add noise to the score)"
+                )
             else:
                 why = f"{rank_of}; its block is not among the top {N_CHOSEN}"
             if s.pooled:
