@@ -334,7 +334,9 @@ def _prepare_model(
         pooling = {n: layer_choice.pooling_of(m.pooling, n) for n in layers}
         pooling[INPUT_LAYER] = entry.pooling
         layers = [INPUT_LAYER, *layers]
-    tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
+    tap = _collect(
+        problems, lambda: open_tap(path, layers, pooling=pooling, threads=1, device=m.device)
+    )
     data = _load_data(cfg, preprocessing, classes, problems)
     if "train" not in data and len(problems) == before:
         problems.append("data.train: the model section needs training inputs")
@@ -356,6 +358,7 @@ def _prepare_model(
         input_kind=m.input_kind,
         monitor_input=m.monitor_input,
         listed=None if auto else listed,
+        device=m.device,
     )
 
 
@@ -456,7 +459,13 @@ def choose_layers(
     train_x, train_y = model.data["train"]
     assert train_y is not None  # labelled (load_dataset)
     return layer_choice.choose_layers(
-        lambda names: open_tap(model.path, names, pooling=_tapped(model.pooling, names), threads=1),
+        lambda names: open_tap(
+            model.path,
+            names,
+            pooling=_tapped(model.pooling, names),
+            threads=1,
+            device=model.device,
+        ),
         infos,
         output=output_layer(model.tap, infos, len(model.classes)),
         pooling=model.pooling,
@@ -624,7 +633,7 @@ def _model_half(
             mi,
             layers=choice.layers,
             pooling=poolings,
-            tap=open_tap(mi.path, choice.layers, pooling=poolings, threads=1),
+            tap=open_tap(mi.path, choice.layers, pooling=poolings, threads=1, device=mi.device),
         )
         parts.timings["layer choice"] = time.perf_counter() - t0
         choice_summary = choice.summary()
