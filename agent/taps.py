@@ -300,7 +300,10 @@ class OnnxTap(_ModelTap):
                     f"model.device: {self.device}, but this onnxruntime {ort.__version__} has "
                     f"no {CUDA_PROVIDER} (it has {', '.join(available)}): {ORT_GPU_HINT}"
                 )
-            providers = [(CUDA_PROVIDER, {"device_id": self._device[1]}), *providers]
+            # TF32 matrix products keep 10 bits of mantissa: full float32 keeps the GPU's
+            # activations within float32 rounding of the CPU's.
+            options = {"device_id": self._device[1], "use_tf32": 0}
+            providers = [(CUDA_PROVIDER, options), *providers]
 
         if not self.path.is_file():
             raise MissingModelError(f"{self.path}: no such model file")
@@ -658,9 +661,13 @@ class TorchTap(_ModelTap):
 
 def _torch_device(torch: Any, device: str, parsed: tuple[str, int]) -> Any:
     """The ``torch.device`` of ``device``; :class:`ConfigError` when torch cannot run there
-    (a CPU-only build, no GPU visible, no GPU of that index)."""
+    (a CPU-only build, no GPU visible, no GPU of that index). For ``cuda`` it turns TF32
+    off, process-wide (torch's own switches)."""
     kind, index = parsed
     if kind == CUDA:
+        # Full float32 products (cuDNN convolutions default to TF32), as onnxruntime's.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
         if not torch.cuda.is_available():
             build = "a CPU-only build" if torch.version.cuda is None else "no GPU visible"
             raise ConfigError(

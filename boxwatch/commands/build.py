@@ -98,8 +98,8 @@ def build_artifact(
     \b
     Example:
       boxwatch build-artifact build.yaml --key ci.key --out model.bwa --report report/
-    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error;
-    70 internal error.
+    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error
+    (a build that will not fit --max-memory too); 70 internal error.
     """
     key_path = key_path or (Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None)
     problems: list[str] = []

@@ -12,7 +12,8 @@
   capped rows of every ranked candidate), ``fit`` (the tau sweep's working set: one layer's
   normalised training activations and one class's rows in float64 for k-means, the held-out
   -class selection's distance tables), and ``evaluation`` (calibration rows, the coverage
-  curves, the feature baselines' capped rows).
+  curves, the feature baselines on their capped rows: KNN's similarity tables and
+  Mahalanobis' covariance and class distances).
 
 The estimate is held against the bound (``--max-memory``, else this machine's memory)
 before any activation is extracted; a build that will not fit stops with one line
@@ -35,6 +36,7 @@ import numpy as np
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import INPUT_LAYER, LayerInfo
 from boxwatch.offline.bn.limits import format_bytes, total_memory
+from boxwatch.offline.monitors.baselines import CHUNK as KNN_CHUNK
 from boxwatch.offline.release import layer_choice
 from boxwatch.offline.release.emitted import MAX_BASELINE_FEATURES, MAX_BASELINE_ROWS
 from boxwatch.offline.release.monitor_stage import MAX_COVERAGE_ROWS
@@ -327,18 +329,35 @@ class _Shape:
 
     def evaluation_bytes(self) -> int:
         """After the fit: the calibration rows of every layer (validation, else a held-out
-        share of train), the feature baselines' capped training rows and one class of the
-        coverage curve."""
+        share of train), the feature baselines, and one class of the coverage curve."""
         n = self.rows["train"]
         calib = self.rows.get("validation", 0) + self.rows.get("unknown", 0)
         if not self.validation:
             calib = n // 5
-        total = sum(self.features)
-        baseline = min(n, MAX_BASELINE_ROWS) * sum(
-            f for f in self.features if f <= MAX_BASELINE_FEATURES
-        )
         coverage = min(self.largest_class, MAX_COVERAGE_ROWS) * max(self.features, default=0)
-        return (calib * total + 2 * baseline) * FLOAT + coverage * FIT_CLASS_BYTES
+        return (
+            calib * sum(self.features) * FLOAT + self.baseline_bytes() + coverage * FIT_CLASS_BYTES
+        )
+
+    def baseline_bytes(self) -> int:
+        """The feature baselines (:mod:`~boxwatch.offline.monitors.baselines`), fitted on at
+        most :data:`~.emitted.MAX_BASELINE_ROWS` training rows of each layer they can take:
+        those rows, KNN's normalised copy, Mahalanobis' covariance and class means per layer
+        (all kept while the comparison runs), and the largest of what one step holds for a
+        moment: KNN's similarity table of a chunk of queries and np.partition's copy,
+        Mahalanobis' float64 rows and their centred copy, its class distances of a set."""
+        widths = [f for f in self.features if f <= MAX_BASELINE_FEATURES]
+        if not widths:
+            return 0
+        rows = min(self.rows["train"], MAX_BASELINE_ROWS)
+        queries = max((v for k, v in self.rows.items() if k != "train"), default=0)
+        kept = rows * sum(widths) * 2 * FLOAT + sum(f * f + self.classes * f for f in widths) * 8
+        moment = max(
+            2 * min(KNN_CHUNK, queries) * rows * FLOAT,
+            2 * rows * max(widths) * 8,
+            3 * queries * self.classes * 8 + queries * max(widths) * 8,
+        )
+        return kept + moment
 
     def choice_bytes(self) -> int:
         """``layers: auto``: the capped rows of every ranked candidate in each pooling."""
