@@ -7,7 +7,7 @@ A synthetic build is an ONNX MLP (input of :data:`D_IN` values, a hidden ReLU la
 logits read the hidden layer out by each class's mean hidden vector (a nearest-mean
 classifier, so most inputs are classified right). Validation: a quarter as many rows as
 training; unknown: ``N(0, 3^2 I)`` inputs, a tenth as many. Monitored: the model's input and
-the hidden layer, tau candidates [0.5, 0.1], held-out-class selection.
+the hidden layer, the monitor's defaults (15 tau candidates, held-out-class selection).
 
 Each build runs as ``boxwatch build-artifact CONFIG --key K --out A`` in a child process;
 its anonymous resident memory (``RssAnon``: what ``--max-memory`` binds, without the
@@ -48,7 +48,7 @@ from boxwatch.commands.demo import write_build_config
 
 HEADING = "## build_memory (bench/build_memory.py)"
 D_IN = 32
-DEFAULT_CELLS = "example,10x256x20000,100x512x20000,20x1024x50000"
+DEFAULT_CELLS = "example,10x256x20000,100x512x20000,300x256x30000"
 POLL_S = 0.01
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
@@ -109,7 +109,7 @@ def mlp(folder: Path, classes: int, features: int, rows: int, seed: int = 0) -> 
         "classes": [str(c) for c in range(classes)],
         "layers": ["hidden"],
         "data": {s: {"path": f"{s}.npz"} for s in ("train", "validation", "unknown")},
-        "monitor": {"tau": [0.5, 0.1], "random_state": 0},
+        "monitor": {"random_state": 0},
     }
     path = folder / "build.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

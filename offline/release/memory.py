@@ -37,10 +37,11 @@ from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import INPUT_LAYER, LayerInfo
 from boxwatch.offline.bn.limits import format_bytes, total_memory
 from boxwatch.offline.monitors.baselines import CHUNK as KNN_CHUNK
+from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.release import layer_choice
 from boxwatch.offline.release.emitted import MAX_BASELINE_FEATURES, MAX_BASELINE_ROWS
 from boxwatch.offline.release.monitor_stage import MAX_COVERAGE_ROWS
-from boxwatch.offline.release.records import ModelInputs
+from boxwatch.offline.release.records import ModelInputs, MonitorSection, candidate_taus
 from boxwatch.offline.release.store import free_bytes, memory_filesystem
 
 FLOAT = 4  # bytes of a float32 activation or logit
@@ -49,6 +50,11 @@ FLOAT = 4  # bytes of a float32 activation or logit
 FIT_CLASS_BYTES = 4 * 8 + FLOAT
 # The held-out-class selection's (validation rows x classes) float64 tables live at once.
 SELECTION_TABLES = 4
+# Boxes the fit keeps per class, tau and layer, on average (measured: 10 to 12 at 10 to 300
+# classes, bench/build_memory.py), and the bytes a box takes per feature in a fitted BoxSet:
+# its corners (float32), their order by width (int64) and the kernel's padded lanes.
+BOXES_PER_CLASS = 12
+BOX_BYTES = 32
 # One extraction batch: the input (raw and preprocessed), the tapped layers as the model
 # returns them, pooled, and the model's own working memory, taken as this many times its
 # widest candidate layer.
@@ -183,9 +189,16 @@ def anonymous_rss() -> int:
     return _status_bytes("RssAnon:")
 
 
-def estimate(model: ModelInputs | None, resources: Resources, *, batch: int) -> MemoryEstimate:
+def estimate(
+    model: ModelInputs | None,
+    resources: Resources,
+    *,
+    batch: int,
+    params: MonitorSection | None = None,
+) -> MemoryEstimate:
     """The build's peak memory from a prepared model (``None``: a BN-only build) extracted
-    ``batch`` rows at a time, held to ``resources``' bound."""
+    ``batch`` rows at a time and fitted with the config's ``monitor`` section ``params``,
+    held to ``resources``' bound."""
     process = anonymous_rss()
     folder = resources.work_dir if resources.work_dir is not None else Path(tempfile.gettempdir())
     ram_fs = memory_filesystem(folder)
@@ -196,7 +209,8 @@ def estimate(model: ModelInputs | None, resources: Resources, *, batch: int) -> 
     phases: dict[str, int] = {}
     store = 0
     if model is not None:
-        shape = _Shape.of(model, batch)
+        monitor = (MonitorSection() if params is None else params).estimator(None)
+        shape = _Shape.of(model, batch, monitor)
         store = shape.store_bytes()
         phases = {
             "extraction": shape.extraction_bytes(),
@@ -205,6 +219,8 @@ def estimate(model: ModelInputs | None, resources: Resources, *, batch: int) -> 
         }
         if model.auto:
             phases = {"layer choice": shape.choice_bytes(), **phases}
+        if shape.input_alone:
+            phases["input alone"] = shape.input_alone_bytes()
     return MemoryEstimate(
         process=process,
         store=store,
@@ -232,54 +248,25 @@ class _Shape:
     batch: int  # rows per extraction batch
     validation: bool
     choice_features: int  # auto: features of every ranked candidate, each pooling
+    input_alone: int  # the input's pooled features where a monitor of it alone is fitted
+    taus: int  # candidate taus the sweeps fit
+    max_clusters: int  # boxes per class and tau at most
 
     @classmethod
-    def of(cls, model: ModelInputs, batch: int) -> _Shape:
+    def of(cls, model: ModelInputs, batch: int, monitor: BoxMonitor) -> _Shape:
         infos = model.tap.candidates()
-        by_name = {info.name: info for info in infos}
-        by_name.update({m: info for info in infos for m in info.modules})
-        features, raw = [], 0
+        plan = layer_choice.input_plan(
+            (None, *model.preprocessing.shape),
+            kind=model.input_kind,
+            pooling=model.pooling,
+            monitor=model.monitor_input,
+        )
         if model.auto:
-            screened = [s for s in layer_choice.screen(infos, model.pooling) if s.reason is None]
-            widths = sorted(
-                (
-                    max(
-                        [s.features or 0]
-                        + [
-                            s.info.n_features(p) or 0
-                            for p in layer_choice.MAP_POOLINGS
-                            if s.pooled and (s.info.n_features(p) or 0) <= layer_choice.MAX_FEATURES
-                        ]
-                    )
-                    for s in screened
-                ),
-                reverse=True,
-            )
-            features = widths[: layer_choice.N_CHOSEN]
-            flat = sorted((_values(s.info) for s in screened), reverse=True)
-            raw = sum(flat[: layer_choice.N_CHOSEN])
-            plan = layer_choice.input_plan(
-                (None, *model.preprocessing.shape),
-                kind=model.input_kind,
-                pooling=model.pooling,
-                monitor=model.monitor_input,
-            )
-            if plan.monitored and plan.features:
-                features.append(plan.features)
-                raw += model.preprocessing.size
-            choice = sum(
-                sum(s.info.n_features(p) or 0 for p in layer_choice.MAP_POOLINGS)
-                if s.pooled
-                else (s.features or 0)
-                for s in screened
-            )
+            features, raw, choice = _auto_widths(model, infos, plan)
+            watched = plan.monitored
         else:
-            pooled = _pooled_features(model)
-            for name in model.layers:
-                features.append(pooled[name])
-                info = by_name.get(name)
-                raw += model.preprocessing.size if name == INPUT_LAYER else _values(info)
-            choice = 0
+            features, raw = _listed_widths(model, infos)
+            choice, watched = 0, INPUT_LAYER in model.layers
         x, y = model.data["train"]
         counts = np.bincount(np.asarray(y)) if y is not None and len(y) else np.zeros(1)
         return cls(
@@ -294,6 +281,9 @@ class _Shape:
             batch=batch,
             validation="validation" in model.data,
             choice_features=choice,
+            input_alone=(plan.features or 0) if not watched and plan.measurable else 0,
+            taus=len(candidate_taus(monitor)),
+            max_clusters=int(monitor.get_params()["max_clusters"]),
         )
 
     def store_bytes(self) -> int:
@@ -314,10 +304,15 @@ class _Shape:
         )
         return batch * per_input
 
+    def fitted_bytes(self) -> int:
+        """The fitted monitor's boxes, every candidate tau's (the sweep is kept for the
+        report's curves): :data:`BOXES_PER_CLASS` per class, tau and layer."""
+        return self.taus * self.classes * BOXES_PER_CLASS * sum(self.features) * BOX_BYTES
+
     def fit_bytes(self) -> int:
         """The tau sweep's working set, per layer: the normalised layer, one class's rows
         in float64 for k-means; the held-out-class selection's tables of the validation
-        rows by class, and the predictions and labels of every set."""
+        rows by class, the predictions and labels of every set, and the boxes so far."""
         n = self.rows["train"]
         widest = max(self.features, default=0)
         layer = n * widest * FLOAT
@@ -325,30 +320,39 @@ class _Shape:
         n_val = self.rows.get("validation", 0) + self.rows.get("unknown", 0)
         tables = n_val * self.classes * 8 * SELECTION_TABLES
         labels = sum(self.rows.values()) * 8 * 3
-        return layer + per_class + tables + labels
+        return layer + per_class + tables + labels + self.fitted_bytes()
 
     def evaluation_bytes(self) -> int:
-        """After the fit: the calibration rows of every layer (validation, else a held-out
-        share of train), the feature baselines, and one class of the coverage curve."""
+        """After the fit, beside the fitted boxes: the calibration rows of every layer
+        (validation, else a held-out share of train), the feature baselines, one class of
+        the coverage curve, and the largest moment of the box runtime: each class's
+        distances from its boxes to the other classes' (the contrast term's neighbours)."""
         n = self.rows["train"]
         calib = self.rows.get("validation", 0) + self.rows.get("unknown", 0)
         if not self.validation:
             calib = n // 5
         coverage = min(self.largest_class, MAX_COVERAGE_ROWS) * max(self.features, default=0)
+        widest = max(self.features, default=0)
+        neighbours = self.classes * BOXES_PER_CLASS * self.max_clusters * widest * 8
+        kept, moment = self.baseline_bytes()
         return (
-            calib * sum(self.features) * FLOAT + self.baseline_bytes() + coverage * FIT_CLASS_BYTES
+            self.fitted_bytes()
+            + calib * sum(self.features) * FLOAT
+            + coverage * FIT_CLASS_BYTES
+            + kept
+            + max(moment, neighbours)
         )
 
-    def baseline_bytes(self) -> int:
+    def baseline_bytes(self) -> tuple[int, int]:
         """The feature baselines (:mod:`~boxwatch.offline.monitors.baselines`), fitted on at
         most :data:`~.emitted.MAX_BASELINE_ROWS` training rows of each layer they can take:
-        those rows, KNN's normalised copy, Mahalanobis' covariance and class means per layer
-        (all kept while the comparison runs), and the largest of what one step holds for a
-        moment: KNN's similarity table of a chunk of queries and np.partition's copy,
+        what is kept while the comparison runs (those rows, KNN's normalised copy,
+        Mahalanobis' covariance and class means per layer), and the largest of what one step
+        holds for a moment: KNN's similarity table of a chunk of queries and np.partition's copy,
         Mahalanobis' float64 rows and their centred copy, its class distances of a set."""
         widths = [f for f in self.features if f <= MAX_BASELINE_FEATURES]
         if not widths:
-            return 0
+            return 0, 0
         rows = min(self.rows["train"], MAX_BASELINE_ROWS)
         queries = max((v for k, v in self.rows.items() if k != "train"), default=0)
         kept = rows * sum(widths) * 2 * FLOAT + sum(f * f + self.classes * f for f in widths) * 8
@@ -357,7 +361,21 @@ class _Shape:
             2 * rows * max(widths) * 8,
             3 * queries * self.classes * 8 + queries * max(widths) * 8,
         )
-        return kept + moment
+        return kept, moment
+
+    def input_alone_bytes(self) -> int:
+        """The ``input_not_monitored`` check (the model's input not monitored): a monitor of
+        the pooled input alone, fitted as the build's own on the training and validation
+        inputs, with one set preprocessed whole at a time."""
+        if not self.input_alone:
+            return 0
+        known = self.rows["train"] + self.rows.get("validation", 0)
+        widest_set = max(self.rows.values())
+        return (
+            known * self.input_alone * FLOAT
+            + widest_set * self.input_values * FLOAT
+            + self.largest_class * self.input_alone * FIT_CLASS_BYTES
+        )
 
     def choice_bytes(self) -> int:
         """``layers: auto``: the capped rows of every ranked candidate in each pooling."""
@@ -365,14 +383,48 @@ class _Shape:
         return rows * self.choice_features * FLOAT + self.extraction_bytes()
 
 
+def _auto_widths(
+    model: ModelInputs, infos: Sequence[LayerInfo], plan: layer_choice.InputPlan
+) -> tuple[list[int], int, int]:
+    """``layers: auto``: a bound on the monitored features (the widest
+    :data:`~.layer_choice.N_CHOSEN` rankable candidates, each in its widest pooling that
+    fits, and the input), the values those return unpooled, and the ranked candidates'
+    features in every pooling the choice extracts."""
+    screened = [s for s in layer_choice.screen(infos, model.pooling) if s.reason is None]
+
+    def widest(s: layer_choice.Screened) -> int:
+        fits = [s.info.n_features(p) or 0 for p in layer_choice.MAP_POOLINGS] if s.pooled else []
+        return max([s.features or 0, *(f for f in fits if f <= layer_choice.MAX_FEATURES)])
+
+    features = sorted(map(widest, screened), reverse=True)[: layer_choice.N_CHOSEN]
+    raw = sum(sorted((_values(s.info) for s in screened), reverse=True)[: layer_choice.N_CHOSEN])
+    if plan.monitored and plan.features:
+        features.append(plan.features)
+        raw += model.preprocessing.size
+    choice = sum(
+        sum(s.info.n_features(p) or 0 for p in layer_choice.MAP_POOLINGS)
+        if s.pooled
+        else (s.features or 0)
+        for s in screened
+    )
+    return features, raw, choice
+
+
+def _listed_widths(model: ModelInputs, infos: Sequence[LayerInfo]) -> tuple[list[int], int]:
+    """Listed layers: each one's features after pooling (one run of the tap) and the
+    values they return unpooled."""
+    by_name = {info.name: info for info in infos}
+    by_name.update({m: info for info in infos for m in info.modules})
+    _, acts = model.tap.run(model.preprocessing.apply(model.data["train"][0][:1]))
+    raw = sum(
+        model.preprocessing.size if name == INPUT_LAYER else _values(by_name.get(name))
+        for name in model.layers
+    )
+    return [int(acts[name].shape[1]) for name in model.layers], raw
+
+
 def _values(info: LayerInfo | None) -> int:
     """Values a candidate layer returns per input (0 where its shape is unknown)."""
     if info is None:
         return 0
     return info.n_features("flatten") or 0
-
-
-def _pooled_features(model: ModelInputs) -> dict[str, int]:
-    """Each tapped layer's features after pooling, from one run on a training input."""
-    _, acts = model.tap.run(model.preprocessing.apply(model.data["train"][0][:1]))
-    return {name: int(a.shape[1]) for name, a in acts.items()}

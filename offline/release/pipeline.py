@@ -161,7 +161,10 @@ def prepare(
         bn.max_memory = limit if bn.max_memory is None else min(bn.max_memory, limit)
     if problems:
         raise ConfigError(problems)
-    memory = _collect(problems, lambda: estimate(model, resources, batch=EXTRACT_BATCH))
+    memory = _collect(
+        problems,
+        lambda: estimate(model, resources, batch=EXTRACT_BATCH, params=cfg.spec.monitor),
+    )
     if memory is not None:
         problems.extend(memory.problems())
     if problems:
