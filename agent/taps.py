@@ -16,6 +16,12 @@ a grid of at most :data:`GRID_CELLS` cells per axis after the channel axis: ``C*
 features for an image, which keeps where things are). ``pooling`` may also map layer names
 to options (layers not named use ``"flatten"``).
 
+``device`` runs the model on ``"cpu"`` (default) or an NVIDIA GPU (``"cuda"``, ``"cuda:N"``):
+ONNX through onnxruntime's ``CUDAExecutionProvider`` (the ``onnxruntime-gpu`` package, which
+replaces ``onnxruntime`` under the same import name), torch by moving the program to the
+device; activations come back as numpy either way. A device the installed packages or the
+machine cannot run is refused with one line saying what to install (:func:`parse_device`).
+
 The layer :data:`INPUT_LAYER` (``"input"``) is the model's input itself, as the tap receives
 it (preprocessed): monitoring it catches inputs unlike the training data (other data sets,
 broken sensors) that a well-trained network maps into familiar activations. What the input
@@ -65,6 +71,20 @@ MAX_INFLATION = 32
 (torch compresses only its code, a few times at most; tensors are stored as they are)."""
 MAX_ERROR_ECHO = 300
 """Characters of a library's error message quoted in ours."""
+CPU = "cpu"
+CUDA = "cuda"
+DEVICE_PATTERN = r"^(cpu|cuda(:[0-9]+)?)$"
+"""The devices a model runs on: ``cpu``, ``cuda`` (GPU 0), ``cuda:N``."""
+CUDA_PROVIDER = "CUDAExecutionProvider"
+ORT_GPU_HINT = (
+    "install onnxruntime-gpu in place of onnxruntime (pip uninstall onnxruntime, then pip "
+    "install onnxruntime-gpu: the same import name) on a machine with an NVIDIA GPU, or "
+    "set model.device: cpu"
+)
+TORCH_GPU_HINT = (
+    "install a CUDA build of torch (PyTorch's CUDA wheels, pytorch.org 'Get started') on a "
+    "machine with an NVIDIA GPU and its driver, or set model.device: cpu"
+)
 
 
 @dataclass(frozen=True)
@@ -115,6 +135,17 @@ class InputInfo:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "shape": list(self.shape)}
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """``("cpu", 0)``, ``("cuda", 0)`` or ``("cuda", N)`` for ``cpu``, ``cuda``, ``cuda:N``;
+    :class:`ConfigError` for anything else."""
+    if not re.fullmatch(DEVICE_PATTERN, str(device)):
+        raise ConfigError(
+            f"model.device: {str(device)[:40]!r} is not a device (cpu, cuda or cuda:N)"
+        )
+    kind, _, index = str(device).partition(":")
+    return kind, int(index or 0)
 
 
 def resolve_threads(threads: int | None) -> int:
@@ -203,6 +234,7 @@ class Tap(Protocol):
     layers: list[str]
     pooling: dict[str, str]
     input: InputInfo
+    device: str  # where the model runs: cpu, cuda, cuda:N
 
     def candidates(self) -> list[LayerInfo]:
         """Every layer the tap could expose, with its output shape."""
@@ -224,8 +256,11 @@ class _ModelTap:
         *,
         pooling: str | Mapping[str, str] = "flatten",
         threads: int | None = None,
+        device: str = CPU,
     ):
         self.pooling = _check_pooling(pooling, list(layers))
+        self.device = str(device)
+        self._device = parse_device(self.device)
         self._open(Path(model), list(layers), threads)
 
     def _open(self, path: Path, layers: list[str], threads: int | None) -> None:
@@ -246,6 +281,9 @@ class OnnxTap(_ModelTap):
     threads : int, optional
         onnxruntime intra-op threads (default ``BOXWATCH_ORT_THREADS`` or 1; more threads
         worsen tail latency for small models).
+    device : {"cpu", "cuda", "cuda:N"}, default="cpu"
+        ``cuda`` runs the model through onnxruntime-gpu's ``CUDAExecutionProvider`` (nodes
+        it lacks stay on the CPU), deterministic compute on.
     """
 
     def _open(self, path: Path, layers: list[str], threads: int | None) -> None:
@@ -253,6 +291,19 @@ class OnnxTap(_ModelTap):
         self.threads = resolve_threads(threads)
         onnx = _import_onnx()
         import onnxruntime as ort
+
+        providers: list[Any] = ["CPUExecutionProvider"]
+        if self._device[0] == CUDA:
+            available = ort.get_available_providers()
+            if CUDA_PROVIDER not in available:
+                raise ConfigError(
+                    f"model.device: {self.device}, but this onnxruntime {ort.__version__} has "
+                    f"no {CUDA_PROVIDER} (it has {', '.join(available)}): {ORT_GPU_HINT}"
+                )
+            # TF32 matrix products keep 10 bits of mantissa: full float32 keeps the GPU's
+            # activations within float32 rounding of the CPU's.
+            options = {"device_id": self._device[1], "use_tf32": 0}
+            providers = [(CUDA_PROVIDER, options), *providers]
 
         if not self.path.is_file():
             raise MissingModelError(f"{self.path}: no such model file")
@@ -320,14 +371,24 @@ class OnnxTap(_ModelTap):
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if self._device[0] == CUDA:
+            opts.use_deterministic_compute = True  # the same artifact from the same inputs
         try:
             self.session = ort.InferenceSession(
-                proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+                proto.SerializeToString(), opts, providers=providers
             )
         except Exception as exc:  # onnxruntime's own types (Fail, InvalidGraph, ...)
             raise ConfigError(
-                f"{self.path}: onnxruntime cannot run this model ({_first_line(exc)})"
+                f"{self.path}: onnxruntime cannot run this model on {self.device} "
+                f"({_first_line(exc)})"
             ) from None
+        if self._device[0] == CUDA and CUDA_PROVIDER not in self.session.get_providers():
+            raise ConfigError(
+                f"model.device: {self.device}: onnxruntime-gpu could not start CUDA there "
+                "(no GPU of that index, or the CUDA and cuDNN libraries onnxruntime-gpu needs "
+                "are missing: see its install notes), so it fell back to the CPU; set "
+                "model.device: cpu to build on the CPU"
+            )
         fetched = [t for t in dict.fromkeys(self._tensor.values()) if t != source]
         self._fetch = [self.output_name, *fetched]
 
@@ -450,6 +511,9 @@ class TorchTap(_ModelTap):
     pooling : {"flatten", "avg", "max", "grid"} or mapping of layer to it, default="flatten"
     threads : int, optional
         ``torch.set_num_threads`` (process-wide), default ``BOXWATCH_ORT_THREADS`` or 1.
+    device : {"cpu", "cuda", "cuda:N"}, default="cpu"
+        Where the program runs (a ``.pt2`` is moved there with torch's
+        ``move_to_device_pass``); inputs go there and outputs come back as numpy.
     """
 
     def _open(self, path: Path, layers: list[str], threads: int | None) -> None:
@@ -457,6 +521,7 @@ class TorchTap(_ModelTap):
             import torch
         except ModuleNotFoundError:
             raise ConfigError("Torch models need torch: pip install 'boxwatch[torch]'") from None
+        self._target = _torch_device(torch, self.device, self._device)
         self.path = path
         self.threads = resolve_threads(threads)
         torch.set_num_threads(self.threads)
@@ -473,12 +538,16 @@ class TorchTap(_ModelTap):
         try:
             with _quiet_torch(heard):
                 if self.scripted:
-                    self.module = torch.jit.load(str(self.path), map_location="cpu")
+                    self.module = torch.jit.load(str(self.path), map_location=self._target)
                     self._example = None
                 else:
                     program = torch.export.load(str(self.path))
+                    if self._device[0] != CPU:
+                        from torch.export.passes import move_to_device_pass
+
+                        program = move_to_device_pass(program, self._target)
                     self.module = torch.export.unflatten(program)
-                    self._example = _example_input(program)
+                    self._example = _example_input(program).to(self._target)
                     _compiled_calls(torch, self.module, self._example)
                     self.input = _program_input(program)
                     self._kinds, self._calls = _module_calls(program)
@@ -579,15 +648,38 @@ class TorchTap(_ModelTap):
         x = np.ascontiguousarray(x, dtype=np.float32)
         self._captured[INPUT_LAYER] = torch.from_numpy(x)
         with torch.no_grad():
-            out = self.module(torch.from_numpy(x))
+            out = self.module(torch.from_numpy(x).to(self._target))
         logits = out[0] if isinstance(out, tuple | list) else out
         return (
-            logits.detach().numpy(),
+            logits.detach().cpu().numpy(),
             {
-                name: pool(self._captured[name].detach().numpy(), self.pooling[name])
+                name: pool(self._captured[name].detach().cpu().numpy(), self.pooling[name])
                 for name in self.layers
             },
         )
+
+
+def _torch_device(torch: Any, device: str, parsed: tuple[str, int]) -> Any:
+    """The ``torch.device`` of ``device``; :class:`ConfigError` when torch cannot run there
+    (a CPU-only build, no GPU visible, no GPU of that index). For ``cuda`` it turns TF32
+    off, process-wide (torch's own switches)."""
+    kind, index = parsed
+    if kind == CUDA:
+        # Full float32 products (cuDNN convolutions default to TF32), as onnxruntime's.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else "no GPU visible"
+            raise ConfigError(
+                f"model.device: {device}, but torch {torch.__version__} sees no CUDA device "
+                f"({build}): {TORCH_GPU_HINT}"
+            )
+        if index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"model.device: {device}, but torch sees {torch.cuda.device_count()} CUDA "
+                f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})"
+            )
+    return torch.device(device)
 
 
 def _module_calls(program) -> tuple[dict[str, str], dict[str, int]]:
@@ -733,13 +825,15 @@ def open_tap(
     *,
     pooling: str | Mapping[str, str] = "flatten",
     threads: int | None = None,
+    device: str = CPU,
 ) -> Tap:
-    """Open ``model`` with the tap its suffix calls for (``.onnx``; ``.pt2``; ``.pt``/``.ts``)."""
+    """Open ``model`` with the tap its suffix calls for (``.onnx``; ``.pt2``; ``.pt``/``.ts``),
+    running on ``device`` (``cpu``, ``cuda``, ``cuda:N``)."""
     suffix = Path(model).suffix.lower()
     if suffix in ONNX_SUFFIXES:
-        return OnnxTap(model, layers, pooling=pooling, threads=threads)
+        return OnnxTap(model, layers, pooling=pooling, threads=threads, device=device)
     if suffix in EXPORT_SUFFIXES + TORCHSCRIPT_SUFFIXES:
-        return TorchTap(model, layers, pooling=pooling, threads=threads)
+        return TorchTap(model, layers, pooling=pooling, threads=threads, device=device)
     raise ConfigError(
         f"{model}: unknown model format {suffix!r}; expected .onnx, .pt2 "
         "(torch.export) or .pt/.ts (TorchScript)"

@@ -19,9 +19,10 @@ from boxwatch.commands.console import (
     finish,
     summary_table,
 )
-from boxwatch.commands.options import progress_option
+from boxwatch.commands.options import SizeParam, progress_option
 from boxwatch.offline.progress import Progress
 from boxwatch.offline.release.config import load_config
+from boxwatch.offline.release.memory import Resources
 from boxwatch.offline.release.pipeline import build, check_out_path, prepare
 from boxwatch.offline.release.report import write_report
 
@@ -54,6 +55,23 @@ KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
     type=int,
     help="Creation time (Unix seconds); default $SOURCE_DATE_EPOCH, else now.",
 )
+@click.option(
+    "--max-memory",
+    type=SizeParam(),
+    default=None,
+    help="Memory the build may use, e.g. 8G or 512M (default: this machine's). The peak "
+    "is estimated before any activation is extracted (printed with --dry-run); a build "
+    "estimated over it exits 2, and so does one whose memory passes it while activations "
+    "are extracted. The BN compilation is held to it too (bn.max_memory if lower).",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Folder for the activation store, memory-mapped files removed after the build "
+    "(default: $TMPDIR, else the system's temporary folder). Put it on a disk: a tmpfs "
+    "holds the store in RAM, and the estimate then counts it.",
+)
 @progress_option
 def build_artifact(
     config: Path,
@@ -62,14 +80,17 @@ def build_artifact(
     report_dir: Path | None,
     dry_run: bool,
     created_at: int | None,
+    max_memory: int | None,
+    work_dir: Path | None,
     progress: Progress,
 ) -> None:
     """Build the signed artifact a release pipeline publishes.
 
-    Validates every input first (all problems listed at once), extracts activations, fits
-    and selects the box monitors, calibrates the score threshold, compiles the BN classifier,
-    verifies its rules and monotonicity queries, then writes the artifact atomically and
-    prints a summary table. The same config, data, key and creation time give a
+    Validates every input first (all problems listed at once) and estimates the build's
+    peak memory (stderr), extracts activations into a disk-backed store (model.device
+    runs the model: cpu, cuda or cuda:N), fits and selects the box monitors, calibrates the
+    score threshold, compiles the BN classifier, verifies its rules and monotonicity
+    queries, then writes the artifact atomically and prints a summary table. The same config, data, key and creation time give a
     byte-identical artifact. The key never comes from the config: use --key or
     $BOXWATCH_SIGNING_KEY_FILE. Each phase that runs over 2 s shows its progress on stderr
     (the summary table alone goes to stdout).
@@ -77,14 +98,15 @@ def build_artifact(
     \b
     Example:
       boxwatch build-artifact build.yaml --key ci.key --out model.bwa --report report/
-    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error;
-    70 internal error.
+    Exit codes: 0 built; 1 built, but a policy of the config failed; 2 config or input error
+    (a build that will not fit --max-memory too); 70 internal error.
     """
     key_path = key_path or (Path(os.environ[KEY_FILE_ENV]) if KEY_FILE_ENV in os.environ else None)
     problems: list[str] = []
     prepared = None
     try:
-        prepared = prepare(load_config(config), out)
+        resources = Resources(max_memory=max_memory, work_dir=work_dir)
+        prepared = prepare(load_config(config), out, resources=resources)
     except ConfigError as exc:
         problems += exc.problems
         if not any(p.startswith("--out ") for p in exc.problems):
@@ -105,10 +127,17 @@ def build_artifact(
         problems.append("--out ARTIFACT is required (or use --dry-run)")
     if problems:
         _fail(config, problems)
+    assert prepared is not None
+    if (
+        prepared.model is not None
+        and prepared.memory is not None
+        and (dry_run or progress.mode != "off")
+    ):
+        click.echo(prepared.memory.text(), err=True)
     if dry_run:
         click.echo(f"{config}: valid; nothing built (--dry-run)", err=True)
         return
-    assert prepared is not None and private_key is not None and out is not None
+    assert private_key is not None and out is not None
     try:
         outcome = build(prepared, private_key, created_at=created_at, progress=progress)
         write_artifact(out, outcome.artifact)

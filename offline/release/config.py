@@ -16,6 +16,7 @@ import msgspec
 from boxwatch.agent import vocab
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.inputs import load_yaml_file, one_line, quote, show_path
+from boxwatch.agent.taps import DEVICE_PATTERN
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.params import json_schema
 from boxwatch.offline.release.records import BuildSpec, MonitorSection
@@ -79,6 +80,8 @@ SCHEMA: dict[str, Any] = {
                 "input_kind": {"enum": list(vocab.INPUT_KINDS)},
                 # false: the model's input is not monitored beside the layers.
                 "monitor_input": {"type": "boolean"},
+                # Where activations are extracted: cpu, cuda (GPU 0) or cuda:N.
+                "device": {"type": "string", "pattern": DEVICE_PATTERN},
                 "external_data": {"type": "array", "items": _PATH},
                 "preprocessing": {
                     "type": "object",
@@ -243,6 +246,8 @@ def _message(err: jsonschema.ValidationError) -> str:
         extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
         verb = "was" if len(extra) == 1 else "were"
         return f"unknown key(s) ({', '.join(quote(k, 40) for k in extra[:10])} {verb} unexpected)"
+    if err.validator == "pattern" and err.schema.get("pattern") == DEVICE_PATTERN:
+        return f"{quote(str(err.instance), 40)} is not a device (cpu, cuda or cuda:N)"
     if err.validator == "anyOf" and not err.absolute_path:
         return "needs a 'model' section, a 'bn' section, or both"
     if err.validator == "oneOf" and {"const": "auto"} in err.schema.get("oneOf", []):

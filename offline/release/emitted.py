@@ -210,6 +210,9 @@ BOX_METHOD = "box monitor (emitted accept)"
 # many for KNN); larger layers are left out (Mahalanobis inverts a features x features matrix).
 LAYER_CHOICE_ROWS = 1000
 MAX_BASELINE_FEATURES = 1024
+# Training rows the feature baselines fit on at most (KNN keeps them all and scores against
+# all of them; Mahalanobis' class means and covariance are as good from this many).
+MAX_BASELINE_ROWS = 20000
 HISTOGRAM_BINS = 30
 
 
@@ -260,6 +263,15 @@ def _on_layer(scorer: ClassScorer, layer: str, data: SetVerdicts) -> np.ndarray:
 
 def _flat(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).reshape(len(x), -1)
+
+
+def baseline_rows(rows: np.ndarray, random_state: int | None) -> np.ndarray:
+    """``rows`` (sorted training row indices), at most :data:`MAX_BASELINE_ROWS` of them
+    drawn with ``random_state``, sorted: what the feature baselines fit on."""
+    if len(rows) <= MAX_BASELINE_ROWS:
+        return rows
+    drawn = np.random.default_rng(random_state).permutation(len(rows))[:MAX_BASELINE_ROWS]
+    return rows[np.sort(drawn)]
 
 
 def feature_methods(

@@ -47,6 +47,9 @@ from boxwatch.offline.release.records import (
 UNKNOWN_LABEL = -1
 COVERAGE_MEASURE = "per-dimension geometric mean of the upper coverage bound r_u"
 HISTOGRAM_BINS = 30
+# Rows per class the coverage curve's k-means path runs on at most (a figure of the report,
+# not the artifact; the path's cost grows with rows times clusters).
+MAX_COVERAGE_ROWS = 5000
 HELD_OUT = "train (held out)"
 # What BoxMonitor.fit and calibrate take: activations by layer, labels, predictions, logits.
 FitData = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]
@@ -61,22 +64,13 @@ class Tapped:
     pred: np.ndarray
     y: np.ndarray | None
 
-    def rows(self, idx: np.ndarray) -> Tapped:
-        """The rows ``idx`` of this set."""
+    def rows(self, idx: np.ndarray | slice) -> Tapped:
+        """The rows ``idx`` of this set (a view for a slice)."""
         return Tapped(
             {k: v[idx] for k, v in self.acts.items()},
             self.logits[idx],
             self.pred[idx],
             None if self.y is None else self.y[idx],
-        )
-
-    def with_unknown(self, unknown: Tapped) -> Tapped:
-        """This labelled set followed by ``unknown``'s inputs, labelled -1."""
-        return Tapped(
-            {k: np.concatenate([v, unknown.acts[k]]) for k, v in self.acts.items()},
-            np.concatenate([self.logits, unknown.logits]),
-            np.concatenate([self.pred, unknown.pred]),
-            np.concatenate([self.labels, np.full(len(unknown.pred), UNKNOWN_LABEL)]),
         )
 
     @property
@@ -121,11 +115,10 @@ class _Sets:
     evaluation: Tapped | None  # validation inputs, then data.unknown's labelled -1
 
     @classmethod
-    def of(cls, tapped: dict[str, Tapped]) -> _Sets:
+    def of(cls, tapped: dict[str, Tapped], evaluation: Tapped | None) -> _Sets:
         validation, unknown = tapped.get("validation"), tapped.get("unknown")
-        evaluation = None
-        if validation is not None:
-            evaluation = validation if unknown is None else validation.with_unknown(unknown)
+        if evaluation is None:
+            evaluation = validation
         return cls(tapped["train"], validation, unknown, evaluation)
 
 
@@ -139,8 +132,8 @@ def fit_monitors(
     """Fit, select, calibrate and evaluate the box monitors of a validated model config;
     ``progress`` shows each phase (default: nothing shown)."""
     progress = Progress(mode="off") if progress is None else progress
-    tapped = _tap_sets(mi, extract, progress)
-    sets = _Sets.of(tapped)
+    tapped, evaluation = _tap_sets(mi, extract, progress)
+    sets = _Sets.of(tapped, evaluation)
     # The sweep counts one step per layer, class and kind of box (good, bad).
     with progress.phase("fitting boxes (tau sweep)", len(mi.layers) * len(mi.classes) * 2):
         monitor = _fit(params.estimator(mi.layers), sets, len(mi.classes))
@@ -272,18 +265,37 @@ def _fit_summary(
 
 def _tap_sets(
     mi: ModelInputs, extract: Callable[..., Any], progress: Progress
-) -> dict[str, Tapped]:
+) -> tuple[dict[str, Tapped], Tapped | None]:
     """Every data set but ``test`` through the model (``test`` is only reported, by the
-    pipeline: never fitted or calibrated on)."""
+    pipeline: never fitted or calibrated on), and the evaluation set: the validation inputs
+    followed by ``data.unknown``'s, labelled -1 (``None`` without both). The two are
+    extracted into one array of which each set is a view, so the evaluation set costs no
+    copy."""
     names = [name for name in mi.data if name != "test"]
     total_rows = sum(len(mi.data[name][0]) for name in names)
-    out = {}
+    joint = "validation" in names and "unknown" in names
+    out: dict[str, Tapped] = {}
+    evaluation = None
     with progress.phase("extracting activations", total_rows) as bar:
         for name in names:
             x, y = mi.data[name]
+            if joint and name == "unknown":
+                continue  # extracted with the validation set
+            if joint and name == "validation":
+                x_unknown, y_unknown = mi.data["unknown"]
+                logits, acts = extract(mi, [x, x_unknown], bar)
+                labels = np.concatenate([y, np.full(len(x_unknown), UNKNOWN_LABEL)])
+                evaluation = Tapped(acts, logits, logits.argmax(axis=1), labels)
+                for part, rows, labelled in (
+                    ("validation", slice(0, len(x)), y),
+                    ("unknown", slice(len(x), None), y_unknown),
+                ):
+                    view = evaluation.rows(rows)
+                    out[part] = Tapped(view.acts, view.logits, view.pred, labelled)
+                continue
             logits, acts = extract(mi, x, bar)
             out[name] = Tapped(acts, logits, logits.argmax(axis=1), y)
-    return out
+    return {name: out[name] for name in names}, evaluation
 
 
 def _accuracy(sets: dict[str, Tapped]) -> Accuracy:
@@ -415,7 +427,9 @@ def _coverage(
 
     The ratio r_u underflows to 0 in tens of dimensions, so the curve plots its geometric
     mean per dimension, ``exp(log r_u / n_dims)``: 1 for one box over the whole data, and
-    comparable across layers of different widths.
+    comparable across layers of different widths. A class with more than
+    :data:`MAX_COVERAGE_ROWS` correctly classified training inputs is measured on that many
+    of them, drawn with its seed (a report figure: the boxes themselves use every row).
     """
     rng = np.random.RandomState(monitor.random_state)
     y_true, y_pred = train.labels, train.pred
@@ -423,11 +437,16 @@ def _coverage(
     per_class: list[list[float | None]]
     for layer in mi.layers:
         x = np.asarray(train.acts[layer]).reshape(len(y_pred), -1)
-        x = normalize_features(x, monitor.normalize)
         per_class = []
         for cls in range(n_classes):
-            xs = x[(y_pred == cls) & (y_true == cls)]
+            rows = np.flatnonzero((y_pred == cls) & (y_true == cls))
             seed = int(rng.randint(0, 2**31 - 1))
+            if len(rows) > MAX_COVERAGE_ROWS:
+                drawn = np.random.default_rng(seed).permutation(len(rows))[:MAX_COVERAGE_ROWS]
+                rows = rows[np.sort(drawn)]
+            # One class's rows at a time (normalisation is row-wise): the layer is never
+            # copied whole, which matters when it is a memory-mapped store.
+            xs = normalize_features(x[rows], monitor.normalize)
             if len(xs) < 2:
                 per_class.append([None] * len(taus))
                 tick()

@@ -45,6 +45,7 @@ from boxwatch.offline.progress import Phase, Progress
 from boxwatch.offline.release import bn_stage, emitted, layer_choice
 from boxwatch.offline.release.config import BuildConfig
 from boxwatch.offline.release.datasets import load_dataset
+from boxwatch.offline.release.memory import MemoryEstimate, MemoryGuard, Resources, estimate
 from boxwatch.offline.release.monitor_stage import MonitorOutcome, fit_monitors, input_alone
 from boxwatch.offline.release.records import (
     ArtifactSummary,
@@ -68,6 +69,7 @@ from boxwatch.offline.release.records import (
     VerdictShares,
     VerdictsSummary,
 )
+from boxwatch.offline.release.store import ActivationStore
 
 EXTRACT_BATCH = 512
 CONFIG_RULE = (
@@ -78,11 +80,14 @@ FED_DTYPE = "float32"  # what both taps feed a model (OnnxTap.run, TorchTap.run)
 
 @dataclass
 class Prepared:
-    """Everything :func:`build` needs, checked."""
+    """Everything :func:`build` needs, checked, with what the build may use and the memory
+    it is estimated to need (``--dry-run`` prints it)."""
 
     cfg: BuildConfig
     model: ModelInputs | None
     bn: bn_stage.BNInputs | None
+    resources: Resources = field(default_factory=Resources)
+    memory: MemoryEstimate | None = None
 
 
 @dataclass
@@ -123,6 +128,7 @@ class _ModelHalf:
     record: dict[str, Any]
     summary: ModelSummary
     params: MonitorSection  # the config's monitor section
+    extract: Callable[..., tuple[np.ndarray, dict[str, np.ndarray]]]  # into the store
 
 
 def _collect(problems: list[str], step: Callable[[], Any]) -> Any:
@@ -136,18 +142,34 @@ def _collect(problems: list[str], step: Callable[[], Any]) -> Any:
     return None
 
 
-def prepare(cfg: BuildConfig, out: Path | None = None) -> Prepared:
+def prepare(
+    cfg: BuildConfig, out: Path | None = None, *, resources: Resources | None = None
+) -> Prepared:
     """Validate every input of the config; raise one :class:`ConfigError` with all problems.
 
     ``out``, the artifact path to write, is checked too (its folder must exist), so that
-    ``--dry-run`` catches what would otherwise fail after the whole build.
+    ``--dry-run`` catches what would otherwise fail after the whole build. The build's
+    memory is estimated and held to ``resources``' bound (default: this machine's memory;
+    :mod:`.memory`), and the BN compilation to ``max_memory`` too when it is given.
     """
+    resources = Resources() if resources is None else resources
     problems: list[str] = check_out_path(out)
     model = _checked_model(cfg, problems) if cfg.spec.model is not None else None
     bn = _collect(problems, lambda: bn_stage.prepare(cfg)) if cfg.spec.bn is not None else None
+    if bn is not None and resources.max_memory is not None:
+        limit = resources.max_memory
+        bn.max_memory = limit if bn.max_memory is None else min(bn.max_memory, limit)
     if problems:
         raise ConfigError(problems)
-    return Prepared(cfg, model, bn)
+    memory = _collect(
+        problems,
+        lambda: estimate(model, resources, batch=EXTRACT_BATCH, params=cfg.spec.monitor),
+    )
+    if memory is not None:
+        problems.extend(memory.problems())
+    if problems:
+        raise ConfigError(problems)
+    return Prepared(cfg, model, bn, resources, memory)
 
 
 def prepare_model(cfg: BuildConfig, *, auto: bool = False) -> ModelInputs:
@@ -315,7 +337,9 @@ def _prepare_model(
         pooling = {n: layer_choice.pooling_of(m.pooling, n) for n in layers}
         pooling[INPUT_LAYER] = entry.pooling
         layers = [INPUT_LAYER, *layers]
-    tap = _collect(problems, lambda: open_tap(path, layers, pooling=pooling, threads=1))
+    tap = _collect(
+        problems, lambda: open_tap(path, layers, pooling=pooling, threads=1, device=m.device)
+    )
     data = _load_data(cfg, preprocessing, classes, problems)
     if "train" not in data and len(problems) == before:
         problems.append("data.train: the model section needs training inputs")
@@ -337,6 +361,7 @@ def _prepare_model(
         input_kind=m.input_kind,
         monitor_input=m.monitor_input,
         listed=None if auto else listed,
+        device=m.device,
     )
 
 
@@ -437,7 +462,13 @@ def choose_layers(
     train_x, train_y = model.data["train"]
     assert train_y is not None  # labelled (load_dataset)
     return layer_choice.choose_layers(
-        lambda names: open_tap(model.path, names, pooling=_tapped(model.pooling, names), threads=1),
+        lambda names: open_tap(
+            model.path,
+            names,
+            pooling=_tapped(model.pooling, names),
+            threads=1,
+            device=model.device,
+        ),
         infos,
         output=output_layer(model.tap, infos, len(model.classes)),
         pooling=model.pooling,
@@ -470,19 +501,41 @@ def _model_files(cfg: BuildConfig) -> list[tuple[str, Path]]:
 
 
 def extract(
-    model: ModelInputs, x: np.ndarray, bar: Phase | None = None
+    model: ModelInputs,
+    x: np.ndarray | Sequence[np.ndarray],
+    bar: Phase | None = None,
+    *,
+    store: ActivationStore | None = None,
+    guard: MemoryGuard | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Logits and activations of ``x`` in batches (what the agent computes online)."""
-    logits: list[np.ndarray] = []
-    acts: dict[str, list[np.ndarray]] = {layer: [] for layer in model.layers}
-    for start in range(0, len(x), EXTRACT_BATCH):
-        out, a = model.tap.run(model.preprocessing.apply(x[start : start + EXTRACT_BATCH]))
-        logits.append(out)
-        for layer in model.layers:
-            acts[layer].append(a[layer])
-        if bar is not None:
-            bar.update(min(EXTRACT_BATCH, len(x) - start))
-    return np.concatenate(logits), {k: np.concatenate(v) for k, v in acts.items()}
+    """Logits and activations of ``x`` (or of several sets, their rows one after another),
+    in batches of :data:`EXTRACT_BATCH` rows of each set (what the agent computes online),
+    written into arrays of ``store`` (default: in memory); ``guard`` checks the process's
+    memory after each batch."""
+    parts = [x] if isinstance(x, np.ndarray) else list(x)
+    n = sum(len(part) for part in parts)
+    allocate = np.zeros if store is None else store.allocate
+    logits: np.ndarray | None = None
+    acts: dict[str, np.ndarray] = {}
+    row = 0
+    for part in parts:
+        for start in range(0, len(part), EXTRACT_BATCH):
+            out, a = model.tap.run(model.preprocessing.apply(part[start : start + EXTRACT_BATCH]))
+            if logits is None:
+                logits = allocate((n, *out.shape[1:]), out.dtype)
+                acts = {
+                    layer: allocate((n, a[layer].shape[1]), np.float32) for layer in model.layers
+                }
+            logits[row : row + len(out)] = out
+            for layer in model.layers:
+                acts[layer][row : row + len(out)] = a[layer]
+            row += len(out)
+            if bar is not None:
+                bar.update(len(out))
+            if guard is not None:
+                guard.check("extracting activations")
+    assert logits is not None  # every data set holds inputs (load_dataset)
+    return logits, acts
 
 
 def build(
@@ -494,12 +547,33 @@ def build(
 ) -> BuildOutcome:
     """Run the whole build; deterministic for the same inputs, key and creation time.
 
-    ``progress`` shows each long phase (default: nothing shown)."""
+    Activations go through the activation store of ``prepared.resources`` (memory-mapped
+    files, removed at the end) and the extraction is held to its memory bound
+    (:mod:`.memory`). ``progress`` shows each long phase (default: nothing shown)."""
+    resources = prepared.resources
+    with ActivationStore(resources.work_dir, in_memory=resources.in_memory) as store:
+        guard = MemoryGuard(resources.bound, resources.bound_name)
+        into = functools.partial(extract, store=store, guard=guard)
+        return _build(prepared, private_key, created_at, progress, into)
+
+
+def _build(
+    prepared: Prepared,
+    private_key: Ed25519PrivateKey,
+    created_at: int | None,
+    progress: Progress | None,
+    extract_into: Callable[..., tuple[np.ndarray, dict[str, np.ndarray]]],
+) -> BuildOutcome:
+    """:func:`build`, its activations extracted by ``extract_into``."""
     cfg = prepared.cfg
     spec = cfg.spec
     parts = _Assembly()
     progress = Progress(mode="off") if progress is None else progress
-    half = None if prepared.model is None else _model_half(prepared.model, spec, parts, progress)
+    half = (
+        None
+        if prepared.model is None
+        else _model_half(prepared.model, spec, parts, progress, extract_into)
+    )
     bn_summary = UNSET if prepared.bn is None else _bn_half(prepared.bn, parts, progress)
     parts.contents["model_version"] = spec.metadata.model_version
     sign = functools.partial(
@@ -545,7 +619,11 @@ def build(
 
 
 def _model_half(
-    mi: ModelInputs, spec: BuildSpec, parts: _Assembly, progress: Progress
+    mi: ModelInputs,
+    spec: BuildSpec,
+    parts: _Assembly,
+    progress: Progress,
+    extract_into: Callable[..., tuple[np.ndarray, dict[str, np.ndarray]]],
 ) -> _ModelHalf:
     """Choose the layers (``layers: auto``), fit the box monitors, add their members."""
     digest = digest_files(mi.files)
@@ -558,7 +636,7 @@ def _model_half(
             mi,
             layers=choice.layers,
             pooling=poolings,
-            tap=open_tap(mi.path, choice.layers, pooling=poolings, threads=1),
+            tap=open_tap(mi.path, choice.layers, pooling=poolings, threads=1, device=mi.device),
         )
         parts.timings["layer choice"] = time.perf_counter() - t0
         choice_summary = choice.summary()
@@ -577,7 +655,7 @@ def _model_half(
     # Hundreds of small k-means fits: one BLAS/OpenMP thread is ~9x faster here than
     # two threads contending (measured on the example: 1.6 s against 14.2 s).
     with threadpool_limits(limits=1):
-        monitor = fit_monitors(mi, spec.monitor, extract=extract, progress=progress)
+        monitor = fit_monitors(mi, spec.monitor, extract=extract_into, progress=progress)
     parts.timings["monitors"] = time.perf_counter() - t0
     parts.members[MODEL_SPEC] = {
         "format": mi.format,
@@ -600,7 +678,7 @@ def _model_half(
         input_kind=input_plan(mi).kind,
     )
     record = {"format": mi.format, **digest}
-    return _ModelHalf(mi, monitor, choice_summary, record, summary, spec.monitor)
+    return _ModelHalf(mi, monitor, choice_summary, record, summary, spec.monitor, extract_into)
 
 
 def _ranking_steps(mi: ModelInputs) -> int:
@@ -627,9 +705,31 @@ def _bn_half(bn: bn_stage.BNInputs, parts: _Assembly, progress: Progress) -> BNS
 
 
 def input_range(mi: ModelInputs) -> InputRange:
-    """Per-feature min/max of the preprocessed training inputs (the agent's wrong-scale check)."""
+    """Per-feature min/max of the preprocessed training inputs (the agent's wrong-scale
+    check): :meth:`InputRange.fit`'s result, computed :data:`EXTRACT_BATCH` rows at a time
+    so that the preprocessed set is never held whole (float64, eight times the rows'
+    float32 bytes over again)."""
     x = mi.data["train"][0]
-    return InputRange.fit(mi.preprocessing.apply(x))
+    chunks = range(0, len(x), EXTRACT_BATCH)
+
+    def flat(start: int) -> np.ndarray:
+        part = mi.preprocessing.apply(x[start : start + EXTRACT_BATCH])
+        rows = np.asarray(part, dtype=np.float64).reshape(len(part), -1)
+        return rows[np.isfinite(rows).all(axis=1)]
+
+    lo = hi = None
+    width = 0
+    for start in chunks:
+        rows = flat(start)
+        width = rows.shape[1]
+        if len(rows):
+            lo = rows.min(axis=0) if lo is None else np.minimum(lo, rows.min(axis=0))
+            hi = rows.max(axis=0) if hi is None else np.maximum(hi, rows.max(axis=0))
+    if lo is None or hi is None:  # no finite input: fit() takes one row of zeros then
+        return InputRange.fit(np.zeros((1, width)))
+    peaks = [InputRange(lo, hi)._peaks(rows) for rows in map(flat, chunks)]
+    found = [p for p in peaks if p is not None and len(p)]
+    return InputRange(lo, hi, float(min(p.min() for p in found)) if found else None)
 
 
 def _config_record(cfg: BuildConfig) -> dict[str, Any]:
@@ -677,9 +777,10 @@ class _HeldOut:
         )
 
 
-def _run_held_out(mi: ModelInputs, monitor: MonitorOutcome, draft: Artifact) -> _HeldOut:
+def _run_held_out(half: _ModelHalf, draft: Artifact) -> _HeldOut:
     """Run the agent's runtime (rebuilt from the draft artifact) on the validation inputs
     (else the training rows held out for calibration), every unknown set and the test set."""
+    mi, monitor = half.inputs, half.monitor
     runtime = emitted.agent_runtime(draft, mi.tap)
     sets: dict[str, LabelledData] = {}
     logits: dict[str, np.ndarray] = {}
@@ -706,7 +807,7 @@ def _run_held_out(mi: ModelInputs, monitor: MonitorOutcome, draft: Artifact) -> 
         sets["test"] = mi.data["test"]
     results = emitted.run_sets(runtime, sets)
     if "test" in results:
-        logits["test"], acts["test"] = extract(mi, mi.data["test"][0])
+        logits["test"], acts["test"] = half.extract(mi, mi.data["test"][0])
     assert runtime.boxes is not None  # the artifact monitors the model
     return _HeldOut(sets, results, logits, acts, unknown_names, runtime.boxes)
 
@@ -717,7 +818,7 @@ def _emitted(half: _ModelHalf, draft: Artifact) -> tuple[MonitorSummary, dict[st
     ``model_errors``, ``baselines``, ``histogram``, ``warnings``) and the manifest's
     ``verdict_split`` (empty when no labelled held-out inputs exist)."""
     mi, monitor = half.inputs, half.monitor
-    held = _run_held_out(mi, monitor, draft)
+    held = _run_held_out(half, draft)
     labelled = held.labelled()
     unknown = {name: held.results[name] for name in held.unknown_names}
     full = emitted.split(labelled, unknown)
@@ -823,11 +924,13 @@ def _comparison(half: _ModelHalf, held: _HeldOut) -> tuple[BaselineComparison, S
     """The baselines beside the emitted verdicts at the matched point, on ``data.test`` when
     the config gives it (else on the calibration set), and the score histograms of that set
     and every unknown set. Feature baselines fit on the training inputs the boxes were
-    fitted on and choose their layer on the validation inputs (known inputs only)."""
+    fitted on (at most :data:`~.emitted.MAX_BASELINE_ROWS` of them) and choose their layer
+    on the validation inputs (known inputs only)."""
     mi, monitor = half.inputs, half.monitor
     train_x, train_y = mi.data["train"]
     assert train_y is not None  # labelled (load_dataset)
     fit_rows = np.setdiff1d(np.arange(len(train_x)), monitor.calibration_rows.get("train", []))
+    fit_rows = emitted.baseline_rows(fit_rows, monitor.monitor.random_state)
     y_val = held.sets["validation"][1]
     assert y_val is not None  # the caller checked
     features, not_computed = emitted.feature_methods(

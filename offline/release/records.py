@@ -74,6 +74,7 @@ class ModelSection(Section, frozen=True):
     pooling: str | dict[str, str] = "flatten"
     input_kind: str | None = None  # vocab.INPUT_KINDS (the schema checks); None: from the shape
     monitor_input: bool = True  # the model's input is monitored beside the layers
+    device: str = "cpu"  # where activations are extracted: cpu, cuda, cuda:N
 
 
 class DatasetSpec(Section, frozen=True):
@@ -213,6 +214,7 @@ class ModelInputs:
     input_kind: str | None = None  # model.input_kind (None: inferred from the shape)
     monitor_input: bool = True  # model.monitor_input
     listed: list[str] | None = None  # the config's own list (without the input it adds)
+    device: str = "cpu"  # model.device: where the taps run the model
 
 
 # ----------------------------------------------------------------------------- summary out
