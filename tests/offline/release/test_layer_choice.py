@@ -317,6 +317,7 @@ def test_screening_leaves_out_copies_and_wide_layers_and_picks_per_block(tmp_pat
     pair = sorted(("/fc/Gemm_output_0", "/relu/Relu_output_0"), key=lambda n: ranked[n]["rank"])
     assert pair[0] in choice.layers and pair[1] not in choice.layers
     assert "ranks higher in its block" in ranked[pair[1]]["reason"]
+
     # Three blocks besides the output: each monitored, whatever its rank, where its
     # held-out-class AUROC reaches MIN_CHOSEN_AUROC; the pooled map with the pooling of the
     # best AUROC among those that fit (avg, max: 2 features; grid: 2x4x4 = 32 > 20). Logits
