@@ -32,6 +32,7 @@ from boxwatch.agent.http import AgentHTTPServer
 from boxwatch.agent.kafka import (
     Consumed,
     DeliveryFailure,
+    GroupMoved,
     KafkaUnavailable,
     Partition,
     ensure_topics,
@@ -686,6 +687,15 @@ class Agent:
             try:
                 self._consumer.commit(offsets, self._left_s(COMMIT_TIMEOUT_S))
                 self.metrics.commits.inc()
+                return
+            except GroupMoved as exc:
+                # Never retried: waiting would only hold up this member's rejoin, and with
+                # it the whole group's rebalance.
+                log.warning(
+                    "%s; a rebalance moved on: the partitions' next owner reads the batch "
+                    "again from the last commit",
+                    exc,
+                )
                 return
             except KafkaUnavailable as exc:
                 if attempt >= 5 or self.stop_event.is_set():

@@ -24,14 +24,18 @@ from kafka import TopicPartition as TP
 from kafka.admin import NewTopic
 from kafka.coordinator.base import MemberState
 from kafka.errors import (
+    CommitFailedError,
     CorruptRecordError,
+    IllegalGenerationError,
     InvalidRecordError,
     KafkaConfigurationError,
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
+    RebalanceInProgressError,
     RecordListTooLargeError,
     TopicAlreadyExistsError,
+    UnknownMemberIdError,
     UnsupportedForMessageFormatError,
 )
 from kafka.record import default_records
@@ -44,6 +48,7 @@ from boxwatch.agent.kafka.base import (
     ClientAdapter,
     Consumed,
     DeliveryFailure,
+    GroupMoved,
     IdlePacer,
     KafkaUnavailable,
     Outgoing,
@@ -62,6 +67,10 @@ log = logging.getLogger(__name__)
 JOIN_POLL_S = 3.0
 # Errors after which a poll, delivery or commit is retried rather than fatal.
 RETRYABLE = (KafkaError, TimeoutError, ConnectionError, OSError)
+# A commit refused because a rebalance moved on (kafka-python reports the broker's
+# ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS as CommitFailedError, and
+# refuses by itself while the member is unjoined or joining): retrying cannot succeed.
+MOVED = (CommitFailedError, RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
 # What a send refuses for good, whatever the broker's state: the output itself is at fault
 # (local checks, and the broker's answers about the record). Every other failure is retried.
 REFUSED = (
@@ -390,6 +399,8 @@ class KafkaPythonConsumer:
                 {TP(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()},
                 timeout_ms=int(timeout_s * 1000),
             )
+        except MOVED as exc:
+            raise GroupMoved(f"commit refused: {exc}") from exc
         except RETRYABLE as exc:
             raise KafkaUnavailable(f"commit failed: {exc}") from exc
 
@@ -417,6 +428,8 @@ class _Listener(ConsumerRebalanceListener):
         self.consumer = consumer
 
     def on_partitions_revoked(self, revoked):
+        for tp in revoked:  # a partition that comes back starts without old wake-up marks
+            self.consumer._woken_by.pop(tp, None)
         if self.consumer._on_revoke:
             self.consumer._on_revoke([(tp.topic, tp.partition) for tp in revoked])
 
