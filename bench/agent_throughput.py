@@ -36,6 +36,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, NamedTuple
 
 import numpy as np
 import yaml
@@ -65,6 +66,17 @@ from boxwatch.offline.release.config import load_config
 from boxwatch.offline.release.pipeline import build, prepare
 
 HEADING = "## agent_throughput (bench/agent_throughput.py)"
+
+
+class Rate(NamedTuple):
+    """Records per second of a run, and this process's CPU seconds per record over the same
+    span (the loop and the client library's threads; the broker is another process): the
+    CPU figure is what other jobs on a shared machine disturb least."""
+
+    per_s: float
+    cpu_us: float
+
+
 PARTITIONS = 6
 GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
@@ -130,7 +142,7 @@ def verdict_like(rid: str, topic: str, partition: int, offset: int, score: float
 
 def ceiling_kafka_python(
     bootstrap: str, topic: str, n: int, group: str, shaped: bool = False
-) -> float:
+) -> Rate:
     """Records/s of the bare consume-decode-produce-flush-commit loop, kafka-python.
 
     ``shaped``: produce records of the agent's verdict shape (keyed by id, ~420 bytes)
@@ -146,13 +158,14 @@ def ceiling_kafka_python(
         **GROUP,
     )
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
-    done, t0 = 0, None
+    done, t0, c0 = 0, 0.0, 0.0
     deadline = time.monotonic() + 300
     while done < n and time.monotonic() < deadline:
         polled = consumer.poll(timeout_ms=100, max_records=256)
         if not polled:
             continue
-        t0 = t0 or time.perf_counter()
+        if not t0:
+            t0, c0 = time.perf_counter(), time.process_time()
         offsets = {}
         for tp, recs in polled.items():
             for r in recs:
@@ -173,15 +186,13 @@ def ceiling_kafka_python(
             done += len(recs)
         producer.flush()
         consumer.commit(offsets)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     consumer.close()
     producer.close()
-    return done / seconds
+    return Rate(done / seconds, cpu / done * 1e6)
 
 
-def ceiling_confluent(
-    bootstrap: str, topic: str, n: int, group: str, shaped: bool = False
-) -> float:
+def ceiling_confluent(bootstrap: str, topic: str, n: int, group: str, shaped: bool = False) -> Rate:
     """Records/s of the same bare loop with confluent-kafka."""
     consumer = Consumer(
         {
@@ -202,13 +213,14 @@ def ceiling_confluent(
             "max.in.flight.requests.per.connection": 1,
         }
     )
-    done, t0 = 0, None
+    done, t0, c0 = 0, 0.0, 0.0
     deadline = time.monotonic() + 300
     while done < n and time.monotonic() < deadline:
         msgs = consumer.consume(256, 0.1)
         if not msgs:
             continue
-        t0 = t0 or time.perf_counter()
+        if not t0:
+            t0, c0 = time.perf_counter(), time.process_time()
         offsets = {}
         for m in msgs:
             x = np.frombuffer(m.value(), dtype="<f4")
@@ -230,9 +242,9 @@ def ceiling_confluent(
         consumer.commit(
             offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
         )
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     consumer.close()
-    return done / seconds
+    return Rate(done / seconds, cpu / done * 1e6)
 
 
 CEILINGS = {"kafka-python": ceiling_kafka_python, "confluent-kafka": ceiling_confluent}
@@ -248,7 +260,7 @@ def agent_rate(
     library: str,
     *,
     model: Path | None = None,
-) -> float:
+) -> Rate:
     """Records/s of the agent on a pre-filled topic (from its first batch to the last);
     ``model`` defaults to the bundled ONNX model."""
     cfg = load_agent_config(
@@ -272,16 +284,16 @@ def agent_rate(
     agent.check_topics()
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
-    t0 = None
+    t0 = c0 = 0.0
     deadline = time.monotonic() + 600
     while agent.status.records < n and time.monotonic() < deadline:
-        if t0 is None and agent.status.records > 0:
-            t0, r0 = time.perf_counter(), agent.status.records
+        if not t0 and agent.status.records > 0:
+            t0, c0, r0 = time.perf_counter(), time.process_time(), agent.status.records
         time.sleep(0.005)
-    seconds = time.perf_counter() - t0
+    seconds, cpu, done = time.perf_counter() - t0, time.process_time() - c0, agent.status.records
     agent.stop()
     thread.join(timeout=20)
-    return (agent.status.records - r0) / seconds
+    return Rate((done - r0) / seconds, cpu / (done - r0) * 1e6)
 
 
 def _model_and_monitors(run_model, assess, batch: np.ndarray, repeats: int) -> dict[str, float]:
@@ -500,7 +512,7 @@ def main() -> None:
     began = time.perf_counter()
     load0 = " ".join(f"{x:.1f}" for x in os.getloadavg())
     libraries = list(LIBRARIES) if args.library == "both" else [args.library]
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         artifact, public = build_artifact(work)
@@ -520,35 +532,41 @@ def main() -> None:
             for lib in libraries:
                 fill(b, f"bench.bin-{lib}", x, args.records, "binary")
                 fill(b, f"bench.json-{lib}", x, args.records, "json")
-                r = results[lib] = {"ceiling": 0.0, "shaped": 0.0, "binary": 0.0, "json": 0.0}
+                runs: dict[str, list[Rate]] = {
+                    "ceiling": [],
+                    "shaped": [],
+                    "binary": [],
+                    "json": [],
+                }
                 # Alternate ceiling and agent runs (binary, then JSON) over the same records;
                 # keep the best of each (this machine is shared: the best run is the least
-                # disturbed one).
+                # disturbed one), for the rate and for the CPU per record alike.
                 for k in range(args.rounds):
-                    r["ceiling"] = max(
-                        r["ceiling"],
-                        CEILINGS[lib](b, f"bench.bin-{lib}", args.records, f"ceiling-{lib}-{k}"),
+                    runs["ceiling"].append(
+                        CEILINGS[lib](b, f"bench.bin-{lib}", args.records, f"ceiling-{lib}-{k}")
                     )
-                    r["shaped"] = max(
-                        r["shaped"],
+                    runs["shaped"].append(
                         CEILINGS[lib](
                             b, f"bench.bin-{lib}", args.records, f"shaped-{lib}-{k}", shaped=True
-                        ),
-                    )
-                    pair = [
-                        agent_rate(
-                            b,
-                            artifact,
-                            public,
-                            f"bench.{topic}-{lib}",
-                            args.records,
-                            f"agent-{topic}-{lib}-{k}",
-                            lib,
                         )
-                        for topic in ("bin", "json")
-                    ]
-                    r["binary"], r["json"] = max(r["binary"], pair[0]), max(r["json"], pair[1])
-                    r.setdefault("pairs", []).append(pair)
+                    )
+                    for topic, key in (("bin", "binary"), ("json", "json")):
+                        runs[key].append(
+                            agent_rate(
+                                b,
+                                artifact,
+                                public,
+                                f"bench.{topic}-{lib}",
+                                args.records,
+                                f"agent-{topic}-{lib}-{k}",
+                                lib,
+                            )
+                        )
+                r = results[lib] = {key: max(x.per_s for x in v) for key, v in runs.items()}
+                r.update({f"{key}_cpu": min(x.cpu_us for x in v) for key, v in runs.items()})
+                r["pairs"] = [
+                    (b.per_s, j.per_s) for b, j in zip(runs["binary"], runs["json"], strict=True)
+                ]
         finally:
             broker.stop()
         # Latency on a fresh broker: nothing but the paced stream and its verdicts.
@@ -597,7 +615,9 @@ def main() -> None:
                 f"{lib}: agent, binary float32 inputs",
                 f"{r['binary']:,.0f} rec/s",
                 f"{r['binary'] / r['ceiling']:.0%} of ceiling (target >= 90%); "
-                f"{r['binary'] / r['shaped']:.0%} of the output-shaped loop",
+                f"{r['binary'] / r['shaped']:.0%} of the output-shaped loop; CPU per record "
+                f"{r['binary_cpu']:.1f} us against the ceiling's {r['ceiling_cpu']:.1f} us: "
+                f"{r['ceiling_cpu'] / r['binary_cpu']:.0%} of its rate on CPU alone",
             ),
             (
                 f"{lib}: agent, JSON inputs",
