@@ -463,14 +463,18 @@ def direct_appender(
     """A function that does what ``raw.send(topic, value, key)`` does for a keyed record
     without headers, in half the time: the default partitioner's choice (murmur2 of the
     key over the topic's partitions), the record appended to the producer's accumulator,
-    the sender woken when a record batch is new or full, the same future returned.
+    the same future returned.
 
     ``send`` spends the other half re-checking what the agent's verdict and gate records
     always are (bytes, no serializer, a known topic, far below the size limit) and
-    formatting a debug line. The function returns None where ``send`` must decide: a topic
-    without metadata yet (it waits for it). It is None itself where this kafka-python's
-    internals are not the ones it was written against (the accumulator of kafka-python 3)
-    or a setting changes what ``send`` does (a partitioner, serializers, transactions).
+    formatting a debug line. Unlike ``send`` it does not wake the sender thread when a
+    record batch is new or full: the caller flushes, which wakes it, once the list is
+    appended (woken earlier, the sender takes the partitions' locks while the loop is
+    appending under them, and the two hand the GIL back and forth). The function returns
+    None where ``send`` must decide: a topic without metadata yet (it waits for it). It is
+    None itself where this kafka-python's internals are not the ones it was written against
+    (the accumulator of kafka-python 3) or a setting changes what ``send`` does (a
+    partitioner, serializers, transactions).
     """
     acc = getattr(raw, "_accumulator", None)
     sender = getattr(raw, "_sender", None)
@@ -492,7 +496,7 @@ def direct_appender(
         or (tm is not None and tm.is_transactional())
     ):
         return None
-    append, wakeup, partitions_for = acc.append, sender.wakeup, metadata.partitions_for_topic
+    append, partitions_for = acc.append, metadata.partitions_for_topic
 
     def send_keyed(topic: str, key: bytes, value: bytes, known: _TopicPartitions) -> Any:
         """``known`` caches each topic's partitions for one list of outputs."""
@@ -502,12 +506,7 @@ def direct_appender(
             if not ids:
                 return None
             tps = known[topic] = [TP(topic, p) for p in sorted(ids)]
-        future, full, new, _ = append(
-            tps[(murmur2(key) & 0x7FFFFFFF) % len(tps)], None, key, value, []
-        )
-        if full or new:
-            wakeup()
-        return future
+        return append(tps[(murmur2(key) & 0x7FFFFFFF) % len(tps)], None, key, value, [])[0]
 
     return send_keyed
 
@@ -527,7 +526,8 @@ class KafkaPythonProducer:
         """Send all, flush, and report each output not acknowledged and whether to retry it.
 
         The flush waits in slices, so a set ``stop`` ends it at once (what is unanswered
-        then is reported retriable: nothing is committed, the batch comes again).
+        then is reported retriable: nothing is committed, the batch comes again; what the
+        direct path appended goes out at the latest when the linger ends).
         """
         failed: list[DeliveryFailure] = []
         futures = []
