@@ -532,7 +532,7 @@ class KafkaPythonProducer:
         failed: list[DeliveryFailure] = []
         futures = []
         send = self.raw.send
-        direct = None if self.raw._closed else self.direct
+        direct = None if getattr(self.raw, "_closed", False) else self.direct
         limit = self._direct_bytes
         known: _TopicPartitions = {}
         for i, out in enumerate(outputs):
