@@ -132,43 +132,43 @@ def verdict_outputs(
         f'{_json_str(model_version)},"timings":{_dumps(dict(timings)).decode()}}}'
     ).encode()
     layer_keys = [_json_str(name) + ":" for name in layers]
-    layer_values = list(layers.values())
     flags = (
         [b"null"] * len(ids) if accepted is None else [b"true" if a else b"false" for a in accepted]
     )
-    score_json = json_numbers(scores)
-    # Few distinct (class, verdict, reason, layer, nearest, layer verdicts) per batch: each
-    # is encoded once.
+    # Few distinct (class, verdict, reason, layer, nearest, layer verdicts...) per batch:
+    # each is encoded once.
     middles: dict[tuple, bytes] = {}
     topics: dict[str, bytes] = {}
-    out = []
-    for i, rec in enumerate(recs):
-        t = topics.get(rec.topic) or topics.setdefault(rec.topic, _json_str(rec.topic).encode())
-        head = (predicted[i], verdicts[i], reasons[i])
-        why = (reason_layers[i], nearest[i])
-        per_layer = tuple(v[i] for v in layer_values)
-        middle = middles.get((head, why, per_layer))
+    out: list[Output] = []
+    append = out.append
+    heads = zip(predicted, verdicts, reasons, reason_layers, nearest, *layers.values(), strict=True)
+    for rec, rid, head, score, flag in zip(
+        recs, ids, heads, json_numbers(scores), flags, strict=True
+    ):
+        middle = middles.get(head)
         if middle is None:
             layer_json = ",".join(
-                [k + _json_str(v) for k, v in zip(layer_keys, per_layer, strict=True)]
+                [k + _json_str(v) for k, v in zip(layer_keys, head[5:], strict=True)]
             )
-            middle = middles[(head, why, per_layer)] = (
+            middle = middles[head] = (
                 f'"predicted_class":{_json_str(head[0])},"verdict":{_json_str(head[1])},'
-                f'"reason":{_json_str(head[2])},"layer":{_json_or_null(why[0])},'
-                f'"nearest_class":{_json_or_null(why[1])},"layers":{{{layer_json}}}'
+                f'"reason":{_json_str(head[2])},"layer":{_json_or_null(head[3])},'
+                f'"nearest_class":{_json_or_null(head[4])},"layers":{{{layer_json}}}'
             ).encode()
-        rid = ids[i]
+        t = topics.get(rec.topic)
+        if t is None:
+            t = topics[rec.topic] = _json_str(rec.topic).encode()
         value = _VERDICT % (
             _json_str(rid).encode(),
             t,
             rec.partition,
             rec.offset,
             middle,
-            score_json[i],
-            flags[i],
+            score,
+            flag,
             tail,
         )
-        out.append(Output("verdict", topic, rid.encode("utf-8"), value, []))
+        append(Output("verdict", topic, rid.encode("utf-8"), value, []))
     return out
 
 

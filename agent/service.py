@@ -20,6 +20,8 @@ from collections import Counter as _Counter
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from boxwatch.agent.http import AgentHTTPServer
 from boxwatch.agent.kafka import (
     Consumed,
     DeliveryFailure,
+    GroupMoved,
     KafkaUnavailable,
     Partition,
     ensure_topics,
@@ -75,6 +78,7 @@ MAX_REFUSALS = 2  # sends of one output the producer or broker refuses, before i
 # Outputs whose size the agent does not control (copies of consumed records, dead letters)
 # are checked against max_output_bytes before sending; verdicts and gate records are small.
 _FOREIGN_KINDS = frozenset({"dead_letter", "capture", "release", "review"})
+_KIND = attrgetter("kind")
 
 
 @dataclass
@@ -425,6 +429,7 @@ class Agent:
             "batch_records": len(good),
         }
         verdict_list = verdicts.tolist()
+        layer_lists = {layer: v.tolist() for layer, v in layer_names.items()}
         out += verdict_outputs(
             self.cfg["topics.verdicts"],
             good,
@@ -434,7 +439,7 @@ class Agent:
             reasons=reasons,
             reason_layers=reason_layers,
             nearest=nearest,
-            layers={layer: v.tolist() for layer, v in layer_names.items()},
+            layers=layer_lists,
             scores=np.asarray(res.scores, dtype=np.float64).tolist(),
             accepted=None if res.accepted is None else res.accepted.tolist(),
             artifact_id=rt.artifact_id,
@@ -455,10 +460,8 @@ class Agent:
             ]
         tally.verdicts.update(zip(verdict_list, predicted, strict=True))
         tally.reasons.update(zip(verdict_list, reasons, strict=True))
-        for layer, names in layer_names.items():
-            tally.layer_verdicts.update(
-                (layer, v, c) for v, c in zip(names.tolist(), predicted, strict=True)
-            )
+        for layer, names in layer_lists.items():
+            tally.layer_verdicts.update(zip(repeat(layer), names, predicted))
         tally.scores.append(np.asarray(res.scores, dtype=np.float64))
         if res.out_of_range is not None:
             tally.out_of_range += self._note_out_of_range(int(res.out_of_range.sum()), len(good))
@@ -486,12 +489,14 @@ class Agent:
     def _count_delivered(self, tally: BatchTally, delivered: list[Output]) -> None:
         """Metrics and status of a delivered batch: what reached the topics, counted once."""
         m = self.metrics
-        for kind, n in _Counter(out.kind for out in delivered).items():
+        kinds = _Counter(map(_KIND, delivered))
+        for kind, n in kinds.items():
             m.outputs.labels(kind).inc(n)
-        reasons = _Counter(out.reason for out in delivered if out.kind == "dead_letter")
-        for reason, n in reasons.items():
-            m.invalid_records.labels(reason).inc(n)
-        self.status.dead_letters += sum(reasons.values())
+        if kinds["dead_letter"]:
+            reasons = _Counter(out.reason for out in delivered if out.kind == "dead_letter")
+            for reason, n in reasons.items():
+                m.invalid_records.labels(reason).inc(n)
+            self.status.dead_letters += sum(reasons.values())
         for (v, c), n in tally.verdicts.items():
             m.verdicts.labels(v, c).inc(n)
             self.status.verdicts[v] += n
@@ -586,12 +591,11 @@ class Agent:
         todo = list(range(len(final)))
         attempt = 0
         while todo:
-            at = {id(final[i]): i for i in todo}
-            failures = self._producer.deliver(
-                [final[i] for i in todo], FLUSH_TIMEOUT_S, self._give_up
-            )
+            sending = final if len(todo) == len(final) else [final[i] for i in todo]
+            failures = self._producer.deliver(sending, FLUSH_TIMEOUT_S, self._give_up)
             if not failures:
                 break
+            at = {id(out): i for i, out in zip(todo, sending, strict=True)}
             self.metrics.produce_errors.inc()
             retry: set[int] = set()
             transient = 0
@@ -686,6 +690,15 @@ class Agent:
             try:
                 self._consumer.commit(offsets, self._left_s(COMMIT_TIMEOUT_S))
                 self.metrics.commits.inc()
+                return
+            except GroupMoved as exc:
+                # Never retried: waiting would only hold up this member's rejoin, and with
+                # it the whole group's rebalance.
+                log.warning(
+                    "%s; a rebalance moved on: the partitions' next owner reads the batch "
+                    "again from the last commit",
+                    exc,
+                )
                 return
             except KafkaUnavailable as exc:
                 if attempt >= 5 or self.stop_event.is_set():

@@ -234,7 +234,7 @@ def streaming(
                     "kafka-python",
                     model=model,
                 )
-                best["other"][fmt] = max(best["other"][fmt], other)
+                best["other"][fmt] = max(best["other"][fmt], other.per_s)
     finally:
         broker.stop()
     return best

@@ -86,6 +86,13 @@ class KafkaUnavailable(BoxwatchError):
     """The broker could not be reached or did not answer in time; retrying may cure it."""
 
 
+class GroupMoved(KafkaUnavailable):
+    """A commit the group refuses from this member because a rebalance moved on (a newer
+    generation, or the member is no longer known): retrying cannot help. The partitions'
+    next owner, possibly this member after it rejoins, reads the batch again from the last
+    committed offset (at-least-once)."""
+
+
 class Record(NamedTuple):
     """One consumed record (kafka-python's ``ConsumerRecord`` has the same fields)."""
 
@@ -155,7 +162,8 @@ class AgentConsumer(Protocol):
         """Serve the group protocol while paused; never consume (rewinds what it gets)."""
 
     def commit(self, offsets: Mapping[Partition, int], timeout_s: float) -> None:
-        """Commit the next offset to read per partition, synchronously, within ``timeout_s``."""
+        """Commit the next offset to read per partition, synchronously, within ``timeout_s``;
+        :class:`GroupMoved` when a rebalance has taken the partitions' commit away."""
 
     def lag(self) -> dict[Partition, int]:
         """Records not yet consumed per assigned partition."""

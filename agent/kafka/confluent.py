@@ -30,6 +30,7 @@ from boxwatch.agent.kafka.base import (
     ClientAdapter,
     Consumed,
     DeliveryFailure,
+    GroupMoved,
     IdlePacer,
     KafkaUnavailable,
     Outgoing,
@@ -57,6 +58,16 @@ REFUSED_CODES = frozenset(
         KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
         KafkaError._INVALID_ARG,
         KafkaError._BAD_MSG,
+    }
+)
+
+# Commit errors of a rebalance that moved on: retrying cannot succeed (see GroupMoved).
+MOVED_CODES = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError._ASSIGNMENT_LOST,
     }
 )
 
@@ -276,6 +287,7 @@ class ConfluentConsumer:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._assignment = self._assignment - gone
         self._positions = {tp: o for tp, o in self._positions.items() if tp not in gone}
+        self._woken_by = {tp: o for tp, o in self._woken_by.items() if tp not in gone}
         if self._parked is not None:
             for tp in gone:
                 self._parked.start.pop(tp, None)
@@ -421,6 +433,9 @@ class ConfluentConsumer:
         if not job.done.wait(timeout_s):
             raise KafkaUnavailable(f"commit not answered in {timeout_s:.1f}s")
         if job.error is not None:
+            err = job.error.args[0] if job.error.args else None
+            if isinstance(err, KafkaError) and err.code() in MOVED_CODES:
+                raise GroupMoved(f"commit refused: {err.str()}") from job.error
             raise KafkaUnavailable(f"commit failed: {job.error}") from job.error
 
     def _commit_loop(self) -> None:
@@ -432,7 +447,9 @@ class ConfluentConsumer:
             job.done.set()
 
     def lag(self) -> dict[Partition, int]:
-        """The latest figures of a background probe (its round trips never stall the loop)."""
+        """The latest figures of a background probe (its round trips never stall the loop),
+        for the partitions assigned now: a probe begun before a rebalance never reports
+        partitions this member no longer holds."""
         if self._prober is None:
             self._prober = threading.Thread(target=self._probe, name="kafka-lag", daemon=True)
             self._prober.start()
@@ -441,7 +458,7 @@ class ConfluentConsumer:
             raise KafkaUnavailable("all brokers are down")
         if not ok or isinstance(value, str):
             raise KafkaUnavailable(str(value))
-        return dict(value)
+        return {tp: n for tp, n in value.items() if tp in self._assignment}
 
     def _probe(self) -> None:
         try:

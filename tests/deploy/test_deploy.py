@@ -37,6 +37,7 @@ from boxwatch.cli import cli
 REPO = ROOT
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
+KEDA = DEPLOY / "k8s-keda"
 AGENT_CONFIG = "/etc/boxwatch/agent.yaml"
 ENTRYPOINT = ["boxwatch", "agent", "-c", AGENT_CONFIG]
 
@@ -64,6 +65,13 @@ def k8s_docs() -> dict[str, dict[str, Any]]:
             assert doc["kind"] not in docs, f"two {doc['kind']} objects"
             docs[doc["kind"]] = {**doc, "_file": path.name}
     return docs
+
+
+def keda_scaled_object() -> dict[str, Any]:
+    """The ScaledObject of the KEDA overlay (deploy/k8s-keda)."""
+    (doc,) = yaml.safe_load_all((KEDA / "scaledobject.yaml").read_text())
+    assert doc["kind"] == "ScaledObject"
+    return doc
 
 
 def systemd_unit(path: Path) -> dict[str, list[str]]:
@@ -411,6 +419,68 @@ def test_kustomize_renders_every_manifest_in_the_namespace():
     for d in rendered:
         if d["kind"] != "Namespace":
             assert d["metadata"]["namespace"] == "boxwatch", d["kind"]
+
+
+def test_keda_overlay_uses_the_base_and_lets_the_autoscaler_own_replicas():
+    kustomization = yaml.safe_load((KEDA / "kustomization.yaml").read_text())
+    base = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == ["../k8s", "scaledobject.yaml"]
+    assert kustomization["namespace"] == base["namespace"]
+    dep = k8s_docs()["Deployment"]
+    (patch,) = kustomization["patches"]
+    assert patch["target"]["kind"] == "Deployment"
+    assert patch["target"]["name"] == dep["metadata"]["name"]
+    assert yaml.safe_load(patch["patch"]) == [{"op": "remove", "path": "/spec/replicas"}]
+
+
+def test_keda_scaled_object_follows_the_agents_group_and_input_topics():
+    docs = k8s_docs()
+    dep = docs["Deployment"]
+    cfg = yaml.safe_load(docs["ConfigMap"]["data"]["agent.yaml"])
+    spec = keda_scaled_object()["spec"]
+    target = spec["scaleTargetRef"]
+    assert target["name"] == dep["metadata"]["name"]
+    assert (target["apiVersion"], target["kind"]) == (dep["apiVersion"], dep["kind"])
+    assert spec["minReplicaCount"] == 1
+    assert isinstance(spec["maxReplicaCount"], int)
+    assert spec["maxReplicaCount"] > spec["minReplicaCount"]
+    inputs = {cfg["topics"][role] for role in ("inputs", "bn_inputs") if cfg["topics"].get(role)}
+    triggers = spec["triggers"]
+    assert {t["type"] for t in triggers} == {"kafka"}
+    assert {t["metadata"]["topic"] for t in triggers} == inputs
+    assert len(triggers) == len(inputs)
+    for t in triggers:
+        meta = t["metadata"]
+        assert meta["consumerGroup"] == cfg["kafka"]["group_id"], meta
+        assert meta["bootstrapServers"] == cfg["kafka"]["bootstrap_servers"], meta
+        assert int(meta["lagThreshold"]) > 0
+        # KEDA measures a group with no committed offset as the agents read it.
+        assert meta["offsetResetPolicy"] == "earliest"
+        # Replicas never outnumber the partitions (extra members of a group sit idle).
+        assert meta["allowIdleConsumers"] == "false"
+    lines = [line.strip() for line in (KEDA / "scaledobject.yaml").read_text().splitlines()]
+    at = next(i for i, line in enumerate(lines) if line.startswith("maxReplicaCount:"))
+    comment = []
+    while lines[at - 1 - len(comment)].startswith("#"):
+        comment.append(lines[at - 1 - len(comment)])
+    assert "partition count" in " ".join(comment), "say why maxReplicaCount is what it is"
+    readme = (DEPLOY / "README.md").read_text()
+    assert "kubectl apply -k deploy/k8s-keda" in readme and "partition count" in readme
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kustomize_renders_the_keda_overlay_without_fixed_replicas():
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(KEDA)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    rendered = {d["kind"]: d for d in yaml.safe_load_all(result.stdout)}
+    assert set(rendered) == set(k8s_docs()) | {"ScaledObject"}
+    assert "replicas" not in rendered["Deployment"]["spec"]
+    scaled = rendered["ScaledObject"]
+    assert scaled["metadata"]["namespace"] == rendered["Deployment"]["metadata"]["namespace"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == rendered["Deployment"]["metadata"]["name"]
 
 
 # -- systemd ------------------------------------------------------------------------------
