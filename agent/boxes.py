@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -38,11 +39,12 @@ FORMAT = "boxwatch.boxes"
 # ``contrast_scales``, ``contrast_classes``); 3 adds the confidence rule for uncertainty
 # (``uncertainty``, ``confidence_floor``, ``output``) and ``score_mean``; 4 adds the energy
 # term of the fused score (``energy_center``, ``energy_scale``); 5 adds the error model
-# (``uncertainty="error-model"``, ``error_model``). Each monitor is written with
-# the lowest version that holds it, and all are read; an older reader refuses a newer monitor
-# rather than emit other verdicts than the builder measured.
+# (``uncertainty="error-model"``, ``error_model``); 6 adds ``contrast_candidates`` (the
+# contrast term's neighbour classes sought among the classes whose boxes lie nearest only).
+# Each monitor is written with the lowest version that holds it, and all are read; an older
+# reader refuses a newer monitor rather than emit other verdicts than the builder measured.
 FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -267,11 +269,6 @@ class BoxSet:
     lo: np.ndarray
     hi: np.ndarray
     offsets: np.ndarray
-    _order: np.ndarray = field(init=False, repr=False, compare=False)
-    _padded: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
-        init=False, repr=False, compare=False
-    )
-    _lanes: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lo = np.ascontiguousarray(self.lo, dtype=np.float32)
@@ -291,20 +288,33 @@ class BoxSet:
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
         object.__setattr__(self, "offsets", offsets)
-        # Narrowest sides first: they reject non-members soonest.
-        object.__setattr__(self, "_order", np.argsort(hi - lo, axis=1, kind="stable"))
-        # (n_classes, max_boxes, n_features) copies for small batches, with a mask of the
-        # real boxes (padding boxes are zeros and masked out).
+
+    # The layouts below are built on first use: a box set serves one kernel (native or
+    # numpy) and one range of batch sizes, and a sweep builds many sets it never scores.
+    @cached_property
+    def _order(self) -> np.ndarray:
+        """Per box, its dimensions narrowest side first: they reject non-members soonest."""
+        return np.argsort(self.hi - self.lo, axis=1, kind="stable")
+
+    @cached_property
+    def _padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n_classes, max_boxes, n_features) copies for small batches, with a mask of the
+        real boxes (padding boxes are zeros and masked out)."""
+        lo, hi, offsets = self.lo, self.hi, self.offsets
         counts = np.diff(offsets)
-        width = max(1, int(counts.max()) if len(counts) else 1)
+        width = self._max_boxes
         plo = np.zeros((len(counts), width, lo.shape[1]), dtype=np.float32)
         phi = np.zeros_like(plo)
         slot = np.arange(len(lo)) - np.repeat(offsets[:-1], counts)
         owner = np.repeat(np.arange(len(counts)), counts)
         plo[owner, slot], phi[owner, slot] = lo, hi
         real = np.arange(width)[None, :] < counts[:, None]
-        object.__setattr__(self, "_padded", (plo, phi, real))
-        object.__setattr__(self, "_lanes", _lanes(lo, hi, offsets))
+        return plo, phi, real
+
+    @cached_property
+    def _lanes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The native kernel's transposed copy of the boxes (:func:`_lanes`)."""
+        return _lanes(self.lo, self.hi, self.offsets)
 
     @classmethod
     def from_boxes(
@@ -384,8 +394,13 @@ class BoxSet:
         return out
 
     def _padded_fits(self, n: int) -> bool:
-        plo = self._padded[0]
-        return n * max(plo.shape[1], 1) * max(self.n_features, 1) <= _PADDED_ELEMENTS
+        return n * self._max_boxes * max(self.n_features, 1) <= _PADDED_ELEMENTS
+
+    @cached_property
+    def _max_boxes(self) -> int:
+        """The most boxes of one class (at least 1): the width of :attr:`_padded`."""
+        counts = np.diff(self.offsets)
+        return max(1, int(counts.max()) if len(counts) else 1)
 
     def _per_class(self, x: np.ndarray, y: np.ndarray):
         """Yield ``(class, indices, x[indices].T)`` per chunk and class that has boxes.
@@ -620,48 +635,147 @@ def _broadcast_chunks(xt: np.ndarray, n_boxes: int):
         yield s, xt[:, s : s + step].T[:, None, :]
 
 
-def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
+def complement_boxes(boxes: BoxSet, n_neighbours: int = 0, candidates: int = 0) -> BoxSet:
     """For every class ``c``, the boxes of the other classes.
 
     ``n_neighbours > 0`` keeps only the boxes of the ``n_neighbours`` classes whose box
     centres come nearest to one of ``c``'s (ties: the lower class index); 0 keeps all.
+    ``candidates > 0`` looks for them among the ``candidates`` classes whose mean box centre
+    lies nearest ``c``'s only (no change with that many other classes or fewer).
     Each class's list starts with the boxes whose centres lie nearest to one of its own, so
     a nearest-box search finds a close box early and stops sooner (distances do not depend
     on the order).
     """
-    per_class = _complement_rows(boxes, n_neighbours)
+    return _complement_from_rows(boxes, _complement_rows(boxes, n_neighbours, candidates))
+
+
+def _complement_from_rows(boxes: BoxSet, per_class: list[np.ndarray]) -> BoxSet:
+    """The box set holding, for each class, the rows ``per_class`` of ``boxes``."""
     idx = np.concatenate(per_class) if per_class else np.zeros(0, np.int64)
     offsets = np.concatenate([[0], np.cumsum([len(i) for i in per_class])]).astype(np.int64)
     return BoxSet(boxes.lo[idx], boxes.hi[idx], offsets)
 
 
-def _complement_rows(boxes: BoxSet, n_neighbours: int) -> list[np.ndarray]:
-    """:func:`complement_boxes`'s rows of ``boxes``, one index array per class, nearest first."""
+def _complement_rows(boxes: BoxSet, n_neighbours: int, candidates: int = 0) -> list[np.ndarray]:
+    """:func:`complement_boxes`'s rows of ``boxes``, one index array per class, nearest first.
+
+    The gap from another box to a class is the smallest squared distance between its centre
+    and one of the class's box centres. With ``n_neighbours > 0`` the exact gaps are
+    computed for the classes that can be among the nearest only: a matrix product gives
+    every gap to within :data:`_GAP_SLACK`, and a class further than the n-th nearest by
+    more than that is passed over (the result is the same). ``candidates > 0`` (at least
+    ``n_neighbours``) looks among the ``candidates`` classes whose mean box centre lies
+    nearest the class's own only, so the work grows with the classes rather than their
+    square; with ``candidates`` or fewer other classes it changes nothing.
+    """
     off = boxes.offsets
     centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
-    owner = np.repeat(np.arange(boxes.n_classes), np.diff(off))
+    counts = np.diff(off)
+    owner = np.repeat(np.arange(boxes.n_classes), counts)
+    centre_sq = (centre**2).sum(axis=1)
+    means = None
+    if n_neighbours > 0 and 0 < candidates < int((counts > 0).sum()) - 1:
+        sums = np.zeros((boxes.n_classes, centre.shape[1]))
+        np.add.at(sums, owner, centre)
+        means = sums / np.maximum(counts, 1)[:, None]
     per_class = []
     for c in range(boxes.n_classes):
-        others = np.r_[0 : off[c], off[c + 1] : off[-1]].astype(np.int64)
         own = centre[off[c] : off[c + 1]]
-        if len(own) and len(others):
-            gap = ((centre[others][:, None, :] - own[None, :, :]) ** 2).sum(axis=2).min(axis=1)
-            order = np.argsort(gap, kind="stable")
-            others, gap = others[order], gap[order]
-            if n_neighbours > 0:
-                cls = owner[others]
-                first = np.unique(cls, return_index=True)[1]  # each class's nearest box
-                near = cls[np.sort(first)][:n_neighbours]
-                others = others[np.isin(cls, near)]
+        others = np.r_[0 : off[c], off[c + 1] : off[-1]].astype(np.int64)
+        if not len(own) or not len(others):  # no box of its own, or no other: index order
+            per_class.append(others)
+            continue
+        if n_neighbours > 0:
+            if means is not None:
+                others = _rows_of(off, _nearest_means(means, counts, c, candidates))
+            others = _within_reach(centre, centre_sq, owner, others, own, n_neighbours)
+        gap = _gaps(centre, others, own)
+        others = others[np.argsort(gap, kind="stable")]
+        if n_neighbours > 0:
+            cls = owner[others]
+            first = np.unique(cls, return_index=True)[1]  # each class's nearest box
+            near = cls[np.sort(first)][:n_neighbours]
+            others = others[np.isin(cls, near)]
         per_class.append(others)
     return per_class
 
 
-def complement_classes(boxes: BoxSet, n_neighbours: int = 0) -> np.ndarray:
+# Relative error allowed for a squared distance from a matrix product (|a|^2 + |b|^2 - 2 a.b
+# in float64): far above its rounding for a few thousand features, far below any gap that
+# ranks classes.
+_GAP_SLACK = 1e-9
+# Elements of one (rows, own boxes, features) block of _gaps.
+_GAP_ELEMENTS = 1 << 22
+
+
+def _gaps(centre: np.ndarray, rows: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Squared distance from each centre ``centre[rows]`` to the nearest of ``own``, in
+    blocks (each row's sum does not depend on the block it is in)."""
+    out = np.empty(len(rows))
+    step = max(1, _GAP_ELEMENTS // max(1, len(own) * centre.shape[1]))
+    for s in range(0, len(rows), step):
+        r = rows[s : s + step]
+        out[s : s + len(r)] = (
+            ((centre[r][:, None, :] - own[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+        )
+    return out
+
+
+def _rows_of(offsets: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The box rows of ``classes`` (ascending), in index order."""
+    parts = [np.arange(offsets[j], offsets[j + 1]) for j in classes]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def _nearest_means(means: np.ndarray, counts: np.ndarray, c: int, k: int) -> np.ndarray:
+    """The ``k`` classes with boxes, other than ``c``, whose mean box centre lies nearest
+    ``means[c]`` (ties: the lower class), ascending."""
+    gap = ((means - means[c]) ** 2).sum(axis=1)
+    gap[c] = np.inf
+    gap[counts == 0] = np.inf
+    return np.sort(np.argsort(gap, kind="stable")[:k])
+
+
+def _within_reach(
+    centre: np.ndarray,
+    centre_sq: np.ndarray,
+    owner: np.ndarray,
+    rows: np.ndarray,
+    own: np.ndarray,
+    n_neighbours: int,
+) -> np.ndarray:
+    """The boxes of ``rows`` whose class can be among the ``n_neighbours`` nearest to the
+    centres ``own`` (the others' gaps exceed the n-th nearest class's by more than the
+    product's error), in index order."""
+    own_sq = (own**2).sum(axis=1)
+    if 2 * len(rows) < len(centre):  # a few classes' boxes: gather them
+        dots = own @ centre[rows].T
+    else:  # most boxes: one product with all, the others' columns kept
+        keep = np.zeros(len(centre), dtype=bool)
+        keep[rows] = True
+        dots = np.compress(keep, own @ centre.T, axis=1)
+    approx = own_sq[:, None] + centre_sq[None, rows] - 2 * dots
+    slack = _GAP_SLACK * (own_sq.max() + centre_sq[rows])
+    low, high = (approx - slack).min(axis=0), (approx + slack).min(axis=0)
+    classes, inverse = np.unique(owner[rows], return_inverse=True)
+    best = np.full(len(classes), np.inf)
+    np.minimum.at(best, inverse, high)
+    cut = np.sort(best)[min(n_neighbours, len(best)) - 1]
+    reach = np.zeros(len(classes), dtype=bool)
+    reach[inverse[low <= cut]] = True
+    return rows[reach[inverse]]
+
+
+def complement_classes(boxes: BoxSet, n_neighbours: int = 0, candidates: int = 0) -> np.ndarray:
     """The classes whose boxes :func:`complement_boxes` gives each class, shape
     (n_classes, n_most), padded with -1 (at least one column)."""
+    return _classes_from_rows(boxes, _complement_rows(boxes, n_neighbours, candidates))
+
+
+def _classes_from_rows(boxes: BoxSet, rows_per_class: list[np.ndarray]) -> np.ndarray:
+    """:func:`complement_classes` of the rows :func:`_complement_rows` gave."""
     owner = np.repeat(np.arange(boxes.n_classes), boxes.counts())
-    per_class = [np.unique(owner[rows]) for rows in _complement_rows(boxes, n_neighbours)]
+    per_class = [np.unique(owner[rows]) for rows in rows_per_class]
     table = np.full((boxes.n_classes, max([1, *map(len, per_class)])), -1, dtype=np.int64)
     for c, classes in enumerate(per_class):
         table[c, : len(classes)] = classes
@@ -848,6 +962,10 @@ class BoxRuntime:
     contrast_classes : int
         ``d_other`` looks at the boxes of this many nearest other classes
         (:func:`complement_boxes`; 0: all of them).
+    contrast_candidates : int
+        The nearest other classes are sought among this many classes whose mean box centre
+        lies nearest (:func:`complement_boxes`; 0: every class, as before format 6): the
+        search then grows with the classes rather than their square.
     contrast_scales : dict of str to float
         Scale of each contrast layer's term (set by calibration, else 1).
     threshold : float or None
@@ -896,8 +1014,12 @@ class BoxRuntime:
     energy_center: float | None = None
     energy_scale: float | None = None
     error_model: ErrorModel | None = None
+    contrast_candidates: int = 0
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _other_classes: dict[tuple[str, int], np.ndarray] = field(
+    _other_classes: dict[tuple[str, int, int], np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _complements: dict[tuple[str, int, int], list[np.ndarray]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     _layouts: dict[tuple, _ReasonLayout] = field(
@@ -908,8 +1030,19 @@ class BoxRuntime:
         """Per class, the good boxes of its ``contrast_classes`` nearest other classes
         (:func:`complement_boxes`), built on first use and cached."""
         if layer not in self._others:
-            self._others[layer] = complement_boxes(self.good[layer], self.contrast_classes)
+            rows = self._complement_rows(layer)
+            self._others[layer] = _complement_from_rows(self.good[layer], rows)
         return self._others[layer]
+
+    def _complement_rows(self, layer: str) -> list[np.ndarray]:
+        """:func:`_complement_rows` of the layer's good boxes at this monitor's settings,
+        built once for :meth:`other_boxes` and :meth:`_other_classes_of`."""
+        key = (layer, self.contrast_classes, self.contrast_candidates)
+        if key not in self._complements:
+            self._complements[key] = _complement_rows(
+                self.good[layer], self.contrast_classes, self.contrast_candidates
+            )
+        return self._complements[key]
 
     def _features(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
         if layer not in activations:
@@ -947,6 +1080,15 @@ class BoxRuntime:
             or (self.uncertainty == "error-model" and self.error_model is not None)
         )
         return floor or self.has_energy_term()
+
+    def _restricts_contrast(self) -> bool:
+        """Whether ``contrast_candidates`` can change the contrast term: a fused score whose
+        neighbour search has more other classes to look at than candidates."""
+        return (
+            self.score == "fused"
+            and self.contrast_classes > 0
+            and 0 < self.contrast_candidates < self.n_classes - 1
+        )
 
     def has_energy_term(self) -> bool:
         """Whether the score holds the energy term (fused quadratic score, calibrated with logits)."""
@@ -1301,6 +1443,7 @@ class BoxRuntime:
             self.score_mean,
             self.has_energy_term(),
             self.contrast_classes,
+            self.contrast_candidates,
         )
         if key in self._layouts:
             return self._layouts[key]
@@ -1427,9 +1570,10 @@ class BoxRuntime:
     def _other_classes_of(self, layer: str) -> np.ndarray:
         """:func:`complement_classes` of the layer's good boxes (the classes of
         :meth:`other_boxes`), built on first use and cached."""
-        key = (layer, self.contrast_classes)
+        key = (layer, self.contrast_classes, self.contrast_candidates)
         if key not in self._other_classes:
-            self._other_classes[key] = complement_classes(self.good[layer], self.contrast_classes)
+            rows = self._complement_rows(layer)
+            self._other_classes[key] = _classes_from_rows(self.good[layer], rows)
         return self._other_classes[key]
 
     def _not_finite(
@@ -1478,12 +1622,14 @@ class BoxRuntime:
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
         fused = self.score == "fused"
         confident = self.combine == "calibrated" and self.uncertainty == "confidence"
+        v6 = self._restricts_contrast()
         v5 = self.uncertainty == "error-model"
         v4 = v5 or self.has_energy_term()
-        v3 = v4 or confident or self.score_mean != "arithmetic"
+        v3 = v6 or v4 or confident or self.score_mean != "arithmetic"
+        version = 6 if v6 else 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else 1
         spec = {
             "format": FORMAT,
-            "version": 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else FORMAT_VERSION,
+            "version": version,
             "layers": list(self.layers),
             "n_classes": int(self.n_classes),
             "normalize": self.normalize,
@@ -1515,6 +1661,8 @@ class BoxRuntime:
             spec.update(
                 energy_center=float(self.energy_center), energy_scale=float(self.energy_scale)
             )
+        if v6:
+            spec.update(contrast_candidates=int(self.contrast_candidates))
         if v5:
             if self.error_model is None:
                 raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
@@ -1580,7 +1728,15 @@ class BoxRuntime:
             center = spec.get("energy_center") if spec["version"] >= 4 else None
             scale = spec.get("energy_scale") if spec["version"] >= 4 else None
             energy = spec["version"] == 4 or center is not None or scale is not None
-            if (uncertainty == "error-model") != (spec["version"] >= 5):
+            candidates = spec.get("contrast_candidates", 0) if spec["version"] >= 6 else 0
+            if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 0:
+                raise ArtifactError(
+                    f"{jname}: contrast_candidates {candidates!r} should be an int >= 0"
+                )
+            version = spec["version"]
+            if (uncertainty == "error-model" and version < 5) or (
+                version == 5 and uncertainty != "error-model"
+            ):
                 raise ArtifactError(
                     f"{jname}: uncertainty {uncertainty!r} does not fit version {spec['version']}"
                 )
@@ -1628,6 +1784,7 @@ class BoxRuntime:
                 energy_center=None if center is None else float(center),
                 energy_scale=None if scale is None else float(scale),
                 error_model=error_model,
+                contrast_candidates=candidates,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

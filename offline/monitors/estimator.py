@@ -38,7 +38,6 @@ from boxwatch.agent.boxes import (
 )
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.members import BOXES_PREFIX
-from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
 from boxwatch.offline.monitors.evaluation import (
     DEFAULT_TARGET_ACCEPTANCE,
     acceptance_threshold,
@@ -56,7 +55,7 @@ from boxwatch.offline.monitors.params import (
     RandomStates,
     validate_params,
 )
-from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
+from boxwatch.offline.monitors.perclass import MAX_SEED, class_rows, coverage_taus, sweep_classes
 from boxwatch.offline.progress import tick
 
 DEFAULT_TAUS: tuple[float, ...] = (
@@ -150,6 +149,10 @@ class BoxSweep:
 
     ``good[layer][tau]`` and ``bad[layer][tau]`` are :class:`BoxSet` objects; ``k_good`` /
     ``k_bad`` hold the cluster counts, shape (n_taus, n_classes) per layer.
+    ``class_taus``: None, or, when each class had its tau before the sweep (``{layer: tau
+    per class}``: the coverage search, a tau per class given), each class was swept down
+    to its own tau only: ``good[layer][tau]`` then holds the boxes of the classes whose tau
+    that is (none for the others), and the counts are 0 below a class's tau.
     """
 
     layers: list[str]
@@ -161,6 +164,7 @@ class BoxSweep:
     k_good: dict[str, np.ndarray] = field(default_factory=dict)
     k_bad: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: float = 0.0
+    class_taus: dict[str, np.ndarray] | None = None
 
     def verdicts(
         self, activations: Activations, y_pred: np.ndarray
@@ -265,80 +269,82 @@ def build_sweep(
     max_clusters: int = 64,
     n_init: int = 1,
     random_state=0,
+    rows: np.ndarray | None = None,
+    class_taus: Mapping[str, np.ndarray] | None = None,
+    n_jobs: int | None = None,
 ) -> BoxSweep:
     """Build good/bad boxes for every layer, class and tau (taus swept descending, k reused).
 
     Assumes validated input (see :meth:`BoxMonitor.fit`). One seed per (layer, class, kind)
-    is drawn from ``random_state`` in a fixed order, so the result is deterministic. Each
-    (layer, class, kind) done counts one step of the open progress phase
-    (:func:`~boxwatch.offline.progress.tick`).
+    is drawn from ``random_state`` in a fixed order, so the result is deterministic, and
+    the same whatever runs the per-class jobs (``n_jobs``, joblib's backend: see
+    :mod:`~boxwatch.offline.monitors.perclass`). ``rows`` (ascending) fits on those rows
+    only (None: all). With ``class_taus`` (``{layer: tau per class}``, each among ``taus``)
+    each class is swept down to its own tau only and the sweep keeps those boxes
+    (:attr:`BoxSweep.class_taus`). Each (layer, class, kind) done counts one step of the
+    open progress phase (:func:`~boxwatch.offline.progress.tick`).
     """
     start = time.perf_counter()
     rng = check_random_state(random_state)
     taus = sorted({float(t) for t in taus}, reverse=True)
     sweep = BoxSweep(layers=list(layers), taus=taus, n_classes=n_classes, normalize=normalize)
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    with single_threaded():
-        for layer in layers:
-            _sweep_layer(
-                sweep,
-                activations_by_layer,
-                y_true,
-                y_pred,
-                layer,
-                rng,
-                max_clusters=max_clusters,
-                n_init=n_init,
-            )
+    seeds = rng.randint(0, MAX_SEED, size=(len(layers), n_classes, 2))
+    groups = class_rows(y_true, y_pred, n_classes, rows)
+    swept = [
+        [
+            taus if class_taus is None else [t for t in taus if t >= class_taus[layer][cls]]
+            for cls in range(n_classes)
+        ]
+        for layer in layers
+    ]
+    n_features = [_n_features(activations_by_layer[layer]) for layer in layers]
+    per_kind = {
+        kind: [[[] for _ in taus] for _ in layers] for kind in ("good", "bad")
+    }  # [kind][layer][tau] -> one (lo, hi) per class
+    ks = {kind: [np.zeros((len(taus), n_classes), np.int64) for _ in layers] for kind in per_kind}
+    at = {t: i for i, t in enumerate(taus)}
+    results = sweep_classes(
+        activations_by_layer,
+        layers,
+        groups,
+        swept,
+        seeds,
+        normalize=normalize,
+        max_clusters=max_clusters,
+        n_init=n_init,
+        n_jobs=n_jobs,
+    )
+    for li, cls, *kinds in results:
+        own = swept[li][cls]
+        for kind, found in zip(("good", "bad"), kinds, strict=True):
+            for t, k in zip(own, found.k, strict=True):
+                ks[kind][li][at[t], cls] = k
+            if class_taus is None:
+                for i, boxes in enumerate(found.boxes):
+                    per_kind[kind][li][i].append(boxes)
+            else:  # the class's own tau holds its boxes, the others none
+                empty = np.zeros((0, n_features[li]))
+                for i in range(len(taus)):
+                    mine = bool(own) and i == at[own[-1]]
+                    per_kind[kind][li][i].append(found.boxes[-1] if mine else (empty, empty))
+            tick()
+    for li, layer in enumerate(layers):
+        d = n_features[li]
+        sweep.good[layer] = {
+            t: BoxSet.from_boxes(per_kind["good"][li][i], d) for t, i in at.items()
+        }
+        sweep.bad[layer] = {t: BoxSet.from_boxes(per_kind["bad"][li][i], d) for t, i in at.items()}
+        sweep.k_good[layer], sweep.k_bad[layer] = ks["good"][li], ks["bad"][li]
+    if class_taus is not None:
+        sweep.class_taus = {layer: np.asarray(class_taus[layer], np.float64) for layer in layers}
     sweep.seconds = time.perf_counter() - start
     return sweep
 
 
-def _sweep_layer(
-    sweep: BoxSweep,
-    activations_by_layer: Activations,
-    y_true: np.ndarray,
-    y_pred: np.ndarray,
-    layer: str,
-    rng: np.random.RandomState,
-    *,
-    max_clusters: int,
-    n_init: int,
-) -> None:
-    """Fill ``sweep`` for one layer (assumes valid input)."""
-    taus, n_classes, normalize = sweep.taus, sweep.n_classes, sweep.normalize
-    x = _features(activations_by_layer, layer, normalize)
-    d = x.shape[1]
-    per_kind: dict[str, dict[float, list]] = {
-        "good": {t: [] for t in taus},
-        "bad": {t: [] for t in taus},
-    }
-    ks = {
-        "good": np.zeros((len(taus), n_classes), np.int64),
-        "bad": np.zeros((len(taus), n_classes), np.int64),
-    }
-    for cls in range(n_classes):
-        predicted = y_pred == cls
-        for kind, mask in (
-            ("good", predicted & (y_true == cls)),
-            ("bad", predicted & (y_true != cls)),
-        ):
-            seed = int(rng.randint(0, 2**31 - 1))
-            xs = x[mask]
-            if len(xs) == 0:
-                for i, t in enumerate(taus):
-                    per_kind[kind][t].append((np.zeros((0, d)), np.zeros((0, d))))
-                    ks[kind][i, cls] = 0
-                tick()
-                continue
-            path = TauKMeansPath(xs, max_clusters=max_clusters, random_state=seed, n_init=n_init)
-            for i, (t, clustering) in enumerate(sorted(path.sweep(taus).items(), reverse=True)):
-                per_kind[kind][t].append(cluster_boxes(xs, clustering.labels))
-                ks[kind][i, cls] = clustering.k
-            tick()
-    sweep.good[layer] = {t: BoxSet.from_boxes(per_kind["good"][t], d) for t in taus}
-    sweep.bad[layer] = {t: BoxSet.from_boxes(per_kind["bad"][t], d) for t in taus}
-    sweep.k_good[layer], sweep.k_bad[layer] = ks["good"], ks["bad"]
+def _n_features(x: np.ndarray) -> int:
+    """Features per row of one layer's activations (flattened)."""
+    return int(np.prod(np.shape(x)[1:], dtype=np.int64))
 
 
 class BoxMonitor(BaseEstimator):
@@ -440,6 +446,11 @@ class BoxMonitor(BaseEstimator):
         Algorithm 1 thresholds for the coverage search.
     random_state : int in [0, 2**32 - 1], RandomState or None, default=0
         Seeds every k-means fit.
+    n_jobs : int or None, default=None
+        Jobs for the per-class work (tau-k-means boxes, the coverage search), through
+        joblib: None is 1 unless inside a ``joblib.parallel_config`` context (whose backend
+        may be a Dask or Ray cluster), -1 every core. The boxes do not depend on it: each
+        class has its own seeds, drawn up front.
 
     Attributes
     ----------
@@ -496,6 +507,13 @@ class BoxMonitor(BaseEstimator):
         # The coverage search bisects until its interval is narrower than this.
         "eps_ival": [Interval(numbers.Real, 0, None, closed="neither")],
         "random_state": [RandomStates(), None],
+        # joblib's convention: None (1 outside a parallel_config context), -1 every core,
+        # -2 all but one ...; never 0.
+        "n_jobs": [
+            Interval(numbers.Integral, None, -1, closed="right"),
+            Interval(numbers.Integral, 1, None, closed="left"),
+            None,
+        ],
     }
 
     def __init__(
@@ -522,6 +540,7 @@ class BoxMonitor(BaseEstimator):
         eps_cov: float = 0.01,
         eps_ival: float = 0.01,
         random_state=0,
+        n_jobs: int | None = None,
     ):
         self.layers = layers
         self.tau = tau
@@ -544,6 +563,7 @@ class BoxMonitor(BaseEstimator):
         self.eps_cov = eps_cov
         self.eps_ival = eps_ival
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def _check_params(self, layers: list[str]) -> list[str]:
         """Every problem with the parameters: values outside their declared domains, then
@@ -677,20 +697,21 @@ class BoxMonitor(BaseEstimator):
         held = np.zeros(0, dtype=np.int64)
         if validation is None and self.combine == "calibrated" and self.calibration_share > 0:
             held = _held_out_rows(y_true, float(self.calibration_share), seed)
-        full = (activations_by_layer, y_true, y_pred)
-        if len(held):
-            keep = np.setdiff1d(np.arange(len(y_pred)), held)
-            activations_by_layer = {
-                layer: np.asarray(activations_by_layer[layer])[keep] for layer in layers
-            }
-            y_true, y_pred = y_true[keep], y_pred[keep]
+        # The boxes are fitted on the other rows, read in place (never a copy of them all).
+        keep = np.setdiff1d(np.arange(len(y_pred)), held) if len(held) else None
         selection = None
         by_coverage = validation is None or self.selection == "coverage"
+        class_taus = None  # each class's tau when it is known before the sweep
         if self.tau == "auto" and by_coverage:
-            chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k, seed)
+            class_taus = chosen = self._select_by_coverage(
+                activations_by_layer, y_true, y_pred, layers, k, seed, keep
+            )
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
             candidate = self._candidate_taus(layers)
+            if self.tau != "auto":
+                chosen = self._explicit_taus(layers, k)
+                class_taus = chosen if isinstance(self.tau, Mapping) else None
         sweep = build_sweep(
             activations_by_layer,
             y_true,
@@ -702,14 +723,15 @@ class BoxMonitor(BaseEstimator):
             max_clusters=self.max_clusters,
             n_init=self.n_init,
             random_state=seed,
+            rows=keep,
+            class_taus=class_taus,
+            n_jobs=self.n_jobs,
         )
         if self.tau == "auto" and validation is not None and not by_coverage:
             if self.selection == "f1":
                 chosen, selection = self._select_by_f1(sweep, validation)
             else:
                 chosen, selection = self._select_by_held_out_class(sweep, validation)
-        elif self.tau != "auto":
-            chosen = self._explicit_taus(layers, k)
         good = {layer: _pick(sweep.good[layer], chosen[layer]) for layer in layers}
         bad = {layer: _pick(sweep.bad[layer], chosen[layer]) for layer in layers}
         score_layers = list(self.score_layers) if self.score_layers is not None else list(layers)
@@ -744,12 +766,11 @@ class BoxMonitor(BaseEstimator):
         if validation is not None:
             self._calibrate_on(validation)
         elif len(held):
-            acts_full, yt_full, yp_full = full
             self._calibrate_on(
                 (
-                    {layer: np.asarray(acts_full[layer])[held] for layer in layers},
-                    yt_full[held],
-                    yp_full[held],
+                    {layer: np.asarray(activations_by_layer[layer])[held] for layer in layers},
+                    y_true[held],
+                    y_pred[held],
                     None if logits is None else np.asarray(logits)[held],
                 )
             )
@@ -901,37 +922,24 @@ class BoxMonitor(BaseEstimator):
         layers: list[str],
         k: int,
         seed: int,
+        rows: np.ndarray | None,
     ) -> dict[str, np.ndarray]:
+        """Each layer's coverage tau per class (Algorithm 1 on the class's good rows among
+        ``rows``), one seed per (layer, class) drawn in that order."""
         rng = np.random.RandomState(seed)
-        out = {}
-        with single_threaded():
-            for layer in layers:
-                out[layer] = self._coverage_taus(activations, y_true, y_pred, layer, k, rng)
-        return out
-
-    def _coverage_taus(
-        self,
-        activations: Activations,
-        y_true: np.ndarray,
-        y_pred: np.ndarray,
-        layer: str,
-        k: int,
-        rng: np.random.RandomState,
-    ) -> np.ndarray:
-        x = _features(activations, layer, self.normalize)
-        taus = np.full(k, 1.0)
-        for cls in range(k):
-            xs = x[(y_pred == cls) & (y_true == cls)]
-            seed = int(rng.randint(0, 2**31 - 1))
-            if len(xs) < 2:
-                continue
-            path = TauKMeansPath(
-                xs, max_clusters=self.max_clusters, random_state=seed, n_init=self.n_init
-            )
-            lo = search_tau_min(path, eps_cov=self.eps_cov, eps_ival=self.eps_ival)
-            hi = search_tau_max(path, eps_cov=self.eps_cov, eps_ival=self.eps_ival)
-            taus[cls] = round(0.5 * (lo + hi), 6)
-        return taus
+        seeds = rng.randint(0, MAX_SEED, size=(len(layers), k))
+        return coverage_taus(
+            activations,
+            layers,
+            class_rows(y_true, y_pred, k, rows),
+            seeds,
+            normalize=self.normalize,
+            max_clusters=self.max_clusters,
+            n_init=self.n_init,
+            eps_cov=self.eps_cov,
+            eps_ival=self.eps_ival,
+            n_jobs=self.n_jobs,
+        )
 
     def _check_fitted(self) -> None:
         """scikit-learn's ``NotFittedError`` (a ``ValueError``) before :meth:`fit`."""
