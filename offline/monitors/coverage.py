@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
-from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
+from boxwatch.offline.monitors.taukmeans import (
+    TauKMeansPath,
+    cluster_boxes,
+    n_distinct_rows,
+    single_threaded,
+)
 
 _SNAP = 1e-9  # N (x - a) / (b - a) within this (relative) of an integer counts as that integer
 
@@ -123,7 +128,9 @@ def clustering_coverage(x: np.ndarray, boxes: tuple[np.ndarray, np.ndarray]) -> 
 def _distinct_points(lo: np.ndarray, hi: np.ndarray) -> bool:
     """Whether the boxes are distinct points (the clusters of tau = 0): then no two of them
     intersect, which saves looking at every pair (quadratic in the samples)."""
-    return len(lo) > 1 and np.array_equal(lo, hi) and len(np.unique(lo, axis=0)) == len(lo)
+    if len(lo) < 2 or not np.array_equal(lo, hi):
+        return False
+    return n_distinct_rows(lo) == len(lo)
 
 
 def coverage_at(path: TauKMeansPath, tau: float) -> Coverage:

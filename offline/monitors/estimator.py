@@ -55,7 +55,14 @@ from boxwatch.offline.monitors.params import (
     RandomStates,
     validate_params,
 )
-from boxwatch.offline.monitors.perclass import MAX_SEED, class_rows, coverage_taus, sweep_classes
+from boxwatch.offline.monitors.perclass import (
+    MAX_SEED,
+    KMeansSettings,
+    class_rows,
+    coverage_taus,
+    sweep_classes,
+)
+from boxwatch.offline.monitors.taukmeans import single_threaded
 from boxwatch.offline.progress import tick
 
 DEFAULT_TAUS: tuple[float, ...] = (
@@ -104,6 +111,8 @@ DEFAULT_CONFIDENCE_SHARE = 0.05
 # Rows of a model's output count as probabilities (not logits) when every value lies in
 # [0, 1] and every row sums to 1 within this.
 PROBABILITY_ROW_TOLERANCE = 1e-3
+# output_kind reads the outputs in blocks of about this many values.
+OUTPUT_BLOCK_VALUES = 1 << 20
 SELECTIONS = vocab.SELECTIONS
 # tau-k-means stops growing k when the relative inertia gain drops below tau: a share.
 _TAU = Interval(numbers.Real, 0, 1, closed="both")
@@ -124,6 +133,21 @@ CONTRAST_MIN_AUROC = 0.9
 # let more near unknowns through (up to 5 points more on MNIST without 4 and 9); without
 # it, the reverse.
 CONTRAST_WEIGHT = 0.5
+# The contrast term's nearest other classes are sought among this many classes, those whose
+# mean box centre lies nearest (BoxRuntime.contrast_candidates): the search then grows with
+# the classes, not their square (at 1,000 classes it took minutes). A problem with at most
+# this many other classes looks at them all, as before.
+CONTRAST_CANDIDATES = 32
+# Subsampling past a size, so the fit grows linearly with the data (each draw seeded by
+# random_state; problems below both sizes fit as before, the detection suite among them).
+# A class (per layer and kind) with more rows than this fits its k-means on this many of
+# them, drawn without replacement, and every row joins its nearest centre: the boxes still
+# hold every training row.
+KMEANS_MAX_SAMPLES = 4096
+# The coverage search (tau="auto" without validation data) runs on at most this many
+# classes per layer, drawn without replacement among those with two good rows or more;
+# every other such class takes the median of their taus.
+COVERAGE_MAX_CLASSES = 64
 # Held-out-class AUROCs saturate near 1 on a well-trained network; among taus within this
 # of the best, the finest is taken (finer boxes score better, shared/FACTS.md).
 SELECTION_TOLERANCE = 0.005
@@ -135,12 +159,18 @@ Validation = tuple[Any, ...]
 def output_kind(outputs: np.ndarray) -> str:
     """``"probabilities"`` when every row of ``outputs`` is a probability vector, else
     ``"logits"`` (how :func:`~boxwatch.agent.boxes.model_confidence` should read them)."""
-    z = np.asarray(outputs, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    if len(z) and np.all(np.isfinite(z)) and z.min() >= 0 and z.max() <= 1:
-        if np.all(np.abs(z.sum(axis=1) - 1) <= PROBABILITY_ROW_TOLERANCE):
-            return "probabilities"
-    return "logits"
+    out = np.asarray(outputs)
+    out = out.reshape(len(out), -1)
+    if not len(out):
+        return "logits"
+    step = max(1, OUTPUT_BLOCK_VALUES // max(1, out.shape[1]))
+    for s in range(0, len(out), step):  # in blocks of rows: no float64 copy of them all
+        z = np.asarray(out[s : s + step], dtype=np.float64)
+        if not (np.all(np.isfinite(z)) and z.min() >= 0 and z.max() <= 1):
+            return "logits"
+        if not np.all(np.abs(z.sum(axis=1) - 1) <= PROBABILITY_ROW_TOLERANCE):
+            return "logits"
+    return "probabilities"
 
 
 @dataclass
@@ -272,6 +302,7 @@ def build_sweep(
     rows: np.ndarray | None = None,
     class_taus: Mapping[str, np.ndarray] | None = None,
     n_jobs: int | None = None,
+    max_samples: int | None = KMEANS_MAX_SAMPLES,
 ) -> BoxSweep:
     """Build good/bad boxes for every layer, class and tau (taus swept descending, k reused).
 
@@ -281,8 +312,9 @@ def build_sweep(
     :mod:`~boxwatch.offline.monitors.perclass`). ``rows`` (ascending) fits on those rows
     only (None: all). With ``class_taus`` (``{layer: tau per class}``, each among ``taus``)
     each class is swept down to its own tau only and the sweep keeps those boxes
-    (:attr:`BoxSweep.class_taus`). Each (layer, class, kind) done counts one step of the
-    open progress phase (:func:`~boxwatch.offline.progress.tick`).
+    (:attr:`BoxSweep.class_taus`). ``max_samples``: see ``KMEANS_MAX_SAMPLES`` (None: every
+    row). Each (layer, class, kind) done counts one step of the open progress phase
+    (:func:`~boxwatch.offline.progress.tick`).
     """
     start = time.perf_counter()
     rng = check_random_state(random_state)
@@ -311,8 +343,7 @@ def build_sweep(
         swept,
         seeds,
         normalize=normalize,
-        max_clusters=max_clusters,
-        n_init=n_init,
+        km=KMeansSettings(max_clusters, n_init, max_samples),
         n_jobs=n_jobs,
     )
     for li, cls, *kinds in results:
@@ -759,21 +790,24 @@ class BoxMonitor(BaseEstimator):
             contrast_classes=int(self.contrast_classes),
             uncertainty="confidence",
             score_mean=self.score_mean,
+            contrast_candidates=CONTRAST_CANDIDATES,
         )
         kinds = [output_kind(v) for v in (logits, validation_logits(validation)) if v is not None]
         self.runtime_.output = kinds[0] if kinds else "logits"
         self.calibration_rows_ = held
-        if validation is not None:
-            self._calibrate_on(validation)
-        elif len(held):
-            self._calibrate_on(
-                (
-                    {layer: np.asarray(activations_by_layer[layer])[held] for layer in layers},
-                    y_true[held],
-                    y_pred[held],
-                    None if logits is None else np.asarray(logits)[held],
+        # Small matrix products: threads cost more than they save (see single_threaded).
+        with single_threaded():
+            if validation is not None:
+                self._calibrate_on(validation)
+            elif len(held):
+                self._calibrate_on(
+                    (
+                        {layer: np.asarray(activations_by_layer[layer])[held] for layer in layers},
+                        y_true[held],
+                        y_pred[held],
+                        None if logits is None else np.asarray(logits)[held],
+                    )
                 )
-            )
         return self
 
     def _calibrate_on(self, data: Validation) -> None:
@@ -925,20 +959,28 @@ class BoxMonitor(BaseEstimator):
         rows: np.ndarray | None,
     ) -> dict[str, np.ndarray]:
         """Each layer's coverage tau per class (Algorithm 1 on the class's good rows among
-        ``rows``), one seed per (layer, class) drawn in that order."""
+        ``rows``), one seed per (layer, class) drawn in that order; past
+        ``COVERAGE_MAX_CLASSES`` classes, on a sample of them drawn next (per layer)."""
         rng = np.random.RandomState(seed)
         seeds = rng.randint(0, MAX_SEED, size=(len(layers), k))
+        groups = class_rows(y_true, y_pred, k, rows)
+        eligible = np.flatnonzero([len(good) >= 2 for good, _bad in groups])
+        searched = None
+        if len(eligible) > COVERAGE_MAX_CLASSES:
+            searched = [
+                np.sort(rng.choice(eligible, COVERAGE_MAX_CLASSES, replace=False)) for _ in layers
+            ]
         return coverage_taus(
             activations,
             layers,
-            class_rows(y_true, y_pred, k, rows),
+            groups,
             seeds,
             normalize=self.normalize,
-            max_clusters=self.max_clusters,
-            n_init=self.n_init,
+            km=KMeansSettings(self.max_clusters, self.n_init, KMEANS_MAX_SAMPLES),
             eps_cov=self.eps_cov,
             eps_ival=self.eps_ival,
             n_jobs=self.n_jobs,
+            searched=searched,
         )
 
     def _check_fitted(self) -> None:

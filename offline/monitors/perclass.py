@@ -83,16 +83,32 @@ class ClassTask:
     taus: tuple[float, ...]
 
 
-def sweep_kind(
-    x: np.ndarray, taus: Sequence[float], seed: int, *, max_clusters: int, n_init: int
-) -> KindSweep:
+@dataclass(frozen=True)
+class KMeansSettings:
+    """How each class's tau-k-means runs (:class:`TauKMeansPath`'s parameters)."""
+
+    max_clusters: int
+    n_init: int
+    max_samples: int | None
+
+    def path(self, x: np.ndarray, seed: int) -> TauKMeansPath:
+        return TauKMeansPath(
+            x,
+            max_clusters=self.max_clusters,
+            random_state=seed,
+            n_init=self.n_init,
+            max_samples=self.max_samples,
+        )
+
+
+def sweep_kind(x: np.ndarray, taus: Sequence[float], seed: int, km: KMeansSettings) -> KindSweep:
     """tau-k-means boxes of ``x`` (n_samples, n_features) at each of ``taus`` (descending),
     swept with one :class:`TauKMeansPath` (assumes valid input)."""
     d = x.shape[1]
     if len(x) == 0:
         empty = (np.zeros((0, d)), np.zeros((0, d)))
         return KindSweep([empty] * len(taus), [0] * len(taus))
-    path = TauKMeansPath(x, max_clusters=max_clusters, random_state=seed, n_init=n_init)
+    path = km.path(x, seed)
     found = path.sweep(taus)
     made: dict[int, Boxes] = {}
     boxes, ks = [], []
@@ -106,7 +122,7 @@ def sweep_kind(
 
 
 def _sweep_job(
-    tasks: list[ClassTask], max_clusters: int, n_init: int
+    tasks: list[ClassTask], km: KMeansSettings
 ) -> list[tuple[int, int, KindSweep, KindSweep]]:
     """Good and bad sweeps of each task, k-means single-threaded."""
     with single_threaded():
@@ -114,19 +130,15 @@ def _sweep_job(
             (
                 t.layer,
                 t.cls,
-                sweep_kind(t.good, t.taus, t.seeds[0], max_clusters=max_clusters, n_init=n_init),
-                sweep_kind(t.bad, t.taus, t.seeds[1], max_clusters=max_clusters, n_init=n_init),
+                sweep_kind(t.good, t.taus, t.seeds[0], km),
+                sweep_kind(t.bad, t.taus, t.seeds[1], km),
             )
             for t in tasks
         ]
 
 
 def _coverage_job(
-    tasks: list[tuple[np.ndarray, int]],
-    max_clusters: int,
-    n_init: int,
-    eps_cov: float,
-    eps_ival: float,
+    tasks: list[tuple[np.ndarray, int]], km: KMeansSettings, eps_cov: float, eps_ival: float
 ) -> list[float]:
     """The coverage tau (middle of Algorithm 1's interval) of each ``(good rows, seed)``;
     1 for fewer than two rows."""
@@ -136,7 +148,7 @@ def _coverage_job(
             if len(x) < 2:
                 out.append(1.0)
                 continue
-            path = TauKMeansPath(x, max_clusters=max_clusters, random_state=seed, n_init=n_init)
+            path = km.path(x, seed)
             lo = search_tau_min(path, eps_cov=eps_cov, eps_ival=eps_ival)
             hi = search_tau_max(path, eps_cov=eps_cov, eps_ival=eps_ival)
             out.append(round(0.5 * (lo + hi), 6))
@@ -165,8 +177,7 @@ def sweep_classes(
     seeds: np.ndarray,
     *,
     normalize: str,
-    max_clusters: int,
-    n_init: int,
+    km: KMeansSettings,
     n_jobs: int | None,
 ) -> Iterator[tuple[int, int, KindSweep, KindSweep]]:
     """``(layer index, class, good, bad)`` sweeps of every layer and class, in that order.
@@ -189,7 +200,7 @@ def sweep_classes(
                 )
                 yield task, task.good.size + task.bad.size + 1
 
-    jobs = (delayed(_sweep_job)(chunk, max_clusters, n_init) for chunk in _chunked(tasks()))
+    jobs = (delayed(_sweep_job)(chunk, km) for chunk in _chunked(tasks()))
     for done in Parallel(n_jobs=n_jobs, return_as="generator")(jobs):
         yield from done
 
@@ -201,26 +212,42 @@ def coverage_taus(
     seeds: np.ndarray,
     *,
     normalize: str,
-    max_clusters: int,
-    n_init: int,
+    km: KMeansSettings,
     eps_cov: float,
     eps_ival: float,
     n_jobs: int | None,
+    searched: Sequence[np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Each layer's coverage tau per class (``seeds``: shape (n_layers, n_classes)), from
-    its good rows (``groups``: :func:`class_rows`)."""
+    its good rows (``groups``: :func:`class_rows`).
+
+    ``searched[layer]`` (None: every class) limits the search to those classes; every other
+    class with two good rows or more takes the median of their taus (rounded as they are),
+    a class with fewer 1.
+    """
+    n = len(groups)
+    wanted = [
+        np.arange(n) if searched is None else np.asarray(searched[i]) for i in range(len(layers))
+    ]
 
     def tasks() -> Iterator[tuple[tuple[np.ndarray, int], int]]:
         for li, layer in enumerate(layers):
             x = np.asarray(activations[layer])
-            for cls, (good, _bad) in enumerate(groups):
-                feats = class_features(x, good, normalize)
+            for cls in wanted[li]:
+                feats = class_features(x, groups[cls][0], normalize)
                 yield (feats, int(seeds[li, cls])), feats.size + 1
 
-    jobs = (
-        delayed(_coverage_job)(chunk, max_clusters, n_init, eps_cov, eps_ival)
-        for chunk in _chunked(tasks())
+    jobs = (delayed(_coverage_job)(chunk, km, eps_cov, eps_ival) for chunk in _chunked(tasks()))
+    flat = iter(
+        [tau for done in Parallel(n_jobs=n_jobs, return_as="generator")(jobs) for tau in done]
     )
-    flat = [tau for done in Parallel(n_jobs=n_jobs, return_as="generator")(jobs) for tau in done]
-    n = len(groups)
-    return {layer: np.asarray(flat[i * n : (i + 1) * n]) for i, layer in enumerate(layers)}
+    out = {}
+    for li, layer in enumerate(layers):
+        found = np.asarray([next(flat) for _ in wanted[li]], dtype=np.float64)
+        taus = np.ones(n)
+        if len(wanted[li]) < n:
+            many = np.asarray([len(good) >= 2 for good, _bad in groups])
+            taus[many] = round(float(np.median(found)), 6) if len(found) else 1.0
+        taus[wanted[li]] = found
+        out[layer] = taus
+    return out
