@@ -110,42 +110,85 @@ def verdict_names(verdicts: np.ndarray) -> np.ndarray:
     return np.asarray(VERDICT_NAMES, dtype=object)[np.asarray(verdicts)]
 
 
-def model_confidence(outputs: np.ndarray, kind: str = "logits") -> np.ndarray:
+class ModelOutputs:
+    """A batch of the model's outputs (``kind``: ``"logits"`` or ``"probabilities"``), read
+    once: the float64 copy, each row's top value and softmax sum are computed on first use
+    and shared by :func:`model_confidence`, :func:`model_energy` and :func:`error_features`
+    (each pass over the outputs grows with the number of classes)."""
+
+    def __init__(self, outputs: np.ndarray, kind: str = "logits"):
+        if kind not in MODEL_OUTPUTS:
+            raise ConfigError(f"output={kind!r}: expected one of {MODEL_OUTPUTS}")
+        self.outputs = outputs
+        self.kind = kind
+
+    @cached_property
+    def z(self) -> np.ndarray:
+        """The outputs as float64, one row per input."""
+        z = np.asarray(self.outputs, dtype=np.float64)
+        return z.reshape(len(z), -1)
+
+    @cached_property
+    def _top(self) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return np.asarray(self.z.max(axis=1))
+
+    @cached_property
+    def _softmax_sum(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.asarray(np.exp(self.z - self._top[:, None]).sum(axis=1))
+
+    @cached_property
+    def confidence(self) -> np.ndarray:
+        """:func:`model_confidence`."""
+        if self.z.shape[1] == 0:
+            return np.full(len(self.z), np.nan)
+        if self.kind == "probabilities":
+            return self._top
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.asarray(1.0 / self._softmax_sum)
+
+    @cached_property
+    def energy(self) -> np.ndarray:
+        """:func:`model_energy` (of the outputs read as logits)."""
+        if self.z.shape[1] == 0:
+            return np.full(len(self.z), np.nan)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.asarray(-(self._top + np.log(self._softmax_sum)))
+
+
+Outputs = np.ndarray | ModelOutputs
+
+
+def _outputs(outputs: Outputs, kind: str) -> ModelOutputs:
+    """``outputs`` as :class:`ModelOutputs` read as ``kind`` (the same object when it is one)."""
+    if isinstance(outputs, ModelOutputs) and outputs.kind == kind:
+        return outputs
+    return ModelOutputs(outputs.outputs if isinstance(outputs, ModelOutputs) else outputs, kind)
+
+
+def model_confidence(outputs: Outputs, kind: str = "logits") -> np.ndarray:
     """The model's confidence in its predicted class, shape (n_samples,), float64.
 
     ``"logits"``: the top softmax probability; ``"probabilities"``: the top output. NaN
     where a row holds a NaN (a confidence floor then never passes it).
     """
-    z = np.asarray(outputs, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    if kind not in MODEL_OUTPUTS:
-        raise ConfigError(f"output={kind!r}: expected one of {MODEL_OUTPUTS}")
-    if z.shape[1] == 0:
-        return np.full(len(z), np.nan)
-    with np.errstate(invalid="ignore", over="ignore"):
-        if kind == "probabilities":
-            return np.asarray(z.max(axis=1))
-        top = z.max(axis=1, keepdims=True)
-        return np.asarray(1.0 / np.exp(z - top).sum(axis=1))
+    return _outputs(outputs, kind).confidence
 
 
-def model_energy(logits: np.ndarray) -> np.ndarray:
+def model_energy(logits: Outputs) -> np.ndarray:
     """The model's energy ``-logsumexp(logits)`` per row, shape (n_samples,), float64.
 
     High where the logits are weak for every class (an input unlike the training data);
     NaN where a row holds a NaN or no value, so a score built on it rejects.
     """
-    z = np.asarray(logits, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    if z.shape[1] == 0:
-        return np.full(len(z), np.nan)
-    with np.errstate(invalid="ignore", over="ignore"):
-        top = z.max(axis=1)
-        return np.asarray(-(top + np.log(np.exp(z - top[:, None]).sum(axis=1))))
+    if isinstance(logits, ModelOutputs):
+        return logits.energy
+    return ModelOutputs(logits).energy
 
 
 def error_features(
-    outputs: np.ndarray,
+    outputs: Outputs,
     kind: str,
     scores: np.ndarray,
     contrast: Sequence[np.ndarray] = (),
@@ -156,9 +199,9 @@ def error_features(
     and its raw contrast terms (:func:`contrast_scores`, one array per contrast layer). NaN
     where the output is not finite, so an error model never trusts such a row.
     """
-    z = np.asarray(outputs, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    conf = model_confidence(z, kind)
+    read = _outputs(outputs, kind)
+    z = read.z
+    conf = read.confidence
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if z.shape[1] >= 2:
             top2 = np.partition(z, -2, axis=1)[:, -2:]
@@ -604,26 +647,27 @@ class BoxSet:
 
 
 def _lanes(lo: np.ndarray, hi: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The native kernel's transposed copy of the boxes: ``(tlo, thi)`` of shape
-    (n_blocks, n_features, LANES), each class's boxes in blocks of ``LANES`` (padding zero).
+    """The native kernel's transposed copy of the boxes: ``(tlo, thi)``, each of
+    n_boxes * n_features + LANES float32 (the last LANES are zeros).
 
-    The kernel accumulates the distances of a block's boxes side by side (one SIMD lane per
+    Each class's boxes stay where ``lo`` holds them (from row ``offsets[c]``), in blocks of
+    ``LANES`` boxes (the last block narrower), each block transposed to (n_features, boxes):
+    the kernel accumulates the distances of a block's boxes side by side (one SIMD lane per
     box, each lane summing its features in order, so the sums round as the one-box loop's
-    do). Empty without the kernel.
+    do), and a class of a few boxes reads no padding. Empty without the kernel.
     """
     lanes = getattr(_NATIVE, "LANES", 0)
     if not lanes:
-        empty = np.zeros((0, lo.shape[1], 1), np.float32)
+        empty = np.zeros(0, np.float32)
         return empty, empty
-    counts = np.diff(offsets)
-    blocks = -(-counts // lanes)
-    first = np.concatenate([[0], np.cumsum(blocks)]).astype(np.int64)
-    slot = np.arange(len(lo)) - np.repeat(offsets[:-1], counts)
-    block = np.repeat(first[:-1], counts) + slot // lanes
-    tlo = np.zeros((int(first[-1]), lo.shape[1], lanes), np.float32)
+    d = lo.shape[1]
+    tlo = np.zeros(len(lo) * d + lanes, np.float32)
     thi = np.zeros_like(tlo)
-    tlo[block, :, slot % lanes] = lo
-    thi[block, :, slot % lanes] = hi
+    for c in range(len(offsets) - 1):
+        for s in range(offsets[c], offsets[c + 1], lanes):
+            e = min(s + lanes, offsets[c + 1])
+            tlo[s * d : e * d] = lo[s:e].T.ravel()
+            thi[s * d : e * d] = hi[s:e].T.ravel()
     return tlo, thi
 
 
@@ -1098,7 +1142,7 @@ class BoxRuntime:
             and self.energy_scale is not None
         )
 
-    def energy(self, logits: np.ndarray | None, n: int) -> np.ndarray | None:
+    def energy(self, logits: Outputs | None, n: int) -> np.ndarray | None:
         """The energy of ``logits`` when the score holds the energy term, else None."""
         if not self.has_energy_term():
             return None
@@ -1129,6 +1173,8 @@ class BoxRuntime:
         set. ``trace`` receives what the pass computed (:meth:`explain` reads it).
         """
         y_pred = np.asarray(y_pred)
+        # Read once for the energy term, the confidence floor and the error model.
+        outputs = None if logits is None else ModelOutputs(logits, self.output)
         calibrated = self.combine == "calibrated"
         scored = (want_scores or calibrated) and bool(self.score_layers)
         contrast = self.contrast_layers if scored and self.score == "fused" else []
@@ -1189,7 +1235,7 @@ class BoxRuntime:
                 else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
                 for layer in contrast
             }
-            terms = self._scaled_terms(dist, contrast_terms, self.energy(logits, len(y_pred)))
+            terms = self._scaled_terms(dist, contrast_terms, self.energy(outputs, len(y_pred)))
             scores = self._combine_terms(*terms)
         if trace is not None:
             trace.feats, trace.in_bad = feats, in_bad
@@ -1205,11 +1251,11 @@ class BoxRuntime:
             unsure = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         elif self.uncertainty == "error-model":
             unsure = ~(
-                self._error_probability(logits, scores, list(contrast_terms.values()))
+                self._error_probability(outputs, scores, list(contrast_terms.values()))
                 <= self._error_cut()
             )
         else:
-            unsure = self.unsure(logits, len(y_pred))
+            unsure = self.unsure(outputs, len(y_pred))
         within = self.decide(scores)
         combined = np.where(within, np.where(unsure, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
@@ -1234,7 +1280,7 @@ class BoxRuntime:
         return self._error_probability(logits, self.scores(activations, y_pred, logits), contrast)
 
     def _error_probability(
-        self, logits: np.ndarray | None, scores: np.ndarray, contrast: Sequence[np.ndarray]
+        self, logits: Outputs | None, scores: np.ndarray, contrast: Sequence[np.ndarray]
     ) -> np.ndarray:
         if self.error_model is None:
             raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
@@ -1253,7 +1299,7 @@ class BoxRuntime:
         cut = self.error_model.threshold
         return np.inf if cut is None else cut
 
-    def unsure(self, logits: np.ndarray | None, n: int) -> np.ndarray:
+    def unsure(self, logits: Outputs | None, n: int) -> np.ndarray:
         """Where the model's confidence is below ``confidence_floor`` (NaN included).
 
         All False without a floor; a floor without ``logits`` is a :class:`ConfigError`.

@@ -148,6 +148,12 @@ KMEANS_MAX_SAMPLES = 4096
 # classes per layer, drawn without replacement among those with two good rows or more;
 # every other such class takes the median of their taus.
 COVERAGE_MAX_CLASSES = 64
+# The held-out-class selection (tau="auto" with validation data) scores at most this many
+# known validation rows, drawn without replacement, and measures each against the
+# HELD_OUT_CANDIDATES classes whose mean box centre lies nearest it (and its label and
+# predicted class) rather than every class, past that many classes.
+HELD_OUT_MAX_ROWS = 8192
+HELD_OUT_CANDIDATES = 32
 # Held-out-class AUROCs saturate near 1 on a well-trained network; among taus within this
 # of the best, the finest is taken (finer boxes score better, shared/FACTS.md).
 SELECTION_TOLERANCE = 0.005
@@ -762,7 +768,7 @@ class BoxMonitor(BaseEstimator):
             if self.selection == "f1":
                 chosen, selection = self._select_by_f1(sweep, validation)
             else:
-                chosen, selection = self._select_by_held_out_class(sweep, validation)
+                chosen, selection = self._select_by_held_out_class(sweep, validation, seed)
         good = {layer: _pick(sweep.good[layer], chosen[layer]) for layer in layers}
         bad = {layer: _pick(sweep.bad[layer], chosen[layer]) for layer in layers}
         score_layers = list(self.score_layers) if self.score_layers is not None else list(layers)
@@ -852,9 +858,11 @@ class BoxMonitor(BaseEstimator):
         ]
 
     def _select_by_held_out_class(
-        self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray]
+        self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray], seed: int
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """One tau per layer from known validation inputs only (see ``selection``)."""
+        """One tau per layer from known validation inputs only (see ``selection``): at most
+        ``HELD_OUT_MAX_ROWS`` of them (drawn with ``seed``), each measured against the
+        classes of :func:`_held_out_classes`."""
         acts, yv_true, yv_pred = validation[:3]
         yv_true, yv_pred = (
             np.asarray(yv_true).astype(np.int64),
@@ -866,23 +874,26 @@ class BoxMonitor(BaseEstimator):
                 "selection='held-out-class' needs validation inputs of at least 2 "
                 f"known classes; got {np.unique(yv_true[known]).tolist()}"
             )
-        y_true, y_pred = yv_true[known], yv_pred[known]
-        rows, n_classes = np.arange(len(y_true)), sweep.n_classes
+        rows = np.flatnonzero(known)
+        if len(rows) > HELD_OUT_MAX_ROWS:
+            pick = np.random.RandomState(seed).choice(len(rows), HELD_OUT_MAX_ROWS, replace=False)
+            rows = rows[np.sort(pick)]
+        y_true, y_pred = yv_true[rows], yv_pred[rows]
+        n_classes = sweep.n_classes
         chosen, table = {}, {}
         for layer in sweep.layers:
-            x = _features({layer: np.asarray(acts[layer])[known]}, layer, self.normalize)
+            x = _features({layer: np.asarray(acts[layer])[rows]}, layer, self.normalize)
+            classes = _held_out_classes(sweep.good[layer][sweep.taus[0]], x, y_true, y_pred)
             values = np.zeros(len(sweep.taus))
             for i, tau in enumerate(sweep.taus):
                 boxes = sweep.good[layer][tau]
-                dist = np.stack(
-                    [boxes.distance(x, np.full(len(x), c)) for c in range(n_classes)], axis=1
-                )
-                own_k = dist[rows, y_pred]
-                other = dist.copy()
-                other[rows, y_pred] = np.inf
-                withheld = dist.copy()
-                withheld[rows, y_true] = np.inf
+                dist = _class_distances(boxes, x, classes)
+                own_k = boxes.distance(x, y_pred)
+                other = np.where(classes == y_pred[:, None], np.inf, dist)
+                withheld = np.where(classes == y_true[:, None], np.inf, dist)
                 two = np.sort(withheld, axis=1)[:, :2]  # nearest and second-nearest other class
+                if two.shape[1] < 2:
+                    two = np.pad(two, ((0, 0), (0, 2 - two.shape[1])), constant_values=np.inf)
                 values[i] = _held_out_auroc(
                     own_k, other.min(axis=1), two[:, 0], two[:, 1], fused=self.score == "fused"
                 )
@@ -1419,6 +1430,47 @@ def _held_out_auroc(
         return np.where(np.isfinite(out), out, np.inf)
 
     return auroc(term(own_known, other_known), term(own_unknown, other_unknown))
+
+
+def _held_out_classes(
+    boxes: BoxSet, x: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray
+) -> np.ndarray:
+    """Per input, the classes the held-out-class selection measures it against, shape
+    (n_samples, n_cols), padded with -1: every class up to ``HELD_OUT_CANDIDATES`` classes,
+    else the ``HELD_OUT_CANDIDATES`` whose mean box centre (of ``boxes``) lies nearest the
+    input, its label and its predicted class."""
+    n_classes = boxes.n_classes
+    if n_classes <= HELD_OUT_CANDIDATES:
+        return np.broadcast_to(np.arange(n_classes), (len(x), n_classes))
+    counts = boxes.counts()
+    centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
+    means = np.zeros((n_classes, boxes.n_features))
+    np.add.at(means, np.repeat(np.arange(n_classes), counts), centre)
+    means /= np.maximum(counts, 1)[:, None]
+    table = np.empty((len(x), HELD_OUT_CANDIDATES + 2), dtype=np.int64)
+    step = max(1, (1 << 22) // n_classes)
+    for s in range(0, len(x), step):
+        xb = x[s : s + step].astype(np.float64)
+        gap = (means**2).sum(axis=1)[None, :] - 2 * (xb @ means.T)
+        gap[:, counts == 0] = np.inf
+        table[s : s + len(xb), :-2] = np.argpartition(gap, HELD_OUT_CANDIDATES, axis=1)[
+            :, :HELD_OUT_CANDIDATES
+        ]
+    for col, extra in ((-2, y_pred), (-1, y_true)):
+        table[:, col] = np.where((table[:, :col] == extra[:, None]).any(axis=1), -1, extra)
+    return table
+
+
+def _class_distances(boxes: BoxSet, x: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """``boxes.distance`` of each input to each of its ``classes`` (:func:`_held_out_classes`;
+    -1: ``inf``), in blocks of inputs."""
+    out = np.full(classes.shape, np.inf)
+    step = max(1, (1 << 22) // max(1, classes.shape[1] * boxes.n_features))
+    for s in range(0, len(x), step):
+        block = classes[s : s + step]
+        r, c = np.nonzero(block >= 0)
+        out[s + r, c] = boxes.distance(x[s + r], block[r, c])
+    return out
 
 
 def _pick(by_tau: Mapping[float, BoxSet], taus: np.ndarray) -> BoxSet:
