@@ -246,10 +246,12 @@ static void distance_loop(const Args *a, const float *tl, const float *th, uint8
     }
 }
 
-/* fused_distances's work: distance_loop's, plus d_other where 0 < d_own < inf. */
+/* fused_distances's work: distance_loop's, plus d_other where 0 < d_own < inf: the distance
+ * to the other set's boxes of class y[i], or of class ocls[y[i]] when ocls is given (-1:
+ * none, d_other inf). */
 static void fused_loop(const Args *a, const Args *o, const float *tl, const float *th,
-                       const float *otl, const float *oth, uint8_t *in, double *own,
-                       double *other) {
+                       const float *otl, const float *oth, const int64_t *ocls, uint8_t *in,
+                       double *own, double *other) {
     const int64_t *off = (const int64_t *)a->offsets.buf, *y = (const int64_t *)a->y.buf;
     const int64_t *ooff = (const int64_t *)o->offsets.buf;
     for (Py_ssize_t i = 0; i < a->n; i++) {
@@ -265,8 +267,10 @@ static void fused_loop(const Args *a, const Args *o, const float *tl, const floa
                                off[c + 1] - off[c], INFINITY);
         own[i] = sqrt((double)best);
         if (!(own[i] > 0.0 && own[i] < INFINITY)) continue;
-        best = lanes_min(x, otl + ooff[c] * a->d, oth + ooff[c] * a->d, a->d,
-                         ooff[c + 1] - ooff[c], INFINITY);
+        int64_t oc = ocls ? ocls[c] : c;
+        if (oc < 0) continue;
+        best = lanes_min(x, otl + ooff[oc] * a->d, oth + ooff[oc] * a->d, a->d,
+                         ooff[oc + 1] - ooff[oc], INFINITY);
         other[i] = sqrt((double)best);
     }
 }
@@ -340,14 +344,16 @@ static PyObject *distance_contains(PyObject *self, PyObject *const *argv, Py_ssi
 
 /* The fused score's distances in one pass: membership in a box of class y[i], the distance
  * d_own to the nearest such box and, where 0 < d_own < inf, the distance d_other to the
- * nearest box of the "other" box set for class y[i] (its nearest other classes); d_other is
- * inf elsewhere, as the numpy path leaves it. Each input's row is read once while hot. */
+ * nearest box of the "other" box set for class y[i] (its nearest other classes), or, given
+ * ocls (one int64 per class), for class ocls[y[i]] (the other set may then be the boxes
+ * themselves: no copy of a neighbour's boxes); d_other is inf elsewhere, as the numpy path
+ * leaves it. Each input's row is read once while hot. */
 static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     (void)self;
-    if (argc != 16) {
+    if (argc != 16 && argc != 17) {
         PyErr_SetString(PyExc_TypeError,
                         "fused_distances(x, y, lo, hi, offsets, d, olo, ohi, ooffsets, inside, "
-                        "d_own, d_other, tlo, thi, otlo, othi)");
+                        "d_own, d_other, tlo, thi, otlo, othi[, ocls])");
         return NULL;
     }
     Args a, o;
@@ -361,8 +367,30 @@ static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize
         return NULL;
     }
     Py_buffer inside = {0}, down = {0}, dother = {0}, tlo = {0}, thi = {0}, otlo = {0}, othi = {0};
+    Py_buffer remap = {0};
     Py_ssize_t bytes = a.n * (Py_ssize_t)sizeof(double);
-    if (get_out(argv[9], &inside, "inside", "byte", a.n, &a) < 0) { release(&o); return NULL; }
+    if (argc == 17) {
+        const char *bad = NULL;
+        if (get(argv[16], &remap, 0, "ocls") < 0) { release(&o); release(&a); return NULL; }
+        if (remap.len != a.n_classes * (Py_ssize_t)sizeof(int64_t))
+            bad = "ocls must hold one int64 per class";
+        for (Py_ssize_t c = 0; !bad && c < a.n_classes; c++) {
+            int64_t oc = ((const int64_t *)remap.buf)[c];
+            if (oc < -1 || oc >= o.n_classes) bad = "ocls must hold classes of the other boxes or -1";
+        }
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, bad);
+            PyBuffer_Release(&remap);
+            release(&o);
+            release(&a);
+            return NULL;
+        }
+    }
+    if (get_out(argv[9], &inside, "inside", "byte", a.n, &a) < 0) {
+        PyBuffer_Release(&remap);
+        release(&o);
+        return NULL;
+    }
     if (get_out(argv[10], &down, "d_own", "float64", bytes, &a) < 0) goto fail_inside;
     if (get_out(argv[11], &dother, "d_other", "float64", bytes, &a) < 0) goto fail_down;
     if (get_lanes(argv[12], argv[13], &tlo, &thi, a.n_boxes, a.d) < 0) goto fail_all;
@@ -373,8 +401,8 @@ static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize
     }
     Py_BEGIN_ALLOW_THREADS
     fused_loop(&a, &o, (const float *)tlo.buf, (const float *)thi.buf, (const float *)otlo.buf,
-               (const float *)othi.buf, (uint8_t *)inside.buf, (double *)down.buf,
-               (double *)dother.buf);
+               (const float *)othi.buf, (const int64_t *)remap.buf, (uint8_t *)inside.buf,
+               (double *)down.buf, (double *)dother.buf);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&tlo);
     PyBuffer_Release(&thi);
@@ -383,6 +411,7 @@ static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize
     PyBuffer_Release(&inside);
     PyBuffer_Release(&down);
     PyBuffer_Release(&dother);
+    PyBuffer_Release(&remap);
     release(&o);
     release(&a);
     Py_RETURN_NONE;
@@ -394,6 +423,7 @@ fail_down:
     PyBuffer_Release(&down);
 fail_inside:
     PyBuffer_Release(&inside);
+    PyBuffer_Release(&remap);
     release(&o);
     return NULL;
 }
@@ -408,8 +438,8 @@ static PyMethodDef methods[] = {
      "the boxes transposed by blocks of LANES (see boxes.BoxSet)."},
     {"fused_distances", (PyCFunction)(void (*)(void))fused_distances, METH_FASTCALL,
      "fused_distances(x, y, lo, hi, offsets, d, olo, ohi, ooffsets, inside, d_own, d_other, tlo, "
-     "thi, otlo, othi): distance_contains plus the distance to the nearest 'other' box where "
-     "0 < d_own < inf."},
+     "thi, otlo, othi[, ocls]): distance_contains plus the distance to the nearest 'other' box "
+     "(of class y[i], or ocls[y[i]]) where 0 < d_own < inf."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -564,21 +564,25 @@ class BoxSet:
         return out
 
     def fused_distances(
-        self, x: np.ndarray, y: np.ndarray, other: BoxSet
+        self, x: np.ndarray, y: np.ndarray, other: BoxSet, other_class: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The fused score's distances: ``(d_own, inside, d_other)``.
 
         ``d_own`` and ``inside`` are :meth:`distance_and_contains`; ``d_other`` is
         ``other.distance`` (``other``: the boxes of each class's nearest other classes, see
         :func:`complement_boxes`) where ``0 < d_own < inf`` and ``inf`` elsewhere (the
-        contrast term needs it nowhere else). The native kernel does all of it in one pass
-        over the inputs; the numpy path gives identical values.
+        contrast term needs it nowhere else). With ``other_class`` (one class of ``other``
+        per class, -1: none), ``d_other`` is the distance to ``other``'s boxes of class
+        ``other_class[y[i]]`` instead: ``other`` may be this set itself, with each class's
+        one nearest other class, and no copy of its boxes. The native kernel does all of it
+        in one pass over the inputs; the numpy path gives identical values.
         """
         x, y = self._check(x, y)
         if other.n_classes != self.n_classes or other.n_features != self.n_features:
             raise ConfigError(
                 "fused_distances: the other boxes must have the same classes and features"
             )
+        remap = () if other_class is None else (np.ascontiguousarray(other_class, np.int64),)
         if _kernel is not None and self.n_features:
             inside = np.empty(len(x), dtype=np.uint8)
             d_own = np.empty(len(x), dtype=np.float64)
@@ -598,14 +602,12 @@ class BoxSet:
                 d_other,
                 *self._lanes,
                 *other._lanes,
+                *remap,
             )
             return d_own, inside.view(bool), d_other
         d_own, inside = self.distance_and_contains(x, y)
         rows = np.flatnonzero(np.isfinite(d_own) & (d_own > 0))
-        d_other = np.full(len(x), np.inf)
-        if len(rows):
-            d_other[rows] = other.distance(x[rows], y[rows])
-        return d_own, inside, d_other
+        return d_own, inside, other_distances(other, x, y, rows, other_class)
 
     def _native_distance_contains(
         self, x: np.ndarray, y: np.ndarray
@@ -644,6 +646,23 @@ class BoxSet:
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str) -> BoxSet:
         """Inverse of :meth:`to_arrays`."""
         return cls(arrays[f"{prefix}.lo"], arrays[f"{prefix}.hi"], arrays[f"{prefix}.offsets"])
+
+
+def other_distances(
+    other: BoxSet,
+    x: np.ndarray,
+    y: np.ndarray,
+    rows: np.ndarray,
+    other_class: np.ndarray | None = None,
+) -> np.ndarray:
+    """The contrast term's ``d_other`` (:meth:`BoxSet.fused_distances`) at ``rows``, ``inf``
+    elsewhere and where ``other_class`` gives -1."""
+    out = np.full(len(x), np.inf)
+    classes = y[rows] if other_class is None else np.asarray(other_class)[y[rows]]
+    rows = rows[classes >= 0]
+    if len(rows):
+        out[rows] = other.distance(x[rows], classes[classes >= 0])
+    return out
 
 
 def _lanes(lo: np.ndarray, hi: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -713,27 +732,31 @@ def _complement_rows(boxes: BoxSet, n_neighbours: int, candidates: int = 0) -> l
     square; with ``candidates`` or fewer other classes it changes nothing.
     """
     off = boxes.offsets
-    centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
     counts = np.diff(off)
     owner = np.repeat(np.arange(boxes.n_classes), counts)
-    centre_sq = (centre**2).sum(axis=1)
     means = None
     if n_neighbours > 0 and 0 < candidates < int((counts > 0).sum()) - 1:
-        sums = np.zeros((boxes.n_classes, centre.shape[1]))
-        np.add.at(sums, owner, centre)
-        means = sums / np.maximum(counts, 1)[:, None]
+        means = _class_means(boxes)  # the centres are then made class by class
+    else:
+        centre = _centres(boxes, slice(None))
+        centre_sq = (centre**2).sum(axis=1)
     per_class = []
     for c in range(boxes.n_classes):
-        own = centre[off[c] : off[c + 1]]
+        own = _centres(boxes, slice(off[c], off[c + 1]))
         others = np.r_[0 : off[c], off[c + 1] : off[-1]].astype(np.int64)
         if not len(own) or not len(others):  # no box of its own, or no other: index order
             per_class.append(others)
             continue
-        if n_neighbours > 0:
-            if means is not None:
-                others = _rows_of(off, _nearest_means(means, counts, c, candidates))
-            others = _within_reach(centre, centre_sq, owner, others, own, n_neighbours)
-        gap = _gaps(centre, others, own)
+        if means is not None:  # the candidates' centres only
+            rows = _rows_of(off, _nearest_means(means, counts, c, candidates))
+            near = _centres(boxes, rows)
+            at = np.arange(len(rows))
+            at = _within_reach(near, (near**2).sum(axis=1), owner[rows], at, own, n_neighbours)
+            others, gap = rows[at], _gaps(near, at, own)
+        else:
+            if n_neighbours > 0:
+                others = _within_reach(centre, centre_sq, owner, others, own, n_neighbours)
+            gap = _gaps(centre, others, own)
         others = others[np.argsort(gap, kind="stable")]
         if n_neighbours > 0:
             cls = owner[others]
@@ -763,6 +786,23 @@ def _gaps(centre: np.ndarray, rows: np.ndarray, own: np.ndarray) -> np.ndarray:
             ((centre[r][:, None, :] - own[None, :, :]) ** 2).sum(axis=2).min(axis=1)
         )
     return out
+
+
+def _centres(boxes: BoxSet, rows: slice | np.ndarray) -> np.ndarray:
+    """The centres ``(lo + hi) / 2`` of the boxes ``rows``, float64."""
+    return (boxes.lo[rows].astype(np.float64) + boxes.hi[rows]) / 2
+
+
+def _class_means(boxes: BoxSet) -> np.ndarray:
+    """Each class's mean box centre, shape (n_classes, n_features) (0 without boxes): summed
+    in blocks of boxes, in box order (the sums do not depend on the blocks)."""
+    counts = boxes.counts()
+    owner = np.repeat(np.arange(boxes.n_classes), counts)
+    sums = np.zeros((boxes.n_classes, boxes.n_features))
+    step = max(1, _GAP_ELEMENTS // max(1, boxes.n_features))
+    for s in range(0, len(owner), step):
+        np.add.at(sums, owner[s : s + step], _centres(boxes, slice(s, s + step)))
+    return sums / np.maximum(counts, 1)[:, None]
 
 
 def _rows_of(offsets: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -1078,6 +1118,20 @@ class BoxRuntime:
             self._others[layer] = _complement_from_rows(self.good[layer], rows)
         return self._others[layer]
 
+    def _contrast_boxes(self, layer: str) -> tuple[BoxSet, np.ndarray | None]:
+        """The boxes ``d_other`` is measured to, and the class of them for each class (None:
+        the same class): with one neighbour class (``contrast_classes=1``) the layer's good
+        boxes themselves and each class's neighbour (-1: none), no copy of its boxes; else
+        :meth:`other_boxes`."""
+        if self.contrast_classes != 1:
+            return self.other_boxes(layer), None
+        key = (layer, -1, self.contrast_candidates)  # -1: the neighbour, not a table
+        if key not in self._other_classes:
+            good = self.good[layer]
+            first = self._other_classes_of(layer)[:, 0]
+            self._other_classes[key] = np.where(good.counts() > 0, first, -1)
+        return self.good[layer], self._other_classes[key]
+
     def _complement_rows(self, layer: str) -> list[np.ndarray]:
         """:func:`_complement_rows` of the layer's good boxes at this monitor's settings,
         built once for :meth:`other_boxes` and :meth:`_other_classes_of`."""
@@ -1190,7 +1244,7 @@ class BoxRuntime:
         for layer in feats:
             if layer in contrast and layer in self.score_layers:  # one pass for both terms
                 dist[layer], inside, d_other[layer] = self.good[layer].fused_distances(
-                    feats[layer], y_pred, self.other_boxes(layer)
+                    feats[layer], y_pred, *self._contrast_boxes(layer)
                 )
                 if layer in self.layers:
                     in_good[layer] = inside
@@ -1337,9 +1391,8 @@ class BoxRuntime:
         out = {}
         for layer, d_own in own.items():
             rows = np.flatnonzero(np.isfinite(d_own) & (d_own > 0))
-            d_other = np.full(len(d_own), np.inf)
-            if len(rows):
-                d_other[rows] = self.other_boxes(layer).distance(feats[layer][rows], y_pred[rows])
+            boxes, other_class = self._contrast_boxes(layer)
+            d_other = other_distances(boxes, feats[layer], y_pred, rows, other_class)
             out[layer] = contrast_scores(d_own, d_other)
         return out
 

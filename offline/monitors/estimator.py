@@ -60,6 +60,7 @@ from boxwatch.offline.monitors.perclass import (
     KMeansSettings,
     class_rows,
     coverage_taus,
+    release_pages,
     sweep_classes,
 )
 from boxwatch.offline.monitors.taukmeans import single_threaded
@@ -172,6 +173,7 @@ def output_kind(outputs: np.ndarray) -> str:
     step = max(1, OUTPUT_BLOCK_VALUES // max(1, out.shape[1]))
     for s in range(0, len(out), step):  # in blocks of rows: no float64 copy of them all
         z = np.asarray(out[s : s + step], dtype=np.float64)
+        release_pages(outputs)
         if not (np.all(np.isfinite(z)) and z.min() >= 0 and z.max() <= 1):
             return "logits"
         if not np.all(np.abs(z.sum(axis=1) - 1) <= PROBABILITY_ROW_TOLERANCE):
@@ -187,8 +189,8 @@ class BoxSweep:
     ``k_bad`` hold the cluster counts, shape (n_taus, n_classes) per layer.
     ``class_taus``: None, or, when each class had its tau before the sweep (``{layer: tau
     per class}``: the coverage search, a tau per class given), each class was swept down
-    to its own tau only: ``good[layer][tau]`` then holds the boxes of the classes whose tau
-    that is (none for the others), and the counts are 0 below a class's tau.
+    to its own tau only: ``good[layer][tau]`` is then, for every tau, the one box set of
+    each class's boxes at its own tau, and the counts are 0 below a class's tau.
     """
 
     layers: list[str]
@@ -337,9 +339,10 @@ def build_sweep(
         for layer in layers
     ]
     n_features = [_n_features(activations_by_layer[layer]) for layer in layers]
-    per_kind = {
+    # [kind][layer][tau]: one (lo, hi) per class
+    per_kind: dict[str, list[list[list[tuple[np.ndarray, np.ndarray]]]]] = {
         kind: [[[] for _ in taus] for _ in layers] for kind in ("good", "bad")
-    }  # [kind][layer][tau] -> one (lo, hi) per class
+    }
     ks = {kind: [np.zeros((len(taus), n_classes), np.int64) for _ in layers] for kind in per_kind}
     at = {t: i for i, t in enumerate(taus)}
     results = sweep_classes(
@@ -360,18 +363,20 @@ def build_sweep(
             if class_taus is None:
                 for i, boxes in enumerate(found.boxes):
                     per_kind[kind][li][i].append(boxes)
-            else:  # the class's own tau holds its boxes, the others none
+            else:  # one list: each class's boxes at its own tau
                 empty = np.zeros((0, n_features[li]))
-                for i in range(len(taus)):
-                    mine = bool(own) and i == at[own[-1]]
-                    per_kind[kind][li][i].append(found.boxes[-1] if mine else (empty, empty))
+                per_kind[kind][li][0].append(found.boxes[-1] if own else (empty, empty))
             tick()
     for li, layer in enumerate(layers):
         d = n_features[li]
-        sweep.good[layer] = {
-            t: BoxSet.from_boxes(per_kind["good"][li][i], d) for t, i in at.items()
-        }
-        sweep.bad[layer] = {t: BoxSet.from_boxes(per_kind["bad"][li][i], d) for t, i in at.items()}
+        for kind, into in (("good", sweep.good), ("bad", sweep.bad)):
+            lists = per_kind[kind][li]
+            if class_taus is None:
+                into[layer] = {t: BoxSet.from_boxes(lists[i], d) for t, i in at.items()}
+            else:  # one box set, under every tau: each class's boxes at its own tau
+                own_boxes = BoxSet.from_boxes(lists[0], d)
+                into[layer] = dict.fromkeys(taus, own_boxes)
+            lists.clear()
         sweep.k_good[layer], sweep.k_bad[layer] = ks["good"][li], ks["bad"][li]
     if class_taus is not None:
         sweep.class_taus = {layer: np.asarray(class_taus[layer], np.float64) for layer in layers}
@@ -488,6 +493,17 @@ class BoxMonitor(BaseEstimator):
         joblib: None is 1 unless inside a ``joblib.parallel_config`` context (whose backend
         may be a Dask or Ray cluster), -1 every core. The boxes do not depend on it: each
         class has its own seeds, drawn up front.
+
+    Notes
+    -----
+    Past a size the fit subsamples, deterministically (``random_state``), so its cost grows
+    linearly with the data; smaller problems fit as before: k-means of a class on at most
+    ``KMEANS_MAX_SAMPLES`` rows (every row joins its nearest centre), the coverage search on
+    at most ``COVERAGE_MAX_CLASSES`` classes per layer (the others take their median tau),
+    the held-out-class selection on at most ``HELD_OUT_MAX_ROWS`` validation rows, each
+    against ``HELD_OUT_CANDIDATES`` classes, and the contrast term's neighbour among
+    ``CONTRAST_CANDIDATES`` classes (docs/monitors.md). Activations are read in place, a
+    class's rows at a time (memory-mapped arrays work as they are).
 
     Attributes
     ----------
@@ -806,14 +822,11 @@ class BoxMonitor(BaseEstimator):
             if validation is not None:
                 self._calibrate_on(validation)
             elif len(held):
-                self._calibrate_on(
-                    (
-                        {layer: np.asarray(activations_by_layer[layer])[held] for layer in layers},
-                        y_true[held],
-                        y_pred[held],
-                        None if logits is None else np.asarray(logits)[held],
-                    )
-                )
+                rows = {layer: np.asarray(activations_by_layer[layer])[held] for layer in layers}
+                held_logits = None if logits is None else np.asarray(logits)[held]
+                for array in [*activations_by_layer.values(), logits]:
+                    release_pages(array)
+                self._calibrate_on((rows, y_true[held], y_pred[held], held_logits))
         return self
 
     def _calibrate_on(self, data: Validation) -> None:
@@ -876,8 +889,8 @@ class BoxMonitor(BaseEstimator):
             )
         rows = np.flatnonzero(known)
         if len(rows) > HELD_OUT_MAX_ROWS:
-            pick = np.random.RandomState(seed).choice(len(rows), HELD_OUT_MAX_ROWS, replace=False)
-            rows = rows[np.sort(pick)]
+            drawn = np.random.RandomState(seed).choice(len(rows), HELD_OUT_MAX_ROWS, replace=False)
+            rows = rows[np.sort(drawn)]
         y_true, y_pred = yv_true[rows], yv_pred[rows]
         n_classes = sweep.n_classes
         chosen, table = {}, {}
@@ -1474,7 +1487,11 @@ def _class_distances(boxes: BoxSet, x: np.ndarray, classes: np.ndarray) -> np.nd
 
 
 def _pick(by_tau: Mapping[float, BoxSet], taus: np.ndarray) -> BoxSet:
-    """Per class, the boxes of that class's tau (assumes every tau is in ``by_tau``)."""
+    """Per class, the boxes of that class's tau (assumes every tau is in ``by_tau``); the
+    set itself when one set serves every tau (:attr:`BoxSweep.class_taus`)."""
+    sets = list(by_tau.values())
+    if all(b is sets[0] for b in sets):
+        return sets[0]
     per_class = [by_tau[float(t)].boxes_of(cls) for cls, t in enumerate(taus)]
     d = next(iter(by_tau.values())).n_features
     return BoxSet.from_boxes(per_class, d)

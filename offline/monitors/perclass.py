@@ -12,6 +12,7 @@ never copied whole, so they may be memory-mapped), and run k-means single-thread
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,9 +55,27 @@ def class_rows(
 
 def class_features(x: np.ndarray, idx: np.ndarray, normalize: str) -> np.ndarray:
     """Rows ``idx`` of one layer's activations, flattened and normalised (row-wise, so the
-    same values as normalising every row first)."""
+    same values as normalising every row first); a memory-mapped ``x`` gives its pages
+    back after the read (:func:`release_pages`)."""
     rows = np.asarray(x[idx])
+    release_pages(x)
     return normalize_features(rows.reshape(len(rows), int(np.prod(x.shape[1:]))), normalize)
+
+
+def release_pages(array: Any) -> None:
+    """Drop this process's resident pages of a memory-mapped array (the OS keeps them
+    cached, so reading them again costs little): the rows of a mapped file that the fit
+    reads would otherwise count in its memory until the map is closed, whole activation
+    matrices where each row is read once. Nothing for other arrays, nor for copy-on-write
+    maps (their pages may hold changes)."""
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    base = array
+    while base is not None and not isinstance(base, mmap.mmap):
+        if isinstance(base, np.memmap) and base.mode in ("c", "copyonwrite"):
+            return
+        base = getattr(base, "base", None)
+    if isinstance(base, mmap.mmap) and advice is not None:
+        base.madvise(advice)
 
 
 @dataclass(frozen=True)
@@ -233,7 +252,7 @@ def coverage_taus(
     def tasks() -> Iterator[tuple[tuple[np.ndarray, int], int]]:
         for li, layer in enumerate(layers):
             x = np.asarray(activations[layer])
-            for cls in wanted[li]:
+            for cls in wanted[li].tolist():
                 feats = class_features(x, groups[cls][0], normalize)
                 yield (feats, int(seeds[li, cls])), feats.size + 1
 
