@@ -17,9 +17,10 @@ Synthetic activations, one generator for every cell (classes C, features d, rows
 
 The first ``SCORED`` rows are scored, the others fit a ``BoxMonitor`` with its defaults
 (tau from the coverage search, 20% of the rows held out to calibrate, the logits given),
-memory-mapped from .npy files the bench writes first. Each cell runs in a fresh process
-(peak RSS is that process's ``VmHWM``, which counts the mapped activations it touched);
-``--n-jobs`` passes ``n_jobs`` (default 1: the peak is then the whole fit's). Per cell:
+memory-mapped from .npy files the bench writes first, with ``n_jobs=-1`` (every core;
+``--n-jobs`` sets another). Each cell runs in a fresh process; its peak RSS is that
+process's ``VmHWM`` (which counts the mapped pages it holds) plus the peaks of its joblib
+workers (an upper bound: they need not peak together). Per cell:
 fit seconds, peak RSS against the issue's targets, box count and artifact size (the box
 members' canonical JSON and .npz bytes), and the scoring rate: ``BoxRuntime.explain``
 (verdicts, scores, reasons: what the agent runs) at batch 256 on one thread, the best of 3
@@ -164,13 +165,32 @@ def generate(cell: Cell, folder: Path) -> Path:
     return out
 
 
-def peak_rss_gb() -> float:
-    """This process's peak resident memory in GB (``VmHWM``: a new program starts afresh)."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024 / 1e9
-    return float("nan")
+def peak_rss_gb(pid: int | str = "self") -> float:
+    """Peak resident memory of process ``pid`` in GB (``VmHWM``: a new program starts
+    afresh); 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        pass
+    return 0.0
+
+
+def workers_peak_gb() -> float:
+    """The summed peaks of this process's child processes (joblib's workers, which stay
+    until the process ends): with ``n_jobs`` above 1 they hold the jobs' rows."""
+    me, total = str(os.getpid()), 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == me:
+                total += peak_rss_gb(entry.name)
+    return total
 
 
 def run_cell(folder: Path, n_jobs: int | None) -> dict:
@@ -191,7 +211,7 @@ def run_cell(folder: Path, n_jobs: int | None) -> dict:
         {"penultimate": x[SCORED:]}, y[SCORED:], pred[SCORED:], logits=z[SCORED:]
     )
     fit_s = time.perf_counter() - start
-    peak = peak_rss_gb()
+    peak = peak_rss_gb() + workers_peak_gb()
     members = monitor.to_members()
     json_member, npz_member = members.values()
     size = len(canonical_json(json_member)) + len(dumps_npz(npz_member))
@@ -436,7 +456,7 @@ def main() -> None:
     parser.add_argument("--no-series", action="store_true", help="skip the growth series")
     parser.add_argument("--no-cost", action="store_true", help="skip the ResNet-18 cost cell")
     parser.add_argument(
-        "--n-jobs", type=int, default=None, help="BoxMonitor n_jobs (default: joblib's, 1)"
+        "--n-jobs", type=int, default=-1, help="BoxMonitor n_jobs (default -1: every core)"
     )
     parser.add_argument("--before", help="another checkout's Python: run the cells with it too")
     parser.add_argument(
@@ -495,13 +515,14 @@ def main() -> None:
     lines = [
         machine_line(
             f"{run_summary(began)}; 1-min load average at the start {load_start[0]:.1f}; "
-            f"n_jobs {args.n_jobs or 1}" + ("; --quick" if args.quick else "")
+            f"n_jobs {args.n_jobs}" + ("; --quick" if args.quick else "")
         ),
         "",
         "Generator, measures and cells: the docstring of bench/scale.py. Fit: `BoxMonitor` defaults "
         "(coverage tau, 20% held out to calibrate, logits given) on memory-mapped activations, one "
-        "process per cell; peak RSS counts the mapped activations it read; scoring: "
-        "`BoxRuntime.explain` at batch 256, one thread.",
+        "process per cell; peak RSS: the fitting process's plus its joblib workers' peaks; "
+        "scoring: `BoxRuntime.explain` at batch 256, one thread, the runtime loaded from the "
+        "artifact members.",
         "",
         "| classes x features x rows | activations (GB) | fit (s) | peak RSS (GB) | model errors | boxes | artifact (MB) | scoring (inputs/s) |"
         + (

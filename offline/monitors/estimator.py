@@ -138,7 +138,7 @@ CONTRAST_WEIGHT = 0.5
 # mean box centre lies nearest (BoxRuntime.contrast_candidates): the search then grows with
 # the classes, not their square (at 1,000 classes it took minutes). A problem with at most
 # this many other classes looks at them all, as before.
-CONTRAST_CANDIDATES = 32
+CONTRAST_CANDIDATES = 16
 # Subsampling past a size, so the fit grows linearly with the data (each draw seeded by
 # random_state; problems below both sizes fit as before, the detection suite among them).
 # A class (per layer and kind) with more rows than this fits its k-means on this many of
