@@ -62,6 +62,8 @@ KERNELS = vocab.BOX_KERNELS
 # detection suite's MNIST cells without digits 1, 8 and 4, 9 (bench/RESULTS.md): once
 # barely moved near unknowns; twice cut them by about a fifth where the logits see them.
 ENERGY_TERMS = 2
+# ModelOutputs converts the model's outputs to float64 in blocks of about this many values.
+_OUTPUT_BLOCK = 1 << 20
 # An error model reads the monitor's score through ``log1p``; an infinite score (outside
 # every box, or not finite) reads as this, so the model still gives a finite answer.
 _SCORE_CAP = 1e6
@@ -112,49 +114,67 @@ def verdict_names(verdicts: np.ndarray) -> np.ndarray:
 
 class ModelOutputs:
     """A batch of the model's outputs (``kind``: ``"logits"`` or ``"probabilities"``), read
-    once: the float64 copy, each row's top value and softmax sum are computed on first use
-    and shared by :func:`model_confidence`, :func:`model_energy` and :func:`error_features`
-    (each pass over the outputs grows with the number of classes)."""
+    once: each row's top value, softmax sum and top-two gap are computed on first use and
+    shared by :func:`model_confidence`, :func:`model_energy` and :func:`error_features`
+    (each pass over the outputs grows with the number of classes), in blocks of about
+    ``_OUTPUT_BLOCK`` values converted to float64 at a time (every row on its own, so the
+    same values as one pass over them all)."""
 
     def __init__(self, outputs: np.ndarray, kind: str = "logits"):
         if kind not in MODEL_OUTPUTS:
             raise ConfigError(f"output={kind!r}: expected one of {MODEL_OUTPUTS}")
-        self.outputs = outputs
+        out = np.asarray(outputs)
+        self.outputs = out.reshape(len(out), -1)
         self.kind = kind
 
-    @cached_property
-    def z(self) -> np.ndarray:
-        """The outputs as float64, one row per input."""
-        z = np.asarray(self.outputs, dtype=np.float64)
-        return z.reshape(len(z), -1)
+    def _blocks(self):
+        """Yield ``(start, rows as float64)`` in blocks."""
+        step = max(1, _OUTPUT_BLOCK // max(1, self.outputs.shape[1]))
+        for s in range(0, len(self.outputs), step):
+            yield s, np.asarray(self.outputs[s : s + step], dtype=np.float64)
 
     @cached_property
-    def _top(self) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return np.asarray(self.z.max(axis=1))
-
-    @cached_property
-    def _softmax_sum(self) -> np.ndarray:
+    def _top_and_sum(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's top value and softmax sum ``sum(exp(z - top))``."""
+        top, total = np.empty(len(self.outputs)), np.empty(len(self.outputs))
         with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(np.exp(self.z - self._top[:, None]).sum(axis=1))
+            for s, z in self._blocks():
+                top[s : s + len(z)] = z.max(axis=1)
+                total[s : s + len(z)] = np.exp(z - top[s : s + len(z), None]).sum(axis=1)
+        return top, total
+
+    @cached_property
+    def top_two_gap(self) -> np.ndarray:
+        """Top value minus the second, NaN where a row is not finite (or has one value)."""
+        gap = np.full(len(self.outputs), np.nan)
+        if self.outputs.shape[1] < 2:
+            return gap
+        with np.errstate(invalid="ignore", over="ignore"):
+            for s, z in self._blocks():
+                two = np.partition(z, -2, axis=1)[:, -2:]
+                finite = np.isfinite(z).all(axis=1)
+                gap[s : s + len(z)] = np.where(finite, two[:, 1] - two[:, 0], np.nan)
+        return gap
 
     @cached_property
     def confidence(self) -> np.ndarray:
         """:func:`model_confidence`."""
-        if self.z.shape[1] == 0:
-            return np.full(len(self.z), np.nan)
+        if self.outputs.shape[1] == 0:
+            return np.full(len(self.outputs), np.nan)
+        top, total = self._top_and_sum
         if self.kind == "probabilities":
-            return self._top
+            return top
         with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(1.0 / self._softmax_sum)
+            return np.asarray(1.0 / total)
 
     @cached_property
     def energy(self) -> np.ndarray:
         """:func:`model_energy` (of the outputs read as logits)."""
-        if self.z.shape[1] == 0:
-            return np.full(len(self.z), np.nan)
+        if self.outputs.shape[1] == 0:
+            return np.full(len(self.outputs), np.nan)
+        top, total = self._top_and_sum
         with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(-(self._top + np.log(self._softmax_sum)))
+            return np.asarray(-(top + np.log(total)))
 
 
 Outputs = np.ndarray | ModelOutputs
@@ -200,24 +220,17 @@ def error_features(
     where the output is not finite, so an error model never trusts such a row.
     """
     read = _outputs(outputs, kind)
-    z = read.z
     conf = read.confidence
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if z.shape[1] >= 2:
-            top2 = np.partition(z, -2, axis=1)[:, -2:]
-            gap = top2[:, 1] - top2[:, 0]
-            margin = np.log(np.maximum(gap, 1e-12)) if kind == "probabilities" else gap
-        else:
-            margin = np.full(len(z), np.nan)
-        finite = np.isfinite(z).all(axis=1)
-        margin = np.where(finite, margin, np.nan)
+        gap = read.top_two_gap
+        margin = np.log(np.maximum(gap, 1e-12)) if kind == "probabilities" else gap
         log_conf = np.log(np.maximum(conf, 1e-300))
         log_doubt = np.log(np.maximum(1.0 - conf, 1e-12))
         score = np.log1p(np.minimum(np.where(np.isnan(scores), np.inf, scores), _SCORE_CAP))
         if len(contrast):
             c = np.mean([np.where(np.isfinite(v), v, 1.0) for v in contrast], axis=0)
         else:
-            c = np.zeros(len(z))
+            c = np.zeros(len(conf))
     return np.stack([log_conf, log_doubt, margin, score, c], axis=1)
 
 

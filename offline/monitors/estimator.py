@@ -354,6 +354,7 @@ def build_sweep(
         normalize=normalize,
         km=KMeansSettings(max_clusters, n_init, max_samples),
         n_jobs=n_jobs,
+        last_only=class_taus is not None,
     )
     for li, cls, *kinds in results:
         own = swept[li][cls]

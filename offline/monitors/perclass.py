@@ -83,7 +83,8 @@ class KindSweep:
     """One class's boxes of one kind (good or bad) at each swept tau.
 
     ``boxes[i]`` and ``k[i]`` belong to the i-th tau (descending); taus where tau-k-means
-    stopped at the same k share one ``(lo, hi)`` pair.
+    stopped at the same k share one ``(lo, hi)`` pair. A sweep kept to its last tau's
+    boxes holds those only (``boxes[-1]``), with every ``k``.
     """
 
     boxes: list[Boxes]
@@ -100,6 +101,7 @@ class ClassTask:
     bad: np.ndarray
     seeds: tuple[int, int]
     taus: tuple[float, ...]
+    last_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,23 +122,32 @@ class KMeansSettings:
         )
 
 
-def sweep_kind(x: np.ndarray, taus: Sequence[float], seed: int, km: KMeansSettings) -> KindSweep:
+def sweep_kind(
+    x: np.ndarray,
+    taus: Sequence[float],
+    seed: int,
+    km: KMeansSettings,
+    last_only: bool = False,
+) -> KindSweep:
     """tau-k-means boxes of ``x`` (n_samples, n_features) at each of ``taus`` (descending),
-    swept with one :class:`TauKMeansPath` (assumes valid input)."""
+    swept with one :class:`TauKMeansPath`; ``last_only`` keeps the last tau's boxes only
+    (assumes valid input)."""
     d = x.shape[1]
     if len(x) == 0:
         empty = (np.zeros((0, d)), np.zeros((0, d)))
-        return KindSweep([empty] * len(taus), [0] * len(taus))
+        return KindSweep([empty] * (min(1, len(taus)) if last_only else len(taus)), [0] * len(taus))
     path = km.path(x, seed)
     found = path.sweep(taus)
     made: dict[int, Boxes] = {}
     boxes, ks = [], []
-    for t in taus:
+    for i, t in enumerate(taus):
         clustering = found[t]
+        ks.append(clustering.k)
+        if last_only and i < len(taus) - 1:
+            continue
         if id(clustering) not in made:
             made[id(clustering)] = cluster_boxes(x, clustering.labels)
         boxes.append(made[id(clustering)])
-        ks.append(clustering.k)
     return KindSweep(boxes, ks)
 
 
@@ -149,8 +160,8 @@ def _sweep_job(
             (
                 t.layer,
                 t.cls,
-                sweep_kind(t.good, t.taus, t.seeds[0], km),
-                sweep_kind(t.bad, t.taus, t.seeds[1], km),
+                sweep_kind(t.good, t.taus, t.seeds[0], km, t.last_only),
+                sweep_kind(t.bad, t.taus, t.seeds[1], km, t.last_only),
             )
             for t in tasks
         ]
@@ -198,11 +209,13 @@ def sweep_classes(
     normalize: str,
     km: KMeansSettings,
     n_jobs: int | None,
+    last_only: bool = False,
 ) -> Iterator[tuple[int, int, KindSweep, KindSweep]]:
     """``(layer index, class, good, bad)`` sweeps of every layer and class, in that order.
 
     ``groups``: :func:`class_rows`; ``taus[layer][class]``: the taus to sweep (descending);
-    ``seeds``: shape (n_layers, n_classes, 2), the good and bad paths' seeds.
+    ``seeds``: shape (n_layers, n_classes, 2), the good and bad paths' seeds;
+    ``last_only``: return each class's boxes at its last tau only.
     """
 
     def tasks() -> Iterator[tuple[ClassTask, int]]:
@@ -216,6 +229,7 @@ def sweep_classes(
                     class_features(x, bad, normalize),
                     (int(seeds[li, cls, 0]), int(seeds[li, cls, 1])),
                     tuple(taus[li][cls]),
+                    last_only,
                 )
                 yield task, task.good.size + task.bad.size + 1
 

@@ -250,10 +250,15 @@ def test_output_kind_reads_in_blocks(monkeypatch):
     assert output_kind(probs) == "logits"
 
 
-def test_model_outputs_read_once_give_the_functions_values():
+def test_model_outputs_read_once_give_the_functions_values(monkeypatch):
     z = np.random.default_rng(0).normal(scale=4, size=(50, 7))
     z[3, 2] = np.nan
+    whole = ModelOutputs(z)
+    np.testing.assert_array_equal(whole.top_two_gap[4], np.diff(np.sort(z[4])[-2:])[0])
+    monkeypatch.setattr(boxes_module, "_OUTPUT_BLOCK", 20)  # blocks of 2 rows
     read = ModelOutputs(z)
+    for name in ("confidence", "energy", "top_two_gap"):
+        np.testing.assert_array_equal(getattr(read, name), getattr(whole, name))
     np.testing.assert_array_equal(read.confidence, boxes_module.model_confidence(z))
     np.testing.assert_array_equal(read.energy, boxes_module.model_energy(z))
     scores = np.linspace(0, 3, 50)
