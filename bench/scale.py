@@ -40,9 +40,9 @@ monitor is fitted on ``COST_PER_CLASS`` images per class; the model call and the
 (``BoxRuntime.explain`` of the penultimate layer, with the logits) are timed on the same
 batches of 256, median of 5, in one run.
 
-``--before PYTHON`` runs the chosen cells a second time with another checkout's
-interpreter (its own ``boxwatch``), on the same data, stopped past ``--before-limit``
-seconds or ``--before-memory`` GB of RSS; the table shows both.
+``--before PYTHON`` runs cells (``--before-cells``, default those of 1,000 classes) a second
+time with another checkout's interpreter (its own ``boxwatch``), on the same data, stopped
+past ``--before-limit`` seconds or ``--before-memory`` GB of RSS; the table shows both.
 
 Run: ``.venv/bin/python bench/scale.py [--quick] [--cells a,b] [--n-jobs J] [--before
 PYTHON]`` (the full run takes about half an hour on 2 cores). Writes its table to
@@ -460,6 +460,11 @@ def main() -> None:
     )
     parser.add_argument("--before", help="another checkout's Python: run the cells with it too")
     parser.add_argument(
+        "--before-cells",
+        type=lambda s: [parse_cell(c) for c in s.split(",")],
+        help="the cells --before runs (default: those of 1,000 classes)",
+    )
+    parser.add_argument(
         "--before-limit",
         type=float,
         default=1800.0,
@@ -498,7 +503,8 @@ def main() -> None:
             folder = generate(cell, work)
             results[cell] = child(cell, folder, args.n_jobs, sys.executable, math.inf, math.inf)
             line = f"{cell.name}: {results[cell]}"
-            if args.before and cell in cells:
+            again = args.before_cells or [c for c in cells if c.classes >= 1000]
+            if args.before and cell in cells and cell in again:
                 before[cell] = child(
                     cell, folder, None, args.before, args.before_limit, args.before_memory
                 )
