@@ -17,10 +17,12 @@ Synthetic activations, one generator for every cell (classes C, features d, rows
 
 The first ``SCORED`` rows are scored, the others fit a ``BoxMonitor`` with its defaults
 (tau from the coverage search, 20% of the rows held out to calibrate, the logits given),
-memory-mapped from .npy files the bench writes first, with ``n_jobs=-1`` (every core;
-``--n-jobs`` sets another). Each cell runs in a fresh process; its peak RSS is that
-process's ``VmHWM`` (which counts the mapped pages it holds) plus the peaks of its joblib
-workers (an upper bound: they need not peak together). Per cell:
+memory-mapped from .npy files the bench writes first, once with ``n_jobs=1`` and once with
+``n_jobs=-1`` (every core; ``--n-jobs`` sets the list, the first value for the growth
+series and the scoring). Each cell runs in a fresh process; its peak RSS is that process's
+``VmHWM`` (which counts the mapped pages it holds) plus the peaks of its joblib workers (an
+upper bound: they need not peak together; each holds its own Python, numpy and
+scikit-learn). Per cell:
 fit seconds, peak RSS against the issue's targets, box count and artifact size (the box
 members' canonical JSON and .npz bytes), and the scoring rate: ``BoxRuntime.explain``
 (verdicts, scores, reasons: what the agent runs) at batch 256 on one thread, the best of 3
@@ -44,7 +46,7 @@ batches of 256, median of 5, in one run.
 time with another checkout's interpreter (its own ``boxwatch``), on the same data, stopped
 past ``--before-limit`` seconds or ``--before-memory`` GB of RSS; the table shows both.
 
-Run: ``.venv/bin/python bench/scale.py [--quick] [--cells a,b] [--n-jobs J] [--before
+Run: ``.venv/bin/python bench/scale.py [--quick] [--cells a,b] [--n-jobs 1,-1] [--before
 PYTHON]`` (the full run takes about half an hour on 2 cores). Writes its table to
 bench/RESULTS.md under "## scale".
 """
@@ -421,28 +423,59 @@ def cost(folder: Path, quick: bool) -> dict:
     }
 
 
-def cell_row(cell: Cell, r: dict, before: dict | None) -> str:
-    """One table row."""
+def fit_text(res: dict) -> str:
+    """A run's fit seconds, or why it stopped."""
+    return res["stopped"] if "stopped" in res else f"{res['fit_s']:.1f}"
 
-    def fit_text(res: dict) -> str:
-        return res["stopped"] if "stopped" in res else f"{res['fit_s']:.1f}"
 
-    def rss_text(res: dict) -> str:
-        return "-" if "stopped" in res else f"{res['peak_gb']:.2f}"
+def rss_text(res: dict) -> str:
+    return "-" if "stopped" in res else f"{res['peak_gb']:.2f}"
 
-    target_fit, target_rss = cell.fit_target_s(), cell.rss_target_gb()
-    fit = fit_text(r) + (f" (target <= {target_fit:.0f})" if target_fit else "")
-    rss = rss_text(r) + (f" (target <= {target_rss:.2f})" if target_rss else "")
-    if "stopped" in r:
+
+def cell_row(cell: Cell, runs: list[dict], before: dict | None, with_before: bool) -> str:
+    """One table row: the fit and peak of each ``--n-jobs`` run, the first run's figures,
+    and (``with_before``) the other checkout's run or dashes."""
+    first = runs[0]
+    fits = " | ".join(f"{fit_text(r)} | {rss_text(r)}" for r in runs)
+    if "stopped" in first:
         tail = "- | - | - | -"
     else:
-        tail = f"{r['errors']:.1%} | {r['boxes']:,} | {r['artifact_mb']:.1f} | {r['rate']:,.0f}"
-    prior = ""
+        tail = (
+            f"{first['errors']:.1%} | {first['boxes']:,} | {first['artifact_mb']:.1f} | "
+            f"{first['rate']:,.0f}"
+        )
+    prior = " | - | - | -" if with_before else ""
     if before is not None:
         prior = f" | {fit_text(before)} | {rss_text(before)} | " + (
             "-" if "stopped" in before else f"{before['rate']:,.0f}"
         )
-    return f"| {cell.classes:,} x {cell.features:,} x {cell.rows:,} | {cell.activations_gb:.3f} | {fit} | {rss} | {tail}{prior} |"
+    return (
+        f"| {cell.classes:,} x {cell.features:,} x {cell.rows:,} | {cell.activations_gb:.3f} | "
+        f"{fits} | {tail}{prior} |"
+    )
+
+
+def target_lines(cells: list[Cell], runs: dict[Cell, list[dict]], jobs: list[int]) -> list[str]:
+    """The issue's fit and memory targets, met or not, per cell that has them."""
+    out = []
+    for cell in cells:
+        fit_max, rss_max = cell.fit_target_s(), cell.rss_target_gb()
+        if fit_max is None or rss_max is None:
+            continue
+        parts = []
+        for j, r in zip(jobs, runs[cell], strict=True):
+            if "stopped" in r:
+                parts.append(f"n_jobs {j}: {r['stopped']}")
+                continue
+            met = r["fit_s"] <= fit_max and r["peak_gb"] <= rss_max
+            parts.append(
+                f"n_jobs {j}: {r['fit_s']:.0f} s, {r['peak_gb']:.2f} GB ({'met' if met else 'not met'})"
+            )
+        out.append(
+            f"- {cell.classes:,} x {cell.features:,} x {cell.rows:,}: fit <= {fit_max:.0f} s and "
+            f"peak RSS <= {rss_max:.2f} GB: " + "; ".join(parts)
+        )
+    return out
 
 
 def main() -> None:
@@ -456,7 +489,11 @@ def main() -> None:
     parser.add_argument("--no-series", action="store_true", help="skip the growth series")
     parser.add_argument("--no-cost", action="store_true", help="skip the ResNet-18 cost cell")
     parser.add_argument(
-        "--n-jobs", type=int, default=-1, help="BoxMonitor n_jobs (default -1: every core)"
+        "--n-jobs",
+        type=lambda s: [int(j) for j in s.split(",")],
+        default=None,
+        help="BoxMonitor n_jobs of the cells' runs, comma-separated (default 1,-1; the first "
+        "also for the series and the scoring)",
     )
     parser.add_argument("--before", help="another checkout's Python: run the cells with it too")
     parser.add_argument(
@@ -487,8 +524,9 @@ def main() -> None:
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(run_cell(args.child, args.n_jobs)))
+        print(json.dumps(run_cell(args.child, args.n_jobs[0] if args.n_jobs else None)))
         return
+    args.n_jobs = args.n_jobs or [1, -1]
     began = time.perf_counter()
     load_start = os.getloadavg()
     cells = args.cells or (QUICK_CELLS if args.quick else CELLS)
@@ -497,12 +535,15 @@ def main() -> None:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="boxwatch-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     results: dict[Cell, dict] = {}
+    runs: dict[Cell, list[dict]] = {}
     before: dict[Cell, dict] = {}
     try:
         for cell in dict.fromkeys([*cells, *rows_series, *classes_series]):
             folder = generate(cell, work)
-            results[cell] = child(cell, folder, args.n_jobs, sys.executable, math.inf, math.inf)
-            line = f"{cell.name}: {results[cell]}"
+            jobs = args.n_jobs if cell in cells else args.n_jobs[:1]
+            runs[cell] = [child(cell, folder, j, sys.executable, math.inf, math.inf) for j in jobs]
+            results[cell] = runs[cell][0]
+            line = f"{cell.name}: {runs[cell]}"
             again = args.before_cells or [c for c in cells if c.classes >= 1000]
             if args.before and cell in cells and cell in again:
                 before[cell] = child(
@@ -521,7 +562,7 @@ def main() -> None:
     lines = [
         machine_line(
             f"{run_summary(began)}; 1-min load average at the start {load_start[0]:.1f}; "
-            f"n_jobs {args.n_jobs}" + ("; --quick" if args.quick else "")
+            f"n_jobs {','.join(map(str, args.n_jobs))}" + ("; --quick" if args.quick else "")
         ),
         "",
         "Generator, measures and cells: the docstring of bench/scale.py. Fit: `BoxMonitor` defaults "
@@ -530,16 +571,22 @@ def main() -> None:
         "scoring: `BoxRuntime.explain` at batch 256, one thread, the runtime loaded from the "
         "artifact members.",
         "",
-        "| classes x features x rows | activations (GB) | fit (s) | peak RSS (GB) | model errors | boxes | artifact (MB) | scoring (inputs/s) |"
+        "| classes x features x rows | activations (GB) | "
+        + "".join(f"fit, n_jobs {j} (s) | peak RSS, n_jobs {j} (GB) | " for j in args.n_jobs)
+        + "model errors | boxes | artifact (MB) | scoring (inputs/s) |"
         + (
             " before: fit (s) | before: peak RSS (GB) | before: scoring (inputs/s) |"
             if before
             else ""
         ),
-        "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if before else ""),
+        "|---|---|"
+        + "---|---|" * len(args.n_jobs)
+        + "---|---|---|---|"
+        + ("---|---|---|" if before else ""),
     ]
-    lines += [cell_row(c, results[c], before.get(c)) for c in cells]
+    lines += [cell_row(c, runs[c], before.get(c), bool(before)) for c in cells]
     lines.append("")
+    lines += target_lines(cells, runs, args.n_jobs)
     for title, series, size in (
         ("rows, classes fixed", rows_series, lambda c: c.rows),
         ("classes, rows per class fixed", classes_series, lambda c: c.classes),
