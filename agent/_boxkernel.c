@@ -8,7 +8,7 @@
  * that leaves the box, an input stops at the first box that holds it, and a distance stops
  * once its partial sum reaches the best distance found so far (sums of squares only grow).
  * Distances take LANES boxes at once from a transposed copy of each class's boxes (tlo, thi:
- * per block of LANES boxes, (n_features, LANES) floats, padding lanes zero): each lane keeps
+ * per block of up to LANES boxes, (n_features, boxes) floats, see lanes_min): each lane keeps
  * its own sum over the features in feature order, so the compiler vectorises across boxes
  * (SSE2 on x86-64, NEON on aarch64) and every sum rounds exactly as the one-box-at-a-time
  * loop does; the nearest box is the smallest sum whatever the order the boxes are visited in.
@@ -126,31 +126,21 @@ static int in_any(const Args *a, Py_ssize_t i) {
     return 0;
 }
 
-/* Number of LANES-box blocks of the transposed copy before each class (n_classes + 1 values). */
-static int64_t *block_offsets(const int64_t *off, Py_ssize_t n_classes) {
-    int64_t *boff = (int64_t *)PyMem_Malloc((size_t)(n_classes + 1) * sizeof(int64_t));
-    if (!boff) { PyErr_NoMemory(); return NULL; }
-    boff[0] = 0;
-    for (Py_ssize_t c = 0; c < n_classes; c++)
-        boff[c + 1] = boff[c] + (off[c + 1] - off[c] + LANES - 1) / LANES;
-    return boff;
-}
-
-/* The transposed copy (tlo, thi) of the boxes described by `off`: checks both sizes and
- * returns the block offsets (PyMem_Free them), or NULL with an exception set. */
-static int64_t *get_lanes(PyObject *tlo_obj, PyObject *thi_obj, Py_buffer *tlo, Py_buffer *thi,
-                          const int64_t *off, Py_ssize_t n_classes, Py_ssize_t d) {
-    if (get(tlo_obj, tlo, 0, "tlo") < 0) return NULL;
-    if (get(thi_obj, thi, 0, "thi") < 0) { PyBuffer_Release(tlo); return NULL; }
-    int64_t *boff = block_offsets(off, n_classes);
-    if (boff && (tlo->len != thi->len ||
-                 tlo->len != (Py_ssize_t)boff[n_classes] * d * LANES * (Py_ssize_t)sizeof(float))) {
-        PyErr_Format(PyExc_ValueError, "tlo and thi must both be (n_blocks, d, %d) float32", LANES);
-        PyMem_Free(boff);
-        boff = NULL;
+/* The transposed copy (tlo, thi) of the boxes: both n_boxes * d + LANES floats (see
+ * lanes_min). Returns 0, or -1 with an exception set and nothing held. */
+static int get_lanes(PyObject *tlo_obj, PyObject *thi_obj, Py_buffer *tlo, Py_buffer *thi,
+                     Py_ssize_t n_boxes, Py_ssize_t d) {
+    if (get(tlo_obj, tlo, 0, "tlo") < 0) return -1;
+    if (get(thi_obj, thi, 0, "thi") < 0) { PyBuffer_Release(tlo); return -1; }
+    if (tlo->len != thi->len || tlo->len != (n_boxes * d + LANES) * (Py_ssize_t)sizeof(float)) {
+        PyErr_Format(PyExc_ValueError,
+                     "tlo and thi must both hold n_boxes * d + %d float32 (the boxes by blocks "
+                     "of %d, transposed)", LANES, LANES);
+        PyBuffer_Release(tlo);
+        PyBuffer_Release(thi);
+        return -1;
     }
-    if (!boff) { PyBuffer_Release(tlo); PyBuffer_Release(thi); }
-    return boff;
+    return 0;
 }
 
 /* Lanes accumulate in vectors of 4 floats: GCC and Clang vector extensions (SSE2 on x86-64,
@@ -209,20 +199,25 @@ static inline void lanes_step(vf4 *acc, float xj, const float *lo, const float *
 #endif
 
 /* Smallest squared distance from x to the `count` boxes of one class, LANES boxes at a time
- * from their transposed copy (blocks of (d, LANES) floats), or `best` when none is smaller.
- * A block stops once every lane's partial sum reaches best (NaN sums, from inf - inf, never
- * count as nearest and never stop a block, as in the one-box loop). */
+ * from their transposed copy, or `best` when none is smaller. The copy holds the class's
+ * boxes where lo holds them (from box offsets[c], times d floats), by blocks of LANES boxes
+ * (the last one narrower: `live` boxes), each block (d, live) floats: feature j of the
+ * block's box l at j * live + l, so no float is padding and a class of a few boxes reads
+ * a few boxes' worth. A narrower block's vector loads read past its boxes (the next
+ * features, or the LANES floats closing the copy): those lanes start at inf and stay at inf
+ * or NaN, never nearest. A block stops once every lane's partial
+ * sum reaches best (NaN sums, from inf - inf, never count as nearest and never stop a
+ * block, as in the one-box loop). */
 static float lanes_min(const float *x, const float *tlo, const float *thi, Py_ssize_t d,
                        int64_t count, float best) {
     for (int64_t b = 0; b * LANES < count; b++) {
         const float *blo = tlo + b * d * LANES, *bhi = thi + b * d * LANES;
         int64_t live = count - b * LANES < LANES ? count - b * LANES : LANES;
         LANES_ACC;
-        /* padding lanes start at inf: never nearest, always done */
         for (int l = 0; l < LANES; l++) LANES_AT(l) = l < live ? 0.0f : INFINITY;
         for (Py_ssize_t s = 0; s < d; s += BLOCK) {
             Py_ssize_t e = s + BLOCK < d ? s + BLOCK : d;
-            for (Py_ssize_t j = s; j < e; j++) LANES_STEP(x[j], blo + j * LANES, bhi + j * LANES);
+            for (Py_ssize_t j = s; j < e; j++) LANES_STEP(x[j], blo + j * live, bhi + j * live);
             int open = 0;
             for (int l = 0; l < LANES; l++) open |= !(LANES_AT(l) >= best);
             if (!open) break;
@@ -231,6 +226,53 @@ static float lanes_min(const float *x, const float *tlo, const float *thi, Py_ss
             if (LANES_AT(l) < best) best = LANES_AT(l);
     }
     return best;
+}
+
+/* distance_contains's work: membership and distance to the nearest box of class y[i]. */
+static void distance_loop(const Args *a, const float *tl, const float *th, uint8_t *in,
+                          double *out) {
+    const int64_t *off = (const int64_t *)a->offsets.buf, *y = (const int64_t *)a->y.buf;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        const float *x = (const float *)a->x.buf + i * a->d;
+        int64_t c = y[i];
+        in[i] = (uint8_t)in_any(a, i);
+        if (in[i]) { out[i] = 0.0; continue; }
+        int nan = 0;
+        for (Py_ssize_t j = 0; j < a->d; j++) nan |= isnan(x[j]);
+        if (nan) { out[i] = off[c] < off[c + 1] ? NAN : INFINITY; continue; }
+        float best = lanes_min(x, tl + off[c] * a->d, th + off[c] * a->d, a->d,
+                               off[c + 1] - off[c], INFINITY);
+        out[i] = sqrt((double)best);
+    }
+}
+
+/* fused_distances's work: distance_loop's, plus d_other where 0 < d_own < inf: the distance
+ * to the other set's boxes of class y[i], or of class ocls[y[i]] when ocls is given (-1:
+ * none, d_other inf). */
+static void fused_loop(const Args *a, const Args *o, const float *tl, const float *th,
+                       const float *otl, const float *oth, const int64_t *ocls, uint8_t *in,
+                       double *own, double *other) {
+    const int64_t *off = (const int64_t *)a->offsets.buf, *y = (const int64_t *)a->y.buf;
+    const int64_t *ooff = (const int64_t *)o->offsets.buf;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        const float *x = (const float *)a->x.buf + i * a->d;
+        int64_t c = y[i];
+        other[i] = INFINITY;
+        in[i] = (uint8_t)in_any(a, i);
+        if (in[i]) { own[i] = 0.0; continue; }
+        int nan = 0;
+        for (Py_ssize_t j = 0; j < a->d; j++) nan |= isnan(x[j]);
+        if (nan) { own[i] = off[c] < off[c + 1] ? NAN : INFINITY; continue; }
+        float best = lanes_min(x, tl + off[c] * a->d, th + off[c] * a->d, a->d,
+                               off[c + 1] - off[c], INFINITY);
+        own[i] = sqrt((double)best);
+        if (!(own[i] > 0.0 && own[i] < INFINITY)) continue;
+        int64_t oc = ocls ? ocls[c] : c;
+        if (oc < 0) continue;
+        best = lanes_min(x, otl + ooff[oc] * a->d, oth + ooff[oc] * a->d, a->d,
+                         ooff[oc + 1] - ooff[oc], INFINITY);
+        other[i] = sqrt((double)best);
+    }
 }
 
 static PyObject *contains(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
@@ -282,33 +324,16 @@ static PyObject *distance_contains(PyObject *self, PyObject *const *argv, Py_ssi
         PyBuffer_Release(&inside);
         return NULL;
     }
-    const int64_t *off = (const int64_t *)a.offsets.buf, *y = (const int64_t *)a.y.buf;
-    int64_t *boff = get_lanes(argv[8], argv[9], &tlo, &thi, off, a.n_classes, a.d);
-    if (!boff) {
+    if (get_lanes(argv[8], argv[9], &tlo, &thi, a.n_boxes, a.d) < 0) {
         PyBuffer_Release(&inside);
         PyBuffer_Release(&dist);
         release(&a);
         return NULL;
     }
-    uint8_t *in = (uint8_t *)inside.buf;
-    double *out = (double *)dist.buf;
-    const float *tl = (const float *)tlo.buf, *th = (const float *)thi.buf;
-    Py_ssize_t block = a.d * LANES;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < a.n; i++) {
-        const float *x = (const float *)a.x.buf + i * a.d;
-        int64_t c = y[i];
-        in[i] = (uint8_t)in_any(&a, i);
-        if (in[i]) { out[i] = 0.0; continue; }
-        int nan = 0;
-        for (Py_ssize_t j = 0; j < a.d; j++) nan |= isnan(x[j]);
-        if (nan) { out[i] = off[c] < off[c + 1] ? NAN : INFINITY; continue; }
-        float best = lanes_min(x, tl + boff[c] * block, th + boff[c] * block, a.d,
-                               off[c + 1] - off[c], INFINITY);
-        out[i] = sqrt((double)best);
-    }
+    distance_loop(&a, (const float *)tlo.buf, (const float *)thi.buf, (uint8_t *)inside.buf,
+                  (double *)dist.buf);
     Py_END_ALLOW_THREADS
-    PyMem_Free(boff);
     PyBuffer_Release(&tlo);
     PyBuffer_Release(&thi);
     PyBuffer_Release(&inside);
@@ -319,14 +344,16 @@ static PyObject *distance_contains(PyObject *self, PyObject *const *argv, Py_ssi
 
 /* The fused score's distances in one pass: membership in a box of class y[i], the distance
  * d_own to the nearest such box and, where 0 < d_own < inf, the distance d_other to the
- * nearest box of the "other" box set for class y[i] (its nearest other classes); d_other is
- * inf elsewhere, as the numpy path leaves it. Each input's row is read once while hot. */
+ * nearest box of the "other" box set for class y[i] (its nearest other classes), or, given
+ * ocls (one int64 per class), for class ocls[y[i]] (the other set may then be the boxes
+ * themselves: no copy of a neighbour's boxes); d_other is inf elsewhere, as the numpy path
+ * leaves it. Each input's row is read once while hot. */
 static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     (void)self;
-    if (argc != 16) {
+    if (argc != 16 && argc != 17) {
         PyErr_SetString(PyExc_TypeError,
                         "fused_distances(x, y, lo, hi, offsets, d, olo, ohi, ooffsets, inside, "
-                        "d_own, d_other, tlo, thi, otlo, othi)");
+                        "d_own, d_other, tlo, thi, otlo, othi[, ocls])");
         return NULL;
     }
     Args a, o;
@@ -340,48 +367,43 @@ static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize
         return NULL;
     }
     Py_buffer inside = {0}, down = {0}, dother = {0}, tlo = {0}, thi = {0}, otlo = {0}, othi = {0};
-    int64_t *boff = NULL, *oboff = NULL;
-    const int64_t *off = (const int64_t *)a.offsets.buf, *y = (const int64_t *)a.y.buf;
-    const int64_t *ooff = (const int64_t *)o.offsets.buf;
+    Py_buffer remap = {0};
     Py_ssize_t bytes = a.n * (Py_ssize_t)sizeof(double);
-    if (get_out(argv[9], &inside, "inside", "byte", a.n, &a) < 0) { release(&o); return NULL; }
+    if (argc == 17) {
+        const char *bad = NULL;
+        if (get(argv[16], &remap, 0, "ocls") < 0) { release(&o); release(&a); return NULL; }
+        if (remap.len != a.n_classes * (Py_ssize_t)sizeof(int64_t))
+            bad = "ocls must hold one int64 per class";
+        for (Py_ssize_t c = 0; !bad && c < a.n_classes; c++) {
+            int64_t oc = ((const int64_t *)remap.buf)[c];
+            if (oc < -1 || oc >= o.n_classes) bad = "ocls must hold classes of the other boxes or -1";
+        }
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, bad);
+            PyBuffer_Release(&remap);
+            release(&o);
+            release(&a);
+            return NULL;
+        }
+    }
+    if (get_out(argv[9], &inside, "inside", "byte", a.n, &a) < 0) {
+        PyBuffer_Release(&remap);
+        release(&o);
+        return NULL;
+    }
     if (get_out(argv[10], &down, "d_own", "float64", bytes, &a) < 0) goto fail_inside;
     if (get_out(argv[11], &dother, "d_other", "float64", bytes, &a) < 0) goto fail_down;
-    boff = get_lanes(argv[12], argv[13], &tlo, &thi, off, a.n_classes, a.d);
-    if (!boff) goto fail_all;
-    oboff = get_lanes(argv[14], argv[15], &otlo, &othi, ooff, o.n_classes, a.d);
-    if (!oboff) {
-        PyMem_Free(boff);
+    if (get_lanes(argv[12], argv[13], &tlo, &thi, a.n_boxes, a.d) < 0) goto fail_all;
+    if (get_lanes(argv[14], argv[15], &otlo, &othi, o.n_boxes, a.d) < 0) {
         PyBuffer_Release(&tlo);
         PyBuffer_Release(&thi);
         goto fail_all;
     }
-    uint8_t *in = (uint8_t *)inside.buf;
-    double *own = (double *)down.buf, *other = (double *)dother.buf;
-    const float *tl = (const float *)tlo.buf, *th = (const float *)thi.buf;
-    const float *otl = (const float *)otlo.buf, *oth = (const float *)othi.buf;
-    Py_ssize_t block = a.d * LANES;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < a.n; i++) {
-        const float *x = (const float *)a.x.buf + i * a.d;
-        int64_t c = y[i];
-        other[i] = INFINITY;
-        in[i] = (uint8_t)in_any(&a, i);
-        if (in[i]) { own[i] = 0.0; continue; }
-        int nan = 0;
-        for (Py_ssize_t j = 0; j < a.d; j++) nan |= isnan(x[j]);
-        if (nan) { own[i] = off[c] < off[c + 1] ? NAN : INFINITY; continue; }
-        float best = lanes_min(x, tl + boff[c] * block, th + boff[c] * block, a.d,
-                               off[c + 1] - off[c], INFINITY);
-        own[i] = sqrt((double)best);
-        if (!(own[i] > 0.0 && own[i] < INFINITY)) continue;
-        best = lanes_min(x, otl + oboff[c] * block, oth + oboff[c] * block, a.d,
-                         ooff[c + 1] - ooff[c], INFINITY);
-        other[i] = sqrt((double)best);
-    }
+    fused_loop(&a, &o, (const float *)tlo.buf, (const float *)thi.buf, (const float *)otlo.buf,
+               (const float *)othi.buf, (const int64_t *)remap.buf, (uint8_t *)inside.buf,
+               (double *)down.buf, (double *)dother.buf);
     Py_END_ALLOW_THREADS
-    PyMem_Free(boff);
-    PyMem_Free(oboff);
     PyBuffer_Release(&tlo);
     PyBuffer_Release(&thi);
     PyBuffer_Release(&otlo);
@@ -389,6 +411,7 @@ static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize
     PyBuffer_Release(&inside);
     PyBuffer_Release(&down);
     PyBuffer_Release(&dother);
+    PyBuffer_Release(&remap);
     release(&o);
     release(&a);
     Py_RETURN_NONE;
@@ -400,6 +423,7 @@ fail_down:
     PyBuffer_Release(&down);
 fail_inside:
     PyBuffer_Release(&inside);
+    PyBuffer_Release(&remap);
     release(&o);
     return NULL;
 }
@@ -414,8 +438,8 @@ static PyMethodDef methods[] = {
      "the boxes transposed by blocks of LANES (see boxes.BoxSet)."},
     {"fused_distances", (PyCFunction)(void (*)(void))fused_distances, METH_FASTCALL,
      "fused_distances(x, y, lo, hi, offsets, d, olo, ohi, ooffsets, inside, d_own, d_other, tlo, "
-     "thi, otlo, othi): distance_contains plus the distance to the nearest 'other' box where "
-     "0 < d_own < inf."},
+     "thi, otlo, othi[, ocls]): distance_contains plus the distance to the nearest 'other' box "
+     "(of class y[i], or ocls[y[i]]) where 0 < d_own < inf."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -38,11 +39,12 @@ FORMAT = "boxwatch.boxes"
 # ``contrast_scales``, ``contrast_classes``); 3 adds the confidence rule for uncertainty
 # (``uncertainty``, ``confidence_floor``, ``output``) and ``score_mean``; 4 adds the energy
 # term of the fused score (``energy_center``, ``energy_scale``); 5 adds the error model
-# (``uncertainty="error-model"``, ``error_model``). Each monitor is written with
-# the lowest version that holds it, and all are read; an older reader refuses a newer monitor
-# rather than emit other verdicts than the builder measured.
+# (``uncertainty="error-model"``, ``error_model``); 6 adds ``contrast_candidates`` (the
+# contrast term's neighbour classes sought among the classes whose boxes lie nearest only).
+# Each monitor is written with the lowest version that holds it, and all are read; an older
+# reader refuses a newer monitor rather than emit other verdicts than the builder measured.
 FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -60,6 +62,8 @@ KERNELS = vocab.BOX_KERNELS
 # detection suite's MNIST cells without digits 1, 8 and 4, 9 (bench/RESULTS.md): once
 # barely moved near unknowns; twice cut them by about a fifth where the logits see them.
 ENERGY_TERMS = 2
+# ModelOutputs converts the model's outputs to float64 in blocks of about this many values.
+_OUTPUT_BLOCK = 1 << 20
 # An error model reads the monitor's score through ``log1p``; an infinite score (outside
 # every box, or not finite) reads as this, so the model still gives a finite answer.
 _SCORE_CAP = 1e6
@@ -108,42 +112,103 @@ def verdict_names(verdicts: np.ndarray) -> np.ndarray:
     return np.asarray(VERDICT_NAMES, dtype=object)[np.asarray(verdicts)]
 
 
-def model_confidence(outputs: np.ndarray, kind: str = "logits") -> np.ndarray:
+class ModelOutputs:
+    """A batch of the model's outputs (``kind``: ``"logits"`` or ``"probabilities"``), read
+    once: each row's top value, softmax sum and top-two gap are computed on first use and
+    shared by :func:`model_confidence`, :func:`model_energy` and :func:`error_features`
+    (each pass over the outputs grows with the number of classes), in blocks of about
+    ``_OUTPUT_BLOCK`` values converted to float64 at a time (every row on its own, so the
+    same values as one pass over them all)."""
+
+    def __init__(self, outputs: np.ndarray, kind: str = "logits"):
+        if kind not in MODEL_OUTPUTS:
+            raise ConfigError(f"output={kind!r}: expected one of {MODEL_OUTPUTS}")
+        out = np.asarray(outputs)
+        self.outputs = out.reshape(len(out), -1)
+        self.kind = kind
+
+    def _blocks(self):
+        """Yield ``(start, rows as float64)`` in blocks."""
+        step = max(1, _OUTPUT_BLOCK // max(1, self.outputs.shape[1]))
+        for s in range(0, len(self.outputs), step):
+            yield s, np.asarray(self.outputs[s : s + step], dtype=np.float64)
+
+    @cached_property
+    def _top_and_sum(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's top value and softmax sum ``sum(exp(z - top))``."""
+        top, total = np.empty(len(self.outputs)), np.empty(len(self.outputs))
+        with np.errstate(invalid="ignore", over="ignore"):
+            for s, z in self._blocks():
+                top[s : s + len(z)] = z.max(axis=1)
+                total[s : s + len(z)] = np.exp(z - top[s : s + len(z), None]).sum(axis=1)
+        return top, total
+
+    @cached_property
+    def top_two_gap(self) -> np.ndarray:
+        """Top value minus the second, NaN where a row is not finite (or has one value)."""
+        gap = np.full(len(self.outputs), np.nan)
+        if self.outputs.shape[1] < 2:
+            return gap
+        with np.errstate(invalid="ignore", over="ignore"):
+            for s, z in self._blocks():
+                two = np.partition(z, -2, axis=1)[:, -2:]
+                finite = np.isfinite(z).all(axis=1)
+                gap[s : s + len(z)] = np.where(finite, two[:, 1] - two[:, 0], np.nan)
+        return gap
+
+    @cached_property
+    def confidence(self) -> np.ndarray:
+        """:func:`model_confidence`."""
+        if self.outputs.shape[1] == 0:
+            return np.full(len(self.outputs), np.nan)
+        top, total = self._top_and_sum
+        if self.kind == "probabilities":
+            return top
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.asarray(1.0 / total)
+
+    @cached_property
+    def energy(self) -> np.ndarray:
+        """:func:`model_energy` (of the outputs read as logits)."""
+        if self.outputs.shape[1] == 0:
+            return np.full(len(self.outputs), np.nan)
+        top, total = self._top_and_sum
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.asarray(-(top + np.log(total)))
+
+
+Outputs = np.ndarray | ModelOutputs
+
+
+def _outputs(outputs: Outputs, kind: str) -> ModelOutputs:
+    """``outputs`` as :class:`ModelOutputs` read as ``kind`` (the same object when it is one)."""
+    if isinstance(outputs, ModelOutputs) and outputs.kind == kind:
+        return outputs
+    return ModelOutputs(outputs.outputs if isinstance(outputs, ModelOutputs) else outputs, kind)
+
+
+def model_confidence(outputs: Outputs, kind: str = "logits") -> np.ndarray:
     """The model's confidence in its predicted class, shape (n_samples,), float64.
 
     ``"logits"``: the top softmax probability; ``"probabilities"``: the top output. NaN
     where a row holds a NaN (a confidence floor then never passes it).
     """
-    z = np.asarray(outputs, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    if kind not in MODEL_OUTPUTS:
-        raise ConfigError(f"output={kind!r}: expected one of {MODEL_OUTPUTS}")
-    if z.shape[1] == 0:
-        return np.full(len(z), np.nan)
-    with np.errstate(invalid="ignore", over="ignore"):
-        if kind == "probabilities":
-            return np.asarray(z.max(axis=1))
-        top = z.max(axis=1, keepdims=True)
-        return np.asarray(1.0 / np.exp(z - top).sum(axis=1))
+    return _outputs(outputs, kind).confidence
 
 
-def model_energy(logits: np.ndarray) -> np.ndarray:
+def model_energy(logits: Outputs) -> np.ndarray:
     """The model's energy ``-logsumexp(logits)`` per row, shape (n_samples,), float64.
 
     High where the logits are weak for every class (an input unlike the training data);
     NaN where a row holds a NaN or no value, so a score built on it rejects.
     """
-    z = np.asarray(logits, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    if z.shape[1] == 0:
-        return np.full(len(z), np.nan)
-    with np.errstate(invalid="ignore", over="ignore"):
-        top = z.max(axis=1)
-        return np.asarray(-(top + np.log(np.exp(z - top[:, None]).sum(axis=1))))
+    if isinstance(logits, ModelOutputs):
+        return logits.energy
+    return ModelOutputs(logits).energy
 
 
 def error_features(
-    outputs: np.ndarray,
+    outputs: Outputs,
     kind: str,
     scores: np.ndarray,
     contrast: Sequence[np.ndarray] = (),
@@ -154,25 +219,18 @@ def error_features(
     and its raw contrast terms (:func:`contrast_scores`, one array per contrast layer). NaN
     where the output is not finite, so an error model never trusts such a row.
     """
-    z = np.asarray(outputs, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    conf = model_confidence(z, kind)
+    read = _outputs(outputs, kind)
+    conf = read.confidence
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if z.shape[1] >= 2:
-            top2 = np.partition(z, -2, axis=1)[:, -2:]
-            gap = top2[:, 1] - top2[:, 0]
-            margin = np.log(np.maximum(gap, 1e-12)) if kind == "probabilities" else gap
-        else:
-            margin = np.full(len(z), np.nan)
-        finite = np.isfinite(z).all(axis=1)
-        margin = np.where(finite, margin, np.nan)
+        gap = read.top_two_gap
+        margin = np.log(np.maximum(gap, 1e-12)) if kind == "probabilities" else gap
         log_conf = np.log(np.maximum(conf, 1e-300))
         log_doubt = np.log(np.maximum(1.0 - conf, 1e-12))
         score = np.log1p(np.minimum(np.where(np.isnan(scores), np.inf, scores), _SCORE_CAP))
         if len(contrast):
             c = np.mean([np.where(np.isfinite(v), v, 1.0) for v in contrast], axis=0)
         else:
-            c = np.zeros(len(z))
+            c = np.zeros(len(conf))
     return np.stack([log_conf, log_doubt, margin, score, c], axis=1)
 
 
@@ -267,11 +325,6 @@ class BoxSet:
     lo: np.ndarray
     hi: np.ndarray
     offsets: np.ndarray
-    _order: np.ndarray = field(init=False, repr=False, compare=False)
-    _padded: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
-        init=False, repr=False, compare=False
-    )
-    _lanes: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lo = np.ascontiguousarray(self.lo, dtype=np.float32)
@@ -291,20 +344,33 @@ class BoxSet:
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
         object.__setattr__(self, "offsets", offsets)
-        # Narrowest sides first: they reject non-members soonest.
-        object.__setattr__(self, "_order", np.argsort(hi - lo, axis=1, kind="stable"))
-        # (n_classes, max_boxes, n_features) copies for small batches, with a mask of the
-        # real boxes (padding boxes are zeros and masked out).
+
+    # The layouts below are built on first use: a box set serves one kernel (native or
+    # numpy) and one range of batch sizes, and a sweep builds many sets it never scores.
+    @cached_property
+    def _order(self) -> np.ndarray:
+        """Per box, its dimensions narrowest side first: they reject non-members soonest."""
+        return np.argsort(self.hi - self.lo, axis=1, kind="stable")
+
+    @cached_property
+    def _padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n_classes, max_boxes, n_features) copies for small batches, with a mask of the
+        real boxes (padding boxes are zeros and masked out)."""
+        lo, hi, offsets = self.lo, self.hi, self.offsets
         counts = np.diff(offsets)
-        width = max(1, int(counts.max()) if len(counts) else 1)
+        width = self._max_boxes
         plo = np.zeros((len(counts), width, lo.shape[1]), dtype=np.float32)
         phi = np.zeros_like(plo)
         slot = np.arange(len(lo)) - np.repeat(offsets[:-1], counts)
         owner = np.repeat(np.arange(len(counts)), counts)
         plo[owner, slot], phi[owner, slot] = lo, hi
         real = np.arange(width)[None, :] < counts[:, None]
-        object.__setattr__(self, "_padded", (plo, phi, real))
-        object.__setattr__(self, "_lanes", _lanes(lo, hi, offsets))
+        return plo, phi, real
+
+    @cached_property
+    def _lanes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The native kernel's transposed copy of the boxes (:func:`_lanes`)."""
+        return _lanes(self.lo, self.hi, self.offsets)
 
     @classmethod
     def from_boxes(
@@ -384,8 +450,13 @@ class BoxSet:
         return out
 
     def _padded_fits(self, n: int) -> bool:
-        plo = self._padded[0]
-        return n * max(plo.shape[1], 1) * max(self.n_features, 1) <= _PADDED_ELEMENTS
+        return n * self._max_boxes * max(self.n_features, 1) <= _PADDED_ELEMENTS
+
+    @cached_property
+    def _max_boxes(self) -> int:
+        """The most boxes of one class (at least 1): the width of :attr:`_padded`."""
+        counts = np.diff(self.offsets)
+        return max(1, int(counts.max()) if len(counts) else 1)
 
     def _per_class(self, x: np.ndarray, y: np.ndarray):
         """Yield ``(class, indices, x[indices].T)`` per chunk and class that has boxes.
@@ -506,21 +577,25 @@ class BoxSet:
         return out
 
     def fused_distances(
-        self, x: np.ndarray, y: np.ndarray, other: BoxSet
+        self, x: np.ndarray, y: np.ndarray, other: BoxSet, other_class: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The fused score's distances: ``(d_own, inside, d_other)``.
 
         ``d_own`` and ``inside`` are :meth:`distance_and_contains`; ``d_other`` is
         ``other.distance`` (``other``: the boxes of each class's nearest other classes, see
         :func:`complement_boxes`) where ``0 < d_own < inf`` and ``inf`` elsewhere (the
-        contrast term needs it nowhere else). The native kernel does all of it in one pass
-        over the inputs; the numpy path gives identical values.
+        contrast term needs it nowhere else). With ``other_class`` (one class of ``other``
+        per class, -1: none), ``d_other`` is the distance to ``other``'s boxes of class
+        ``other_class[y[i]]`` instead: ``other`` may be this set itself, with each class's
+        one nearest other class, and no copy of its boxes. The native kernel does all of it
+        in one pass over the inputs; the numpy path gives identical values.
         """
         x, y = self._check(x, y)
         if other.n_classes != self.n_classes or other.n_features != self.n_features:
             raise ConfigError(
                 "fused_distances: the other boxes must have the same classes and features"
             )
+        remap = () if other_class is None else (np.ascontiguousarray(other_class, np.int64),)
         if _kernel is not None and self.n_features:
             inside = np.empty(len(x), dtype=np.uint8)
             d_own = np.empty(len(x), dtype=np.float64)
@@ -540,14 +615,12 @@ class BoxSet:
                 d_other,
                 *self._lanes,
                 *other._lanes,
+                *remap,
             )
             return d_own, inside.view(bool), d_other
         d_own, inside = self.distance_and_contains(x, y)
         rows = np.flatnonzero(np.isfinite(d_own) & (d_own > 0))
-        d_other = np.full(len(x), np.inf)
-        if len(rows):
-            d_other[rows] = other.distance(x[rows], y[rows])
-        return d_own, inside, d_other
+        return d_own, inside, other_distances(other, x, y, rows, other_class)
 
     def _native_distance_contains(
         self, x: np.ndarray, y: np.ndarray
@@ -588,27 +661,45 @@ class BoxSet:
         return cls(arrays[f"{prefix}.lo"], arrays[f"{prefix}.hi"], arrays[f"{prefix}.offsets"])
 
 
-def _lanes(lo: np.ndarray, hi: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The native kernel's transposed copy of the boxes: ``(tlo, thi)`` of shape
-    (n_blocks, n_features, LANES), each class's boxes in blocks of ``LANES`` (padding zero).
+def other_distances(
+    other: BoxSet,
+    x: np.ndarray,
+    y: np.ndarray,
+    rows: np.ndarray,
+    other_class: np.ndarray | None = None,
+) -> np.ndarray:
+    """The contrast term's ``d_other`` (:meth:`BoxSet.fused_distances`) at ``rows``, ``inf``
+    elsewhere and where ``other_class`` gives -1."""
+    out = np.full(len(x), np.inf)
+    classes = y[rows] if other_class is None else np.asarray(other_class)[y[rows]]
+    rows = rows[classes >= 0]
+    if len(rows):
+        out[rows] = other.distance(x[rows], classes[classes >= 0])
+    return out
 
-    The kernel accumulates the distances of a block's boxes side by side (one SIMD lane per
+
+def _lanes(lo: np.ndarray, hi: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The native kernel's transposed copy of the boxes: ``(tlo, thi)``, each of
+    n_boxes * n_features + LANES float32 (the last LANES are zeros).
+
+    Each class's boxes stay where ``lo`` holds them (from row ``offsets[c]``), in blocks of
+    ``LANES`` boxes (the last block narrower), each block transposed to (n_features, boxes):
+    the kernel accumulates the distances of a block's boxes side by side (one SIMD lane per
     box, each lane summing its features in order, so the sums round as the one-box loop's
-    do). Empty without the kernel.
+    do), and a class of a few boxes reads no padding. Empty without the kernel.
     """
     lanes = getattr(_NATIVE, "LANES", 0)
     if not lanes:
-        empty = np.zeros((0, lo.shape[1], 1), np.float32)
+        empty = np.zeros(0, np.float32)
         return empty, empty
-    counts = np.diff(offsets)
-    blocks = -(-counts // lanes)
-    first = np.concatenate([[0], np.cumsum(blocks)]).astype(np.int64)
-    slot = np.arange(len(lo)) - np.repeat(offsets[:-1], counts)
-    block = np.repeat(first[:-1], counts) + slot // lanes
-    tlo = np.zeros((int(first[-1]), lo.shape[1], lanes), np.float32)
+    d = lo.shape[1]
+    tlo = np.zeros(len(lo) * d + lanes, np.float32)
     thi = np.zeros_like(tlo)
-    tlo[block, :, slot % lanes] = lo
-    thi[block, :, slot % lanes] = hi
+    for c in range(len(offsets) - 1):
+        for s in range(offsets[c], offsets[c + 1], lanes):
+            e = min(s + lanes, offsets[c + 1])
+            tlo[s * d : e * d] = lo[s:e].T.ravel()
+            thi[s * d : e * d] = hi[s:e].T.ravel()
     return tlo, thi
 
 
@@ -620,48 +711,168 @@ def _broadcast_chunks(xt: np.ndarray, n_boxes: int):
         yield s, xt[:, s : s + step].T[:, None, :]
 
 
-def complement_boxes(boxes: BoxSet, n_neighbours: int = 0) -> BoxSet:
+def complement_boxes(boxes: BoxSet, n_neighbours: int = 0, candidates: int = 0) -> BoxSet:
     """For every class ``c``, the boxes of the other classes.
 
     ``n_neighbours > 0`` keeps only the boxes of the ``n_neighbours`` classes whose box
     centres come nearest to one of ``c``'s (ties: the lower class index); 0 keeps all.
+    ``candidates > 0`` looks for them among the ``candidates`` classes whose mean box centre
+    lies nearest ``c``'s only (no change with that many other classes or fewer).
     Each class's list starts with the boxes whose centres lie nearest to one of its own, so
     a nearest-box search finds a close box early and stops sooner (distances do not depend
     on the order).
     """
-    per_class = _complement_rows(boxes, n_neighbours)
+    return _complement_from_rows(boxes, _complement_rows(boxes, n_neighbours, candidates))
+
+
+def _complement_from_rows(boxes: BoxSet, per_class: list[np.ndarray]) -> BoxSet:
+    """The box set holding, for each class, the rows ``per_class`` of ``boxes``."""
     idx = np.concatenate(per_class) if per_class else np.zeros(0, np.int64)
     offsets = np.concatenate([[0], np.cumsum([len(i) for i in per_class])]).astype(np.int64)
     return BoxSet(boxes.lo[idx], boxes.hi[idx], offsets)
 
 
-def _complement_rows(boxes: BoxSet, n_neighbours: int) -> list[np.ndarray]:
-    """:func:`complement_boxes`'s rows of ``boxes``, one index array per class, nearest first."""
+def _complement_rows(boxes: BoxSet, n_neighbours: int, candidates: int = 0) -> list[np.ndarray]:
+    """:func:`complement_boxes`'s rows of ``boxes``, one index array per class, nearest first.
+
+    The gap from another box to a class is the smallest squared distance between its centre
+    and one of the class's box centres. With ``n_neighbours > 0`` the exact gaps are
+    computed for the classes that can be among the nearest only: a matrix product gives
+    every gap to within :data:`_GAP_SLACK`, and a class further than the n-th nearest by
+    more than that is passed over (the result is the same). ``candidates > 0`` (at least
+    ``n_neighbours``) looks among the ``candidates`` classes whose mean box centre lies
+    nearest the class's own only, so the work grows with the classes rather than their
+    square; with ``candidates`` or fewer other classes it changes nothing.
+    """
     off = boxes.offsets
-    centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
-    owner = np.repeat(np.arange(boxes.n_classes), np.diff(off))
+    counts = np.diff(off)
+    owner = np.repeat(np.arange(boxes.n_classes), counts)
+    means = None
+    if n_neighbours > 0 and 0 < candidates < int((counts > 0).sum()) - 1:
+        means = _class_means(boxes)  # the centres are then made class by class
+    else:
+        centre = _centres(boxes, slice(None))
+        centre_sq = (centre**2).sum(axis=1)
     per_class = []
     for c in range(boxes.n_classes):
+        own = _centres(boxes, slice(off[c], off[c + 1]))
         others = np.r_[0 : off[c], off[c + 1] : off[-1]].astype(np.int64)
-        own = centre[off[c] : off[c + 1]]
-        if len(own) and len(others):
-            gap = ((centre[others][:, None, :] - own[None, :, :]) ** 2).sum(axis=2).min(axis=1)
-            order = np.argsort(gap, kind="stable")
-            others, gap = others[order], gap[order]
+        if not len(own) or not len(others):  # no box of its own, or no other: index order
+            per_class.append(others)
+            continue
+        if means is not None:  # the candidates' centres only
+            rows = _rows_of(off, _nearest_means(means, counts, c, candidates))
+            near = _centres(boxes, rows)
+            at = np.arange(len(rows))
+            at = _within_reach(near, (near**2).sum(axis=1), owner[rows], at, own, n_neighbours)
+            others, gap = rows[at], _gaps(near, at, own)
+        else:
             if n_neighbours > 0:
-                cls = owner[others]
-                first = np.unique(cls, return_index=True)[1]  # each class's nearest box
-                near = cls[np.sort(first)][:n_neighbours]
-                others = others[np.isin(cls, near)]
+                others = _within_reach(centre, centre_sq, owner, others, own, n_neighbours)
+            gap = _gaps(centre, others, own)
+        others = others[np.argsort(gap, kind="stable")]
+        if n_neighbours > 0:
+            cls = owner[others]
+            first = np.unique(cls, return_index=True)[1]  # each class's nearest box
+            near = cls[np.sort(first)][:n_neighbours]
+            others = others[np.isin(cls, near)]
         per_class.append(others)
     return per_class
 
 
-def complement_classes(boxes: BoxSet, n_neighbours: int = 0) -> np.ndarray:
+# Relative error allowed for a squared distance from a matrix product (|a|^2 + |b|^2 - 2 a.b
+# in float64): far above its rounding for a few thousand features, far below any gap that
+# ranks classes.
+_GAP_SLACK = 1e-9
+# Elements of one (rows, own boxes, features) block of _gaps.
+_GAP_ELEMENTS = 1 << 22
+
+
+def _gaps(centre: np.ndarray, rows: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Squared distance from each centre ``centre[rows]`` to the nearest of ``own``, in
+    blocks (each row's sum does not depend on the block it is in)."""
+    out = np.empty(len(rows))
+    step = max(1, _GAP_ELEMENTS // max(1, len(own) * centre.shape[1]))
+    for s in range(0, len(rows), step):
+        r = rows[s : s + step]
+        out[s : s + len(r)] = (
+            ((centre[r][:, None, :] - own[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+        )
+    return out
+
+
+def _centres(boxes: BoxSet, rows: slice | np.ndarray) -> np.ndarray:
+    """The centres ``(lo + hi) / 2`` of the boxes ``rows``, float64."""
+    return (boxes.lo[rows].astype(np.float64) + boxes.hi[rows]) / 2
+
+
+def _class_means(boxes: BoxSet) -> np.ndarray:
+    """Each class's mean box centre, shape (n_classes, n_features) (0 without boxes): summed
+    in blocks of boxes, in box order (the sums do not depend on the blocks)."""
+    counts = boxes.counts()
+    owner = np.repeat(np.arange(boxes.n_classes), counts)
+    sums = np.zeros((boxes.n_classes, boxes.n_features))
+    step = max(1, _GAP_ELEMENTS // max(1, boxes.n_features))
+    for s in range(0, len(owner), step):
+        np.add.at(sums, owner[s : s + step], _centres(boxes, slice(s, s + step)))
+    return sums / np.maximum(counts, 1)[:, None]
+
+
+def _rows_of(offsets: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The box rows of ``classes`` (ascending), in index order."""
+    parts = [np.arange(offsets[j], offsets[j + 1]) for j in classes]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def _nearest_means(means: np.ndarray, counts: np.ndarray, c: int, k: int) -> np.ndarray:
+    """The ``k`` classes with boxes, other than ``c``, whose mean box centre lies nearest
+    ``means[c]`` (ties: the lower class), ascending."""
+    gap = ((means - means[c]) ** 2).sum(axis=1)
+    gap[c] = np.inf
+    gap[counts == 0] = np.inf
+    return np.sort(np.argsort(gap, kind="stable")[:k])
+
+
+def _within_reach(
+    centre: np.ndarray,
+    centre_sq: np.ndarray,
+    owner: np.ndarray,
+    rows: np.ndarray,
+    own: np.ndarray,
+    n_neighbours: int,
+) -> np.ndarray:
+    """The boxes of ``rows`` whose class can be among the ``n_neighbours`` nearest to the
+    centres ``own`` (the others' gaps exceed the n-th nearest class's by more than the
+    product's error), in index order."""
+    own_sq = (own**2).sum(axis=1)
+    if 2 * len(rows) < len(centre):  # a few classes' boxes: gather them
+        dots = own @ centre[rows].T
+    else:  # most boxes: one product with all, the others' columns kept
+        keep = np.zeros(len(centre), dtype=bool)
+        keep[rows] = True
+        dots = np.compress(keep, own @ centre.T, axis=1)
+    approx = own_sq[:, None] + centre_sq[None, rows] - 2 * dots
+    slack = _GAP_SLACK * (own_sq.max() + centre_sq[rows])
+    low, high = (approx - slack).min(axis=0), (approx + slack).min(axis=0)
+    classes, inverse = np.unique(owner[rows], return_inverse=True)
+    best = np.full(len(classes), np.inf)
+    np.minimum.at(best, inverse, high)
+    cut = np.sort(best)[min(n_neighbours, len(best)) - 1]
+    reach = np.zeros(len(classes), dtype=bool)
+    reach[inverse[low <= cut]] = True
+    return rows[reach[inverse]]
+
+
+def complement_classes(boxes: BoxSet, n_neighbours: int = 0, candidates: int = 0) -> np.ndarray:
     """The classes whose boxes :func:`complement_boxes` gives each class, shape
     (n_classes, n_most), padded with -1 (at least one column)."""
+    return _classes_from_rows(boxes, _complement_rows(boxes, n_neighbours, candidates))
+
+
+def _classes_from_rows(boxes: BoxSet, rows_per_class: list[np.ndarray]) -> np.ndarray:
+    """:func:`complement_classes` of the rows :func:`_complement_rows` gave."""
     owner = np.repeat(np.arange(boxes.n_classes), boxes.counts())
-    per_class = [np.unique(owner[rows]) for rows in _complement_rows(boxes, n_neighbours)]
+    per_class = [np.unique(owner[rows]) for rows in rows_per_class]
     table = np.full((boxes.n_classes, max([1, *map(len, per_class)])), -1, dtype=np.int64)
     for c, classes in enumerate(per_class):
         table[c, : len(classes)] = classes
@@ -848,6 +1059,10 @@ class BoxRuntime:
     contrast_classes : int
         ``d_other`` looks at the boxes of this many nearest other classes
         (:func:`complement_boxes`; 0: all of them).
+    contrast_candidates : int
+        The nearest other classes are sought among this many classes whose mean box centre
+        lies nearest (:func:`complement_boxes`; 0: every class, as before format 6): the
+        search then grows with the classes rather than their square.
     contrast_scales : dict of str to float
         Scale of each contrast layer's term (set by calibration, else 1).
     threshold : float or None
@@ -896,8 +1111,12 @@ class BoxRuntime:
     energy_center: float | None = None
     energy_scale: float | None = None
     error_model: ErrorModel | None = None
+    contrast_candidates: int = 0
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _other_classes: dict[tuple[str, int], np.ndarray] = field(
+    _other_classes: dict[tuple[str, int, int], np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _complements: dict[tuple[str, int, int], list[np.ndarray]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     _layouts: dict[tuple, _ReasonLayout] = field(
@@ -908,8 +1127,33 @@ class BoxRuntime:
         """Per class, the good boxes of its ``contrast_classes`` nearest other classes
         (:func:`complement_boxes`), built on first use and cached."""
         if layer not in self._others:
-            self._others[layer] = complement_boxes(self.good[layer], self.contrast_classes)
+            rows = self._complement_rows(layer)
+            self._others[layer] = _complement_from_rows(self.good[layer], rows)
         return self._others[layer]
+
+    def _contrast_boxes(self, layer: str) -> tuple[BoxSet, np.ndarray | None]:
+        """The boxes ``d_other`` is measured to, and the class of them for each class (None:
+        the same class): with one neighbour class (``contrast_classes=1``) the layer's good
+        boxes themselves and each class's neighbour (-1: none), no copy of its boxes; else
+        :meth:`other_boxes`."""
+        if self.contrast_classes != 1:
+            return self.other_boxes(layer), None
+        key = (layer, -1, self.contrast_candidates)  # -1: the neighbour, not a table
+        if key not in self._other_classes:
+            good = self.good[layer]
+            first = self._other_classes_of(layer)[:, 0]
+            self._other_classes[key] = np.where(good.counts() > 0, first, -1)
+        return self.good[layer], self._other_classes[key]
+
+    def _complement_rows(self, layer: str) -> list[np.ndarray]:
+        """:func:`_complement_rows` of the layer's good boxes at this monitor's settings,
+        built once for :meth:`other_boxes` and :meth:`_other_classes_of`."""
+        key = (layer, self.contrast_classes, self.contrast_candidates)
+        if key not in self._complements:
+            self._complements[key] = _complement_rows(
+                self.good[layer], self.contrast_classes, self.contrast_candidates
+            )
+        return self._complements[key]
 
     def _features(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
         if layer not in activations:
@@ -948,6 +1192,15 @@ class BoxRuntime:
         )
         return floor or self.has_energy_term()
 
+    def _restricts_contrast(self) -> bool:
+        """Whether ``contrast_candidates`` can change the contrast term: a fused score whose
+        neighbour search has more other classes to look at than candidates."""
+        return (
+            self.score == "fused"
+            and self.contrast_classes > 0
+            and 0 < self.contrast_candidates < self.n_classes - 1
+        )
+
     def has_energy_term(self) -> bool:
         """Whether the score holds the energy term (fused quadratic score, calibrated with logits)."""
         return (
@@ -956,7 +1209,7 @@ class BoxRuntime:
             and self.energy_scale is not None
         )
 
-    def energy(self, logits: np.ndarray | None, n: int) -> np.ndarray | None:
+    def energy(self, logits: Outputs | None, n: int) -> np.ndarray | None:
         """The energy of ``logits`` when the score holds the energy term, else None."""
         if not self.has_energy_term():
             return None
@@ -987,6 +1240,8 @@ class BoxRuntime:
         set. ``trace`` receives what the pass computed (:meth:`explain` reads it).
         """
         y_pred = np.asarray(y_pred)
+        # Read once for the energy term, the confidence floor and the error model.
+        outputs = None if logits is None else ModelOutputs(logits, self.output)
         calibrated = self.combine == "calibrated"
         scored = (want_scores or calibrated) and bool(self.score_layers)
         contrast = self.contrast_layers if scored and self.score == "fused" else []
@@ -1002,7 +1257,7 @@ class BoxRuntime:
         for layer in feats:
             if layer in contrast and layer in self.score_layers:  # one pass for both terms
                 dist[layer], inside, d_other[layer] = self.good[layer].fused_distances(
-                    feats[layer], y_pred, self.other_boxes(layer)
+                    feats[layer], y_pred, *self._contrast_boxes(layer)
                 )
                 if layer in self.layers:
                     in_good[layer] = inside
@@ -1047,7 +1302,7 @@ class BoxRuntime:
                 else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
                 for layer in contrast
             }
-            terms = self._scaled_terms(dist, contrast_terms, self.energy(logits, len(y_pred)))
+            terms = self._scaled_terms(dist, contrast_terms, self.energy(outputs, len(y_pred)))
             scores = self._combine_terms(*terms)
         if trace is not None:
             trace.feats, trace.in_bad = feats, in_bad
@@ -1063,11 +1318,11 @@ class BoxRuntime:
             unsure = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         elif self.uncertainty == "error-model":
             unsure = ~(
-                self._error_probability(logits, scores, list(contrast_terms.values()))
+                self._error_probability(outputs, scores, list(contrast_terms.values()))
                 <= self._error_cut()
             )
         else:
-            unsure = self.unsure(logits, len(y_pred))
+            unsure = self.unsure(outputs, len(y_pred))
         within = self.decide(scores)
         combined = np.where(within, np.where(unsure, UNCERTAIN, ACCEPT), REJECT)
         return combined.astype(np.int8), per, scores
@@ -1092,7 +1347,7 @@ class BoxRuntime:
         return self._error_probability(logits, self.scores(activations, y_pred, logits), contrast)
 
     def _error_probability(
-        self, logits: np.ndarray | None, scores: np.ndarray, contrast: Sequence[np.ndarray]
+        self, logits: Outputs | None, scores: np.ndarray, contrast: Sequence[np.ndarray]
     ) -> np.ndarray:
         if self.error_model is None:
             raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
@@ -1111,7 +1366,7 @@ class BoxRuntime:
         cut = self.error_model.threshold
         return np.inf if cut is None else cut
 
-    def unsure(self, logits: np.ndarray | None, n: int) -> np.ndarray:
+    def unsure(self, logits: Outputs | None, n: int) -> np.ndarray:
         """Where the model's confidence is below ``confidence_floor`` (NaN included).
 
         All False without a floor; a floor without ``logits`` is a :class:`ConfigError`.
@@ -1149,9 +1404,8 @@ class BoxRuntime:
         out = {}
         for layer, d_own in own.items():
             rows = np.flatnonzero(np.isfinite(d_own) & (d_own > 0))
-            d_other = np.full(len(d_own), np.inf)
-            if len(rows):
-                d_other[rows] = self.other_boxes(layer).distance(feats[layer][rows], y_pred[rows])
+            boxes, other_class = self._contrast_boxes(layer)
+            d_other = other_distances(boxes, feats[layer], y_pred, rows, other_class)
             out[layer] = contrast_scores(d_own, d_other)
         return out
 
@@ -1301,6 +1555,7 @@ class BoxRuntime:
             self.score_mean,
             self.has_energy_term(),
             self.contrast_classes,
+            self.contrast_candidates,
         )
         if key in self._layouts:
             return self._layouts[key]
@@ -1427,9 +1682,10 @@ class BoxRuntime:
     def _other_classes_of(self, layer: str) -> np.ndarray:
         """:func:`complement_classes` of the layer's good boxes (the classes of
         :meth:`other_boxes`), built on first use and cached."""
-        key = (layer, self.contrast_classes)
+        key = (layer, self.contrast_classes, self.contrast_candidates)
         if key not in self._other_classes:
-            self._other_classes[key] = complement_classes(self.good[layer], self.contrast_classes)
+            rows = self._complement_rows(layer)
+            self._other_classes[key] = _classes_from_rows(self.good[layer], rows)
         return self._other_classes[key]
 
     def _not_finite(
@@ -1478,12 +1734,14 @@ class BoxRuntime:
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
         fused = self.score == "fused"
         confident = self.combine == "calibrated" and self.uncertainty == "confidence"
+        v6 = self._restricts_contrast()
         v5 = self.uncertainty == "error-model"
         v4 = v5 or self.has_energy_term()
-        v3 = v4 or confident or self.score_mean != "arithmetic"
+        v3 = v6 or v4 or confident or self.score_mean != "arithmetic"
+        version = 6 if v6 else 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else 1
         spec = {
             "format": FORMAT,
-            "version": 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else FORMAT_VERSION,
+            "version": version,
             "layers": list(self.layers),
             "n_classes": int(self.n_classes),
             "normalize": self.normalize,
@@ -1515,6 +1773,8 @@ class BoxRuntime:
             spec.update(
                 energy_center=float(self.energy_center), energy_scale=float(self.energy_scale)
             )
+        if v6:
+            spec.update(contrast_candidates=int(self.contrast_candidates))
         if v5:
             if self.error_model is None:
                 raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
@@ -1580,7 +1840,15 @@ class BoxRuntime:
             center = spec.get("energy_center") if spec["version"] >= 4 else None
             scale = spec.get("energy_scale") if spec["version"] >= 4 else None
             energy = spec["version"] == 4 or center is not None or scale is not None
-            if (uncertainty == "error-model") != (spec["version"] >= 5):
+            candidates = spec.get("contrast_candidates", 0) if spec["version"] >= 6 else 0
+            if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 0:
+                raise ArtifactError(
+                    f"{jname}: contrast_candidates {candidates!r} should be an int >= 0"
+                )
+            version = spec["version"]
+            if (uncertainty == "error-model" and version < 5) or (
+                version == 5 and uncertainty != "error-model"
+            ):
                 raise ArtifactError(
                     f"{jname}: uncertainty {uncertainty!r} does not fit version {spec['version']}"
                 )
@@ -1628,6 +1896,7 @@ class BoxRuntime:
                 energy_center=None if center is None else float(center),
                 energy_scale=None if scale is None else float(scale),
                 error_model=error_model,
+                contrast_candidates=candidates,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

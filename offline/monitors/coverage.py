@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
-from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
+from boxwatch.offline.monitors.taukmeans import (
+    TauKMeansPath,
+    cluster_boxes,
+    n_distinct_rows,
+    single_threaded,
+)
 
 _SNAP = 1e-9  # N (x - a) / (b - a) within this (relative) of an integer counts as that integer
 
@@ -98,9 +103,12 @@ def clustering_coverage(x: np.ndarray, boxes: tuple[np.ndarray, np.ndarray]) -> 
     total = n_dims * np.log(n)
     log_boxes = log_covered_cells(lo, hi, a, b, n) - total
     log_upper = float(logsumexp(log_boxes)) if len(lo) else -np.inf
-    i, j = np.triu_indices(len(lo), k=1)
-    ilo, ihi = np.maximum(lo[i], lo[j]), np.minimum(hi[i], hi[j])
-    nonempty = np.all(ilo <= ihi, axis=1)
+    if _distinct_points(lo, hi):  # tau = 0: no two boxes meet, no pair to look at
+        nonempty = np.zeros(0, dtype=bool)
+    else:
+        i, j = np.triu_indices(len(lo), k=1)
+        ilo, ihi = np.maximum(lo[i], lo[j]), np.minimum(hi[i], hi[j])
+        nonempty = np.all(ilo <= ihi, axis=1)
     if nonempty.any():
         log_int = float(logsumexp(log_covered_cells(ilo[nonempty], ihi[nonempty], a, b, n) - total))
         ratio = np.exp(log_int - log_upper)
@@ -115,6 +123,14 @@ def clustering_coverage(x: np.ndarray, boxes: tuple[np.ndarray, np.ndarray]) -> 
         n_boxes=len(lo),
         n_dims=n_dims,
     )
+
+
+def _distinct_points(lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether the boxes are distinct points (the clusters of tau = 0): then no two of them
+    intersect, which saves looking at every pair (quadratic in the samples)."""
+    if len(lo) < 2 or not np.array_equal(lo, hi):
+        return False
+    return n_distinct_rows(lo) == len(lo)
 
 
 def coverage_at(path: TauKMeansPath, tau: float) -> Coverage:

@@ -38,7 +38,6 @@ from boxwatch.agent.boxes import (
 )
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.members import BOXES_PREFIX
-from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
 from boxwatch.offline.monitors.evaluation import (
     DEFAULT_TARGET_ACCEPTANCE,
     acceptance_threshold,
@@ -56,7 +55,15 @@ from boxwatch.offline.monitors.params import (
     RandomStates,
     validate_params,
 )
-from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
+from boxwatch.offline.monitors.perclass import (
+    MAX_SEED,
+    KMeansSettings,
+    class_rows,
+    coverage_taus,
+    release_pages,
+    sweep_classes,
+)
+from boxwatch.offline.monitors.taukmeans import single_threaded
 from boxwatch.offline.progress import tick
 
 DEFAULT_TAUS: tuple[float, ...] = (
@@ -105,6 +112,8 @@ DEFAULT_CONFIDENCE_SHARE = 0.05
 # Rows of a model's output count as probabilities (not logits) when every value lies in
 # [0, 1] and every row sums to 1 within this.
 PROBABILITY_ROW_TOLERANCE = 1e-3
+# output_kind reads the outputs in blocks of about this many values.
+OUTPUT_BLOCK_VALUES = 1 << 20
 SELECTIONS = vocab.SELECTIONS
 # tau-k-means stops growing k when the relative inertia gain drops below tau: a share.
 _TAU = Interval(numbers.Real, 0, 1, closed="both")
@@ -125,6 +134,27 @@ CONTRAST_MIN_AUROC = 0.9
 # let more near unknowns through (up to 5 points more on MNIST without 4 and 9); without
 # it, the reverse.
 CONTRAST_WEIGHT = 0.5
+# The contrast term's nearest other classes are sought among this many classes, those whose
+# mean box centre lies nearest (BoxRuntime.contrast_candidates): the search then grows with
+# the classes, not their square (at 1,000 classes it took minutes). A problem with at most
+# this many other classes looks at them all, as before.
+CONTRAST_CANDIDATES = 16
+# Subsampling past a size, so the fit grows linearly with the data (each draw seeded by
+# random_state; problems below both sizes fit as before, the detection suite among them).
+# A class (per layer and kind) with more rows than this fits its k-means on this many of
+# them, drawn without replacement, and every row joins its nearest centre: the boxes still
+# hold every training row.
+KMEANS_MAX_SAMPLES = 4096
+# The coverage search (tau="auto" without validation data) runs on at most this many
+# classes per layer, drawn without replacement among those with two good rows or more;
+# every other such class takes the median of their taus.
+COVERAGE_MAX_CLASSES = 64
+# The held-out-class selection (tau="auto" with validation data) scores at most this many
+# known validation rows, drawn without replacement, and measures each against the
+# HELD_OUT_CANDIDATES classes whose mean box centre lies nearest it (and its label and
+# predicted class) rather than every class, past that many classes.
+HELD_OUT_MAX_ROWS = 8192
+HELD_OUT_CANDIDATES = 32
 # Held-out-class AUROCs saturate near 1 on a well-trained network; among taus within this
 # of the best, the finest is taken (finer boxes score better, shared/FACTS.md).
 SELECTION_TOLERANCE = 0.005
@@ -136,12 +166,19 @@ Validation = tuple[Any, ...]
 def output_kind(outputs: np.ndarray) -> str:
     """``"probabilities"`` when every row of ``outputs`` is a probability vector, else
     ``"logits"`` (how :func:`~boxwatch.agent.boxes.model_confidence` should read them)."""
-    z = np.asarray(outputs, dtype=np.float64)
-    z = z.reshape(len(z), -1)
-    if len(z) and np.all(np.isfinite(z)) and z.min() >= 0 and z.max() <= 1:
-        if np.all(np.abs(z.sum(axis=1) - 1) <= PROBABILITY_ROW_TOLERANCE):
-            return "probabilities"
-    return "logits"
+    out = np.asarray(outputs)
+    out = out.reshape(len(out), -1)
+    if not len(out):
+        return "logits"
+    step = max(1, OUTPUT_BLOCK_VALUES // max(1, out.shape[1]))
+    for s in range(0, len(out), step):  # in blocks of rows: no float64 copy of them all
+        z = np.asarray(out[s : s + step], dtype=np.float64)
+        release_pages(outputs)
+        if not (np.all(np.isfinite(z)) and z.min() >= 0 and z.max() <= 1):
+            return "logits"
+        if not np.all(np.abs(z.sum(axis=1) - 1) <= PROBABILITY_ROW_TOLERANCE):
+            return "logits"
+    return "probabilities"
 
 
 @dataclass
@@ -150,6 +187,10 @@ class BoxSweep:
 
     ``good[layer][tau]`` and ``bad[layer][tau]`` are :class:`BoxSet` objects; ``k_good`` /
     ``k_bad`` hold the cluster counts, shape (n_taus, n_classes) per layer.
+    ``class_taus``: None, or, when each class had its tau before the sweep (``{layer: tau
+    per class}``: the coverage search, a tau per class given), each class was swept down
+    to its own tau only: ``good[layer][tau]`` is then, for every tau, the one box set of
+    each class's boxes at its own tau, and the counts are 0 below a class's tau.
     """
 
     layers: list[str]
@@ -161,6 +202,7 @@ class BoxSweep:
     k_good: dict[str, np.ndarray] = field(default_factory=dict)
     k_bad: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: float = 0.0
+    class_taus: dict[str, np.ndarray] | None = None
 
     def verdicts(
         self, activations: Activations, y_pred: np.ndarray
@@ -265,12 +307,21 @@ def build_sweep(
     max_clusters: int = 64,
     n_init: int = 1,
     random_state=0,
+    rows: np.ndarray | None = None,
+    class_taus: Mapping[str, np.ndarray] | None = None,
+    n_jobs: int | None = None,
+    max_samples: int | None = KMEANS_MAX_SAMPLES,
 ) -> BoxSweep:
     """Build good/bad boxes for every layer, class and tau (taus swept descending, k reused).
 
     Assumes validated input (see :meth:`BoxMonitor.fit`). One seed per (layer, class, kind)
-    is drawn from ``random_state`` in a fixed order, so the result is deterministic. Each
-    (layer, class, kind) done counts one step of the open progress phase
+    is drawn from ``random_state`` in a fixed order, so the result is deterministic, and
+    the same whatever runs the per-class jobs (``n_jobs``, joblib's backend: see
+    :mod:`~boxwatch.offline.monitors.perclass`). ``rows`` (ascending) fits on those rows
+    only (None: all). With ``class_taus`` (``{layer: tau per class}``, each among ``taus``)
+    each class is swept down to its own tau only and the sweep keeps those boxes
+    (:attr:`BoxSweep.class_taus`). ``max_samples``: see ``KMEANS_MAX_SAMPLES`` (None: every
+    row). Each (layer, class, kind) done counts one step of the open progress phase
     (:func:`~boxwatch.offline.progress.tick`).
     """
     start = time.perf_counter()
@@ -278,67 +329,65 @@ def build_sweep(
     taus = sorted({float(t) for t in taus}, reverse=True)
     sweep = BoxSweep(layers=list(layers), taus=taus, n_classes=n_classes, normalize=normalize)
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    with single_threaded():
-        for layer in layers:
-            _sweep_layer(
-                sweep,
-                activations_by_layer,
-                y_true,
-                y_pred,
-                layer,
-                rng,
-                max_clusters=max_clusters,
-                n_init=n_init,
-            )
+    seeds = rng.randint(0, MAX_SEED, size=(len(layers), n_classes, 2))
+    groups = class_rows(y_true, y_pred, n_classes, rows)
+    swept = [
+        [
+            taus if class_taus is None else [t for t in taus if t >= class_taus[layer][cls]]
+            for cls in range(n_classes)
+        ]
+        for layer in layers
+    ]
+    n_features = [_n_features(activations_by_layer[layer]) for layer in layers]
+    # [kind][layer][tau]: one (lo, hi) per class
+    per_kind: dict[str, list[list[list[tuple[np.ndarray, np.ndarray]]]]] = {
+        kind: [[[] for _ in taus] for _ in layers] for kind in ("good", "bad")
+    }
+    ks = {kind: [np.zeros((len(taus), n_classes), np.int64) for _ in layers] for kind in per_kind}
+    at = {t: i for i, t in enumerate(taus)}
+    results = sweep_classes(
+        activations_by_layer,
+        layers,
+        groups,
+        swept,
+        seeds,
+        normalize=normalize,
+        km=KMeansSettings(max_clusters, n_init, max_samples),
+        n_jobs=n_jobs,
+        last_only=class_taus is not None,
+    )
+    for li, cls, *kinds in results:
+        own = swept[li][cls]
+        for kind, found in zip(("good", "bad"), kinds, strict=True):
+            for t, k in zip(own, found.k, strict=True):
+                ks[kind][li][at[t], cls] = k
+            if class_taus is None:
+                for i, boxes in enumerate(found.boxes):
+                    per_kind[kind][li][i].append(boxes)
+            else:  # one list: each class's boxes at its own tau
+                empty = np.zeros((0, n_features[li]))
+                per_kind[kind][li][0].append(found.boxes[-1] if own else (empty, empty))
+            tick()
+    for li, layer in enumerate(layers):
+        d = n_features[li]
+        for kind, into in (("good", sweep.good), ("bad", sweep.bad)):
+            lists = per_kind[kind][li]
+            if class_taus is None:
+                into[layer] = {t: BoxSet.from_boxes(lists[i], d) for t, i in at.items()}
+            else:  # one box set, under every tau: each class's boxes at its own tau
+                own_boxes = BoxSet.from_boxes(lists[0], d)
+                into[layer] = dict.fromkeys(taus, own_boxes)
+            lists.clear()
+        sweep.k_good[layer], sweep.k_bad[layer] = ks["good"][li], ks["bad"][li]
+    if class_taus is not None:
+        sweep.class_taus = {layer: np.asarray(class_taus[layer], np.float64) for layer in layers}
     sweep.seconds = time.perf_counter() - start
     return sweep
 
 
-def _sweep_layer(
-    sweep: BoxSweep,
-    activations_by_layer: Activations,
-    y_true: np.ndarray,
-    y_pred: np.ndarray,
-    layer: str,
-    rng: np.random.RandomState,
-    *,
-    max_clusters: int,
-    n_init: int,
-) -> None:
-    """Fill ``sweep`` for one layer (assumes valid input)."""
-    taus, n_classes, normalize = sweep.taus, sweep.n_classes, sweep.normalize
-    x = _features(activations_by_layer, layer, normalize)
-    d = x.shape[1]
-    per_kind: dict[str, dict[float, list]] = {
-        "good": {t: [] for t in taus},
-        "bad": {t: [] for t in taus},
-    }
-    ks = {
-        "good": np.zeros((len(taus), n_classes), np.int64),
-        "bad": np.zeros((len(taus), n_classes), np.int64),
-    }
-    for cls in range(n_classes):
-        predicted = y_pred == cls
-        for kind, mask in (
-            ("good", predicted & (y_true == cls)),
-            ("bad", predicted & (y_true != cls)),
-        ):
-            seed = int(rng.randint(0, 2**31 - 1))
-            xs = x[mask]
-            if len(xs) == 0:
-                for i, t in enumerate(taus):
-                    per_kind[kind][t].append((np.zeros((0, d)), np.zeros((0, d))))
-                    ks[kind][i, cls] = 0
-                tick()
-                continue
-            path = TauKMeansPath(xs, max_clusters=max_clusters, random_state=seed, n_init=n_init)
-            for i, (t, clustering) in enumerate(sorted(path.sweep(taus).items(), reverse=True)):
-                per_kind[kind][t].append(cluster_boxes(xs, clustering.labels))
-                ks[kind][i, cls] = clustering.k
-            tick()
-    sweep.good[layer] = {t: BoxSet.from_boxes(per_kind["good"][t], d) for t in taus}
-    sweep.bad[layer] = {t: BoxSet.from_boxes(per_kind["bad"][t], d) for t in taus}
-    sweep.k_good[layer], sweep.k_bad[layer] = ks["good"], ks["bad"]
+def _n_features(x: np.ndarray) -> int:
+    """Features per row of one layer's activations (flattened)."""
+    return int(np.prod(np.shape(x)[1:], dtype=np.int64))
 
 
 class BoxMonitor(BaseEstimator):
@@ -440,6 +489,22 @@ class BoxMonitor(BaseEstimator):
         Algorithm 1 thresholds for the coverage search.
     random_state : int in [0, 2**32 - 1], RandomState or None, default=0
         Seeds every k-means fit.
+    n_jobs : int or None, default=None
+        Jobs for the per-class work (tau-k-means boxes, the coverage search), through
+        joblib: None is 1 unless inside a ``joblib.parallel_config`` context (whose backend
+        may be a Dask or Ray cluster), -1 every core. The boxes do not depend on it: each
+        class has its own seeds, drawn up front.
+
+    Notes
+    -----
+    Past a size the fit subsamples, deterministically (``random_state``), so its cost grows
+    linearly with the data; smaller problems fit as before: k-means of a class on at most
+    ``KMEANS_MAX_SAMPLES`` rows (every row joins its nearest centre), the coverage search on
+    at most ``COVERAGE_MAX_CLASSES`` classes per layer (the others take their median tau),
+    the held-out-class selection on at most ``HELD_OUT_MAX_ROWS`` validation rows, each
+    against ``HELD_OUT_CANDIDATES`` classes, and the contrast term's neighbour among
+    ``CONTRAST_CANDIDATES`` classes (docs/monitors.md). Activations are read in place, a
+    class's rows at a time (memory-mapped arrays work as they are).
 
     Attributes
     ----------
@@ -496,6 +561,13 @@ class BoxMonitor(BaseEstimator):
         # The coverage search bisects until its interval is narrower than this.
         "eps_ival": [Interval(numbers.Real, 0, None, closed="neither")],
         "random_state": [RandomStates(), None],
+        # joblib's convention: None (1 outside a parallel_config context), -1 every core,
+        # -2 all but one ...; never 0.
+        "n_jobs": [
+            Interval(numbers.Integral, None, -1, closed="right"),
+            Interval(numbers.Integral, 1, None, closed="left"),
+            None,
+        ],
     }
 
     def __init__(
@@ -522,6 +594,7 @@ class BoxMonitor(BaseEstimator):
         eps_cov: float = 0.01,
         eps_ival: float = 0.01,
         random_state=0,
+        n_jobs: int | None = None,
     ):
         self.layers = layers
         self.tau = tau
@@ -544,6 +617,7 @@ class BoxMonitor(BaseEstimator):
         self.eps_cov = eps_cov
         self.eps_ival = eps_ival
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def _check_params(self, layers: list[str]) -> list[str]:
         """Every problem with the parameters: values outside their declared domains, then
@@ -677,20 +751,21 @@ class BoxMonitor(BaseEstimator):
         held = np.zeros(0, dtype=np.int64)
         if validation is None and self.combine == "calibrated" and self.calibration_share > 0:
             held = _held_out_rows(y_true, float(self.calibration_share), seed)
-        full = (activations_by_layer, y_true, y_pred)
-        if len(held):
-            keep = np.setdiff1d(np.arange(len(y_pred)), held)
-            activations_by_layer = {
-                layer: np.asarray(activations_by_layer[layer])[keep] for layer in layers
-            }
-            y_true, y_pred = y_true[keep], y_pred[keep]
+        # The boxes are fitted on the other rows, read in place (never a copy of them all).
+        keep = np.setdiff1d(np.arange(len(y_pred)), held) if len(held) else None
         selection = None
         by_coverage = validation is None or self.selection == "coverage"
+        class_taus = None  # each class's tau when it is known before the sweep
         if self.tau == "auto" and by_coverage:
-            chosen = self._select_by_coverage(activations_by_layer, y_true, y_pred, layers, k, seed)
+            class_taus = chosen = self._select_by_coverage(
+                activations_by_layer, y_true, y_pred, layers, k, seed, keep
+            )
             candidate = sorted({float(t) for v in chosen.values() for t in v}, reverse=True)
         else:
             candidate = self._candidate_taus(layers)
+            if self.tau != "auto":
+                chosen = self._explicit_taus(layers, k)
+                class_taus = chosen if isinstance(self.tau, Mapping) else None
         sweep = build_sweep(
             activations_by_layer,
             y_true,
@@ -702,14 +777,15 @@ class BoxMonitor(BaseEstimator):
             max_clusters=self.max_clusters,
             n_init=self.n_init,
             random_state=seed,
+            rows=keep,
+            class_taus=class_taus,
+            n_jobs=self.n_jobs,
         )
         if self.tau == "auto" and validation is not None and not by_coverage:
             if self.selection == "f1":
                 chosen, selection = self._select_by_f1(sweep, validation)
             else:
-                chosen, selection = self._select_by_held_out_class(sweep, validation)
-        elif self.tau != "auto":
-            chosen = self._explicit_taus(layers, k)
+                chosen, selection = self._select_by_held_out_class(sweep, validation, seed)
         good = {layer: _pick(sweep.good[layer], chosen[layer]) for layer in layers}
         bad = {layer: _pick(sweep.bad[layer], chosen[layer]) for layer in layers}
         score_layers = list(self.score_layers) if self.score_layers is not None else list(layers)
@@ -737,22 +813,21 @@ class BoxMonitor(BaseEstimator):
             contrast_classes=int(self.contrast_classes),
             uncertainty="confidence",
             score_mean=self.score_mean,
+            contrast_candidates=CONTRAST_CANDIDATES,
         )
         kinds = [output_kind(v) for v in (logits, validation_logits(validation)) if v is not None]
         self.runtime_.output = kinds[0] if kinds else "logits"
         self.calibration_rows_ = held
-        if validation is not None:
-            self._calibrate_on(validation)
-        elif len(held):
-            acts_full, yt_full, yp_full = full
-            self._calibrate_on(
-                (
-                    {layer: np.asarray(acts_full[layer])[held] for layer in layers},
-                    yt_full[held],
-                    yp_full[held],
-                    None if logits is None else np.asarray(logits)[held],
-                )
-            )
+        # Small matrix products: threads cost more than they save (see single_threaded).
+        with single_threaded():
+            if validation is not None:
+                self._calibrate_on(validation)
+            elif len(held):
+                rows = {layer: np.asarray(activations_by_layer[layer])[held] for layer in layers}
+                held_logits = None if logits is None else np.asarray(logits)[held]
+                for array in [*activations_by_layer.values(), logits]:
+                    release_pages(array)
+                self._calibrate_on((rows, y_true[held], y_pred[held], held_logits))
         return self
 
     def _calibrate_on(self, data: Validation) -> None:
@@ -797,9 +872,11 @@ class BoxMonitor(BaseEstimator):
         ]
 
     def _select_by_held_out_class(
-        self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray]
+        self, sweep: BoxSweep, validation: tuple[Activations, np.ndarray, np.ndarray], seed: int
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """One tau per layer from known validation inputs only (see ``selection``)."""
+        """One tau per layer from known validation inputs only (see ``selection``): at most
+        ``HELD_OUT_MAX_ROWS`` of them (drawn with ``seed``), each measured against the
+        classes of :func:`_held_out_classes`."""
         acts, yv_true, yv_pred = validation[:3]
         yv_true, yv_pred = (
             np.asarray(yv_true).astype(np.int64),
@@ -811,23 +888,26 @@ class BoxMonitor(BaseEstimator):
                 "selection='held-out-class' needs validation inputs of at least 2 "
                 f"known classes; got {np.unique(yv_true[known]).tolist()}"
             )
-        y_true, y_pred = yv_true[known], yv_pred[known]
-        rows, n_classes = np.arange(len(y_true)), sweep.n_classes
+        rows = np.flatnonzero(known)
+        if len(rows) > HELD_OUT_MAX_ROWS:
+            drawn = np.random.RandomState(seed).choice(len(rows), HELD_OUT_MAX_ROWS, replace=False)
+            rows = rows[np.sort(drawn)]
+        y_true, y_pred = yv_true[rows], yv_pred[rows]
+        n_classes = sweep.n_classes
         chosen, table = {}, {}
         for layer in sweep.layers:
-            x = _features({layer: np.asarray(acts[layer])[known]}, layer, self.normalize)
+            x = _features({layer: np.asarray(acts[layer])[rows]}, layer, self.normalize)
+            classes = _held_out_classes(sweep.good[layer][sweep.taus[0]], x, y_true, y_pred)
             values = np.zeros(len(sweep.taus))
             for i, tau in enumerate(sweep.taus):
                 boxes = sweep.good[layer][tau]
-                dist = np.stack(
-                    [boxes.distance(x, np.full(len(x), c)) for c in range(n_classes)], axis=1
-                )
-                own_k = dist[rows, y_pred]
-                other = dist.copy()
-                other[rows, y_pred] = np.inf
-                withheld = dist.copy()
-                withheld[rows, y_true] = np.inf
+                dist = _class_distances(boxes, x, classes)
+                own_k = boxes.distance(x, y_pred)
+                other = np.where(classes == y_pred[:, None], np.inf, dist)
+                withheld = np.where(classes == y_true[:, None], np.inf, dist)
                 two = np.sort(withheld, axis=1)[:, :2]  # nearest and second-nearest other class
+                if two.shape[1] < 2:
+                    two = np.pad(two, ((0, 0), (0, 2 - two.shape[1])), constant_values=np.inf)
                 values[i] = _held_out_auroc(
                     own_k, other.min(axis=1), two[:, 0], two[:, 1], fused=self.score == "fused"
                 )
@@ -901,37 +981,32 @@ class BoxMonitor(BaseEstimator):
         layers: list[str],
         k: int,
         seed: int,
+        rows: np.ndarray | None,
     ) -> dict[str, np.ndarray]:
+        """Each layer's coverage tau per class (Algorithm 1 on the class's good rows among
+        ``rows``), one seed per (layer, class) drawn in that order; past
+        ``COVERAGE_MAX_CLASSES`` classes, on a sample of them drawn next (per layer)."""
         rng = np.random.RandomState(seed)
-        out = {}
-        with single_threaded():
-            for layer in layers:
-                out[layer] = self._coverage_taus(activations, y_true, y_pred, layer, k, rng)
-        return out
-
-    def _coverage_taus(
-        self,
-        activations: Activations,
-        y_true: np.ndarray,
-        y_pred: np.ndarray,
-        layer: str,
-        k: int,
-        rng: np.random.RandomState,
-    ) -> np.ndarray:
-        x = _features(activations, layer, self.normalize)
-        taus = np.full(k, 1.0)
-        for cls in range(k):
-            xs = x[(y_pred == cls) & (y_true == cls)]
-            seed = int(rng.randint(0, 2**31 - 1))
-            if len(xs) < 2:
-                continue
-            path = TauKMeansPath(
-                xs, max_clusters=self.max_clusters, random_state=seed, n_init=self.n_init
-            )
-            lo = search_tau_min(path, eps_cov=self.eps_cov, eps_ival=self.eps_ival)
-            hi = search_tau_max(path, eps_cov=self.eps_cov, eps_ival=self.eps_ival)
-            taus[cls] = round(0.5 * (lo + hi), 6)
-        return taus
+        seeds = rng.randint(0, MAX_SEED, size=(len(layers), k))
+        groups = class_rows(y_true, y_pred, k, rows)
+        eligible = np.flatnonzero([len(good) >= 2 for good, _bad in groups])
+        searched = None
+        if len(eligible) > COVERAGE_MAX_CLASSES:
+            searched = [
+                np.sort(rng.choice(eligible, COVERAGE_MAX_CLASSES, replace=False)) for _ in layers
+            ]
+        return coverage_taus(
+            activations,
+            layers,
+            groups,
+            seeds,
+            normalize=self.normalize,
+            km=KMeansSettings(self.max_clusters, self.n_init, KMEANS_MAX_SAMPLES),
+            eps_cov=self.eps_cov,
+            eps_ival=self.eps_ival,
+            n_jobs=self.n_jobs,
+            searched=searched,
+        )
 
     def _check_fitted(self) -> None:
         """scikit-learn's ``NotFittedError`` (a ``ValueError``) before :meth:`fit`."""
@@ -1371,8 +1446,53 @@ def _held_out_auroc(
     return auroc(term(own_known, other_known), term(own_unknown, other_unknown))
 
 
+def _held_out_classes(
+    boxes: BoxSet, x: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray
+) -> np.ndarray:
+    """Per input, the classes the held-out-class selection measures it against, shape
+    (n_samples, n_cols), padded with -1: every class up to ``HELD_OUT_CANDIDATES`` classes,
+    else the ``HELD_OUT_CANDIDATES`` whose mean box centre (of ``boxes``) lies nearest the
+    input, its label and its predicted class."""
+    n_classes = boxes.n_classes
+    if n_classes <= HELD_OUT_CANDIDATES:
+        return np.broadcast_to(np.arange(n_classes), (len(x), n_classes))
+    counts = boxes.counts()
+    centre = (boxes.lo.astype(np.float64) + boxes.hi) / 2
+    means = np.zeros((n_classes, boxes.n_features))
+    np.add.at(means, np.repeat(np.arange(n_classes), counts), centre)
+    means /= np.maximum(counts, 1)[:, None]
+    table = np.empty((len(x), HELD_OUT_CANDIDATES + 2), dtype=np.int64)
+    step = max(1, (1 << 22) // n_classes)
+    for s in range(0, len(x), step):
+        xb = x[s : s + step].astype(np.float64)
+        gap = (means**2).sum(axis=1)[None, :] - 2 * (xb @ means.T)
+        gap[:, counts == 0] = np.inf
+        table[s : s + len(xb), :-2] = np.argpartition(gap, HELD_OUT_CANDIDATES, axis=1)[
+            :, :HELD_OUT_CANDIDATES
+        ]
+    for col, extra in ((-2, y_pred), (-1, y_true)):
+        table[:, col] = np.where((table[:, :col] == extra[:, None]).any(axis=1), -1, extra)
+    return table
+
+
+def _class_distances(boxes: BoxSet, x: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """``boxes.distance`` of each input to each of its ``classes`` (:func:`_held_out_classes`;
+    -1: ``inf``), in blocks of inputs."""
+    out = np.full(classes.shape, np.inf)
+    step = max(1, (1 << 22) // max(1, classes.shape[1] * boxes.n_features))
+    for s in range(0, len(x), step):
+        block = classes[s : s + step]
+        r, c = np.nonzero(block >= 0)
+        out[s + r, c] = boxes.distance(x[s + r], block[r, c])
+    return out
+
+
 def _pick(by_tau: Mapping[float, BoxSet], taus: np.ndarray) -> BoxSet:
-    """Per class, the boxes of that class's tau (assumes every tau is in ``by_tau``)."""
+    """Per class, the boxes of that class's tau (assumes every tau is in ``by_tau``); the
+    set itself when one set serves every tau (:attr:`BoxSweep.class_taus`)."""
+    sets = list(by_tau.values())
+    if all(b is sets[0] for b in sets):
+        return sets[0]
     per_class = [by_tau[float(t)].boxes_of(cls) for cls, t in enumerate(taus)]
     d = next(iter(by_tau.values())).n_features
     return BoxSet.from_boxes(per_class, d)

@@ -48,34 +48,62 @@ class TauKMeansPath:
         on the order in which k values are requested).
     n_init : int, default=1
         k-means restarts per k.
+    max_samples : int or None, default=None
+        With more samples than this, k-means is fitted on this many of them (drawn without
+        replacement with ``random_state``, before the seeds of the fits) and every sample
+        joins its nearest centre; the inertias (tau-k-means' stopping rule) are the fitted
+        subsample's. None fits on every sample.
     """
 
-    def __init__(self, x: np.ndarray, *, max_clusters: int = 64, random_state=0, n_init: int = 1):
+    def __init__(
+        self,
+        x: np.ndarray,
+        *,
+        max_clusters: int = 64,
+        random_state=0,
+        n_init: int = 1,
+        max_samples: int | None = None,
+    ):
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2:
             raise ValueError(f"x must be 2-d; got shape {x.shape}")
         if max_clusters < 1:
             raise ValueError(f"max_clusters={max_clusters} should be >= 1")
-        self.x = x
-        self.n_distinct = len(np.unique(x, axis=0)) if len(x) else 0
-        self.max_k = max(1, min(max_clusters, self.n_distinct))
+        if max_samples is not None and max_samples < 1:
+            raise ValueError(f"max_samples={max_samples} should be >= 1")
         rng = check_random_state(random_state)
+        self.x = x
+        self.sampled = max_samples is not None and len(x) > max_samples
+        if self.sampled:
+            assert max_samples is not None
+            pick = np.random.RandomState(rng.randint(0, 2**31 - 1)).choice(
+                len(x), max_samples, replace=False
+            )
+            self.x_fit = x[np.sort(pick)]
+        else:
+            self.x_fit = x
+        self.n_distinct = n_distinct_rows(self.x_fit)
+        self.max_k = max(1, min(max_clusters, self.n_distinct))
         self._seeds = rng.randint(0, 2**31 - 1, size=self.max_k + 1)
         self.n_init = n_init
         self._fits: dict[int, Clustering] = {}
+        self._every_sample: Clustering | None = None
 
     def fit_k(self, k: int) -> Clustering:
         """The (cached) k-means clustering with ``k`` clusters, ``1 <= k <= max_k``."""
         if k in self._fits:
             return self._fits[k]
-        if k == 1 or len(self.x) <= 1:
+        fit = self.x_fit
+        if k == 1 or len(fit) <= 1:
             labels = np.zeros(len(self.x), dtype=np.int64)
-            inertia = float(np.sum((self.x - self.x.mean(axis=0)) ** 2)) if len(self.x) else 0.0
+            inertia = float(np.sum((fit - fit.mean(axis=0)) ** 2)) if len(fit) else 0.0
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 km = KMeans(n_clusters=k, n_init=self.n_init, random_state=int(self._seeds[k]))
-                labels = km.fit_predict(self.x).astype(np.int64)
+                labels = km.fit_predict(fit).astype(np.int64)
+            if self.sampled:
+                labels = nearest_centre(self.x, km.cluster_centers_)
             inertia = float(km.inertia_)
         result = Clustering(k=k, labels=labels, inertia=inertia)
         self._fits[k] = result
@@ -101,11 +129,15 @@ class TauKMeansPath:
         return self.fit_k(k)
 
     def _distinct(self) -> Clustering:
-        if len(self.x) == 0:
-            return Clustering(k=0, labels=np.zeros(0, np.int64), inertia=0.0)
-        _, labels = np.unique(self.x, axis=0, return_inverse=True)
-        labels = labels.reshape(-1).astype(np.int64)
-        return Clustering(k=int(labels.max()) + 1, labels=labels, inertia=0.0)
+        """Every distinct sample its own cluster (tau = 0), computed once."""
+        if self._every_sample is None:
+            if len(self.x) == 0:
+                self._every_sample = Clustering(k=0, labels=np.zeros(0, np.int64), inertia=0.0)
+            else:
+                _, labels = np.unique(self.x, axis=0, return_inverse=True)
+                labels = labels.reshape(-1).astype(np.int64)
+                self._every_sample = Clustering(k=int(labels.max()) + 1, labels=labels, inertia=0.0)
+        return self._every_sample
 
     def sweep(self, taus: Sequence[float]) -> dict[float, Clustering]:
         """tau-k-means for every tau, fitted in descending order reusing k."""
@@ -131,6 +163,32 @@ def tau_kmeans(
         return TauKMeansPath(
             x, max_clusters=max_clusters, random_state=random_state, n_init=n_init
         ).cluster(tau)
+
+
+# nearest_centre works on blocks of about this many (rows x centres) distances.
+_ASSIGN_BLOCK = 1 << 20
+
+
+def nearest_centre(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Index of the nearest of ``centres`` (Euclidean) for each row of ``x``, in blocks."""
+    out = np.empty(len(x), dtype=np.int64)
+    c_sq = np.einsum("ij,ij->i", centres, centres)
+    step = max(1, _ASSIGN_BLOCK // max(1, len(centres)))
+    for s in range(0, len(x), step):
+        block = x[s : s + step]
+        out[s : s + len(block)] = np.argmin(c_sq[None, :] - 2 * (block @ centres.T), axis=1)
+    return out
+
+
+def n_distinct_rows(x: np.ndarray) -> int:
+    """``len(np.unique(x, axis=0))`` of a 2-d float array, from the rows' bytes where that
+    counts the same (no NaN; -0.0 made 0.0 first): a byte sort is far cheaper."""
+    if len(x) == 0:
+        return 0
+    if np.isnan(x).any():
+        return len(np.unique(x, axis=0))
+    rows = np.ascontiguousarray(x + 0.0)  # + 0.0 turns -0.0 into 0.0
+    return len(np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1])))))
 
 
 def cluster_boxes(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

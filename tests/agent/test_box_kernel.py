@@ -130,6 +130,9 @@ def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, d):
     per_class[1][0][0, 0] = per_class[1][1][0, 0] = 0.0  # a flat side at 0
     bs = BoxSet.from_boxes(per_class, d)
     other = boxes_module.complement_boxes(bs, 2)
+    # One neighbour class, read in place (no copy of its boxes): class 0 has none.
+    nearest = boxes_module.complement_classes(bs, 1)[:, 0]
+    nearest[bs.counts() == 0] = -1
     n = 600
     y = rng.integers(0, len(sizes), size=n)
     x = rng.normal(scale=1.2, size=(n, d)).astype(np.float32)
@@ -151,6 +154,7 @@ def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, d):
             bs.contains(x, y, where),
             *bs.distance_and_contains(x, y),
             *bs.fused_distances(x, y, other),
+            *bs.fused_distances(x, y, bs, nearest),
         )
         set_box_kernel("numpy")
         monkeypatch.setattr(boxes_module, "_PADDED_ELEMENTS", 0)
@@ -160,10 +164,14 @@ def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, d):
             bs.contains(x, y, where),
             *bs.distance_and_contains(x, y),
             *bs.fused_distances(x, y, other),
+            *bs.fused_distances(x, y, bs, nearest),
         )
     finally:
         set_box_kernel(before)
     for got, want in zip(native, numpy_path, strict=True):
+        np.testing.assert_array_equal(got, want)
+    copied = bs.fused_distances(x, y, boxes_module.complement_boxes(bs, 1))
+    for got, want in zip(native[-3:], copied, strict=True):
         np.testing.assert_array_equal(got, want)
     inside, dist = native[0], native[2]
     assert not inside[:5].any() and (dist[:5] == 0).all()  # outside, at distance 0
@@ -202,19 +210,19 @@ def test_native_kernel_checks_its_buffers():
     with pytest.raises(ValueError, match="where must hold 4 bytes"):
         k.contains(x, y, lo, hi, offsets, 3, out, where[:3])
     tlo, thi = BoxSet(lo, hi, offsets)._lanes
-    assert tlo.shape == (2, 3, k.LANES)  # one block per class, padded to LANES boxes
+    assert tlo.shape == (2 * 3 + k.LANES,)  # every box once, then LANES floats closing it
     dist = np.empty(4, np.float64)
     with pytest.raises(ValueError, match="dist must hold 32 bytes"):
         k.distance_contains(x, y, lo, hi, offsets, 3, out, np.empty(4, np.float32), tlo, thi)
-    with pytest.raises(ValueError, match="tlo and thi must both be"):
-        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo[:1], thi[:1])
-    with pytest.raises(ValueError, match="tlo and thi must both be"):
-        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo, thi[:, :2].copy())
+    with pytest.raises(ValueError, match="tlo and thi must both"):
+        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo[:-1], thi[:-1])
+    with pytest.raises(ValueError, match="tlo and thi must both"):
+        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo, thi[:-2].copy())
     k.distance_contains(x + 2, y, lo, hi, offsets, 3, out, dist, tlo, thi)
     np.testing.assert_allclose(dist, np.sqrt(3.0))
     assert not out.any()
     inside, d_own, d_other = np.empty(4, np.uint8), np.empty(4), np.empty(4)
-    with pytest.raises(ValueError, match="tlo and thi must both be"):
+    with pytest.raises(ValueError, match="tlo and thi must both"):
         k.fused_distances(
             x,
             y,
@@ -238,6 +246,30 @@ def test_native_kernel_checks_its_buffers():
     )
     np.testing.assert_allclose(d_own, np.sqrt(3.0))
     np.testing.assert_allclose(d_other, np.sqrt(3.0))
+    args = (
+        x + 2,
+        y,
+        lo,
+        hi,
+        offsets,
+        3,
+        lo,
+        hi,
+        offsets,
+        inside,
+        d_own,
+        d_other,
+        tlo,
+        thi,
+        tlo,
+        thi,
+    )
+    k.fused_distances(*args, np.array([1, -1], np.int64))  # class 0's neighbour: class 1
+    np.testing.assert_allclose(d_other, np.sqrt(3.0))
+    with pytest.raises(ValueError, match="one int64 per class"):
+        k.fused_distances(*args, np.array([1], np.int64))
+    with pytest.raises(ValueError, match="classes of the other boxes or -1"):
+        k.fused_distances(*args, np.array([2, 0], np.int64))
 
 
 def test_build_info_names_the_kernel_in_use():
