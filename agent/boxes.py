@@ -1420,6 +1420,28 @@ class BoxRuntime:
         }
         return self._contrast(feats, y_pred, own)
 
+    def distance_terms(
+        self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """:meth:`layer_scores` and (``score="fused"``) :meth:`contrast_layer_scores` in one
+        pass: each layer's features made once, one kernel pass for a layer in both."""
+        y_pred = np.asarray(y_pred)
+        contrast = self.contrast_layers if self.score == "fused" else []
+        dist: dict[str, np.ndarray] = {}
+        terms: dict[str, np.ndarray] = {}
+        for layer in dict.fromkeys([*self.score_layers, *contrast]):
+            feats = self._features(activations, layer)
+            if layer in contrast:
+                own, _inside, other = self.good[layer].fused_distances(
+                    feats, y_pred, *self._contrast_boxes(layer)
+                )
+                terms[layer] = contrast_scores(own, other)
+            else:
+                own = self.good[layer].distance(feats, y_pred)
+            if layer in self.score_layers:
+                dist[layer] = own
+        return dist, {layer: terms[layer] for layer in contrast}
+
     def combine_scores(
         self,
         per_layer: Mapping[str, np.ndarray],
@@ -1497,12 +1519,10 @@ class BoxRuntime:
 
         ``logits`` (the model's output for the same inputs) are needed by an energy term.
         """
-        contrast = (
-            self.contrast_layer_scores(activations, y_pred) if self.score == "fused" else None
-        )
+        dist, contrast = self.distance_terms(activations, y_pred)
         return self.combine_scores(
-            self.layer_scores(activations, y_pred),
-            contrast,
+            dist,
+            contrast if self.score == "fused" else None,
             energy=self.energy(logits, len(np.asarray(y_pred))),
         )
 

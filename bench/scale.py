@@ -444,10 +444,10 @@ def cell_row(cell: Cell, runs: list[dict], before: dict | None, with_before: boo
             f"{first['errors']:.1%} | {first['boxes']:,} | {first['artifact_mb']:.1f} | "
             f"{first['rate']:,.0f}"
         )
-    prior = " | - | - | -" if with_before else ""
+    prior = " | - | - | - | -" if with_before else ""
     if before is not None:
         prior = f" | {fit_text(before)} | {rss_text(before)} | " + (
-            "-" if "stopped" in before else f"{before['rate']:,.0f}"
+            "- | -" if "stopped" in before else f"{before['boxes']:,} | {before['rate']:,.0f}"
         )
     return (
         f"| {cell.classes:,} x {cell.features:,} x {cell.rows:,} | {cell.activations_gb:.3f} | "
@@ -496,6 +496,9 @@ def main() -> None:
         "also for the series and the scoring)",
     )
     parser.add_argument("--before", help="another checkout's Python: run the cells with it too")
+    parser.add_argument(
+        "--before-label", help="what the --before checkout is, for the table (default: its path)"
+    )
     parser.add_argument(
         "--before-cells",
         type=lambda s: [parse_cell(c) for c in s.split(",")],
@@ -569,20 +572,21 @@ def main() -> None:
         "(coverage tau, 20% held out to calibrate, logits given) on memory-mapped activations, one "
         "process per cell; peak RSS: the fitting process's plus its joblib workers' peaks; "
         "scoring: `BoxRuntime.explain` at batch 256, one thread, the runtime loaded from the "
-        "artifact members.",
+        "artifact members."
+        + (f" Before: {args.before_label or args.before}, on the same data." if before else ""),
         "",
         "| classes x features x rows | activations (GB) | "
         + "".join(f"fit, n_jobs {j} (s) | peak RSS, n_jobs {j} (GB) | " for j in args.n_jobs)
         + "model errors | boxes | artifact (MB) | scoring (inputs/s) |"
         + (
-            " before: fit (s) | before: peak RSS (GB) | before: scoring (inputs/s) |"
+            " before: fit (s) | before: peak RSS (GB) | before: boxes | before: scoring (inputs/s) |"
             if before
             else ""
         ),
         "|---|---|"
         + "---|---|" * len(args.n_jobs)
         + "---|---|---|---|"
-        + ("---|---|---|" if before else ""),
+        + ("---|---|---|---|" if before else ""),
     ]
     lines += [cell_row(c, runs[c], before.get(c), bool(before)) for c in cells]
     lines.append("")

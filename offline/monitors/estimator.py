@@ -339,9 +339,17 @@ def build_sweep(
         for layer in layers
     ]
     n_features = [_n_features(activations_by_layer[layer]) for layer in layers]
-    # [kind][layer][tau]: one (lo, hi) per class
-    per_kind: dict[str, list[list[list[tuple[np.ndarray, np.ndarray]]]]] = {
-        kind: [[[] for _ in taus] for _ in layers] for kind in ("good", "bad")
+    # [kind][layer][tau]: the classes' boxes, stacked as they come
+    most = [
+        [len(rows) if taus[-1] <= 0 else min(max_clusters, len(rows)) for rows in kind_rows]
+        for kind_rows in zip(*groups, strict=True)
+    ]
+    per_kind = {
+        kind: [
+            [_BoxStack(sum(most[ki]), d) for _ in (taus if class_taus is None else taus[:1])]
+            for d in n_features
+        ]
+        for ki, kind in enumerate(("good", "bad"))
     }
     ks = {kind: [np.zeros((len(taus), n_classes), np.int64) for _ in layers] for kind in per_kind}
     at = {t: i for i, t in enumerate(taus)}
@@ -363,26 +371,46 @@ def build_sweep(
                 ks[kind][li][at[t], cls] = k
             if class_taus is None:
                 for i, boxes in enumerate(found.boxes):
-                    per_kind[kind][li][i].append(boxes)
-            else:  # one list: each class's boxes at its own tau
-                empty = np.zeros((0, n_features[li]))
-                per_kind[kind][li][0].append(found.boxes[-1] if own else (empty, empty))
+                    per_kind[kind][li][i].add(boxes)
+            else:  # one stack: each class's boxes at its own tau
+                per_kind[kind][li][0].add(found.boxes[-1] if own else None)
             tick()
     for li, layer in enumerate(layers):
-        d = n_features[li]
         for kind, into in (("good", sweep.good), ("bad", sweep.bad)):
-            lists = per_kind[kind][li]
+            stacks = per_kind[kind][li]
             if class_taus is None:
-                into[layer] = {t: BoxSet.from_boxes(lists[i], d) for t, i in at.items()}
+                into[layer] = {t: stacks[i].box_set() for t, i in at.items()}
             else:  # one box set, under every tau: each class's boxes at its own tau
-                own_boxes = BoxSet.from_boxes(lists[0], d)
-                into[layer] = dict.fromkeys(taus, own_boxes)
-            lists.clear()
+                into[layer] = dict.fromkeys(taus, stacks[0].box_set())
         sweep.k_good[layer], sweep.k_bad[layer] = ks["good"][li], ks["bad"][li]
     if class_taus is not None:
         sweep.class_taus = {layer: np.asarray(class_taus[layer], np.float64) for layer in layers}
     sweep.seconds = time.perf_counter() - start
     return sweep
+
+
+class _BoxStack:
+    """Classes' boxes stacked in class order as they come, into one array pair reserved for
+    at most ``capacity`` boxes (pages never written are never taken): no copy of a class's
+    boxes outlives its arrival, and the box set is a view of the stack, not another copy."""
+
+    def __init__(self, capacity: int, n_features: int):
+        self.lo = np.empty((capacity, n_features), np.float32)
+        self.hi = np.empty((capacity, n_features), np.float32)
+        self.counts: list[int] = []
+        self.used = 0
+
+    def add(self, boxes: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """The next class's ``(lo, hi)`` (None: no box)."""
+        n = 0 if boxes is None else len(boxes[0])
+        if boxes is not None and n:
+            self.lo[self.used : self.used + n], self.hi[self.used : self.used + n] = boxes
+        self.counts.append(n)
+        self.used += n
+
+    def box_set(self) -> BoxSet:
+        offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        return BoxSet(self.lo[: self.used], self.hi[: self.used], offsets)
 
 
 def _n_features(x: np.ndarray) -> int:
@@ -1144,13 +1172,11 @@ class BoxMonitor(BaseEstimator):
                 f"expected ({len(y_pred_known)}, n_classes)"
             )
         acts_all = {layer: np.asarray(acts_known[layer]) for layer in self.layers_}
-        per_all = rt.layer_scores(acts_all, y_pred_known)
+        per_all, contrast_all = rt.distance_terms(acts_all, y_pred_known)
         per_layer = {layer: v[rows] for layer, v in per_all.items()}
         scales = {layer: _scale(s, target_acceptance) for layer, s in per_layer.items()}
         rt.score_scales = scales
-        contrast_all: dict[str, np.ndarray] = {}
         if rt.score == "fused":
-            contrast_all = rt.contrast_layer_scores(acts_all, y_pred_known)
             weight = CONTRAST_WEIGHT if rt.score_mean == "quadratic" else 1.0
             rt.contrast_scales = {
                 layer: _scale(c[rows], target_acceptance) / weight
