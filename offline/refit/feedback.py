@@ -48,4 +48,6 @@ class LabelledCaptures:
 
     captures: Captures
     labels: list[Label]  # labels[i] is the label of captures.ids[i]
+    y_true: np.ndarray  # (n,) int64 class index the label gives; -1 for UNKNOWN and NEW
+    y_pred: np.ndarray  # (n,) int64 the parent model's predicted class of each input
     problems: list[str] = field(default_factory=list)  # missing, duplicate or conflicting ids
