@@ -116,6 +116,12 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str, str | None]] = {
         "Build the signed artifact and report from one config.",
         "offline",
     ),
+    "export-captures": (
+        "boxwatch.commands.export_captures",
+        "export_captures",
+        "Archive a capture topic as JSON Lines, for labelling offline.",
+        None,
+    ),
     "agent": (
         "boxwatch.commands.agent",
         "agent",

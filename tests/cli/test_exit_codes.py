@@ -73,6 +73,11 @@ VERBS = {
     "build-artifact": ("boxwatch.commands.build", "load_config", ["build.yaml"]),
     "agent": ("boxwatch.commands.agent", "load_agent_config", ["--artifact", "x.bwa"]),
     "demo": ("boxwatch.commands.demo", "build_example", ["--workdir", "demo"]),
+    "export-captures": (
+        "boxwatch.commands.export_captures",
+        "export_topic",
+        ["--brokers", "127.0.0.1:1", "--topic", "captures", "--out", "exported"],
+    ),
 }
 
 

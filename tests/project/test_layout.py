@@ -156,6 +156,7 @@ def test_public_api_names_resolve():
     import boxwatch.agent
     import boxwatch.offline.bn
     import boxwatch.offline.monitors
+    import boxwatch.offline.refit
     import boxwatch.offline.release
 
     for package in (
@@ -163,6 +164,7 @@ def test_public_api_names_resolve():
         boxwatch.offline.bn,
         boxwatch.offline.release,
         boxwatch.offline.monitors,
+        boxwatch.offline.refit,
     ):
         for name in package.__all__:
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
@@ -172,6 +174,7 @@ LAZY_FACES = (
     "boxwatch.agent",
     "boxwatch.offline.bn",
     "boxwatch.offline.monitors",
+    "boxwatch.offline.refit",
     "boxwatch.offline.release",
 )
 

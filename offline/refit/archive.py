@@ -1,0 +1,248 @@
+"""A topic's records, read bounded from the broker or kept in a directory export.
+
+:func:`read_topic` takes the end offset of every partition when it starts and reads from
+the beginning up to them, with no consumer group (partitions assigned, nothing committed),
+and never waits past its timeout. :func:`write_export` keeps those records as JSON Lines,
+one file per topic, and :func:`read_export` reads them back unchanged: a capture topic can
+be archived and reviewed offline with nothing lost (docs/records.md, "Capture export").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
+
+from boxwatch.agent.atomic import write_atomic
+from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.kafka.base import KafkaUnavailable, Record
+from boxwatch.agent.kafka.kafka_python import install_lenient_header_names
+
+EXPORT_SCHEMA = "boxwatch.capture-export/1"
+EXPORT_SUFFIX = ".jsonl"
+_EXPORT_KEYS = {"schema", "topic", "partition", "offset", "timestamp_ms", "key", "headers", "value"}
+_POLL_S = 0.5  # one poll's longest wait: the deadline is checked at least this often
+
+
+class Located(NamedTuple):
+    """A record and where it was read: ``topic:partition:offset``, or ``file:line (...)``."""
+
+    where: str
+    record: Record
+
+
+def where(record: Record) -> str:
+    """``topic:partition:offset``: where a record sits on its broker."""
+    return f"{record.topic}:{record.partition}:{record.offset}"
+
+
+def _consumer(brokers: str, timeout_ms: int) -> KafkaConsumer:
+    """A consumer with no group and no commits, bootstrapping within ``timeout_ms``."""
+    install_lenient_header_names()  # a non-UTF-8 header name must not stall a partition
+    return KafkaConsumer(
+        bootstrap_servers=[b.strip() for b in brokers.split(",") if b.strip()],
+        group_id=None,
+        enable_auto_commit=False,
+        allow_auto_create_topics=False,
+        client_id="boxwatch-feedback",
+        bootstrap_timeout_ms=timeout_ms,
+        fetch_max_wait_ms=100,
+        request_timeout_ms=max(1_000, min(timeout_ms, 30_000)),
+    )
+
+
+def read_topic(brokers: str, topic: str, *, timeout_s: float = 30.0) -> list[Located]:
+    """Every record of ``topic`` up to the end offsets taken at the start, by partition.
+
+    Raises :class:`~boxwatch.agent.kafka.base.KafkaUnavailable` when the brokers cannot be
+    reached or the records do not all arrive within ``timeout_s`` seconds, and
+    :class:`~boxwatch.agent.errors.ConfigError` when the topic does not exist.
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s={timeout_s} should be > 0")
+    deadline = time.monotonic() + timeout_s
+
+    def left_ms() -> int:
+        return max(1, int((deadline - time.monotonic()) * 1000))
+
+    try:
+        consumer = _consumer(brokers, left_ms())
+    except KafkaTimeoutError:
+        raise KafkaUnavailable(f"cannot reach Kafka at {brokers} within {timeout_s:g} s") from None
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"cannot reach Kafka at {brokers}: {exc}") from None
+    try:
+        return _read_bounded(consumer, topic, deadline, left_ms, brokers, timeout_s)
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"reading {topic!r} from {brokers} failed: {exc}") from None
+    finally:
+        consumer.close()
+
+
+def _read_bounded(
+    consumer: KafkaConsumer,
+    topic: str,
+    deadline: float,
+    left_ms: Callable[[], int],
+    brokers: str,
+    timeout_s: float,
+) -> list[Located]:
+    """The records of ``topic`` below the end offsets of now (assumes a fresh consumer)."""
+    partitions = consumer.partitions_for_topic(topic)
+    if not partitions:
+        raise ConfigError(f"topic {topic!r} does not exist on {brokers}")
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    consumer.assign(tps)
+    starts = consumer.beginning_offsets(tps, timeout_ms=left_ms())
+    ends = consumer.end_offsets(tps, timeout_ms=left_ms())
+    todo = {tp for tp in tps if ends[tp] > starts[tp]}
+    for tp in tps:
+        if tp in todo:
+            consumer.seek(tp, starts[tp])
+        else:
+            consumer.pause(tp)
+    got: dict[int, list[Record]] = {tp.partition: [] for tp in tps}
+    while todo:
+        if time.monotonic() >= deadline:
+            expected = sum(ends[tp] - starts[tp] for tp in tps)
+            read = sum(map(len, got.values()))
+            raise KafkaUnavailable(
+                f"read {read} of about {expected} records of {topic!r} from {brokers} in "
+                f"{timeout_s:g} s; stopped (raise the timeout, or check the brokers)"
+            )
+        batches = consumer.poll(timeout_ms=min(left_ms(), int(_POLL_S * 1000)))
+        for tp, records in batches.items():
+            got[tp.partition] += [_record(r) for r in records if r.offset < ends[tp]]
+        for tp in [tp for tp in todo if consumer.position(tp, timeout_ms=left_ms()) >= ends[tp]]:
+            todo.discard(tp)
+            consumer.pause(tp)
+    return [Located(where(r), r) for p in sorted(got) for r in got[p]]
+
+
+def _record(r: Any) -> Record:
+    """kafka-python's ``ConsumerRecord`` as the agent's :class:`Record`."""
+    return Record(
+        r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, list(r.headers or ())
+    )
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def export_line(record: Record) -> str:
+    """One record as a line of the export (JSON, ASCII, no newline)."""
+    return json.dumps(
+        {
+            "schema": EXPORT_SCHEMA,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp_ms": record.timestamp,
+            "key": _b64(record.key),
+            "headers": [[name, _b64(value)] for name, value in record.headers],
+            "value": _b64(record.value),
+        },
+        separators=(",", ":"),
+    )
+
+
+def export_path(out_dir: str | Path, topic: str) -> Path:
+    """The file that holds ``topic``'s export in ``out_dir``."""
+    return Path(out_dir) / f"{topic}{EXPORT_SUFFIX}"
+
+
+def write_export(records: Sequence[Record], out_dir: str | Path, topic: str) -> Path:
+    """Write ``records`` (of ``topic``) to ``out_dir/TOPIC.jsonl`` atomically; its path.
+
+    ``out_dir`` is created if missing; an earlier export of the topic is replaced whole.
+    """
+    path = export_path(out_dir, topic)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, "".join(export_line(r) + "\n" for r in records).encode("ascii"))
+    return path
+
+
+def export_files(path: str | Path) -> list[Path]:
+    """The export files at ``path``: the file itself, or a directory's ``*.jsonl`` by name."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise ConfigError(f"capture export {path}: no such file or directory")
+    files = sorted(p for p in path.iterdir() if p.suffix == EXPORT_SUFFIX and p.is_file())
+    if not files:
+        raise ConfigError(f"capture export {path}: no {EXPORT_SUFFIX} file in the directory")
+    return files
+
+
+def read_export(path: str | Path) -> list[Located]:
+    """The records of an export (a directory or one of its files), in file and line order.
+
+    A line that is not an export record stops with :class:`ConfigError` naming ``file:line``.
+    """
+    return [located for file in export_files(path) for located in _read_file(file)]
+
+
+def _read_file(file: Path) -> Iterator[Located]:
+    with file.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                record = _parse_line(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{file}:{n}: {exc}") from None
+            yield Located(f"{file}:{n} ({where(record)})", record)
+
+
+def _unb64(value: object, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is not base64 text or null")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise ValueError(f"{what} is not valid base64") from None
+
+
+def _parse_line(raw: bytes) -> Record:
+    """One export line as a :class:`Record`; ``ValueError`` says what is wrong."""
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if obj.get("schema") != EXPORT_SCHEMA:
+        raise ValueError(f"schema is {obj.get('schema')!r}, not {EXPORT_SCHEMA!r}")
+    if set(obj) != _EXPORT_KEYS:
+        missing, unknown = sorted(_EXPORT_KEYS - set(obj)), sorted(set(obj) - _EXPORT_KEYS)
+        raise ValueError(f"missing keys {missing}, unknown keys {unknown}")
+    if not isinstance(obj["topic"], str) or not obj["topic"]:
+        raise ValueError("topic is not a name")
+    for name in ("partition", "offset", "timestamp_ms"):
+        if isinstance(obj[name], bool) or not isinstance(obj[name], int):
+            raise ValueError(f"{name} is not an integer")
+    headers = obj["headers"]
+    if not isinstance(headers, list) or not all(
+        isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) for h in headers
+    ):
+        raise ValueError("headers is not a list of [name, base64 value] pairs")
+    return Record(
+        obj["topic"],
+        obj["partition"],
+        obj["offset"],
+        obj["timestamp_ms"],
+        _unb64(obj["key"], "key"),
+        _unb64(obj["value"], "value"),
+        [(name, _unb64(value, f"header {name!r}")) for name, value in headers],
+    )
