@@ -333,6 +333,71 @@ def _take(captures: Captures, rows: Sequence[int]) -> Captures:
     )
 
 
+def _one_label_per_id(labels: Sequence[Label], problems: list[str]) -> dict[str, Label]:
+    """Each id's label; the ids whose labels disagree are reported in ``problems``."""
+    by_id: dict[str, list[Label]] = {}
+    for label in labels:
+        by_id.setdefault(label.id, []).append(label)
+    chosen: dict[str, Label] = {}
+    for rid, group in by_id.items():
+        if all(g == group[0] for g in group):
+            chosen[rid] = group[0]
+        else:
+            said = "; ".join(f"{_at(g)}{g.text()}" for g in group[:FIRST_IDS])
+            problems.append(f"id {rid!r}: {len(group)} labels disagree ({said}); left out")
+    return chosen
+
+
+def _class_of(
+    label: Label, predicted: int, index: dict[str, int], problems: list[str]
+) -> int | None:
+    """The class index ``label`` gives an input the model predicted as ``predicted`` (-1:
+    none of the classes, ``index`` maps class names to indices), or None, reported in
+    ``problems``, for an unusable wrong label."""
+    if label.kind == CORRECT:
+        return predicted
+    if label.kind != WRONG:
+        return -1
+    true = index.get(label.true_class or "")
+    if true is None:
+        problems.append(
+            f"{_at(label)}id {label.id!r}: {label.text()}: not one of the model's "
+            f"{len(index)} classes ({_first(list(index))}); left out"
+        )
+        return None
+    if true == predicted:
+        problems.append(
+            f"{_at(label)}id {label.id!r}: {label.text()} names the class the model "
+            "predicted (a wrong label needs the true class); left out"
+        )
+        return None
+    return true
+
+
+def _contradictions(
+    captures: Captures,
+    rows: list[int],
+    y_true: list[int],
+    chosen: dict[str, Label],
+    problems: list[str],
+) -> set[int]:
+    """Positions in ``rows`` of identical inputs (the same float32 bytes) whose labels give
+    different classes: all of them, each group reported in ``problems``."""
+    same: dict[bytes, list[int]] = {}  # digest of an input's bytes -> positions in rows
+    for k, i in enumerate(rows):
+        same.setdefault(hashlib.sha256(captures.inputs[i].tobytes()).digest(), []).append(k)
+    refused: set[int] = set()
+    for group in same.values():
+        if len({y_true[k] for k in group}) > 1:
+            refused.update(group)
+            ids = [captures.ids[rows[k]] for k in group]
+            said = "; ".join(f"{rid!r} {chosen[rid].text()}" for rid in ids[:FIRST_IDS])
+            problems.append(
+                f"{len(group)} identical inputs labelled as different classes ({said}); left out"
+            )
+    return refused
+
+
 def join(
     captures: Captures, labels: Sequence[Label], classes: Sequence[str], predicted: np.ndarray
 ) -> LabelledCaptures:
@@ -360,63 +425,27 @@ def join(
     ):
         raise ValueError(f"predicted must hold class indices in [0, {len(names)})")
     problems = list(labels.problems) if isinstance(labels, Labels) else []
-    by_id: dict[str, list[Label]] = {}
-    for label in labels:
-        by_id.setdefault(label.id, []).append(label)
-    chosen: dict[str, Label] = {}
-    for rid, group in by_id.items():
-        if all(g == group[0] for g in group):
-            chosen[rid] = group[0]
-        else:
-            said = "; ".join(f"{_at(g)}{g.text()}" for g in group[:FIRST_IDS])
-            problems.append(f"id {rid!r}: {len(group)} labels disagree ({said}); left out")
+    chosen = _one_label_per_id(labels, problems)
     captured = set(captures.ids)
     no_capture = [rid for rid in chosen if rid not in captured]
     if no_capture:
         problems.append(
             f"labels with no capture: {len(no_capture)} ({_first(no_capture)}); left out"
         )
-    no_label = [rid for rid in captures.ids if rid not in by_id]
+    labelled = {label.id for label in labels}
+    no_label = [rid for rid in captures.ids if rid not in labelled]
     if no_label:
         problems.append(f"captures with no label: {len(no_label)} ({_first(no_label)})")
     rows: list[int] = []
     y_true: list[int] = []
     for i, rid in enumerate(captures.ids):
         label = chosen.get(rid)
-        if label is None:
-            continue
-        if label.kind == WRONG:
-            true = index.get(label.true_class)  # type: ignore[arg-type]  # WRONG has a class
-            if true is None:
-                problems.append(
-                    f"{_at(label)}id {rid!r}: {label.text()}: not one of the model's "
-                    f"{len(names)} classes ({_first(names)}); left out"
-                )
-                continue
-            if true == predicted[i]:
-                problems.append(
-                    f"{_at(label)}id {rid!r}: {label.text()} names the class the model "
-                    "predicted (a wrong label needs the true class); left out"
-                )
-                continue
-        else:
-            true = int(predicted[i]) if label.kind == CORRECT else -1
-        rows.append(i)
-        y_true.append(true)
-    same: dict[bytes, list[int]] = {}  # digest of an input's bytes -> positions in rows
-    for k, i in enumerate(rows):
-        same.setdefault(hashlib.sha256(captures.inputs[i].tobytes()).digest(), []).append(k)
-    refused: set[int] = set()
-    for group in same.values():
-        if len({y_true[k] for k in group}) > 1:
-            refused.update(group)
-            said = "; ".join(
-                f"{captures.ids[rows[k]]!r} {chosen[captures.ids[rows[k]]].text()}"
-                for k in group[:FIRST_IDS]
-            )
-            problems.append(
-                f"{len(group)} identical inputs labelled as different classes ({said}); left out"
-            )
+        if label is not None:
+            true = _class_of(label, int(predicted[i]), index, problems)
+            if true is not None:
+                rows.append(i)
+                y_true.append(true)
+    refused = _contradictions(captures, rows, y_true, chosen, problems)
     keep = [k for k in range(len(rows)) if k not in refused]
     kept_rows = [rows[k] for k in keep]
     return LabelledCaptures(

@@ -16,7 +16,7 @@ from boxwatch.agent.kafka.base import KafkaUnavailable, Record
 from boxwatch.agent.outputs import Output, copy_output, omit_payload, reason_headers
 from boxwatch.agent.records import JSON_TYPE, NPY_TYPE, TENSOR_TYPE
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
-from boxwatch.offline.refit.archive import read_export
+from boxwatch.offline.refit.archive import Located, read_export
 from boxwatch.offline.refit.feedback import (
     CORRECT,
     NEW,
@@ -72,16 +72,17 @@ def capture_of(rid: str, x: np.ndarray, form: str = "json", **why: str | None) -
     )
 
 
-def located(outputs: list[Output]) -> list[tuple[str, Record]]:
+def located(outputs: list[Output]) -> list[Located]:
     """Outputs as records read back at offsets 0, 1, ... of partition 0, one ms apart."""
     return [
-        (f"{CAPTURE}:0:{k}", Record(CAPTURE, 0, k, 1000 + k, o.key, o.value, o.headers))
+        Located(f"{CAPTURE}:0:{k}", Record(CAPTURE, 0, k, 1000 + k, o.key, o.value, o.headers))
         for k, o in enumerate(outputs)
     ]
 
 
-def produce(kafka, outputs: list[Output], topic: str = CAPTURE) -> None:
-    """Send each output in a batch of its own (Tansu's high watermark counts batches)."""
+def produce(kafka, outputs: list[Output], topic: str = CAPTURE, partitions: int = 3) -> None:
+    """Send output k to partition k mod ``partitions`` at 1000 + k ms, each in a batch of
+    its own (Tansu's high watermark counts batches)."""
     producer = kafka.producer()
     for k, out in enumerate(outputs):
         producer.send(
@@ -89,7 +90,7 @@ def produce(kafka, outputs: list[Output], topic: str = CAPTURE) -> None:
             key=out.key,
             value=out.value,
             headers=out.headers,
-            partition=k % 3,
+            partition=k % partitions,
             timestamp_ms=1_000 + k,
         )
         producer.flush()
@@ -297,3 +298,174 @@ def test_the_join_checks_the_predictions_it_is_given():
         join(captures("a1", "a2"), [], CLASSES, np.array([0]))
     with pytest.raises(ValueError, match="class indices"):
         join(captures("a1"), [], CLASSES, np.array([4]))
+
+
+# -- captures, decoded as the agent decodes them ----------------------------------------------------
+@pytest.mark.parametrize("form", ["json", "tensor", "npy"])
+def test_a_capture_of_each_content_type_decodes_into_the_shape(form):
+    x = x_of(1)
+    caps = decode_captures(located([capture_of("a1", x, form, layer=None)]), SHAPE)
+    assert caps.ids == ["a1"] and caps.problems == []
+    assert caps.inputs.dtype == np.float32 and caps.inputs.shape == (1, *SHAPE)
+    np.testing.assert_array_equal(caps.inputs[0], x)
+    assert caps.verdicts == ["reject"] and caps.reasons == ["outside_boxes"]
+    assert caps.layers == [None] and caps.nearest_classes == ["two"]
+    assert caps.timestamps_ms.tolist() == [1000]
+
+
+def test_captures_that_hold_no_input_are_problems_with_where():
+    stub = omit_payload(capture_of("a2", x_of(2)))
+    bad = capture_of("a3", x_of(3))._replace(value=b'{"id": "a3", "input": [1, 2]}')
+    not_a_copy = capture_of("a4", x_of(4))._replace(headers=[("content-type", b"application/json")])
+    big = capture_of("a5", x_of(5))._replace(value=b'{"id": "a5", "input": [1e300,0,0,0,0,0]}')
+    caps = decode_captures(located([capture_of("a1", x_of(1)), stub, bad, not_a_copy, big]), SHAPE)
+    assert caps.ids == ["a1"]
+    assert caps.problems == [
+        f"{CAPTURE}:0:1: payload omitted by the agent (a boxwatch.payload-omitted/1 stub): "
+        "the input is gone",
+        f"{CAPTURE}:0:2: id 'a3': bad_shape: 2 values, the model takes 6",
+        f"{CAPTURE}:0:3: not a capture copy: no boxwatch-verdict or boxwatch-reason header",
+        f"{CAPTURE}:0:4: id 'a5': values overflow float32",
+    ]
+
+
+def test_a_recaptured_id_is_one_capture_and_a_conflicting_one_is_left_out():
+    outputs = [
+        capture_of("a1", x_of(1)),
+        capture_of("a2", x_of(2)),
+        capture_of("a1", x_of(1), "tensor", verdict="uncertainty"),  # at-least-once: again
+        capture_of("a2", x_of(7)),  # another input under the same id
+    ]
+    caps = decode_captures(located(outputs), SHAPE)
+    assert caps.ids == ["a1"] and caps.verdicts == ["reject"]
+    assert caps.problems == [
+        f"id 'a2': captured 2 times with different inputs ({CAPTURE}:0:1, {CAPTURE}:0:3); left out"
+    ]
+
+
+def test_a_malformed_export_line_stops_naming_file_and_line(tmp_path):
+    path = tmp_path / "c.jsonl"
+    line = json.dumps(
+        {
+            "schema": "boxwatch.capture-export/1",
+            "topic": "c",
+            "partition": 0,
+            "offset": 0,
+            "timestamp_ms": 1,
+            "key": None,
+            "headers": [],
+            "value": "not base64!",
+        }
+    )
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigError, match=f"^{path}:1: value is not valid base64$"):
+        read_captures(tmp_path, SHAPE)
+    path.write_text('{"schema": "other/1"}\n')
+    with pytest.raises(ConfigError, match="schema is 'other/1'"):
+        read_captures(path, SHAPE)
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        read_captures(tmp_path / "none", SHAPE)
+
+
+# -- a real broker -----------------------------------------------------------------------------
+ROUND_TRIP = [
+    ("a1", 1, "json"),
+    ("a2", 2, "tensor"),
+    ("a3", 3, "npy"),
+    ("a1", 1, "npy"),  # captured again: one capture
+    ("a4", 4, "json"),
+]
+
+
+@pytest.mark.integration
+def test_the_export_reads_back_as_the_topic_does(broker, kafka, tmp_path):
+    create_topics(broker.bootstrap_servers, {CAPTURE: 3})
+    outputs = [capture_of(rid, x_of(seed), form) for rid, seed, form in ROUND_TRIP]
+    outputs.append(omit_payload(capture_of("a5", x_of(5))))
+    produce(kafka, outputs)
+    started = time.monotonic()
+    from_topic = read_captures_topic(broker.bootstrap_servers, CAPTURE, SHAPE, timeout_s=20)
+    assert time.monotonic() - started < 10  # bounded: it stops at the end offsets
+    assert export_captures(broker.bootstrap_servers, CAPTURE, tmp_path, timeout_s=20) == 6
+    from_export = read_captures(tmp_path, SHAPE)
+    assert from_topic.ids == from_export.ids == ["a1", "a2", "a3", "a4"]
+    np.testing.assert_array_equal(from_topic.inputs, from_export.inputs)
+    np.testing.assert_array_equal(from_topic.inputs[1], x_of(2))
+    for name in ("timestamps_ms", "verdicts", "reasons", "layers", "nearest_classes"):
+        assert np.array_equal(getattr(from_topic, name), getattr(from_export, name)), name
+    assert from_topic.timestamps_ms.tolist() == [1000, 1001, 1002, 1004]
+    # the same stub reported from both, the export naming its line and its topic place
+    assert len(from_topic.problems) == len(from_export.problems) == 1
+    where, why = from_topic.problems[0].split(": ", 1)
+    assert where == f"{CAPTURE}:2:1" and "payload omitted" in why
+    assert from_export.problems[0].endswith(f" ({where}): {why}")
+    # nothing lost: every record whole, keys and headers in their order
+    archived = {(r.partition, r.offset): r for _, r in read_export(tmp_path)}
+    assert [(r.key, r.value, r.headers) for _, r in sorted(archived.items())] == [
+        (o.key, o.value, o.headers) for o in (outputs[k] for k in (0, 3, 1, 4, 2, 5))
+    ]
+
+
+@pytest.mark.integration
+def test_an_empty_topic_returns_at_once(broker, tmp_path):
+    create_topics(broker.bootstrap_servers, {CAPTURE: 2})
+    started = time.monotonic()
+    caps = read_captures_topic(broker.bootstrap_servers, CAPTURE, SHAPE, timeout_s=20)
+    assert caps.ids == [] and caps.inputs.shape == (0, *SHAPE) and caps.problems == []
+    assert export_captures(broker.bootstrap_servers, CAPTURE, tmp_path, timeout_s=20) == 0
+    assert time.monotonic() - started < 5
+    assert (tmp_path / f"{CAPTURE}.jsonl").read_bytes() == b""
+    assert read_captures(tmp_path, SHAPE).ids == []
+
+
+@pytest.mark.integration
+def test_labels_on_a_topic_skip_malformed_records_and_report_them(broker, kafka):
+    topic = "t.labels"
+    create_topics(broker.bootstrap_servers, {topic: 1})
+    values = [b'{"id": "a1", "label": "correct"}', b"{oops", b'{"id": 7, "label": "wrong: two"}']
+    produce(kafka, [Output("label", topic, None, v, []) for v in values], topic, partitions=1)
+    labels = read_labels_topic(broker.bootstrap_servers, topic, timeout_s=20)
+    assert labels == [Label("a1", CORRECT), Label("7", WRONG, true_class="two")]
+    assert labels[1].where == f"{topic}:0:2"
+    assert len(labels.problems) == 1
+    assert labels.problems[0].startswith(f"{topic}:0:1: invalid JSON")
+    assert labels.problems[0].endswith("; skipped")
+
+
+@pytest.mark.integration
+def test_a_missing_topic_is_a_config_error(broker):
+    with pytest.raises(ConfigError, match="topic 'nowhere' does not exist"):
+        read_captures_topic(broker.bootstrap_servers, "nowhere", SHAPE, timeout_s=10)
+
+
+def test_an_unreachable_broker_is_one_clear_error_within_the_timeout():
+    started = time.monotonic()
+    with pytest.raises(KafkaUnavailable, match=f"cannot reach Kafka at {UNREACHABLE} within 1 s"):
+        read_labels_topic(UNREACHABLE, "t.labels", timeout_s=1)
+    assert time.monotonic() - started < 3
+
+
+# -- the command line ----------------------------------------------------------------------------
+@pytest.mark.integration
+def test_export_captures_writes_the_topic_and_sums_it_up(broker, kafka, tmp_path):
+    create_topics(broker.bootstrap_servers, {CAPTURE: 1})
+    produce(
+        kafka, [capture_of("a1", x_of(1)), omit_payload(capture_of("a2", x_of(2)))], partitions=1
+    )
+    out = tmp_path / "reviews"
+    args = ["--brokers", broker.bootstrap_servers, "--topic", CAPTURE, "--out", str(out)]
+    result = CliRunner().invoke(cli, ["export-captures", *args], catch_exceptions=False)
+    assert result.exit_code == EXIT_OK, result.output
+    assert result.stderr.startswith(
+        f"exported 2 records of {CAPTURE!r} to {out / (CAPTURE + '.jsonl')}; "
+        f"1 without a usable input (first: {CAPTURE}:"
+    )
+    assert len(result.stderr.splitlines()) == 1
+    assert read_captures(out, SHAPE).ids == ["a1"]
+
+
+def test_export_captures_from_an_unreachable_broker_exits_2_with_one_line(tmp_path):
+    args = ["--brokers", UNREACHABLE, "--topic", CAPTURE, "--out", str(tmp_path), "--timeout", "1"]
+    result = CliRunner().invoke(cli, ["export-captures", *args], catch_exceptions=False)
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr == f"error: cannot reach Kafka at {UNREACHABLE} within 1 s\n"
