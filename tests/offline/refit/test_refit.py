@@ -374,3 +374,23 @@ def test_captures_that_cannot_be_trusted_are_left_out_and_listed(model_example, 
     assert "contradicts the prediction" in summary.left_out[1]
     record = load_artifact(tmp_path / "child.bwa", None).json(REFIT)
     assert record["left_out"] == summary.left_out
+
+
+def test_a_child_refits_as_a_parent(model_example, refitted, shifted, tmp_path):
+    grandchild = tmp_path / "grandchild.bwa"
+    summary = refit(
+        refitted.child,
+        [str(model_example.public_key)],
+        model_example.config,
+        reviewed(shifted, classes=(4,)),
+        private_key=model_example.private_key,
+        out=grandchild,
+        created_at=CREATED_AT,
+    )
+    record = load_artifact(grandchild, None).json(REFIT)
+    assert record["parent"]["artifact_id"] == refitted.summary.child_id
+    assert [c["index"] for c in record["classes"]] == [4]
+    child, last = boxes_of(refitted.child), boxes_of(grandchild)
+    for c in CLASSES:  # the first refit's classes keep its boxes
+        assert np.array_equal(child.good["input"].boxes_of(c)[0], last.good["input"].boxes_of(c)[0])
+    assert summary.failed == []
