@@ -9,7 +9,10 @@ checks that nobody else spells them out):
 * :data:`DIAGRAM_META` + :data:`DIAGRAM_ARRAYS` -- the compiled BN classifier;
 * :data:`RULES` -- verified rules for the gate (format: :mod:`boxwatch.agent.gate`);
 * :data:`VERIFICATION` -- the BN's full verification report (classifier, rules,
-  monotonicity), for whoever audits the artifact; the agent does not read it.
+  monotonicity), for whoever audits the artifact; the agent does not read it;
+* :data:`REFIT` -- in an artifact ``refit`` made from a parent (``offline/refit/refit.py``):
+  the parent's id and digest and what the labelled captures changed; the agent does not
+  read it.
 """
 
 from __future__ import annotations
@@ -23,3 +26,4 @@ DIAGRAM_META = DIAGRAM_PREFIX + DIAGRAM_JSON
 DIAGRAM_ARRAYS = DIAGRAM_PREFIX + DIAGRAM_NPZ
 RULES = DIAGRAM_PREFIX + "rules.json"
 VERIFICATION = DIAGRAM_PREFIX + "verification.json"
+REFIT = "monitors/refit.json"

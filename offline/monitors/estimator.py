@@ -311,6 +311,7 @@ def build_sweep(
     class_taus: Mapping[str, np.ndarray] | None = None,
     n_jobs: int | None = None,
     max_samples: int | None = KMEANS_MAX_SAMPLES,
+    classes: Sequence[int] | None = None,
 ) -> BoxSweep:
     """Build good/bad boxes for every layer, class and tau (taus swept descending, k reused).
 
@@ -321,8 +322,10 @@ def build_sweep(
     only (None: all). With ``class_taus`` (``{layer: tau per class}``, each among ``taus``)
     each class is swept down to its own tau only and the sweep keeps those boxes
     (:attr:`BoxSweep.class_taus`). ``max_samples``: see ``KMEANS_MAX_SAMPLES`` (None: every
-    row). Each (layer, class, kind) done counts one step of the open progress phase
-    (:func:`~boxwatch.offline.progress.tick`).
+    row). ``classes`` (None: every class) fits those classes only, with the seeds the
+    whole sweep gives them (a refit re-clusters the classes its labels touch as the build
+    did); the others get no box and count 0. Each (layer, class, kind) done counts one step
+    of the open progress phase (:func:`~boxwatch.offline.progress.tick`).
     """
     start = time.perf_counter()
     rng = check_random_state(random_state)
@@ -331,6 +334,10 @@ def build_sweep(
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     seeds = rng.randint(0, MAX_SEED, size=(len(layers), n_classes, 2))
     groups = class_rows(y_true, y_pred, n_classes, rows)
+    fitted = list(range(n_classes)) if classes is None else sorted({int(c) for c in classes})
+    if classes is not None:  # the other classes' rows are never read
+        none, chosen = np.zeros(0, np.int64), set(fitted)
+        groups = [g if cls in chosen else (none, none) for cls, g in enumerate(groups)]
     swept = [
         [
             taus if class_taus is None else [t for t in taus if t >= class_taus[layer][cls]]
@@ -363,10 +370,13 @@ def build_sweep(
         km=KMeansSettings(max_clusters, n_init, max_samples),
         n_jobs=n_jobs,
         last_only=class_taus is not None,
+        classes=fitted,
     )
     for li, cls, *kinds in results:
         own = swept[li][cls]
         for kind, found in zip(("good", "bad"), kinds, strict=True):
+            for stack in per_kind[kind][li]:
+                stack.skip_to(cls)
             for t, k in zip(own, found.k, strict=True):
                 ks[kind][li][at[t], cls] = k
             if class_taus is None:
@@ -378,6 +388,8 @@ def build_sweep(
     for li, layer in enumerate(layers):
         for kind, into in (("good", sweep.good), ("bad", sweep.bad)):
             stacks = per_kind[kind][li]
+            for stack in stacks:
+                stack.skip_to(n_classes)
             if class_taus is None:
                 into[layer] = {t: stacks[i].box_set() for t, i in at.items()}
             else:  # one box set, under every tau: each class's boxes at its own tau
@@ -407,6 +419,12 @@ class _BoxStack:
             self.lo[self.used : self.used + n], self.hi[self.used : self.used + n] = boxes
         self.counts.append(n)
         self.used += n
+
+    def skip_to(self, cls: int) -> None:
+        """No box for the classes before ``cls`` that have not come (a sweep of some
+        classes only)."""
+        while len(self.counts) < cls:
+            self.add(None)
 
     def box_set(self) -> BoxSet:
         offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
@@ -856,6 +874,25 @@ class BoxMonitor(BaseEstimator):
                 for array in [*activations_by_layer.values(), logits]:
                     release_pages(array)
                 self._calibrate_on((rows, y_true[held], y_pred[held], held_logits))
+        return self
+
+    def adopt(self, runtime: BoxRuntime) -> BoxMonitor:
+        """Take ``runtime``'s boxes as this monitor's fit, so that :meth:`calibrate` sets
+        their operating point (a refit's boxes: the parent's with some classes re-clustered).
+
+        Assumes ``runtime`` was built with this monitor's parameters; its taus are read
+        from ``runtime.meta["tau"]``. ``runtime`` is calibrated in place.
+        """
+        taus = runtime.meta.get("tau", {})
+        self.layers_ = list(runtime.layers)
+        self.n_classes_ = int(runtime.n_classes)
+        self.tau_ = {layer: np.asarray(taus.get(layer, []), np.float64) for layer in self.layers_}
+        self.selection_ = None
+        self.contrast_layers_ = list(runtime.contrast_layers)
+        self.build_seconds_ = 0.0
+        self.calibration_ = None
+        self.calibration_rows_ = np.zeros(0, dtype=np.int64)
+        self.runtime_ = runtime
         return self
 
     def _calibrate_on(self, data: Validation) -> None:

@@ -210,18 +210,22 @@ def sweep_classes(
     km: KMeansSettings,
     n_jobs: int | None,
     last_only: bool = False,
+    classes: Sequence[int] | None = None,
 ) -> Iterator[tuple[int, int, KindSweep, KindSweep]]:
     """``(layer index, class, good, bad)`` sweeps of every layer and class, in that order.
 
     ``groups``: :func:`class_rows`; ``taus[layer][class]``: the taus to sweep (descending);
     ``seeds``: shape (n_layers, n_classes, 2), the good and bad paths' seeds;
-    ``last_only``: return each class's boxes at its last tau only.
+    ``last_only``: return each class's boxes at its last tau only; ``classes``
+    (ascending; None: every class) the classes swept.
     """
+    wanted = range(len(groups)) if classes is None else classes
 
     def tasks() -> Iterator[tuple[ClassTask, int]]:
         for li, layer in enumerate(layers):
             x = np.asarray(activations[layer])
-            for cls, (good, bad) in enumerate(groups):
+            for cls in wanted:
+                good, bad = groups[cls]
                 task = ClassTask(
                     li,
                     cls,

@@ -145,6 +145,53 @@ def test_auto_tau_by_validation_f1():
         assert outcomes_per_class(verdicts, val[1], val[2], 3)[0].f1 == pytest.approx(best[0])
 
 
+def test_a_sweep_of_some_classes_gives_them_the_whole_sweeps_boxes():
+    acts, y, pred = synthetic(8, n=400, n_classes=4)
+    taus = (1.0, 0.5, 0.1)
+    whole = build_sweep(acts, y, pred, layers=["a", "b"], taus=taus, n_classes=4, max_clusters=8)
+    own = {"a": np.array([0.5, 0.1, 1.0, 0.1]), "b": np.array([0.1, 0.5, 0.5, 1.0])}
+    for class_taus in (None, own):
+        some = build_sweep(
+            acts,
+            y,
+            pred,
+            layers=["a", "b"],
+            taus=taus,
+            n_classes=4,
+            max_clusters=8,
+            class_taus=class_taus,
+            classes=[3, 1],
+        )
+        for layer in ("a", "b"):
+            for kind in ("good", "bad"):
+                for tau in taus:
+                    got = getattr(some, kind)[layer][tau]
+                    assert got.counts()[[0, 2]].tolist() == [0, 0]
+                    for c in (1, 3):
+                        t = tau if class_taus is None else float(own[layer][c])
+                        want = getattr(whole, kind)[layer][t].boxes_of(c)
+                        for a, b in zip(got.boxes_of(c), want, strict=True):
+                            np.testing.assert_array_equal(a, b)
+            assert some.k_good[layer][:, [0, 2]].sum() == 0
+            assert (some.k_good[layer][:, [1, 3]] > 0).any()
+
+
+def test_adopt_takes_fitted_boxes_and_calibrate_sets_their_operating_point():
+    acts, y, pred = synthetic(9)
+    vacts, vy, vpred = synthetic(10, n=200)
+    fitted = BoxMonitor(tau=0.1, max_clusters=8).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    members = fitted.to_members()
+    runtime = BoxRuntime.from_members(members, members)
+    runtime.threshold, runtime.score_scales = None, {}
+    adopted = BoxMonitor(tau=0.1, max_clusters=8).adopt(runtime)
+    assert adopted.runtime_ is runtime and adopted.layers_ == fitted.layers_
+    np.testing.assert_array_equal(adopted.tau_["a"], fitted.tau_["a"])
+    cal = adopted.calibrate(vacts, vpred, y_true_known=vy)
+    assert cal.threshold == pytest.approx(fitted.calibration_.threshold)
+    assert runtime.threshold == pytest.approx(fitted.runtime_.threshold)
+    assert runtime.score_scales == pytest.approx(fitted.runtime_.score_scales)
+
+
 def test_auto_tau_without_validation_uses_coverage_search():
     acts, y, pred = synthetic(5, n=300)
     mon = BoxMonitor(tau="auto", max_clusters=4, eps_ival=0.05).fit(acts, y, pred)
