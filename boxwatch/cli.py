@@ -116,6 +116,18 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str, str | None]] = {
         "Build the signed artifact and report from one config.",
         "offline",
     ),
+    "refit": (
+        "boxwatch.commands.refit",
+        "refit_artifact",
+        "Refit an artifact's monitors from labelled captures into a signed child.",
+        "offline",
+    ),
+    "capture-report": (
+        "boxwatch.commands.capture_report",
+        "capture_report_cmd",
+        "Cluster an artifact's captures: shift of known classes, or new kinds of input.",
+        "offline",
+    ),
     "export-captures": (
         "boxwatch.commands.export_captures",
         "export_captures",
