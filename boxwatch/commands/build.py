@@ -29,6 +29,13 @@ from boxwatch.offline.release.report import write_report
 KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
 
 
+def _check_jobs(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    """``--jobs``: joblib's convention admits every int but 0."""
+    if value == 0:
+        raise click.BadParameter("0 jobs: give N >= 1, -1 (every core) or -2 (all but one)")
+    return value
+
+
 @click.command("build-artifact")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -72,6 +79,19 @@ KEY_FILE_ENV = "BOXWATCH_SIGNING_KEY_FILE"
     "(default: $TMPDIR, else the system's temporary folder). Put it on a disk: a tmpfs "
     "holds the store in RAM, and the estimate then counts it.",
 )
+@click.option(
+    "--jobs",
+    "n_jobs",
+    type=int,
+    default=None,
+    metavar="N",
+    callback=_check_jobs,
+    help="Jobs for the per-class work (the boxes' k-means and tau search, the layer "
+    "choice's ranking monitors, the report's curves), joblib's convention: N jobs, -1 "
+    "every core, -2 all but one. Takes precedence over the config's monitor.n_jobs; "
+    "without either, 1 job. The artifact is the same whatever the jobs; each job is a "
+    "process of its own (more memory).",
+)
 @progress_option
 def build_artifact(
     config: Path,
@@ -82,6 +102,7 @@ def build_artifact(
     created_at: int | None,
     max_memory: int | None,
     work_dir: Path | None,
+    n_jobs: int | None,
     progress: Progress,
 ) -> None:
     """Build the signed artifact a release pipeline publishes.
@@ -105,7 +126,7 @@ def build_artifact(
     problems: list[str] = []
     prepared = None
     try:
-        resources = Resources(max_memory=max_memory, work_dir=work_dir)
+        resources = Resources(max_memory=max_memory, work_dir=work_dir, n_jobs=n_jobs)
         prepared = prepare(load_config(config), out, resources=resources)
     except ConfigError as exc:
         problems += exc.problems

@@ -113,8 +113,9 @@ MAP_BLOCKS = 2
 # average pool of a map auto pools by avg) are left out as copies of it.
 COPY_RTOL, COPY_ATOL = 1e-5, 1e-6
 # The monitor parameters of the config that apply to the ranking monitors (the others, such
-# as the calibration's, cannot change a held-out-class AUROC); the rest are the estimator's.
-RANKING_PARAMETERS = ("tau", "normalize", "score", "contrast_classes", "random_state")
+# as the calibration's, cannot change a held-out-class AUROC), and n_jobs, which runs their
+# per-class work and changes nothing in it; the rest are the estimator's.
+RANKING_PARAMETERS = ("tau", "normalize", "score", "contrast_classes", "random_state", "n_jobs")
 RULE = (
     f"the best candidate of each of the top {N_CHOSEN} blocks by held-out-class AUROC "
     "(known inputs only; the model's output left out), and the model's input"

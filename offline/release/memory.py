@@ -67,11 +67,13 @@ MIN_BOUND = 64 << 20
 class Resources:
     """What a build may use: ``max_memory`` bytes (``None``: this machine's memory), the
     folder of the activation store (``None``: the system's temporary folder), or the store
-    kept in memory (``in_memory``; for tests and tiny builds)."""
+    kept in memory (``in_memory``; for tests and tiny builds), and ``n_jobs``, the jobs of
+    the per-class work (``--jobs``; ``None``: the config's ``monitor.n_jobs``)."""
 
     max_memory: int | None = None
     work_dir: Path | None = None
     in_memory: bool = False
+    n_jobs: int | None = None
 
     @property
     def bound(self) -> int:

@@ -13,12 +13,13 @@ The estimator is built from the config's ``monitor`` section
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import numpy as np
+from joblib import Parallel, delayed
 from msgspec import UNSET, UnsetType
 
 from boxwatch.agent.boxes import ACCEPT, normalize_features
@@ -26,7 +27,8 @@ from boxwatch.agent.taps import INPUT_LAYER, pool
 from boxwatch.offline.monitors.coverage import coverage_at
 from boxwatch.offline.monitors.estimator import BoxMonitor, Calibration, build_sweep
 from boxwatch.offline.monitors.evaluation import detection, outcomes_per_class, total
-from boxwatch.offline.monitors.taukmeans import TauKMeansPath
+from boxwatch.offline.monitors.perclass import CHUNK_VALUES
+from boxwatch.offline.monitors.taukmeans import TauKMeansPath, single_threaded
 from boxwatch.offline.progress import Progress, tick
 from boxwatch.offline.release.records import (
     Accuracy,
@@ -373,6 +375,7 @@ def _curves(
             n_classes=n_classes,
             normalize=monitor.normalize,
             random_state=monitor.random_state,
+            n_jobs=monitor.n_jobs,
         )
     by_layer = sweep.verdicts(evaluation.acts, evaluation.pred)
     curves = {}
@@ -430,30 +433,62 @@ def _coverage(
     comparable across layers of different widths. A class with more than
     :data:`MAX_COVERAGE_ROWS` correctly classified training inputs is measured on that many
     of them, drawn with its seed (a report figure: the boxes themselves use every row).
+    The classes run through joblib as the fit's do (``monitor.n_jobs``, the active
+    ``joblib.parallel_config``), a few at a time; their seeds are drawn here, in order, so
+    the curves do not depend on what runs them.
     """
     rng = np.random.RandomState(monitor.random_state)
     y_true, y_pred = train.labels, train.pred
+
+    def jobs() -> Iterator[Any]:
+        chunk: list[tuple[np.ndarray, int]] = []
+        held = 0
+        for layer in mi.layers:
+            x = np.asarray(train.acts[layer]).reshape(len(y_pred), -1)
+            for cls in range(n_classes):
+                rows = np.flatnonzero((y_pred == cls) & (y_true == cls))
+                seed = int(rng.randint(0, 2**31 - 1))
+                if len(rows) > MAX_COVERAGE_ROWS:
+                    drawn = np.random.default_rng(seed).permutation(len(rows))[:MAX_COVERAGE_ROWS]
+                    rows = rows[np.sort(drawn)]
+                # One class's rows at a time (normalisation is row-wise): the layer is never
+                # copied whole, which matters when it is a memory-mapped store.
+                xs = normalize_features(x[rows], monitor.normalize)
+                chunk.append((xs, seed))
+                held += xs.size + 1
+                if held >= CHUNK_VALUES:
+                    yield delayed(_coverage_curves)(chunk, taus)
+                    chunk, held = [], 0
+        if chunk:
+            yield delayed(_coverage_curves)(chunk, taus)
+
+    curves = (
+        curve
+        for done in Parallel(n_jobs=monitor.n_jobs, return_as="generator")(jobs())
+        for curve in done
+    )
     out = {}
-    per_class: list[list[float | None]]
     for layer in mi.layers:
-        x = np.asarray(train.acts[layer]).reshape(len(y_pred), -1)
         per_class = []
-        for cls in range(n_classes):
-            rows = np.flatnonzero((y_pred == cls) & (y_true == cls))
-            seed = int(rng.randint(0, 2**31 - 1))
-            if len(rows) > MAX_COVERAGE_ROWS:
-                drawn = np.random.default_rng(seed).permutation(len(rows))[:MAX_COVERAGE_ROWS]
-                rows = rows[np.sort(drawn)]
-            # One class's rows at a time (normalisation is row-wise): the layer is never
-            # copied whole, which matters when it is a memory-mapped store.
-            xs = normalize_features(x[rows], monitor.normalize)
+        for _ in range(n_classes):
+            per_class.append(next(curves))
+            tick()
+        out[layer] = CoverageCurve(taus=list(taus), per_class=per_class, measure=COVERAGE_MEASURE)
+    return out
+
+
+def _coverage_curves(
+    classes: list[tuple[np.ndarray, int]], taus: list[float]
+) -> list[list[float | None]]:
+    """Each ``(normalised good rows, seed)``'s coverage at every tau, k-means single-threaded
+    (None at every tau for fewer than two rows)."""
+    out: list[list[float | None]] = []
+    with single_threaded():
+        for xs, seed in classes:
             if len(xs) < 2:
-                per_class.append([None] * len(taus))
-                tick()
+                out.append([None] * len(taus))
                 continue
             path = TauKMeansPath(xs, random_state=seed)
             covs = [coverage_at(path, t) for t in taus]
-            per_class.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1)))) for c in covs])
-            tick()
-        out[layer] = CoverageCurve(taus=list(taus), per_class=per_class, measure=COVERAGE_MEASURE)
+            out.append([_finite(float(np.exp(c.log_upper / max(c.n_dims, 1)))) for c in covs])
     return out

@@ -163,7 +163,12 @@ def prepare(
         raise ConfigError(problems)
     memory = _collect(
         problems,
-        lambda: estimate(model, resources, batch=EXTRACT_BATCH, params=cfg.spec.monitor),
+        lambda: estimate(
+            model,
+            resources,
+            batch=EXTRACT_BATCH,
+            params=cfg.spec.monitor.with_jobs(resources.n_jobs),
+        ),
     )
     if memory is not None:
         problems.extend(memory.problems())
@@ -566,7 +571,10 @@ def _build(
 ) -> BuildOutcome:
     """:func:`build`, its activations extracted by ``extract_into``."""
     cfg = prepared.cfg
-    spec = cfg.spec
+    # --jobs over monitor.n_jobs: how the per-class work runs, never what it gives.
+    spec = msgspec.structs.replace(
+        cfg.spec, monitor=cfg.spec.monitor.with_jobs(prepared.resources.n_jobs)
+    )
     parts = _Assembly()
     progress = Progress(mode="off") if progress is None else progress
     half = (

@@ -109,6 +109,9 @@ class MonitorSection(Section, frozen=True):
     confidence_share: int | float | Literal["auto"] | UnsetType = UNSET
     error_score: str | UnsetType = UNSET
     random_state: int | UnsetType = UNSET
+    n_jobs: int | UnsetType = UNSET
+    """Jobs of the per-class work, joblib's meaning (omitted: 1 unless inside a
+    ``joblib.parallel_config`` context; -1 every core); the artifact does not depend on it."""
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any] | None) -> MonitorSection:
@@ -136,6 +139,11 @@ class MonitorSection(Section, frozen=True):
     ) -> BoxMonitor:
         """The unfitted :class:`BoxMonitor` of this section (``only`` the named keys)."""
         return BoxMonitor(layers, **self.estimator_params(only))
+
+    def with_jobs(self, n_jobs: int | None) -> MonitorSection:
+        """This section with ``n_jobs`` in place of its own (``build-artifact --jobs``, which
+        takes precedence over the config); None keeps the section's."""
+        return self if n_jobs is None else msgspec.structs.replace(self, n_jobs=n_jobs)
 
 
 def candidate_taus(monitor: BoxMonitor) -> list[float]:

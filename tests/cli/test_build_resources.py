@@ -1,6 +1,7 @@
-"""``build-artifact --max-memory`` and ``--work-dir`` (issue 40): the build's peak memory is
-estimated before any activation is extracted, a build that will not fit stops at once with
-one line and exit 2, and the activation store lives in ``--work-dir`` only while it runs."""
+"""``build-artifact --max-memory``, ``--work-dir`` and ``--jobs`` (issue 40): the build's
+peak memory is estimated before any activation is extracted, a build that will not fit stops
+at once with one line and exit 2, the activation store lives in ``--work-dir`` only while it
+runs, and ``--jobs`` changes how fast the artifact is built, never its bytes."""
 
 from __future__ import annotations
 
@@ -62,3 +63,17 @@ def test_the_store_lives_in_work_dir_and_is_removed(model_example, tmp_path):
     assert list(work.iterdir()) == []
     missing = build(model_example, tmp_path / "b.bwa", "--work-dir", tmp_path / "none")
     assert missing.exit_code == EXIT_USAGE and "--work-dir" in missing.stderr
+
+
+def test_jobs_give_the_same_artifact(model_example, tmp_path):
+    one, two = tmp_path / "one.bwa", tmp_path / "two.bwa"
+    for out, jobs in ((one, "1"), (two, "2")):
+        result = build(model_example, out, "--created-at", 1_700_000_000, "--jobs", jobs, "-q")
+        assert result.exit_code == EXIT_OK, result.stderr
+    assert two.read_bytes() == one.read_bytes()
+
+
+def test_zero_jobs_is_a_usage_error(model_example):
+    result = run("build-artifact", model_example.config, "--dry-run", "--jobs", "0")
+    assert result.exit_code == EXIT_USAGE and "--jobs" in result.stderr
+    assert "-1 (every core)" in result.stderr
