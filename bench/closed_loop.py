@@ -52,6 +52,7 @@ from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.agent.runtime import MonitorRuntime, load_runtime
 from boxwatch.offline.refit.feedback import (
     CORRECT,
+    NEW,
     UNKNOWN,
     WRONG,
     Captures,
@@ -68,14 +69,22 @@ STREAM_SEED = 41  # the streams' order and the reviewer's sample
 TARGET = 0.95
 T0 = 1_700_000_000
 
-# (data set, held-out classes, architecture, seed, shift): chosen before any figure.
+NEW_LABELS = 50  # captures of the new-class stream a reviewer labels (the labelled report)
+# (data set, held-out classes, architecture, seed, shift): chosen before any figure. The
+# first five were run first; the others were added after that run, to measure on cells
+# nothing was looked at or changed for.
 CELLS = (
     ("mnist", (0, 2), "cnn", 0, "writers"),
     ("mnist", (1, 8), "mlp", 1, "writers"),
     ("fashion", (1, 5), "cnn", 0, "noise"),
     ("fashion", (2, 4), "mlp", 1, "rotate"),
     ("mnist1d", (1, 5), "cnn1d", 0, "noise"),
+    ("mnist", (4, 9), "cnn", 1, "writers"),
+    ("mnist", (2, 5), "resnet", 0, "writers"),
+    ("fashion", (3, 4), "cnn", 1, "noise"),
+    ("mnist1d", (2, 3), "cnn1d", 1, "noise"),
 )
+FIRST_RUN = 5  # CELLS[:FIRST_RUN] were run before the others were added
 
 
 @dataclass
@@ -227,6 +236,7 @@ class CellResult:
     new_share: float
     new_captures: int
     verdict_of_new: str
+    new_share_labelled: float
 
 
 def cell_data(
@@ -271,7 +281,7 @@ def run_cell(
     name: str, held: tuple[int, ...], arch: str, seed: int, shift: str, data: dict, work: Path
 ) -> CellResult:
     """Parent build, capture, review, refit, measure; the new-class report."""
-    from boxwatch.offline.refit.capture_report import capture_report
+    from boxwatch.offline.refit.capture_report import CaptureReport, capture_report
     from boxwatch.offline.refit.refit import RefitGuardError, refit
 
     label = f"{name} {''.join(map(str, held))} {arch} s{seed} {shift}"
@@ -319,11 +329,27 @@ def run_cell(
     is_new = newcomer[keep]
     new_caps = captured(runtime, new_stream, "n")
     report = capture_report(runtime, new_caps, out_dir=work / "capture-report")
-    flagged = {i for c in report.new_kinds for i in c.member_ids}
     new_ids = [f"n{i}" for i in np.flatnonzero(is_new)]
     caught = [i for i in new_ids if i in set(new_caps.ids)]
-    share = 100 * sum(i in flagged for i in caught) / max(1, len(caught))
+
+    def flagged_share(r: CaptureReport) -> float:
+        flagged = {i for c in r.new_kinds for i in c.member_ids}
+        return 100 * sum(i in flagged for i in caught) / max(1, len(caught))
+
     verdicts = sorted({c.verdict for c in report.clusters if set(c.member_ids) & set(caught)})
+    # The same captures with a reviewer's labels of NEW_LABELS of them (the new class: new).
+    new_truth = {f"n{i}": (-1 if is_new[i] else int(y)) for i, y in enumerate(new_stream.y)}
+    _v, new_pred = verdicts_of(runtime, new_caps.inputs)
+    new_labels = [
+        Label(lab.id, NEW, tag="newcomer") if lab.kind == UNKNOWN else lab
+        for lab in review(new_caps, new_truth, new_pred, classes, NEW_LABELS)
+    ]
+    labelled_report = capture_report(
+        runtime,
+        new_caps,
+        labelled=join(new_caps, new_labels, classes, new_pred),
+        out_dir=work / "capture-report-labelled",
+    )
     return CellResult(
         label,
         len(caps.ids),
@@ -335,9 +361,10 @@ def run_cell(
         build_s,
         fit_s,
         guards,
-        share,
+        flagged_share(report),
         len(caught),
         ", ".join(verdicts) or "-",
+        flagged_share(labelled_report),
     )
 
 
@@ -350,8 +377,9 @@ def table(results: list[CellResult]) -> list[str]:
     lines = [
         "| cell | captures (labelled) | classes refitted | correct known accepted: parent -> child "
         "| misclassified accepted | near accepted | far accepted | guards | refit s "
-        "| build s (monitors s) | new class: captures, % in flagged clusters (their verdicts) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| build s (monitors s) | new class: captures, % in flagged clusters (their verdicts) "
+        f"| % flagged with {NEW_LABELS} labels |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         p, c = r.parent, r.child
@@ -361,18 +389,25 @@ def table(results: list[CellResult]) -> list[str]:
             f"| {f(p['misclassified'])} -> {f(c['misclassified'])} "
             f"| {f(p['near'])} -> {f(c['near'])} | {f(p['far'])} -> {f(c['far'])} "
             f"| {r.guards} | {r.refit_s:.1f} | {r.build_s:.0f} ({r.fit_s:.0f}) "
-            f"| {r.new_captures}, {r.new_share:.0f}% ({r.verdict_of_new}) |"
+            f"| {r.new_captures}, {r.new_share:.0f}% ({r.verdict_of_new}) "
+            f"| {r.new_share_labelled:.0f}% |"
         )
     lines.append("")
     for r in results:
         p, c = r.parent, r.child
+        new = (
+            f"new class >= 90% flagged: {'met' if r.new_share >= 90 else 'not met'} "
+            f"({r.new_share:.0f}%; with {NEW_LABELS} labels: {r.new_share_labelled:.0f}%)"
+        )
+        if c["correct"] != c["correct"]:
+            lines.append(f"- {r.label}: no child (a guard refused it: {r.guards}); {new}")
+            continue
         ok_correct = abs(c["correct"] - 100 * TARGET) <= 1.0
         ok_unknown = c["near"] <= p["near"] + 1 and c["far"] <= p["far"] + 1
         lines.append(
             f"- {r.label}: correct known within 1 point of {100 * TARGET:.0f}%: "
             f"{'met' if ok_correct else 'not met'} ({f(c['correct'])}); near and far at most "
-            f"1 point above the parent's: {'met' if ok_unknown else 'not met'}; new class "
-            f">= 90% flagged: {'met' if r.new_share >= 90 else 'not met'} ({r.new_share:.0f}%)"
+            f"1 point above the parent's: {'met' if ok_unknown else 'not met'}; {new}"
         )
     return lines
 
@@ -384,7 +419,8 @@ def main() -> None:
     args = parser.parse_args()
     began = time.perf_counter()
     start_load = os.getloadavg()[0]
-    chosen = [CELLS[i] for i in args.cells] if args.cells else list(CELLS)
+    picked = args.cells if args.cells else list(range(len(CELLS)))
+    chosen = [CELLS[i] for i in picked]
     names = {c[0] for c in chosen}
     if names & set(detection.IMAGE_SETS):  # each image set's far unknowns are the other's
         names |= set(detection.IMAGE_SETS)
@@ -392,9 +428,11 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.work or Path(tmp)
-        for name, held, arch, seed, shift in chosen:
+        for index, (name, held, arch, seed, shift) in zip(picked, chosen, strict=True):
             cell = f"{name}_wo{''.join(map(str, held))}_{arch}_s{seed}_{shift}"
             r = run_cell(name, held, arch, seed, shift, data, root / cell)
+            if index < FIRST_RUN:
+                r.label += " (first run)"
             print(r, flush=True)
             results.append(r)
     text = "\n".join(
@@ -403,7 +441,9 @@ def main() -> None:
             "",
             "Cells, streams, the reviewer and the measures: the docstring of "
             f"bench/closed_loop.py. Labels per cell: at most {LABELS}, drawn at random from "
-            "the capture half's captures. Percentages are of the fresh half (never labelled).",
+            "the capture half's captures. Percentages are of the fresh half (never labelled). "
+            "Cells marked 'first run' were run before the others were added; nothing in the "
+            "refit or the capture report was changed after any run of this bench.",
             "",
             *table(results),
         ]

@@ -66,6 +66,7 @@ SHIFT_SHARE = 0.25
 MIN_LABELLED = 3
 SAMPLE_IDS = 5  # ids listed per cluster (its earliest captures)
 MAX_DIMS = 50  # the clustering's features are projected (PCA) to at most this many
+NEAREST_CHUNK = 1024  # rows whose nearest neighbours are found at once
 LABEL_SPLIT = ("correct", "wrong", "unknown", "unlabelled")
 _COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e")
 _NEW_COLOR = "#d62728"
@@ -380,7 +381,48 @@ def _clusters(z: np.ndarray) -> np.ndarray:
     from sklearn.cluster import HDBSCAN
 
     found = HDBSCAN(min_cluster_size=size, min_samples=MIN_CLUSTER, copy=True).fit_predict(z)
-    return np.asarray(found, dtype=np.int64)
+    return _attached(z, np.asarray(found, dtype=np.int64))
+
+
+def _attached(z: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``labels`` with each scattered row joined to the cluster of its nearest clustered row
+    when it is no farther from it than that cluster's members are from one another (the
+    largest distance from a member to its nearest other member): HDBSCAN leaves the fringe
+    of a group scattered, yet those captures are of the group as much as its core."""
+    out = labels.copy()
+    scattered = np.flatnonzero(labels < 0)
+    clustered = np.flatnonzero(labels >= 0)
+    if not len(scattered) or not len(clustered):
+        return out
+    reach = np.zeros(int(labels.max()) + 1)
+    for k in range(len(reach)):
+        own = z[labels == k]
+        gaps = _nearest(own, own, exclude_self=True)[0]
+        reach[k] = float(gaps.max()) if len(gaps) else 0.0
+    dist, idx = _nearest(z[scattered], z[clustered])
+    k = labels[clustered[idx]]
+    near = dist <= reach[k]
+    out[scattered[near]] = k[near]
+    return out
+
+
+def _nearest(
+    a: np.ndarray, b: np.ndarray, *, exclude_self: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Distance from each row of ``a`` to its nearest row of ``b`` and that row's index,
+    in chunks (``exclude_self``: ``a`` is ``b``, a row is not its own neighbour)."""
+    dist = np.empty(len(a))
+    idx = np.empty(len(a), dtype=np.int64)
+    b2 = np.einsum("ij,ij->i", b, b)
+    for start in range(0, len(a), NEAREST_CHUNK):
+        part = a[start : start + NEAREST_CHUNK]
+        d2 = np.einsum("ij,ij->i", part, part)[:, None] + b2[None, :] - 2.0 * part @ b.T
+        if exclude_self:
+            rows = np.arange(len(part))
+            d2[rows, start + rows] = np.inf
+        idx[start : start + len(part)] = d2.argmin(axis=1)
+        dist[start : start + len(part)] = np.sqrt(np.maximum(d2.min(axis=1), 0.0))
+    return dist, idx
 
 
 def _label_kinds(ids: Sequence[str], labelled: LabelledCaptures | None) -> np.ndarray:

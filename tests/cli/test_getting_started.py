@@ -71,6 +71,9 @@ def test_the_guide_has_the_promised_parts():
         "boxwatch keygen",
         "boxwatch build-artifact",
         "boxwatch agent -c",
+        "boxwatch export-captures",
+        "boxwatch capture-report",
+        "boxwatch refit",
         "from kafka import KafkaProducer",
         "from confluent_kafka import Producer",
         "application/x-boxwatch-tensor",
@@ -170,6 +173,14 @@ def test_the_guide_runs_against_an_embedded_broker(tmp_path):
     assert counts.get("kp accept", 0) >= 15, counts  # most known digits accepted
     assert counts.get("ck accept", 0) <= 10, counts  # most digits 8 and 9 not accepted
     assert "boxwatch_agent_verdicts_total{" in everything
+    assert re.search(r"^exported \d+ records of 'digits.capture'", everything, re.M), everything
+    assert re.search(r"^\d+ labels$", everything, re.M)
+    # The refit writes the child, or its guard refuses it and says why: both after the table.
+    assert re.search(r"^validation\s+correct", everything, re.M), everything
+    assert re.search(r"^wrote model-2\.bwa \(child \w+ of \w+", everything, re.M) or (
+        "refit guards failed: unknown_acceptance" in everything
+        and "refit refused (exit 1)" in everything
+    )
     assert agent.returncode == 0, (tmp_path / "agent.log").read_text()[-3000:]
     log = (tmp_path / "agent.log").read_text()
     assert "Traceback" not in log
