@@ -237,6 +237,9 @@ class CellResult:
     new_captures: int
     verdict_of_new: str
     new_share_labelled: float
+    one_class_s: float  # a refit of the most captured class alone
+    one_class_fit_s: float  # of which the clustering
+    one_class_labels: int
 
 
 def cell_data(
@@ -316,6 +319,22 @@ def run_cell(
         summary = exc.summary
         guards = "failed: " + "; ".join(g.failure() for g in summary.failed)
     refit_s = time.perf_counter() - start
+    # One class: the labels of the class most labelled known captures are predicted as.
+    known_rows = np.flatnonzero(labelled.y_true >= 0)
+    top = int(np.bincount(labelled.y_pred[known_rows]).argmax())
+    one = [labelled.labels[i] for i in known_rows if labelled.y_pred[i] == top]
+    start = time.perf_counter()
+    one_summary = refit(
+        parent,
+        [str(public)],
+        config,
+        join(caps, one, classes, predicted),
+        private_key=work / "release.key",
+        out=work / "child-one-class.bwa",
+        created_at=T0 + 200,
+        allow_guard_failure=True,
+    )
+    one_s = time.perf_counter() - start
     before = shares(runtime, fresh, far)
     after = (
         shares(load_runtime(child, [str(public)], model_path=onnx), fresh, far)
@@ -365,6 +384,9 @@ def run_cell(
         len(caught),
         ", ".join(verdicts) or "-",
         flagged_share(labelled_report),
+        one_s,
+        float(one_summary.seconds.get("fit", float("nan"))),
+        len(one),
     )
 
 
@@ -378,8 +400,9 @@ def table(results: list[CellResult]) -> list[str]:
         "| cell | captures (labelled) | classes refitted | correct known accepted: parent -> child "
         "| misclassified accepted | near accepted | far accepted | guards | refit s "
         "| build s (monitors s) | new class: captures, % in flagged clusters (their verdicts) "
-        f"| % flagged with {NEW_LABELS} labels |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| % flagged with {NEW_LABELS} labels | one class refitted: s (clustering s), labels "
+        "| one class / build's monitor stage |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         p, c = r.parent, r.child
@@ -390,7 +413,8 @@ def table(results: list[CellResult]) -> list[str]:
             f"| {f(p['near'])} -> {f(c['near'])} | {f(p['far'])} -> {f(c['far'])} "
             f"| {r.guards} | {r.refit_s:.1f} | {r.build_s:.0f} ({r.fit_s:.0f}) "
             f"| {r.new_captures}, {r.new_share:.0f}% ({r.verdict_of_new}) "
-            f"| {r.new_share_labelled:.0f}% |"
+            f"| {r.new_share_labelled:.0f}% | {r.one_class_s:.1f} ({r.one_class_fit_s:.2f}), "
+            f"{r.one_class_labels} | {r.one_class_s / r.fit_s:.0%} |"
         )
     lines.append("")
     for r in results:
