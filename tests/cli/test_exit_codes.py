@@ -14,6 +14,7 @@ from boxwatch.agent.errors import MissingDependencyError
 from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.cli import EXIT_INTERNAL, EXIT_MISSING_EXTRA, EXIT_USAGE, LAZY_COMMANDS, cli, outcome
 from boxwatch.commands.console import EXIT_CODES
+from boxwatch.examples import example_path
 
 
 def run(*args: str):
@@ -78,6 +79,19 @@ VERBS = {
         "export_topic",
         ["--brokers", "127.0.0.1:1", "--topic", "captures", "--out", "exported"],
     ),
+    "capture-report": (
+        "boxwatch.commands.capture_report",
+        "load_runtime",
+        ["x.bwa", "--model", "m.onnx", "--public-key", "k.pub", "--captures-topic", "c"]
+        + ["--brokers", "127.0.0.1:1", "--out", "report"],
+    ),
+    "refit": (
+        "boxwatch.commands.refit",
+        "load_config",
+        ["x.bwa", "--config", "b.yaml", "--public-key", "k.pub", "--key", "k.key"]
+        + ["--captures-topic", "c", "--labels-topic", "l", "--brokers", "127.0.0.1:1"]
+        + ["--out", "child.bwa"],
+    ),
 }
 
 
@@ -113,9 +127,20 @@ def test_the_internal_error_code_is_documented():
     assert f"`{EXIT_INTERNAL}` internal error" in readme
 
 
+def report_args(key: object, model: object) -> list[str]:
+    """capture-report's options past the artifact: ``key``, ``model``, a topic, a folder."""
+    return ["--model", str(model), "--public-key", str(key), "--captures-topic", "c"] + [
+        "--brokers",
+        "127.0.0.1:1",
+        "--out",
+        "report",
+    ]
+
+
 def test_missing_artifact_key_and_model_files_exit_2_in_every_verb(tmp_path, keys, model_artifact):
     priv, pub = keys
     gone = str(tmp_path / "missing")
+    model = example_path("digits", "model.onnx")
     kafka = ["--bootstrap-servers", "127.0.0.1:1"]
     cases = {
         "verify-artifact, artifact": ["verify-artifact", gone, "--public-key", str(pub)],
@@ -135,6 +160,9 @@ def test_missing_artifact_key_and_model_files_exit_2_in_every_verb(tmp_path, key
             *kafka,
         ],
         "layers, model": ["layers", gone],
+        "capture-report, artifact": ["capture-report", gone, *report_args(pub, model)],
+        "capture-report, key": ["capture-report", str(model_artifact), *report_args(gone, model)],
+        "capture-report, model": ["capture-report", str(model_artifact), *report_args(pub, gone)],
     }
     codes = {name: run(*args) for name, args in cases.items()}
     assert {name: r.exit_code for name, r in codes.items()} == dict.fromkeys(cases, EXIT_USAGE)
