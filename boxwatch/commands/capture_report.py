@@ -8,7 +8,7 @@ import click
 
 from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.runtime import load_runtime
-from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
+from boxwatch.commands.console import EXIT_USAGE, aligned, echo_err, fail
 from boxwatch.commands.feedback import feedback_options, labelled, load_captures, load_labels
 from boxwatch.offline.refit.capture_report import BINS, REPORT_NAME, capture_report
 
@@ -85,9 +85,7 @@ def capture_report_cmd(
     except BoxwatchError as exc:
         fail(exc, EXIT_USAGE)
     header, rows = report.table()
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    click.echo(aligned([header, *rows]))
     echo_err(
         f"{report.n_captures} captures, {report.n_clustered} clustered into "
         f"{len(report.clusters)} cluster(s), {len(report.new_kinds)} flagged as a new kind; "

@@ -16,6 +16,7 @@ the exit code, the one place that does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -61,6 +62,15 @@ def fail(exc: BoxwatchError, code: int) -> NoReturn:
 def finish(code: int, *lines: str) -> NoReturn:
     """End the verb with ``code`` after its output (e.g. 1 when a rule is violated)."""
     raise VerbExit(code, lines)
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells as left-aligned columns two spaces apart (a verb's table on stdout)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 def _fmt(v: Any) -> str:

@@ -12,7 +12,7 @@ import msgspec
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import POOLINGS, InputInfo, LayerInfo, infer_input_kind, open_tap
-from boxwatch.commands.console import EXIT_USAGE, fail
+from boxwatch.commands.console import EXIT_USAGE, aligned, fail
 
 
 @click.command("layers")
@@ -119,9 +119,7 @@ def layers(model: Path, pooling: str | None, config: Path | None, as_json: bool)
             auroc = "-" if mark["auroc"] is None else f"{mark['auroc']:.4f}"
             row += (auroc, ("* " if mark["chosen"] else "  ") + mark["reason"])
         table.append(row)
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    click.echo(aligned(table))
     if choice is not None:
         click.echo(
             f"auto picks {', '.join(choice.layers)} ({choice.rule}; ranked on "

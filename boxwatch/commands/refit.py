@@ -11,7 +11,7 @@ import click
 from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.runtime import load_runtime
 from boxwatch.commands.build import KEY_FILE_ENV
-from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, echo_err, fail, finish
+from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, aligned, echo_err, fail, finish
 from boxwatch.commands.feedback import feedback_options, labelled, load_captures, load_labels
 from boxwatch.commands.options import progress_option
 from boxwatch.offline.progress import Progress
@@ -148,7 +148,4 @@ def _show(summary: RefitSummary, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
         return
-    rows = summary.table_rows()
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    click.echo(aligned(summary.table_rows()))
