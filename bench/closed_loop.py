@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -446,6 +447,11 @@ def main() -> None:
     picked = args.cells if args.cells else list(range(len(CELLS)))
     chosen = [CELLS[i] for i in picked]
     names = {c[0] for c in chosen}
+    if names & set(detection.IMAGE_SETS) and (
+        not detection.DATA.is_dir() or not detection.FASHION.is_dir()
+    ):
+        print(f"skipped: {detection.DATA} or {detection.FASHION} not found", file=sys.stderr)
+        return
     if names & set(detection.IMAGE_SETS):  # each image set's far unknowns are the other's
         names |= set(detection.IMAGE_SETS)
     data = {name: detection.load(name) for name in sorted(names)}

@@ -35,7 +35,8 @@ def export_captures(brokers: str, topic: str, out_dir: Path, timeout_s: float) -
     """Archive the capture topic TOPIC into OUT/TOPIC.jsonl.
 
     Reads every partition from the beginning up to the end offsets of the moment it starts
-    (no consumer group, nothing committed) and writes each record whole, one JSON line with
+    (and any record written before that moment a broker's end offsets leave out; no
+    consumer group, nothing committed) and writes each record whole, one JSON line with
     its topic, partition, offset, timestamp, key, headers and value (base64), atomically;
     an earlier export of the topic is replaced. Labelled captures are joined from such an
     export as from the topic itself (docs/records.md, "Capture export"). One line on stderr

@@ -94,7 +94,16 @@ def _read_bounded(
     brokers: str,
     timeout_s: float,
 ) -> list[Located]:
-    """The records of ``topic`` below the end offsets of now (assumes a fresh consumer)."""
+    """The records of ``topic`` below the end offsets of now (assumes a fresh consumer),
+    and those written before now that a broker's end offsets leave out.
+
+    A broker whose high watermark counts record batches rather than records (Tansu) gives
+    end offsets below its last record: the records of a fetched batch are kept whatever
+    their offset when written before the read began, and once every partition is past its
+    end offset the read goes on while polls still bring such records (never past the
+    deadline). On a live topic the next records are newer, so that stops at once.
+    """
+    started_ms = int(time.time() * 1000)
     partitions = consumer.partitions_for_topic(topic)
     if not partitions:
         raise ConfigError(f"topic {topic!r} does not exist on {brokers}")
@@ -119,10 +128,22 @@ def _read_bounded(
             )
         batches = consumer.poll(timeout_ms=min(left_ms(), int(_POLL_S * 1000)))
         for tp, records in batches.items():
-            got[tp.partition] += [_record(r) for r in records if r.offset < ends[tp]]
+            got[tp.partition] += [
+                _record(r) for r in records if r.offset < ends[tp] or r.timestamp <= started_ms
+            ]
         for tp in [tp for tp in todo if consumer.position(tp, timeout_ms=left_ms()) >= ends[tp]]:
             todo.discard(tp)
             consumer.pause(tp)
+    consumer.resume(*tps)
+    while time.monotonic() < deadline:
+        batches = consumer.poll(timeout_ms=min(left_ms(), int(_POLL_S * 1000)))
+        older = {
+            tp: [r for r in records if r.timestamp <= started_ms] for tp, records in batches.items()
+        }
+        if not any(older.values()):
+            break
+        for tp, records in older.items():
+            got[tp.partition] += [_record(r) for r in records]
     return [Located(where(r), r) for p in sorted(got) for r in got[p]]
 
 

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from kafka import KafkaProducer
 from kafka_helpers import create_topics
 
 from boxwatch.agent.errors import ConfigError
@@ -16,7 +17,7 @@ from boxwatch.agent.kafka.base import KafkaUnavailable, Record
 from boxwatch.agent.outputs import Output, copy_output, omit_payload, reason_headers
 from boxwatch.agent.records import JSON_TYPE, NPY_TYPE, TENSOR_TYPE
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
-from boxwatch.offline.refit.archive import Located, read_export
+from boxwatch.offline.refit.archive import Located, read_export, read_topic
 from boxwatch.offline.refit.feedback import (
     CORRECT,
     NEW,
@@ -82,7 +83,7 @@ def located(outputs: list[Output]) -> list[Located]:
 
 def produce(kafka, outputs: list[Output], topic: str = CAPTURE, partitions: int = 3) -> None:
     """Send output k to partition k mod ``partitions`` at 1000 + k ms, each in a batch of
-    its own (Tansu's high watermark counts batches)."""
+    its own."""
     producer = kafka.producer()
     for k, out in enumerate(outputs):
         producer.send(
@@ -416,6 +417,24 @@ def test_an_empty_topic_returns_at_once(broker, tmp_path):
     assert time.monotonic() - started < 5
     assert (tmp_path / f"{CAPTURE}.jsonl").read_bytes() == b""
     assert read_captures(tmp_path, SHAPE).ids == []
+
+
+@pytest.mark.integration
+def test_records_sent_in_batches_are_all_read(broker):
+    """Many records per batch: every one is read once, on a broker whose end offsets count
+    records (noida) as on one whose end offsets count batches (Tansu)."""
+    create_topics(broker.bootstrap_servers, {CAPTURE: 2})
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap_servers, linger_ms=100, batch_size=400
+    )
+    for k in range(300):
+        producer.send(CAPTURE, f"value-{k:04d}".encode(), partition=k % 2)
+    producer.flush()
+    producer.close()
+    got = read_topic(broker.bootstrap_servers, CAPTURE, timeout_s=20)
+    assert sorted(located.record.value for located in got) == [
+        f"value-{k:04d}".encode() for k in range(300)
+    ]
 
 
 @pytest.mark.integration
