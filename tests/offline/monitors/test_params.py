@@ -216,6 +216,7 @@ def test_the_config_sets_the_documented_parameters():
             "target_acceptance",
             "confidence_share",
             "error_score",
+            "n_jobs",
             "random_state",
         ]
     )
