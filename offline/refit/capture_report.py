@@ -58,8 +58,11 @@ NEAR = 1.0
 # deepest layer says.
 FAR = 2.0
 # A cluster grows when its second half of the capture window holds at least this many times
-# the captures of its first half.
+# the captures of its first half, and more of them than the clustered captures' own share in
+# that half explains (one-sided binomial test at GROWTH_P): a handful of captures that fall
+# late by chance is no growth.
 GROWTH_RATIO = 2.0
+GROWTH_P = 0.001
 # A class holding this share of a shifted cluster's predictions is named in its verdict.
 SHIFT_SHARE = 0.25
 # Labels decide a cluster's verdict once this many of its captures are labelled.
@@ -236,6 +239,7 @@ def capture_report(
                 at,
                 late,
                 bins,
+                _late_share_of_others(late, rows, members),
             )
         )
     clusters.sort(key=lambda c: (-c.size, first_seen[captures.ids.index(c.sample_ids[0])]))
@@ -448,14 +452,16 @@ def _finding(
     at: np.ndarray,
     late: np.ndarray,
     bins: int,
+    base_late: float,
 ) -> ClusterFinding:
-    """What one cluster (``members``, earliest first) holds and the verdict it gets."""
+    """What one cluster (``members``, earliest first) holds and the verdict it gets
+    (``base_late``: the other clustered captures' share in the window's second half)."""
     predicted = Counter(m.predicted[members].tolist())
     nearest = Counter(m.distance[members].argmin(axis=1).tolist())
     layer = Counter(name for name in (m.layers[i] for i in members) if name is not None)
     n_late = int(late[members].sum())
     n_early = len(members) - n_late
-    grows = n_late > n_early and n_late >= GROWTH_RATIO * n_early
+    grows = _grows(n_early, n_late, base_late)
     by_layer = _centre_distances(boxes, m, members)
     centre = by_layer[boxes.layers[-1]]
     overall = _finite(math.sqrt(sum(min(v, 1e150) ** 2 for v in by_layer.values()) / len(by_layer)))
@@ -496,6 +502,26 @@ def _finding(
         member_distance=_finite(member),
         labels=split,
     )
+
+
+def _late_share_of_others(late: np.ndarray, rows: np.ndarray, members: np.ndarray) -> float:
+    """The share of the other clustered captures in the window's second half: what a
+    cluster's own share is compared with (a busier afternoon makes every cluster late);
+    half the window's captures where fewer than :data:`MIN_CLUSTER` others are left."""
+    others = np.setdiff1d(rows, members)
+    return float(late[others].mean()) if len(others) >= MIN_CLUSTER else 0.5
+
+
+def _grows(n_early: int, n_late: int, base_late: float) -> bool:
+    """Whether a cluster's captures come late: at least :data:`GROWTH_RATIO` times as many in
+    the window's second half as in its first, and more than ``base_late`` explains."""
+    n = n_early + n_late
+    if n == 0 or n_late <= n_early or n_late < GROWTH_RATIO * n_early:
+        return False
+    from scipy.stats import binomtest
+
+    base = min(max(base_late, 0.0), 1.0 - 1e-9)
+    return bool(binomtest(n_late, n, base, alternative="greater").pvalue < GROWTH_P)
 
 
 def _ranked(counts: Counter) -> list[tuple[Any, int]]:
@@ -547,12 +573,14 @@ def _verdict(
     """``(verdict, why, shifted classes)`` of one cluster.
 
     Labels decide where :data:`MIN_LABELLED` captures are labelled: mostly ``unknown`` or
-    ``new:`` -> new kind; else a shift of the classes they truly are. Without, in the
-    deepest monitored layer (what the model has learnt to tell classes apart by: a shift
-    of how inputs look fades there, a new kind does not) and over all layers together
-    (``centre``: both distances): a centre within :data:`NEAR` in the deepest layer and
-    :data:`FAR` over all -> shift of the classes it is predicted as; else a growing
-    cluster -> new kind; else unclear.
+    ``new:`` -> new kind; else a shift of the classes they truly are. Without: a cluster
+    that grows -> new kind (what Into-the-Unknown calls a new class: a network often files
+    one among a known class's boxes, so where it lies cannot clear it; a shift that sets in
+    during the window grows too, and its labels, mostly ``correct``, then call it a shift);
+    else, in the deepest monitored layer (what the model tells classes apart by: a shift of
+    how inputs look fades there) and over all layers together (``centre``: both
+    distances), a centre within :data:`NEAR` in the deepest layer and :data:`FAR` over all
+    -> shift of the classes it is predicted as; else unclear.
     """
     n_labelled = sum(split[k] for k in ("correct", "wrong", "unknown"))
     timing = f"{early} captures in the window's first half, {late} in its second"
@@ -579,11 +607,11 @@ def _verdict(
         f"centre {deep:.2f} from the nearest class's boxes in the deepest layer (near: <= "
         f"{NEAR}), {overall:.2f} over all layers (near: <= {FAR})"
     )
+    if grows:
+        return NEW_KIND, f"grows: {timing}; {where}", []
     if deep <= NEAR and overall <= FAR:
         shifted = _named(Counter({classes[k]: c for k, c in predicted.items()}), len(members))
         return _shift(shifted), f"{where}, predicted as {', '.join(shifted)}; {timing}", shifted
-    if grows:
-        return NEW_KIND, f"{where}; grows: {timing}", []
     return UNCLEAR, f"{where}, but does not grow: {timing}", []
 
 

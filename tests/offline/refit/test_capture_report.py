@@ -167,6 +167,31 @@ def test_labelled_shift_names_the_true_classes(shift, runtime, tmp_path):
         assert c.classes and str(int(truth.argmax())) in c.classes, (c.verdict, truth)
 
 
+def test_a_shift_of_one_class_setting_in_grows_and_its_labels_call_it_a_shift(
+    stream, known, runtime, tmp_path
+):
+    """Noisy 2s (three draws of each) from a third of the window on: growth alone cannot
+    tell a shift setting in from a new kind, so unlabelled it is flagged (fail-safe);
+    labelled ``correct`` or ``wrong: 2``, it is a shift of class 2."""
+    x, y = known
+    twos = np.concatenate([_noisy(x[y == 2], sigma=4.0, seed=s) for s in (1, 2, 3)])
+    captures, is_new, truth = stream(twos, np.full(len(twos), 2))
+    unlabelled = capture_report(runtime, captures, out_dir=tmp_path / "unlabelled")
+    grown = [c for c in unlabelled.clusters if c.grows]
+    assert grown and all(c.is_new_kind for c in grown)
+    predicted = runtime.run_model(captures.inputs).predicted
+    labels = [
+        Label(i, CORRECT) if p == t else Label(i, WRONG, true_class=str(t))
+        for i, p, t in zip(captures.ids, predicted, truth, strict=True)
+    ]
+    labelled = LabelledCaptures(captures, labels, truth, predicted)
+    report = capture_report(runtime, captures, labelled=labelled, out_dir=tmp_path / "labelled")
+    assert not report.new_kinds
+    twos_in = [c for c in report.clusters if c.grows]
+    assert twos_in and all("2" in c.classes for c in twos_in), [c.verdict for c in twos_in]
+    assert all(c.verdict.startswith("shift of class") for c in twos_in)
+
+
 def test_noise_images_are_flagged_a_new_kind(stream, runtime, tmp_path):
     """A case the rule was not tuned on: uniform noise images, an input kind never seen."""
     images = np.random.default_rng(5).integers(0, 17, size=(150, 64)).astype(np.float32)
