@@ -476,14 +476,18 @@ def choose_layers(
     def acts(by: Pooled, name: str, p: str) -> np.ndarray:
         return by[name][p if name in plan else ""]
 
+    # A ranking monitor's AUROC reads its good boxes only, so it is fitted on the correctly
+    # classified rows: the same good boxes, without the bad ones nobody reads.
+    right = np.flatnonzero(y_fit == pred_fit)
+
     def rank(name: str, p: str, near: float | None = None) -> dict[str, Any]:
         """The held-out-class AUROC and tau of a one-layer monitor of ``name`` pooled ``p``
         (on the candidate taus nearest ``near`` only, when given)."""
         swept = taus if near is None else _near(taus, near, POOLING_TAUS)
         monitor = BoxMonitor(**{**ranking, "taus": swept, "layers": [name]}).fit(
-            {name: acts(acts_fit, name, p)},
-            y_fit,
-            pred_fit,
+            {name: acts(acts_fit, name, p)[right]},
+            y_fit[right],
+            pred_fit[right],
             validation=({name: acts(acts_val, name, p)}, y_val, pred_val),
             n_classes=n_classes,
         )
@@ -491,6 +495,19 @@ def choose_layers(
         tau = float(monitor.tau_[name][0])
         value = float(sel["auroc"][name][list(sel["taus"]).index(tau)])
         return {"auroc": value if np.isfinite(value) else None, "tau": tau}
+
+    trials: list[tuple[np.ndarray, np.ndarray, float, float | None]] = []
+
+    def trial(name: str, p: str, tau: float) -> float | None:
+        """``rank(name, p, tau)``'s AUROC, taken from an earlier trial whose activations
+        hold the same values (the global max of a map and of its max-pooled map)."""
+        fit, val = acts(acts_fit, name, p), acts(acts_val, name, p)
+        for seen_fit, seen_val, at, value in trials:
+            if at == tau and _copy(seen_fit, fit) and _copy(seen_val, val):
+                return value
+        value = rank(name, p, tau)["auroc"]
+        trials.append((fit, val, tau, value))
+        return value
 
     results: dict[str, dict[str, Any]] = {}
     kept: list[str] = []
@@ -530,9 +547,7 @@ def choose_layers(
         if name in plan:  # a pooled map: the pooling of the best held-out-class AUROC
             tau = results[name]["tau"]
             tried[name] = {  # the ranking's own pooling is ranked already
-                p: results[name]["auroc"]
-                if p == ranked_with[name].pooling
-                else rank(name, p, tau)["auroc"]
+                p: results[name]["auroc"] if p == ranked_with[name].pooling else trial(name, p, tau)
                 for p in plan[name][1]
             }
             poolings[name] = max(
