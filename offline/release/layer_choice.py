@@ -67,6 +67,7 @@ from msgspec import UNSET
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import INPUT_KINDS, INPUT_LAYER, LayerInfo, Tap, infer_input_kind, pool
 from boxwatch.offline.monitors.estimator import BoxMonitor, _held_out_rows
+from boxwatch.offline.monitors.taukmeans import direct_kmeans
 from boxwatch.offline.release.records import (
     LayerCandidate,
     LayerChoiceSummary,
@@ -484,13 +485,14 @@ def choose_layers(
         """The held-out-class AUROC and tau of a one-layer monitor of ``name`` pooled ``p``
         (on the candidate taus nearest ``near`` only, when given)."""
         swept = taus if near is None else _near(taus, near, POOLING_TAUS)
-        monitor = BoxMonitor(**{**ranking, "taus": swept, "layers": [name]}).fit(
-            {name: acts(acts_fit, name, p)[right]},
-            y_fit[right],
-            pred_fit[right],
-            validation=({name: acts(acts_val, name, p)}, y_val, pred_val),
-            n_classes=n_classes,
-        )
+        with direct_kmeans():
+            monitor = BoxMonitor(**{**ranking, "taus": swept, "layers": [name]}).fit(
+                {name: acts(acts_fit, name, p)[right]},
+                y_fit[right],
+                pred_fit[right],
+                validation=({name: acts(acts_val, name, p)}, y_val, pred_val),
+                n_classes=n_classes,
+            )
         sel = monitor.selection_ or {}
         tau = float(monitor.tau_[name][0])
         value = float(sel["auroc"][name][list(sel["taus"]).index(tau)])
