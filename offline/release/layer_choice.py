@@ -25,7 +25,13 @@ The rule, deterministic:
 3. *rank*: per remaining candidate, a one-layer monitor is fitted on (up to
    :data:`MAX_TRAIN_ROWS` of) the training inputs with the build's monitor settings, tau
    picked by held-out-class validation on (up to :data:`MAX_VALIDATION_ROWS` of) the
-   validation inputs; its AUROC at the chosen tau ranks it (ties: graph order);
+   validation inputs; its AUROC at the chosen tau ranks it (ties: graph order). The
+   AUROC reads the monitor's good boxes only, so it is fitted on those training inputs
+   the model classifies correctly (the same good boxes, no bad ones), its k-means fits
+   run directly (:func:`~boxwatch.offline.monitors.taukmeans.direct_kmeans`: KMeans'
+   results bit for bit), and a pooling whose values equal one tried already (the global
+   maximum of a map and of its max-pooled map) is not fitted again: the ranking is the
+   same as with full monitors at under half the CPU time;
 4. *pick*: the best-ranked candidate of each block stands for it, and the
    :data:`N_CHOSEN` best blocks are monitored. A chosen pooled map keeps the pooling of
    :data:`MAP_POOLINGS` (those giving 2 to :data:`MAX_FEATURES` features) with the best
