@@ -11,6 +11,7 @@ the CPU time on the small per-class sets of a layer choice's ranking monitors).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -44,7 +45,7 @@ def single_threaded() -> AbstractContextManager:
 def direct_kmeans() -> Iterator[None]:
     """Fits of :class:`TauKMeansPath` (``n_init=1``) in this context (this thread; joblib
     workers elsewhere fit through ``KMeans.fit``, to the same result) take the direct
-    path of :func:`_direct_kmeans`."""
+    path of :func:`_direct_kmeans`, where it agrees with ``KMeans`` (:func:`_direct_agrees`)."""
     token = _direct.set(True)
     try:
         yield
@@ -92,6 +93,27 @@ def _direct_kmeans(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.nda
         fit, weight, centres, max_iter=_MAX_ITER, verbose=False, tol=tol, n_threads=1
     )
     return np.asarray(labels, dtype=np.int64), found + mean, float(inertia)
+
+
+@functools.cache
+def _direct_agrees() -> bool:
+    """Whether :func:`_direct_kmeans` gives ``KMeans``' result on a small fixed set, checked
+    once per process: where a scikit-learn release fits otherwise, fits keep ``KMeans``."""
+    if _kmeans_single_lloyd is None:  # pragma: no cover - another scikit-learn layout
+        return False
+    x = np.random.RandomState(0).normal(size=(60, 3))
+    try:
+        with single_threaded(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            km = KMeans(n_clusters=4, n_init=1, random_state=1).fit(x)
+            labels, centres, inertia = _direct_kmeans(x, 4, 1)
+    except Exception:  # pragma: no cover - a changed private signature
+        return False
+    return bool(
+        np.array_equal(labels, km.labels_)
+        and np.array_equal(centres, km.cluster_centers_)
+        and inertia == km.inertia_
+    )
 
 
 @dataclass(frozen=True)
@@ -166,7 +188,7 @@ class TauKMeansPath:
             labels = np.zeros(len(self.x), dtype=np.int64)
             inertia = float(np.sum((fit - fit.mean(axis=0)) ** 2)) if len(fit) else 0.0
         else:
-            if _direct.get() and self.n_init == 1 and _kmeans_single_lloyd is not None:
+            if _direct.get() and self.n_init == 1 and _direct_agrees():
                 labels, centres, inertia = _direct_kmeans(fit, k, int(self._seeds[k]))
             else:
                 with warnings.catch_warnings():

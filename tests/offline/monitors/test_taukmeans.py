@@ -158,6 +158,7 @@ def test_a_sweep_inside_direct_kmeans_is_the_same_sweep(max_samples, monkeypatch
     def refused(**_: object) -> None:
         raise AssertionError("KMeans.fit ran inside direct_kmeans")
 
+    assert taukmeans._direct_agrees()  # checked once, before KMeans is refused below
     monkeypatch.setattr(taukmeans, "KMeans", refused)  # the direct path never builds one
     with direct_kmeans():
         direct = sweep()
