@@ -3,13 +3,19 @@
 k = 1, 2, ... and stop at the first k with ``1 - inertia(k+1) / inertia(k) < tau``. Fits are
 cached by k in a :class:`TauKMeansPath`, so a descending tau sweep reuses every k already
 fitted: a smaller tau can only stop at the same or a larger k.
+
+Inside :func:`direct_kmeans` a fit skips ``KMeans.fit``'s checks and runs its steps itself
+(:func:`_direct_kmeans`: the same labels, centres and inertia, bit for bit, at about half
+the CPU time on the small per-class sets of a layer choice's ranking monitors).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,12 +24,96 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
+try:  # KMeans.fit's Lloyd loop (private to scikit-learn: without it, KMeans.fit runs)
+    from sklearn.cluster._kmeans import _kmeans_single_lloyd
+except ImportError:  # pragma: no cover - another scikit-learn layout
+    _kmeans_single_lloyd = None
+
+# KMeans' defaults, which _direct_kmeans repeats.
+_MAX_ITER, _TOL = 300, 1e-4
+_direct: ContextVar[bool] = ContextVar("boxwatch_direct_kmeans", default=False)
+
 
 def single_threaded() -> AbstractContextManager:
     """Run k-means single-threaded: per-class sets are small, and thread start-up and
     contention cost far more than they save (about 6-14x slower on a shared 2-core box).
     Enter once around many fits; entering it costs milliseconds."""
     return threadpool_limits(limits=1)
+
+
+@contextmanager
+def direct_kmeans() -> Iterator[None]:
+    """Fits of :class:`TauKMeansPath` (``n_init=1``) in this context (this thread; joblib
+    workers elsewhere fit through ``KMeans.fit``, to the same result) take the direct
+    path of :func:`_direct_kmeans`, where it agrees with ``KMeans`` (:func:`_direct_agrees`)."""
+    token = _direct.set(True)
+    try:
+        yield
+    finally:
+        _direct.reset(token)
+
+
+def _direct_kmeans(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """``KMeans(n_clusters=k, n_init=1, random_state=seed).fit(x)``'s labels, centres and
+    inertia, single-threaded, for a finite float64 ``x`` of at least ``k`` rows: its steps
+    (centring, greedy k-means++ with 2 + log k trials per centre, the Lloyd loop) without
+    its input checks, which cost more than the fit on a few hundred rows. Checked against
+    ``KMeans`` in tests/offline/monitors/test_taukmeans.py."""
+    assert _kmeans_single_lloyd is not None
+    fit = np.array(x, dtype=np.float64, order="C", copy=True)
+    rng = np.random.RandomState(seed)
+    n = len(fit)
+    weight = np.ones(n)
+    mean = fit.mean(axis=0)
+    fit -= mean
+    norms = np.einsum("ij,ij->i", fit, fit)
+    tol = float(np.mean(np.var(fit, axis=0))) * _TOL
+    centres = np.empty((k, fit.shape[1]))
+    trials = 2 + int(np.log(k))
+    first = rng.choice(n, p=weight / weight.sum())
+    centres[0] = fit[first]
+    closest = -2 * (centres[0, np.newaxis] @ fit.T)
+    closest += norms[first]
+    closest += norms[np.newaxis, :]
+    np.maximum(closest, 0, out=closest)
+    potential = closest @ weight
+    for c in range(1, k):
+        ids = np.searchsorted(np.cumsum(weight * closest), rng.uniform(size=trials) * potential)
+        np.clip(ids, None, closest.size - 1, out=ids)
+        dist = -2 * (fit[ids] @ fit.T)
+        dist += norms[ids][:, np.newaxis]
+        dist += norms[np.newaxis, :]
+        np.maximum(dist, 0, out=dist)
+        np.minimum(closest, dist, out=dist)
+        potentials = dist @ weight.reshape(-1, 1)
+        best = int(np.argmin(potentials))
+        potential, closest = potentials[best], dist[best]
+        centres[c] = fit[ids[best]]
+    labels, inertia, found, _ = _kmeans_single_lloyd(
+        fit, weight, centres, max_iter=_MAX_ITER, verbose=False, tol=tol, n_threads=1
+    )
+    return np.asarray(labels, dtype=np.int64), found + mean, float(inertia)
+
+
+@functools.cache
+def _direct_agrees() -> bool:
+    """Whether :func:`_direct_kmeans` gives ``KMeans``' result on a small fixed set, checked
+    once per process: where a scikit-learn release fits otherwise, fits keep ``KMeans``."""
+    if _kmeans_single_lloyd is None:  # pragma: no cover - another scikit-learn layout
+        return False
+    x = np.random.RandomState(0).normal(size=(60, 3))
+    try:
+        with single_threaded(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            km = KMeans(n_clusters=4, n_init=1, random_state=1).fit(x)
+            labels, centres, inertia = _direct_kmeans(x, 4, 1)
+    except Exception:  # pragma: no cover - a changed private signature
+        return False
+    return bool(
+        np.array_equal(labels, km.labels_)
+        and np.array_equal(centres, km.cluster_centers_)
+        and inertia == km.inertia_
+    )
 
 
 @dataclass(frozen=True)
@@ -98,13 +188,16 @@ class TauKMeansPath:
             labels = np.zeros(len(self.x), dtype=np.int64)
             inertia = float(np.sum((fit - fit.mean(axis=0)) ** 2)) if len(fit) else 0.0
         else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                km = KMeans(n_clusters=k, n_init=self.n_init, random_state=int(self._seeds[k]))
-                labels = km.fit_predict(fit).astype(np.int64)
+            if _direct.get() and self.n_init == 1 and _direct_agrees():
+                labels, centres, inertia = _direct_kmeans(fit, k, int(self._seeds[k]))
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    km = KMeans(n_clusters=k, n_init=self.n_init, random_state=int(self._seeds[k]))
+                    labels = km.fit_predict(fit).astype(np.int64)
+                centres, inertia = km.cluster_centers_, float(km.inertia_)
             if self.sampled:
-                labels = nearest_centre(self.x, km.cluster_centers_)
-            inertia = float(km.inertia_)
+                labels = nearest_centre(self.x, centres)
         result = Clustering(k=k, labels=labels, inertia=inertia)
         self._fits[k] = result
         return result

@@ -25,7 +25,13 @@ The rule, deterministic:
 3. *rank*: per remaining candidate, a one-layer monitor is fitted on (up to
    :data:`MAX_TRAIN_ROWS` of) the training inputs with the build's monitor settings, tau
    picked by held-out-class validation on (up to :data:`MAX_VALIDATION_ROWS` of) the
-   validation inputs; its AUROC at the chosen tau ranks it (ties: graph order);
+   validation inputs; its AUROC at the chosen tau ranks it (ties: graph order). The
+   AUROC reads the monitor's good boxes only, so it is fitted on those training inputs
+   the model classifies correctly (the same good boxes, no bad ones), its k-means fits
+   run directly (:func:`~boxwatch.offline.monitors.taukmeans.direct_kmeans`: KMeans'
+   results bit for bit), and a pooling whose values equal one tried already (the global
+   maximum of a map and of its max-pooled map) is not fitted again: the ranking is the
+   same as with full monitors at under half the CPU time;
 4. *pick*: the best-ranked candidate of each block stands for it, and the
    :data:`N_CHOSEN` best blocks are monitored. A chosen pooled map keeps the pooling of
    :data:`MAP_POOLINGS` (those giving 2 to :data:`MAX_FEATURES` features) with the best
@@ -67,6 +73,7 @@ from msgspec import UNSET
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import INPUT_KINDS, INPUT_LAYER, LayerInfo, Tap, infer_input_kind, pool
 from boxwatch.offline.monitors.estimator import BoxMonitor, _held_out_rows
+from boxwatch.offline.monitors.taukmeans import direct_kmeans
 from boxwatch.offline.release.records import (
     LayerCandidate,
     LayerChoiceSummary,
@@ -476,21 +483,39 @@ def choose_layers(
     def acts(by: Pooled, name: str, p: str) -> np.ndarray:
         return by[name][p if name in plan else ""]
 
+    # A ranking monitor's AUROC reads its good boxes only, so it is fitted on the correctly
+    # classified rows: the same good boxes, without the bad ones nobody reads.
+    right = np.flatnonzero(y_fit == pred_fit)
+
     def rank(name: str, p: str, near: float | None = None) -> dict[str, Any]:
         """The held-out-class AUROC and tau of a one-layer monitor of ``name`` pooled ``p``
         (on the candidate taus nearest ``near`` only, when given)."""
         swept = taus if near is None else _near(taus, near, POOLING_TAUS)
-        monitor = BoxMonitor(**{**ranking, "taus": swept, "layers": [name]}).fit(
-            {name: acts(acts_fit, name, p)},
-            y_fit,
-            pred_fit,
-            validation=({name: acts(acts_val, name, p)}, y_val, pred_val),
-            n_classes=n_classes,
-        )
+        with direct_kmeans():
+            monitor = BoxMonitor(**{**ranking, "taus": swept, "layers": [name]}).fit(
+                {name: acts(acts_fit, name, p)[right]},
+                y_fit[right],
+                pred_fit[right],
+                validation=({name: acts(acts_val, name, p)}, y_val, pred_val),
+                n_classes=n_classes,
+            )
         sel = monitor.selection_ or {}
         tau = float(monitor.tau_[name][0])
         value = float(sel["auroc"][name][list(sel["taus"]).index(tau)])
         return {"auroc": value if np.isfinite(value) else None, "tau": tau}
+
+    trials: list[tuple[np.ndarray, np.ndarray, float, float | None]] = []
+
+    def trial(name: str, p: str, tau: float) -> float | None:
+        """``rank(name, p, tau)``'s AUROC, taken from an earlier trial whose activations
+        hold the same values (the global max of a map and of its max-pooled map)."""
+        fit, val = acts(acts_fit, name, p), acts(acts_val, name, p)
+        for seen_fit, seen_val, at, value in trials:
+            if at == tau and _copy(seen_fit, fit) and _copy(seen_val, val):
+                return value
+        value = rank(name, p, tau)["auroc"]
+        trials.append((fit, val, tau, value))
+        return value
 
     results: dict[str, dict[str, Any]] = {}
     kept: list[str] = []
@@ -530,9 +555,7 @@ def choose_layers(
         if name in plan:  # a pooled map: the pooling of the best held-out-class AUROC
             tau = results[name]["tau"]
             tried[name] = {  # the ranking's own pooling is ranked already
-                p: results[name]["auroc"]
-                if p == ranked_with[name].pooling
-                else rank(name, p, tau)["auroc"]
+                p: results[name]["auroc"] if p == ranked_with[name].pooling else trial(name, p, tau)
                 for p in plan[name][1]
             }
             poolings[name] = max(

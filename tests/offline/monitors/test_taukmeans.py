@@ -104,3 +104,65 @@ def test_cluster_boxes_are_tight_and_contain_their_points():
     # Unused label values are skipped, not turned into empty boxes.
     lo2, _ = cluster_boxes(x[:4], np.array([5, 5, 9, 9]))
     assert lo2.shape == (2, 2)
+
+
+def activations_like(seed: int, n: int, d: int, relu: bool) -> np.ndarray:
+    """Rows like a layer's activations: a few clusters, L2-normalised, ReLU'd or not."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(int(rng.integers(1, 12)), d))
+    x = centres[rng.integers(len(centres), size=n)] + rng.uniform(0.1, 1.0) * rng.normal(
+        size=(n, d)
+    )
+    x = np.maximum(x, 0) if relu else x
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("seed", range(40))
+def test_direct_kmeans_gives_kmeans_results_bit_for_bit(seed):
+    """The direct path (what the layer choice's ranking monitors use) is KMeans.fit itself:
+    the same labels, centres and inertia; this fails if a scikit-learn release changes it."""
+    from sklearn.cluster import KMeans
+
+    from boxwatch.offline.monitors.taukmeans import _direct_kmeans
+
+    rng = np.random.default_rng(1000 + seed)
+    n, d = int(rng.integers(3, 300)), int(rng.choice([2, 16, 64, 128]))
+    x = activations_like(seed, n, d, relu=bool(seed % 2))
+    if seed % 5 == 0:  # repeated rows
+        x = np.vstack([x, x[: n // 2]])
+    k = int(rng.integers(2, min(len(x), 40) + 1))
+    with single_threaded():
+        km = KMeans(n_clusters=k, n_init=1, random_state=seed).fit(x)
+        labels, centres, inertia = _direct_kmeans(x, k, seed)
+    assert np.array_equal(labels, km.labels_)
+    assert np.array_equal(centres, km.cluster_centers_)
+    assert inertia == km.inertia_
+
+
+@pytest.mark.parametrize("max_samples", [None, 50])
+def test_a_sweep_inside_direct_kmeans_is_the_same_sweep(max_samples, monkeypatch):
+    from boxwatch.offline.monitors import taukmeans
+    from boxwatch.offline.monitors.taukmeans import direct_kmeans
+
+    x = activations_like(7, 200, 32, relu=True)
+    taus = [0.5, 0.1, 0.05, 0.01, 0.001]
+
+    def sweep():
+        path = TauKMeansPath(x, max_clusters=64, random_state=3, max_samples=max_samples)
+        with single_threaded():
+            return path.sweep(taus)
+
+    plain = sweep()
+
+    def refused(**_: object) -> None:
+        raise AssertionError("KMeans.fit ran inside direct_kmeans")
+
+    assert taukmeans._direct_agrees()  # checked once, before KMeans is refused below
+    monkeypatch.setattr(taukmeans, "KMeans", refused)  # the direct path never builds one
+    with direct_kmeans():
+        direct = sweep()
+    assert [c.k for c in plain.values()] == [c.k for c in direct.values()]
+    for tau in taus:
+        assert np.array_equal(plain[tau].labels, direct[tau].labels)
+        assert plain[tau].inertia == direct[tau].inertia

@@ -126,6 +126,51 @@ def test_choice_ranks_every_candidate_deterministically(demo):
         assert r["reason"].startswith(f"rank {r['rank']} of {len(DIGITS_LAYERS) - 1}")
 
 
+def test_ranking_gives_a_full_monitors_auroc_and_tau(demo):
+    """The ranking monitors (correctly classified rows only, k-means run directly) rank as
+    full one-layer monitors on every training row with KMeans.fit would (issue 39)."""
+    from boxwatch.offline.monitors.estimator import BoxMonitor
+    from boxwatch.offline.release.records import MonitorSection
+
+    work, raw = demo
+    cfg = load_config(write(work, raw, "full"))
+    mi, params = prepare_model(cfg), cfg.section("monitor")
+    choice = choose_layers(mi, params)
+    (x_tr, y_tr), (x_va, y_va) = mi.data["train"], mi.data["validation"]
+    assert y_tr is not None and y_va is not None
+    assert len(y_tr) <= layer_choice.MAX_TRAIN_ROWS  # every row ranks: no draw to repeat
+    assert len(y_va) <= layer_choice.MAX_VALIDATION_ROWS
+    ranked = [r for r in choice.candidates if r["auroc"] is not None]
+    names = [r["layer"] for r in ranked]
+    tap = open_tap(mi.path, names, threads=1)
+    (out_tr, act_tr), (out_va, act_va) = (tap.run(mi.preprocessing.apply(x)) for x in (x_tr, x_va))
+    pred_tr = out_tr.argmax(axis=1)
+    assert (pred_tr != y_tr).any()  # the full monitors have bad boxes to fit
+    section = MonitorSection.from_raw(params)
+    template = section.estimator(None, only=layer_choice.RANKING_PARAMETERS)
+    for r in ranked:
+        name = r["layer"]
+        full = BoxMonitor(
+            **{
+                **template.get_params(),
+                "tau": "auto",
+                "taus": layer_choice.ranking_taus(template),
+                "selection": "held-out-class",
+                "layers": [name],
+            }
+        ).fit(
+            {name: act_tr[name]},
+            y_tr,
+            pred_tr,
+            validation=({name: act_va[name]}, y_va, out_va.argmax(axis=1)),
+            n_classes=len(mi.classes),
+        )
+        tau = float(full.tau_[name][0])
+        sel = full.selection_ or {}
+        assert r["tau"] == tau
+        assert r["auroc"] == float(sel["auroc"][name][list(sel["taus"]).index(tau)])
+
+
 def test_without_validation_a_held_out_share_of_train_ranks(demo):
     work, raw = demo
     data = {"train": raw["data"]["train"], "unknown": raw["data"]["unknown"]}
