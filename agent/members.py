@@ -12,7 +12,10 @@ checks that nobody else spells them out):
   monotonicity), for whoever audits the artifact; the agent does not read it;
 * :data:`REFIT` -- in an artifact ``refit`` made from a parent (``offline/refit/refit.py``):
   the parent's id and digest and what the labelled captures changed; the agent does not
-  read it.
+  read it;
+* :data:`REFIT_ROWS` -- beside it: the labelled captured inputs its boxes were clustered on
+  (raw inputs, labelled and predicted classes), so that refitting the child again keeps
+  them; the agent does not read it.
 """
 
 from __future__ import annotations
@@ -27,3 +30,4 @@ DIAGRAM_ARRAYS = DIAGRAM_PREFIX + DIAGRAM_NPZ
 RULES = DIAGRAM_PREFIX + "rules.json"
 VERIFICATION = DIAGRAM_PREFIX + "verification.json"
 REFIT = "monitors/refit.json"
+REFIT_ROWS = "monitors/refit_rows.npz"

@@ -64,7 +64,7 @@ from boxwatch.agent.boxes import ACCEPT, REJECT, BoxRuntime, BoxSet
 from boxwatch.agent.errors import ArtifactError, BoxwatchError, ConfigError
 from boxwatch.agent.inputs import quote, show_path
 from boxwatch.agent.keys import key_id, load_private_key, load_trusted_keys
-from boxwatch.agent.members import BOXES_PREFIX, MODEL_SPEC, REFIT
+from boxwatch.agent.members import BOXES_PREFIX, MODEL_SPEC, REFIT, REFIT_ROWS
 from boxwatch.agent.runtime import check_model_digest
 from boxwatch.agent.taps import open_tap
 from boxwatch.offline.monitors.estimator import BoxMonitor, build_sweep
@@ -317,10 +317,14 @@ def refit(
     measured = [name for name in mi.data if name == VALIDATION or _is_unknown(name)]
     inputs = _captured_inputs(labelled, mi)
     total = sum(len(mi.data[name][0]) for name in ["train", *measured]) + len(inputs)
+    earlier = _earlier_rows(art, mi)
+    total += len(earlier[0])
     with progress.phase("refit: extracting activations", total) as bar:
         caught = _tap(mi, inputs, None, bar) if len(inputs) else None
         used = _usable(labelled, caught, len(mi.classes))
         affected = sorted({int(c) for c in used.pred[used.boxed]})
+        kept = _carried(earlier, inputs[used.boxed])
+        carried = _tap(mi, kept[0], kept[1], bar) if len(kept[0]) else None
         train = _train_rows(mi, affected, bar)
         sets = {name: _tap(mi, *mi.data[name], bar) for name in measured}
     seconds["extract"] = time.perf_counter() - t0
@@ -330,7 +334,7 @@ def refit(
         progress.phase("refit: fitting boxes", len(mi.layers) * len(affected) * 2),
         threadpool_limits(limits=1),
     ):
-        good, bad, fit_seconds = _refit_boxes(est, old, train, used, affected)
+        good, bad, fit_seconds = _refit_boxes(est, old, train, used, affected, carried)
     seconds["fit"] = fit_seconds
 
     t0 = time.perf_counter()
@@ -372,7 +376,11 @@ def refit(
         raise RefitGuardError(
             [g.failure() for g in failed], dataclasses.replace(summary, seconds=seconds)
         )
-    data = _child_bytes(art, child, summary, split, signer, created_at)
+    rows = (
+        np.concatenate([kept[0], inputs[used.boxed]]).astype(np.float32),
+        np.concatenate([kept[1], used.tapped.labels[used.boxed]]).astype(np.int64),
+    )
+    data = _child_bytes(art, child, summary, split, signer, created_at, rows)
     built = load_artifact(data, {key_id(signer.public_key()): signer.public_key()})
     write_artifact(out, data)
     seconds["total"] = time.perf_counter() - start
@@ -383,6 +391,31 @@ def refit(
         path=str(out),
         seconds=seconds,
     )
+
+
+def _earlier_rows(art: Artifact, mi: ModelInputs) -> tuple[np.ndarray, np.ndarray]:
+    """The labelled captured inputs earlier refits clustered the parent's boxes on, and
+    their labelled classes (none for a parent ``build-artifact`` made)."""
+    shape = (0, *mi.preprocessing.shape)
+    if REFIT_ROWS not in art.members:
+        return np.zeros(shape, np.float32), np.zeros(0, np.int64)
+    arrays = art.arrays(REFIT_ROWS)
+    x, y = arrays.get("inputs"), arrays.get("y_true")
+    if x is None or y is None or len(x) != len(y) or x.shape[1:] != shape[1:]:
+        raise ArtifactError(f"{REFIT_ROWS}: not the inputs and classes of this model's rows")
+    return x.astype(np.float32), y.astype(np.int64)
+
+
+def _carried(
+    earlier: tuple[np.ndarray, np.ndarray], new: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The earlier rows but those whose input is labelled again now (the new label wins)."""
+    x, y = earlier
+    if not len(x) or not len(new):
+        return x, y
+    again = {row.tobytes() for row in np.ascontiguousarray(new, np.float32)}
+    keep = np.array([row.tobytes() not in again for row in np.ascontiguousarray(x, np.float32)])
+    return x[keep], y[keep]
 
 
 def _finite(v: float | None) -> float | None:
@@ -576,15 +609,23 @@ def _swept_taus(est: BoxMonitor, old: BoxRuntime) -> list[float]:
 
 
 def _refit_boxes(
-    est: BoxMonitor, old: BoxRuntime, train: Tapped, used: _Used, affected: list[int]
+    est: BoxMonitor,
+    old: BoxRuntime,
+    train: Tapped,
+    used: _Used,
+    affected: list[int],
+    carried: Tapped | None,
 ) -> tuple[dict[str, BoxSet], dict[str, BoxSet], float]:
     """The parent's good and bad boxes with the ``affected`` classes re-clustered on their
-    training rows and captured rows; the seconds the clustering took."""
-    rows = np.flatnonzero(used.boxed)
-    cap = used.tapped.rows(rows)
-    acts = {layer: np.concatenate([train.acts[layer], cap.acts[layer]]) for layer in old.layers}
-    y_true = np.concatenate([train.labels, cap.labels])
-    y_pred = np.concatenate([train.pred, cap.pred])
+    training rows, the captured rows of earlier refits (``carried``) and the new captured
+    rows; the seconds the clustering took."""
+    cap = used.tapped.rows(np.flatnonzero(used.boxed))
+    parts = [train, cap]
+    if carried is not None:
+        parts.insert(1, carried.rows(np.flatnonzero(np.isin(carried.pred, affected))))
+    acts = {layer: np.concatenate([p.acts[layer] for p in parts]) for layer in old.layers}
+    y_true = np.concatenate([p.labels for p in parts])
+    y_pred = np.concatenate([p.pred for p in parts])
     params = est.get_params()
     sweep = build_sweep(
         acts,
@@ -721,12 +762,15 @@ def _child_bytes(
     split: dict[str, Any],
     signer: Any,
     created_at: int | None,
+    rows: tuple[np.ndarray, np.ndarray],
 ) -> bytes:
-    """The child artifact: the parent's members, the new box monitor and :data:`REFIT`,
-    its manifest naming the parent, signed by ``signer``."""
+    """The child artifact: the parent's members, the new box monitor, :data:`REFIT` and
+    the captured rows its boxes hold (:data:`REFIT_ROWS`), its manifest naming the parent,
+    signed by ``signer``."""
     members: dict[str, Any] = dict(art.members)
     members.update(child.to_members(BOXES_PREFIX))
     members[REFIT] = summary.record()
+    members[REFIT_ROWS] = {"inputs": rows[0], "y_true": rows[1]}
     contents = copy.deepcopy(art.contents)
     monitors = contents.setdefault("monitors", {})
     monitors["threshold"] = _finite(child.threshold)

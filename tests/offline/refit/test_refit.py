@@ -23,7 +23,7 @@ from example_build import ExampleArtifact
 from boxwatch.agent.artifact import load_artifact
 from boxwatch.agent.boxes import ACCEPT, BoxRuntime, normalize_features
 from boxwatch.agent.errors import ArtifactError, ConfigError
-from boxwatch.agent.members import BOXES_PREFIX, REFIT
+from boxwatch.agent.members import BOXES_PREFIX, REFIT, REFIT_ROWS
 from boxwatch.agent.runtime import ModelResult, MonitorRuntime, load_runtime
 from boxwatch.cli import cli
 from boxwatch.commands.console import EXIT_OK
@@ -223,7 +223,11 @@ def test_the_child_records_its_parent_and_what_changed(model_example, refitted):
     assert child.contents["refit"]["parent_sha256"] == record["parent"]["sha256"]
     assert child.manifest["model"] == parent.manifest["model"]
     assert child.manifest["config"] == parent.manifest["config"]
-    assert set(child.members) == set(parent.members) | {REFIT}
+    assert set(child.members) == set(parent.members) | {REFIT, REFIT_ROWS}
+    rows = child.arrays(REFIT_ROWS)  # the captured rows its boxes hold, for the next refit
+    boxed = [label.kind in (CORRECT, WRONG) for label in refitted.labelled.labels]
+    assert np.array_equal(rows["inputs"], refitted.labelled.captures.inputs[boxed])
+    assert np.array_equal(rows["y_true"], refitted.labelled.y_true[boxed])
     labelled = refitted.labelled
     for change in record["classes"]:
         mine = labelled.y_pred == change["index"]
@@ -394,3 +398,35 @@ def test_a_child_refits_as_a_parent(model_example, refitted, shifted, tmp_path):
     for c in CLASSES:  # the first refit's classes keep its boxes
         assert np.array_equal(child.good["input"].boxes_of(c)[0], last.good["input"].boxes_of(c)[0])
     assert summary.failed == []
+
+
+def test_refitting_a_class_again_keeps_the_earlier_captures(model_example, refitted, tmp_path):
+    """A second refit of a class clusters the first refit's captured rows again (the child
+    carries them), so the first widening stays: every first-round correct capture of the
+    class lies in the grandchild's good boxes as in the child's."""
+    first = refitted.labelled
+    right = first.y_pred[first.y_true == first.y_pred]
+    c = max(CLASSES, key=lambda k: int(np.sum(right == k)))
+    mine = np.flatnonzero((first.y_pred == c) & (first.y_true == c))
+    assert len(mine) >= 2
+    again = labelled_captures(
+        first.captures.inputs[mine[:1]], [CORRECT], first.y_true[mine[:1]], first.y_pred[mine[:1]]
+    )
+    grandchild = tmp_path / "grandchild.bwa"
+    summary = refit(
+        refitted.child,
+        [str(model_example.public_key)],
+        model_example.config,
+        again,
+        private_key=model_example.private_key,
+        out=grandchild,
+        created_at=CREATED_AT,
+        allow_guard_failure=True,
+    )
+    assert [k.index for k in summary.classes] == [c]
+    feats = features(refitted.parent, first.captures.inputs[mine])
+    for path in (refitted.child, grandchild):
+        boxes = boxes_of(path)
+        for layer in boxes.layers:
+            inside = boxes.good[layer].contains(feats[layer], np.full(len(mine), c))
+            assert inside.all(), (path.name, layer, int(inside.sum()), len(mine))
