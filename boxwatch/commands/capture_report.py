@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.inputs import one_line
 from boxwatch.agent.runtime import load_runtime
 from boxwatch.commands.console import EXIT_USAGE, aligned, echo_err, fail
 from boxwatch.commands.feedback import feedback_options, labelled, load_captures, load_labels
@@ -62,10 +63,10 @@ def capture_report_cmd(
 
     Runs every capture (the agent's topics.capture, or its export) through the artifact's
     model and box monitor again, clusters the rejected and uncertain ones in the monitored
-    layers, and says of each cluster whether it is a new kind of input (away from every
-    class's boxes and growing over the capture window), a shift of a known class (near
-    that class's boxes: correct inputs the monitor no longer accepts), or unclear; labels,
-    when given, decide a cluster's verdict once 3 of its captures are labelled. Plots the
+    layers, and says of each cluster whether it is a new kind of input (it grows: more of
+    its captures come late in the window than of the others), a shift of a known class
+    (near that class's boxes: correct inputs the monitor no longer accepts), or unclear;
+    labels, when given, decide a cluster's verdict once 3 of its captures are labelled. Plots the
     capture rate per class over time. Prints one row per cluster (stdout) and writes the
     report folder (docs/monitors.md, "Reading the capture report").
 
@@ -85,7 +86,7 @@ def capture_report_cmd(
     except BoxwatchError as exc:
         fail(exc, EXIT_USAGE)
     header, rows = report.table()
-    click.echo(aligned([header, *rows]))
+    click.echo(aligned([header, *([one_line(cell) for cell in row] for row in rows)]))
     echo_err(
         f"{report.n_captures} captures, {report.n_clustered} clustered into "
         f"{len(report.clusters)} cluster(s), {len(report.new_kinds)} flagged as a new kind; "

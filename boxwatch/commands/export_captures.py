@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.inputs import one_line
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
 from boxwatch.offline.refit.feedback import export_topic
 
@@ -21,7 +22,7 @@ from boxwatch.offline.refit.feedback import export_topic
     "out_dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="The directory to write TOPIC.jsonl into (created if missing).",
+    help="The directory to write TOPIC.export.jsonl into (created if missing).",
 )
 @click.option(
     "--timeout",
@@ -32,7 +33,7 @@ from boxwatch.offline.refit.feedback import export_topic
     help="Give up (exit 2) when the topic is not read within this many seconds.",
 )
 def export_captures(brokers: str, topic: str, out_dir: Path, timeout_s: float) -> None:
-    """Archive the capture topic TOPIC into OUT/TOPIC.jsonl.
+    """Archive the capture topic TOPIC into OUT/TOPIC.export.jsonl.
 
     Reads every partition from the beginning up to the end offsets of the moment it starts
     (and any record written before that moment a broker's end offsets leave out; no
@@ -56,6 +57,8 @@ def export_captures(brokers: str, topic: str, out_dir: Path, timeout_s: float) -
         fail(BoxwatchError(f"cannot write {out_dir}: {exc.strerror or exc}"), EXIT_USAGE)
     first = f" (first: {done.problems[0]})" if done.problems else ""
     echo_err(
-        f"exported {done.records} records of {topic!r} to {done.path}; "
-        f"{len(done.problems)} without a usable input{first}"
+        one_line(
+            f"exported {done.records} records of {topic!r} to {done.path}; "
+            f"{len(done.problems)} without a usable input{first}"
+        )
     )

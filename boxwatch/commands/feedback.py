@@ -37,7 +37,8 @@ def feedback_options(
                 "--captures",
                 "captures_path",
                 type=click.Path(exists=True, path_type=Path),
-                help="A capture export (directory or .jsonl file of 'boxwatch export-captures').",
+                help="A capture export: the directory of 'boxwatch export-captures' (its "
+                "*.export.jsonl files) or one such file.",
             ),
             click.option(
                 "--captures-topic",

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from boxwatch.agent.errors import BoxwatchError
+from boxwatch.agent.inputs import one_line
 from boxwatch.agent.runtime import load_runtime
 from boxwatch.commands.build import KEY_FILE_ENV
 from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, aligned, echo_err, fail, finish
@@ -56,8 +57,8 @@ from boxwatch.offline.release.config import load_config
 @click.option(
     "--created-at",
     type=int,
-    help="The child's creation time (Unix seconds); default $SOURCE_DATE_EPOCH, else now. "
-    "An agent reloads only a child created after its artifact.",
+    help="The child's creation time (Unix seconds); default $SOURCE_DATE_EPOCH, else now; "
+    "never before the parent's (an agent refuses an older artifact on reload).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the refit's summary as JSON.")
 @progress_option
@@ -115,8 +116,8 @@ def refit_artifact(
         labels = load_labels(labels_path, labels_topic, brokers, timeout_s)
         assert labels is not None  # feedback_options(labels_required=True)
         joined = labelled(runtime, captures, labels)
-        for problem in joined.problems:
-            echo_err(f"warning: {problem}")
+        for problem in [*captures.problems, *joined.problems]:
+            echo_err(one_line(f"warning: {problem}"))
         summary = refit(
             parent,
             keys,

@@ -26,8 +26,9 @@ from boxwatch.agent.kafka.base import KafkaUnavailable, Record
 from boxwatch.agent.kafka.kafka_python import install_lenient_header_names
 
 EXPORT_SCHEMA = "boxwatch.capture-export/1"
-EXPORT_SUFFIX = ".jsonl"
+EXPORT_SUFFIX = ".export.jsonl"  # a directory read takes these files only (labels may sit beside)
 _EXPORT_KEYS = {"schema", "topic", "partition", "offset", "timestamp_ms", "key", "headers", "value"}
+_DRAIN_S = 2.0  # past the end offsets, polls for records written before the read, at most
 _POLL_S = 0.5  # one poll's longest wait: the deadline is checked at least this often
 
 
@@ -43,11 +44,23 @@ def where(record: Record) -> str:
     return f"{record.topic}:{record.partition}:{record.offset}"
 
 
+def _bootstrap(brokers: str) -> list[str]:
+    """``HOST:PORT[,...]`` as a list; :class:`ConfigError` naming what is not one."""
+    out = [b.strip() for b in brokers.split(",") if b.strip()]
+    for b in out:
+        host, _, port = b.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"--brokers: {b!r} is not HOST:PORT")
+    if not out:
+        raise ConfigError(f"--brokers: {brokers!r} names no HOST:PORT")
+    return out
+
+
 def _consumer(brokers: str, timeout_ms: int) -> KafkaConsumer:
     """A consumer with no group and no commits, bootstrapping within ``timeout_ms``."""
     install_lenient_header_names()  # a non-UTF-8 header name must not stall a partition
     return KafkaConsumer(
-        bootstrap_servers=[b.strip() for b in brokers.split(",") if b.strip()],
+        bootstrap_servers=_bootstrap(brokers),
         group_id=None,
         enable_auto_commit=False,
         allow_auto_create_topics=False,
@@ -100,8 +113,9 @@ def _read_bounded(
     A broker whose high watermark counts record batches rather than records (Tansu) gives
     end offsets below its last record: the records of a fetched batch are kept whatever
     their offset when written before the read began, and once every partition is past its
-    end offset the read goes on while polls still bring such records (never past the
-    deadline). On a live topic the next records are newer, so that stops at once.
+    end offset the read goes on while polls still bring such records, for at most
+    :data:`_DRAIN_S` (and never past the deadline). On a live topic the next records are
+    newer, so that stops at once.
     """
     started_ms = int(time.time() * 1000)
     partitions = consumer.partitions_for_topic(topic)
@@ -135,7 +149,8 @@ def _read_bounded(
             todo.discard(tp)
             consumer.pause(tp)
     consumer.resume(*tps)
-    while time.monotonic() < deadline:
+    drain_until = min(deadline, time.monotonic() + _DRAIN_S)
+    while time.monotonic() < drain_until:
         batches = consumer.poll(timeout_ms=min(left_ms(), int(_POLL_S * 1000)))
         older = {
             tp: [r for r in records if r.timestamp <= started_ms] for tp, records in batches.items()
@@ -181,7 +196,7 @@ def export_path(out_dir: str | Path, topic: str) -> Path:
 
 
 def write_export(records: Sequence[Record], out_dir: str | Path, topic: str) -> Path:
-    """Write ``records`` (of ``topic``) to ``out_dir/TOPIC.jsonl`` atomically; its path.
+    """Write ``records`` (of ``topic``) to ``out_dir/TOPIC.export.jsonl`` atomically; its path.
 
     ``out_dir`` is created if missing; an earlier export of the topic is replaced whole.
     """
@@ -192,13 +207,14 @@ def write_export(records: Sequence[Record], out_dir: str | Path, topic: str) -> 
 
 
 def export_files(path: str | Path) -> list[Path]:
-    """The export files at ``path``: the file itself, or a directory's ``*.jsonl`` by name."""
+    """The export files at ``path``: the file itself, or a directory's ``*.export.jsonl`` by
+    name (other files, say the labels, may sit beside them)."""
     path = Path(path)
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise ConfigError(f"capture export {path}: no such file or directory")
-    files = sorted(p for p in path.iterdir() if p.suffix == EXPORT_SUFFIX and p.is_file())
+    files = sorted(p for p in path.iterdir() if p.name.endswith(EXPORT_SUFFIX) and p.is_file())
     if not files:
         raise ConfigError(f"capture export {path}: no {EXPORT_SUFFIX} file in the directory")
     return files
@@ -241,6 +257,8 @@ def _parse_line(raw: bytes) -> Record:
         obj = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("not JSON (nested too deep)") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     if obj.get("schema") != EXPORT_SCHEMA:

@@ -289,7 +289,7 @@ class Export(NamedTuple):
 def export_topic(
     brokers: str, topic: str, out_dir: str | Path, *, timeout_s: float = 30.0
 ) -> Export:
-    """Archive ``topic`` (up to its end offsets of now) into ``out_dir/TOPIC.jsonl``.
+    """Archive ``topic`` (up to its end offsets of now) into ``out_dir/TOPIC.export.jsonl``.
 
     Every record is kept as it was; ``problems`` names the ones that hold no usable input
     (payload-omitted stubs, records that are not capture copies).

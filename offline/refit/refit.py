@@ -58,6 +58,7 @@ from boxwatch.agent.artifact import (
     build_artifact_bytes,
     canonical_json,
     load_artifact,
+    resolve_created_at,
     write_artifact,
 )
 from boxwatch.agent.boxes import ACCEPT, REJECT, BoxRuntime, BoxSet
@@ -286,7 +287,8 @@ def refit(
     with, model digest mismatch), :class:`ConfigError` (config not the parent's, no
     validation set, no usable label, bad ``out``), ``KeyFileError`` and
     :class:`RefitGuardError` (a guard failed, not allowed: nothing written).
-    ``created_at``: the child's creation time (default ``SOURCE_DATE_EPOCH``, else now).
+    ``created_at``: the child's creation time (default ``SOURCE_DATE_EPOCH``, else now;
+    never before the parent's, :class:`ConfigError` otherwise).
     """
     start = time.perf_counter()
     progress = Progress(mode="off") if progress is None else progress
@@ -296,6 +298,12 @@ def refit(
     signer = load_private_key(private_key)
     art = load_artifact(parent, load_trusted_keys(list(public_keys)))
     parent_sha = _parent_digest(parent, art)
+    created_at = resolve_created_at(created_at)
+    if created_at < art.created_at:
+        raise ConfigError(
+            f"the child's creation time {created_at} is before its parent's "
+            f"({art.created_at}): an agent would refuse it as a rollback"
+        )
     if MODEL_SPEC not in art.members:
         raise ConfigError(f"{show_path(parent)}: the artifact monitors no model; nothing to refit")
     cfg = load_config(config)

@@ -144,3 +144,26 @@ def test_the_capture_report_prints_its_clusters_and_writes_its_folder(
     assert report["n_captures"] == N_CAPTURES
     assert f"{N_CAPTURES} captures" in result.stderr
     assert (tmp_path / "report" / "capture_report.html").is_file()
+
+
+def test_labels_it_cannot_join_are_warned_on_one_line_each(model_example, reviews, tmp_path):
+    captures, labels = reviews
+    odd = tmp_path / "labels.jsonl"
+    odd.write_text(
+        labels.read_text() + json.dumps({"id": "gone\nSECOND", "label": "correct"}) + "\n"
+    )
+    out = tmp_path / "child.bwa"
+    args = refit_args(model_example, (captures, odd), out, "--allow-guard-failure")
+    result = run(*args)
+    assert result.exit_code == EXIT_OK, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "no capture" in warnings[0] and "SECOND" in warnings[0]
+
+
+def test_a_child_created_before_its_parent_is_refused(model_example, reviews, tmp_path):
+    args = refit_args(model_example, reviews, tmp_path / "child.bwa")
+    at = args.index("--created-at")
+    args[at + 1] = "1000"
+    result = run(*args)
+    assert result.exit_code == EXIT_USAGE and "before its parent's" in result.stderr
+    assert not (tmp_path / "child.bwa").exists()

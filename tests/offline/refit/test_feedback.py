@@ -345,7 +345,8 @@ def test_a_recaptured_id_is_one_capture_and_a_conflicting_one_is_left_out():
 
 
 def test_a_malformed_export_line_stops_naming_file_and_line(tmp_path):
-    path = tmp_path / "c.jsonl"
+    path = tmp_path / "c.export.jsonl"
+    (tmp_path / "labels.jsonl").write_text("not an export\n")  # beside it: never read
     line = json.dumps(
         {
             "schema": "boxwatch.capture-export/1",
@@ -366,6 +367,15 @@ def test_a_malformed_export_line_stops_naming_file_and_line(tmp_path):
         read_captures(path, SHAPE)
     with pytest.raises(ConfigError, match="no such file or directory"):
         read_captures(tmp_path / "none", SHAPE)
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deep|not JSON"):
+        read_captures(path, SHAPE)
+
+
+@pytest.mark.parametrize("brokers", [",", "host:notaport", "nohost", ":9092"])
+def test_brokers_that_are_not_host_port_are_a_config_error(brokers):
+    with pytest.raises(ConfigError, match="--brokers"):
+        read_captures_topic(brokers, CAPTURE, SHAPE, timeout_s=5)
 
 
 # -- a real broker -----------------------------------------------------------------------------
@@ -415,7 +425,7 @@ def test_an_empty_topic_returns_at_once(broker, tmp_path):
     assert caps.ids == [] and caps.inputs.shape == (0, *SHAPE) and caps.problems == []
     assert export_captures(broker.bootstrap_servers, CAPTURE, tmp_path, timeout_s=20) == 0
     assert time.monotonic() - started < 5
-    assert (tmp_path / f"{CAPTURE}.jsonl").read_bytes() == b""
+    assert (tmp_path / f"{CAPTURE}.export.jsonl").read_bytes() == b""
     assert read_captures(tmp_path, SHAPE).ids == []
 
 
@@ -476,7 +486,7 @@ def test_export_captures_writes_the_topic_and_sums_it_up(broker, kafka, tmp_path
     result = CliRunner().invoke(cli, ["export-captures", *args], catch_exceptions=False)
     assert result.exit_code == EXIT_OK, result.output
     assert result.stderr.startswith(
-        f"exported 2 records of {CAPTURE!r} to {out / (CAPTURE + '.jsonl')}; "
+        f"exported 2 records of {CAPTURE!r} to {out / (CAPTURE + '.export.jsonl')}; "
         f"1 without a usable input (first: {CAPTURE}:"
     )
     assert len(result.stderr.splitlines()) == 1
