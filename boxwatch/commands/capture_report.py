@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -56,6 +57,7 @@ def capture_report_cmd(
     labels_path: Path | None,
     labels_topic: str | None,
     brokers: str | None,
+    client_options: dict[str, Any],
     timeout_s: float,
     bins: int,
 ) -> None:
@@ -79,8 +81,10 @@ def capture_report_cmd(
     """
     try:
         runtime = load_runtime(artifact, [str(k) for k in public_keys], model_path=model_path)
-        captures = load_captures(runtime, captures_path, captures_topic, brokers, timeout_s)
-        labels = load_labels(labels_path, labels_topic, brokers, timeout_s)
+        captures = load_captures(
+            runtime, captures_path, captures_topic, brokers, timeout_s, client_options
+        )
+        labels = load_labels(labels_path, labels_topic, brokers, timeout_s, client_options)
         joined = None if labels is None else labelled(runtime, captures, labels)
         report = capture_report(runtime, captures, labelled=joined, out_dir=out_dir, bins=bins)
     except BoxwatchError as exc:

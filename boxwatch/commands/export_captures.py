@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.inputs import one_line
 from boxwatch.commands.console import EXIT_USAGE, echo_err, fail
+from boxwatch.commands.feedback import parse_client_options
 from boxwatch.offline.refit.feedback import export_topic
 
 
@@ -25,6 +27,15 @@ from boxwatch.offline.refit.feedback import export_topic
     help="The directory to write TOPIC.export.jsonl into (created if missing).",
 )
 @click.option(
+    "--client-option",
+    "client_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=parse_client_options,
+    help="A kafka-python consumer option, repeatable: security_protocol=SASL_SSL, "
+    "sasl_mechanism=PLAIN, ssl_cafile=ca.pem ...",
+)
+@click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0, min_open=True),
@@ -32,7 +43,9 @@ from boxwatch.offline.refit.feedback import export_topic
     show_default=True,
     help="Give up (exit 2) when the topic is not read within this many seconds.",
 )
-def export_captures(brokers: str, topic: str, out_dir: Path, timeout_s: float) -> None:
+def export_captures(
+    brokers: str, topic: str, out_dir: Path, client_options: dict[str, Any], timeout_s: float
+) -> None:
     """Archive the capture topic TOPIC into OUT/TOPIC.export.jsonl.
 
     Reads every partition from the beginning up to the end offsets of the moment it starts
@@ -50,7 +63,7 @@ def export_captures(brokers: str, topic: str, out_dir: Path, timeout_s: float) -
     Exit codes: 0 exported; 2 broker unreachable, topic missing or too slow; 70 internal error.
     """
     try:
-        done = export_topic(brokers, topic, out_dir, timeout_s=timeout_s)
+        done = export_topic(brokers, topic, out_dir, timeout_s=timeout_s, client=client_options)
     except BoxwatchError as exc:
         fail(exc, EXIT_USAGE)
     except OSError as exc:

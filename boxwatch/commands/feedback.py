@@ -61,6 +61,15 @@ def feedback_options(
                 help="Kafka bootstrap servers of the topics.",
             ),
             click.option(
+                "--client-option",
+                "client_options",
+                multiple=True,
+                metavar="KEY=VALUE",
+                callback=parse_client_options,
+                help="A kafka-python consumer option for the topics, repeatable: "
+                "security_protocol=SASL_SSL, sasl_mechanism=PLAIN, ssl_cafile=ca.pem ...",
+            ),
+            click.option(
                 "--timeout",
                 "timeout_s",
                 type=click.FloatRange(min=0, min_open=True),
@@ -91,6 +100,20 @@ def feedback_options(
     return decorate
 
 
+def parse_client_options(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, Any]:
+    """``KEY=VALUE`` options as a mapping (values as written: kafka-python takes text for
+    its TLS and SASL settings)."""
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
 def sources_problems(
     captures_path: Path | None,
     captures_topic: str | None,
@@ -119,6 +142,7 @@ def load_captures(
     topic: str | None,
     brokers: str | None,
     timeout_s: float,
+    client: dict[str, Any] | None = None,
 ) -> Captures:
     """The captures, decoded into the artifact's input shape."""
     if runtime.preprocessing is None:
@@ -127,18 +151,22 @@ def load_captures(
     if path is not None:
         return read_captures(path, shape)
     assert topic is not None and brokers is not None
-    return read_captures_topic(brokers, topic, shape, timeout_s=timeout_s)
+    return read_captures_topic(brokers, topic, shape, timeout_s=timeout_s, client=client)
 
 
 def load_labels(
-    path: Path | None, topic: str | None, brokers: str | None, timeout_s: float
+    path: Path | None,
+    topic: str | None,
+    brokers: str | None,
+    timeout_s: float,
+    client: dict[str, Any] | None = None,
 ) -> Labels | None:
     """The labels, or None where none were given."""
     if path is not None:
         return read_labels(path)
     if topic is not None:
         assert brokers is not None
-        return read_labels_topic(brokers, topic, timeout_s=timeout_s)
+        return read_labels_topic(brokers, topic, timeout_s=timeout_s, client=client)
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -73,6 +74,7 @@ def refit_artifact(
     labels_path: Path | None,
     labels_topic: str | None,
     brokers: str | None,
+    client_options: dict[str, Any],
     timeout_s: float,
     allow_guard_failure: bool,
     created_at: int | None,
@@ -112,8 +114,10 @@ def refit_artifact(
         runtime = load_runtime(
             parent, keys, model_path=None if model is None else cfg.resolve(model.path)
         )
-        captures = load_captures(runtime, captures_path, captures_topic, brokers, timeout_s)
-        labels = load_labels(labels_path, labels_topic, brokers, timeout_s)
+        captures = load_captures(
+            runtime, captures_path, captures_topic, brokers, timeout_s, client_options
+        )
+        labels = load_labels(labels_path, labels_topic, brokers, timeout_s, client_options)
         assert labels is not None  # feedback_options(labels_required=True)
         joined = labelled(runtime, captures, labels)
         for problem in [*captures.problems, *joined.problems]:

@@ -13,12 +13,12 @@ import base64
 import binascii
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
 
 from boxwatch.agent.atomic import write_atomic
 from boxwatch.agent.errors import ConfigError
@@ -56,10 +56,12 @@ def _bootstrap(brokers: str) -> list[str]:
     return out
 
 
-def _consumer(brokers: str, timeout_ms: int) -> KafkaConsumer:
-    """A consumer with no group and no commits, bootstrapping within ``timeout_ms``."""
+def _consumer(brokers: str, timeout_ms: int, client: Mapping[str, Any]) -> KafkaConsumer:
+    """A consumer with no group and no commits, bootstrapping within ``timeout_ms``;
+    ``client``: more kafka-python options (TLS, SASL), which cannot undo those."""
     install_lenient_header_names()  # a non-UTF-8 header name must not stall a partition
     return KafkaConsumer(
+        **client,
         bootstrap_servers=_bootstrap(brokers),
         group_id=None,
         enable_auto_commit=False,
@@ -71,8 +73,16 @@ def _consumer(brokers: str, timeout_ms: int) -> KafkaConsumer:
     )
 
 
-def read_topic(brokers: str, topic: str, *, timeout_s: float = 30.0) -> list[Located]:
-    """Every record of ``topic`` up to the end offsets taken at the start, by partition.
+def read_topic(
+    brokers: str,
+    topic: str,
+    *,
+    timeout_s: float = 30.0,
+    client: Mapping[str, Any] | None = None,
+) -> list[Located]:
+    """Every record of ``topic`` up to the end offsets taken at the start, by partition
+    (``client``: kafka-python consumer options, say ``security_protocol``, for a secured
+    cluster).
 
     Raises :class:`~boxwatch.agent.kafka.base.KafkaUnavailable` when the brokers cannot be
     reached or the records do not all arrive within ``timeout_s`` seconds, and
@@ -86,7 +96,9 @@ def read_topic(brokers: str, topic: str, *, timeout_s: float = 30.0) -> list[Loc
         return max(1, int((deadline - time.monotonic()) * 1000))
 
     try:
-        consumer = _consumer(brokers, left_ms())
+        consumer = _consumer(brokers, left_ms(), dict(client or {}))
+    except KafkaConfigurationError as exc:  # an option kafka-python does not know
+        raise ConfigError(f"--client-option: {exc}") from None
     except KafkaTimeoutError:
         raise KafkaUnavailable(f"cannot reach Kafka at {brokers} within {timeout_s:g} s") from None
     except KafkaError as exc:

@@ -29,10 +29,10 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -171,13 +171,19 @@ def read_labels(path: str | Path) -> Labels:
     return labels
 
 
-def read_labels_topic(brokers: str, topic: str, *, timeout_s: float = 30.0) -> Labels:
+def read_labels_topic(
+    brokers: str,
+    topic: str,
+    *,
+    timeout_s: float = 30.0,
+    client: Mapping[str, Any] | None = None,
+) -> Labels:
     """The labels on a Kafka topic (one per record), read up to its end offsets of now.
 
     A malformed record is skipped and reported in ``problems`` (``topic:partition:offset``).
     """
     labels = Labels()
-    for where, record in read_topic(brokers, topic, timeout_s=timeout_s):
+    for where, record in read_topic(brokers, topic, timeout_s=timeout_s, client=client):
         try:
             labels.append(parse_label(record.value or b"", where=where))
         except ValueError as exc:
@@ -272,10 +278,16 @@ def read_captures(path: str | Path, shape: Sequence[int]) -> Captures:
 
 
 def read_captures_topic(
-    brokers: str, topic: str, shape: Sequence[int], *, timeout_s: float = 30.0
+    brokers: str,
+    topic: str,
+    shape: Sequence[int],
+    *,
+    timeout_s: float = 30.0,
+    client: Mapping[str, Any] | None = None,
 ) -> Captures:
-    """The captures on ``topic`` up to its end offsets of now, decoded into ``shape``."""
-    return decode_captures(read_topic(brokers, topic, timeout_s=timeout_s), shape)
+    """The captures on ``topic`` up to its end offsets of now, decoded into ``shape``
+    (``client``: kafka-python consumer options, :func:`~.archive.read_topic`)."""
+    return decode_captures(read_topic(brokers, topic, timeout_s=timeout_s, client=client), shape)
 
 
 class Export(NamedTuple):
@@ -287,14 +299,19 @@ class Export(NamedTuple):
 
 
 def export_topic(
-    brokers: str, topic: str, out_dir: str | Path, *, timeout_s: float = 30.0
+    brokers: str,
+    topic: str,
+    out_dir: str | Path,
+    *,
+    timeout_s: float = 30.0,
+    client: Mapping[str, Any] | None = None,
 ) -> Export:
     """Archive ``topic`` (up to its end offsets of now) into ``out_dir/TOPIC.export.jsonl``.
 
     Every record is kept as it was; ``problems`` names the ones that hold no usable input
     (payload-omitted stubs, records that are not capture copies).
     """
-    located = read_topic(brokers, topic, timeout_s=timeout_s)
+    located = read_topic(brokers, topic, timeout_s=timeout_s, client=client)
     path = write_export([r for _, r in located], out_dir, topic)
     problems = [
         f"{where}: {why}" for where, record in located if (why := copy_problem(record)) is not None

@@ -372,6 +372,13 @@ def test_a_malformed_export_line_stops_naming_file_and_line(tmp_path):
         read_captures(path, SHAPE)
 
 
+def test_a_client_option_kafka_python_does_not_know_is_a_config_error():
+    with pytest.raises(ConfigError, match="--client-option: .*bogus_option"):
+        read_captures_topic(
+            "127.0.0.1:1", CAPTURE, SHAPE, timeout_s=5, client={"bogus_option": "1"}
+        )
+
+
 @pytest.mark.parametrize("brokers", [",", "host:notaport", "nohost", ":9092"])
 def test_brokers_that_are_not_host_port_are_a_config_error(brokers):
     with pytest.raises(ConfigError, match="--brokers"):
