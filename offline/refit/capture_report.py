@@ -70,6 +70,7 @@ MIN_LABELLED = 3
 SAMPLE_IDS = 5  # ids listed per cluster (its earliest captures)
 MAX_DIMS = 50  # the clustering's features are projected (PCA) to at most this many
 NEAREST_CHUNK = 1024  # rows whose nearest neighbours are found at once
+DISTANCE_BLOCK = 1 << 22  # values (rows x classes x features) measured against boxes at once
 LABEL_SPLIT = ("correct", "wrong", "unknown", "unlabelled")
 _COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e")
 _NEW_COLOR = "#d62728"
@@ -321,25 +322,20 @@ def _scale(boxes: BoxRuntime, layer: str) -> float:
     return float(s) if s > 0 and math.isfinite(s) else 1.0
 
 
-def _class_distances(
-    boxes: BoxRuntime, feats: Mapping[str, np.ndarray], n: int, classes: np.ndarray | None = None
-) -> np.ndarray:
-    """Distance of each row of ``feats`` to each class's good boxes (or to ``classes[i]``'s
-    only: shape (n, 1)), the monitor's unit; ``inf`` to a class without boxes."""
-    cols = np.arange(boxes.n_classes) if classes is None else None
-    width = boxes.n_classes if classes is None else 1
-    total = np.zeros((n, width))
-    if n == 0:
-        return total
+def _class_distances(boxes: BoxRuntime, feats: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """Distance of each row of ``feats`` to each class's good boxes, the monitor's unit;
+    ``inf`` to a class without boxes. Rows go in blocks of about :data:`DISTANCE_BLOCK`
+    values (a row repeated once per class), so memory stays bounded at any class count."""
+    k = boxes.n_classes
+    cols = np.arange(k)
+    total = np.zeros((n, k))
     for layer in boxes.layers:
         f = feats[layer]
-        if classes is None:
-            assert cols is not None
-            d = boxes.good[layer].distance(np.repeat(f, len(cols), axis=0), np.tile(cols, n))
-            d = d.reshape(n, len(cols))
-        else:
-            d = boxes.good[layer].distance(f, classes)[:, None]
-        total += (d / _scale(boxes, layer)) ** 2
+        step = max(1, DISTANCE_BLOCK // max(1, k * f.shape[1]))
+        for s in range(0, n, step):
+            part = f[s : s + step]
+            d = boxes.good[layer].distance(np.repeat(part, k, axis=0), np.tile(cols, len(part)))
+            total[s : s + len(part)] += (d.reshape(len(part), k) / _scale(boxes, layer)) ** 2
     return np.sqrt(total / max(1, len(boxes.layers)))
 
 
