@@ -8,19 +8,18 @@ from pathlib import Path
 import click
 
 from boxwatch.agent.errors import ArtifactError, KeyFileError, MissingArtifactError
-from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, echo_err, fail
+from boxwatch.commands.console import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    echo_err,
+    fail,
+    trusted_keys_option,
+)
 
 
 @click.command("verify-artifact")
 @click.argument("artifact", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--public-key",
-    "public_keys",
-    multiple=True,
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trusted public key (PEM); repeat to trust several during key rotation.",
-)
+@trusted_keys_option("Trusted public key (PEM); repeat to trust several during key rotation.")
 def verify_artifact(artifact: Path, public_keys: tuple[Path, ...]) -> None:
     """Check an artifact's container, signature, schema and member digests.
 

@@ -10,7 +10,7 @@ import click
 from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.inputs import one_line
 from boxwatch.agent.runtime import load_runtime
-from boxwatch.commands.console import EXIT_USAGE, aligned, echo_err, fail
+from boxwatch.commands.console import EXIT_USAGE, aligned, echo_err, fail, trusted_keys_option
 from boxwatch.commands.feedback import feedback_options, labelled, load_captures, load_labels
 from boxwatch.offline.refit.capture_report import BINS, REPORT_NAME, capture_report
 
@@ -24,14 +24,7 @@ from boxwatch.offline.refit.capture_report import BINS, REPORT_NAME, capture_rep
     type=click.Path(dir_okay=False, path_type=Path),
     help="The model file the artifact monitors (its digest is checked, as the agent does).",
 )
-@click.option(
-    "--public-key",
-    "public_keys",
-    multiple=True,
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trusted public key (PEM); repeat for several.",
-)
+@trusted_keys_option("Trusted public key (PEM); repeat for several.")
 @click.option(
     "--out",
     "out_dir",

@@ -16,7 +16,7 @@ the exit code, the one place that does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -42,6 +42,19 @@ class VerbExit(Exception):
         super().__init__(code, *lines)
         self.code = code
         self.lines = lines
+
+
+def trusted_keys_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--public-key PATH`` (repeatable, required) handed to the verb as ``public_keys``:
+    the keys an artifact must be signed with."""
+    return click.option(
+        "--public-key",
+        "public_keys",
+        multiple=True,
+        required=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=help_text,
+    )
 
 
 def echo_err(message: str) -> None:

@@ -13,7 +13,15 @@ from boxwatch.agent.errors import BoxwatchError
 from boxwatch.agent.inputs import one_line
 from boxwatch.agent.runtime import load_runtime
 from boxwatch.commands.build import KEY_FILE_ENV
-from boxwatch.commands.console import EXIT_FAILED, EXIT_USAGE, aligned, echo_err, fail, finish
+from boxwatch.commands.console import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    aligned,
+    echo_err,
+    fail,
+    finish,
+    trusted_keys_option,
+)
 from boxwatch.commands.feedback import feedback_options, labelled, load_captures, load_labels
 from boxwatch.commands.options import progress_option
 from boxwatch.offline.progress import Progress
@@ -29,14 +37,7 @@ from boxwatch.offline.release.config import load_config
     type=click.Path(dir_okay=False, path_type=Path),
     help="The build config the parent was built from (its data and model are read again).",
 )
-@click.option(
-    "--public-key",
-    "public_keys",
-    multiple=True,
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trusted public key (PEM) the parent must be signed with; repeat for several.",
-)
+@trusted_keys_option("Trusted public key (PEM) the parent must be signed with; repeat for several.")
 @click.option(
     "--key",
     "key_path",
