@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,13 +44,17 @@ from boxwatch.offline.refit.archive import (
     Located,
     read_export,
     read_topic,
+    stream_topic,
     write_export,
 )
+from boxwatch.offline.refit.archive import where as located_at
 
 CORRECT, WRONG, UNKNOWN, NEW = "correct", "wrong", "unknown", "new"
 # A label's kind: the model's prediction was right; it was wrong (the true class is named);
 # the input is none of the model's classes; it is a new kind of input (tagged by a name).
 LABEL_KINDS = (CORRECT, WRONG, UNKNOWN, NEW)
+# An export lists this many of its unusable records (it counts them all).
+LISTED_PROBLEMS = 20
 
 
 @dataclass(frozen=True)
@@ -291,10 +295,12 @@ def read_captures_topic(
 
 
 class Export(NamedTuple):
-    """What :func:`export_topic` wrote: the file, its records, and those no join can use."""
+    """What :func:`export_topic` wrote: the file, its records, how many of them no join can
+    use, and the first :data:`LISTED_PROBLEMS` of those, each with where it is and why."""
 
     path: Path
     records: int
+    unusable: int
     problems: list[str]
 
 
@@ -306,17 +312,30 @@ def export_topic(
     timeout_s: float = 30.0,
     client: Mapping[str, Any] | None = None,
 ) -> Export:
-    """Archive ``topic`` (up to its end offsets of now) into ``out_dir/TOPIC.export.jsonl``.
+    """Archive ``topic`` (up to its end offsets of now) into ``out_dir/TOPIC.export.jsonl``,
+    streamed to disk (memory does not grow with the topic).
 
-    Every record is kept as it was; ``problems`` names the ones that hold no usable input
+    Every record is kept as it was; ``unusable`` counts the ones that hold no usable input
     (payload-omitted stubs, records that are not capture copies).
     """
-    located = read_topic(brokers, topic, timeout_s=timeout_s, client=client)
-    path = write_export([r for _, r in located], out_dir, topic)
-    problems = [
-        f"{where}: {why}" for where, record in located if (why := copy_problem(record)) is not None
-    ]
-    return Export(path, len(located), problems)
+    count, unusable = 0, 0
+    problems: list[str] = []
+
+    def checked(records: Iterator[Record]) -> Iterator[Record]:
+        nonlocal count, unusable
+        for record in records:
+            count += 1
+            why = copy_problem(record)
+            if why is not None:
+                unusable += 1
+                if len(problems) < LISTED_PROBLEMS:
+                    problems.append(f"{located_at(record)}: {why}")
+            yield record
+
+    path = write_export(
+        checked(stream_topic(brokers, topic, timeout_s=timeout_s, client=client)), out_dir, topic
+    )
+    return Export(path, count, unusable, problems)
 
 
 def export_captures(
