@@ -4,8 +4,9 @@
 digest against the model file its build config names), the **build config it was built
 from** (refused unless its file digest, else its values, equal what the parent records),
 and the labelled captures (:class:`~.feedback.LabelledCaptures`). It reads the training,
-validation and unknown sets the config names with the build's own loaders and runs them
-through the model as the build does.
+validation and unknown sets the config names with the build's own loaders (the training
+set refused unless its digest is the one the parent stores, where it stores one) and runs
+them through the model as the build does.
 
 * **Affected classes**: the parent model's predicted class of each capture labelled
   ``correct`` (one more *good* row of that class) or ``wrong: t`` (one more *bad* row of
@@ -18,8 +19,9 @@ through the model as the build does.
   the build's tau-k-means (:func:`~boxwatch.offline.monitors.estimator.build_sweep` on
   those classes only, with the build's candidate taus, the parent's tau of that class and
   layer, and the build's seed) on its training rows (the training inputs the model
-  predicts as the class) and its captured rows. Every other class keeps the parent's boxes
-  byte for byte; only the training rows of affected classes are kept from the model's pass.
+  predicts as the class, found from the predictions the build stores:
+  :mod:`~boxwatch.offline.release.train_predictions`; only those rows go through the model)
+  and its captured rows. Every other class keeps the parent's boxes byte for byte.
 * **Recalibration**: the threshold, confidence floor and error model are set as the build
   sets them (:meth:`BoxMonitor.calibrate` on the validation set, with ``data.unknown``).
   Labelled captures do not join the calibration population: they are the tail the parent
@@ -286,8 +288,8 @@ def refit(
     and write the signed child artifact to ``out`` (see the module's docstring).
 
     Raises :class:`~boxwatch.agent.errors.ArtifactError` (parent untrusted or tampered
-    with, model digest mismatch), :class:`ConfigError` (config not the parent's, no
-    validation set, no usable label, bad ``out``), ``KeyFileError`` and
+    with, model digest mismatch), :class:`ConfigError` (config or training data not the
+    parent's, no validation set, no usable label, bad ``out``), ``KeyFileError`` and
     :class:`RefitGuardError` (a guard failed, not allowed: nothing written).
     ``created_at``: the child's creation time (default ``SOURCE_DATE_EPOCH``, else now;
     never before the parent's, :class:`ConfigError` otherwise).
