@@ -35,7 +35,14 @@ from boxwatch.agent.boxes import BoxRuntime
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.inputs import one_line, quote
 from boxwatch.agent.keys import key_id
-from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES, VERIFICATION
+from boxwatch.agent.members import (
+    BOXES_PREFIX,
+    DIAGRAM_PREFIX,
+    MODEL_SPEC,
+    RULES,
+    TRAIN_PREDICTIONS,
+    VERIFICATION,
+)
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
 from boxwatch.agent.taps import INPUT_LAYER, LayerInfo, Tap, open_tap
@@ -70,6 +77,7 @@ from boxwatch.offline.release.records import (
     VerdictsSummary,
 )
 from boxwatch.offline.release.store import ActivationStore
+from boxwatch.offline.release.train_predictions import predictions_member
 
 EXTRACT_BATCH = 512
 CONFIG_RULE = (
@@ -675,6 +683,11 @@ def _model_half(
         "input_range": input_range(mi).to_dict(),
     }
     parts.members.update(monitor.members(BOXES_PREFIX))
+    # What a refit reads to find a class's training rows without the model's pass.
+    x_train, y_train = mi.data["train"]
+    parts.members[TRAIN_PREDICTIONS] = predictions_member(
+        x_train, y_train, monitor.logits["train"].argmax(axis=1), len(mi.classes)
+    )
     parts.contents.update(_monitor_contents(mi, monitor))
     summary = ModelSummary(
         path=str(mi.path),
