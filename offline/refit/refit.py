@@ -657,7 +657,7 @@ def _refit_boxes(
     y_true = np.concatenate([p.labels for p in parts])
     y_pred = np.concatenate([p.pred for p in parts])
     params = est.get_params()
-    with direct_kmeans():  # KMeans' result bit for bit, without its input checks
+    with direct_kmeans():  # KMeans' steps without its input checks
         sweep = build_sweep(
             acts,
             y_true,
