@@ -38,7 +38,13 @@ import numpy as np
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import Record
-from boxwatch.agent.outputs import OMITTED_HEADER
+from boxwatch.agent.outputs import (
+    LAYER_HEADER,
+    NEAREST_HEADER,
+    OMITTED_HEADER,
+    REASON_HEADER,
+    VERDICT_HEADER,
+)
 from boxwatch.agent.records import BadRecord, _record_id, decode_model_input, parse_json_object
 from boxwatch.offline.refit.archive import (
     Located,
@@ -200,7 +206,7 @@ def copy_problem(record: Record) -> str | None:
     headers = dict(record.headers)
     if headers.get(OMITTED_HEADER) == b"true":
         return "payload omitted by the agent (a boxwatch.payload-omitted/1 stub): the input is gone"
-    missing = [h for h in ("boxwatch-verdict", "boxwatch-reason") if headers.get(h) is None]
+    missing = [h for h in (VERDICT_HEADER, REASON_HEADER) if headers.get(h) is None]
     if missing:
         return f"not a capture copy: no {' or '.join(missing)} header"
     return None
@@ -268,10 +274,10 @@ def decode_captures(located: Sequence[Located], shape: Sequence[int]) -> Capture
         ids=[r[0] for r in kept],
         inputs=(np.stack([r[1] for r in kept]) if kept else np.empty((0, *shape), np.float32)),
         timestamps_ms=np.array([r[2].timestamp for r in kept], dtype=np.int64),
-        verdicts=[_text(h["boxwatch-verdict"]) or "" for h in headers],
-        reasons=[_text(h["boxwatch-reason"]) or "" for h in headers],
-        layers=[_text(h.get("boxwatch-layer")) for h in headers],
-        nearest_classes=[_text(h.get("boxwatch-nearest-class")) for h in headers],
+        verdicts=[_text(h[VERDICT_HEADER]) or "" for h in headers],
+        reasons=[_text(h[REASON_HEADER]) or "" for h in headers],
+        layers=[_text(h.get(LAYER_HEADER)) for h in headers],
+        nearest_classes=[_text(h.get(NEAREST_HEADER)) for h in headers],
         problems=problems,
     )
 

@@ -74,7 +74,7 @@ from boxwatch.offline.monitors.estimator import BoxMonitor, build_sweep
 from boxwatch.offline.monitors.taukmeans import direct_kmeans
 from boxwatch.offline.progress import Progress
 from boxwatch.offline.refit.feedback import CORRECT, NEW, UNKNOWN, WRONG, LabelledCaptures
-from boxwatch.offline.release.config import BuildConfig, load_config
+from boxwatch.offline.release.config import BuildConfig, load_config, unknown_sets
 from boxwatch.offline.release.emitted import shares
 from boxwatch.offline.release.monitor_stage import Tapped
 from boxwatch.offline.release.pipeline import (
@@ -327,7 +327,8 @@ def refit(
 
     t0 = time.perf_counter()
     stored = stored_predictions(art, *mi.data["train"], len(mi.classes))
-    measured = [name for name in mi.data if name == VALIDATION or _is_unknown(name)]
+    unknowns = set(unknown_sets(mi.data))
+    measured = [name for name in mi.data if name == VALIDATION or name in unknowns]
     inputs = _captured_inputs(labelled, mi)
     total = sum(len(mi.data[name][0]) for name in ["train", *measured]) + len(inputs)
     earlier = _earlier_rows(art, mi)
@@ -435,11 +436,6 @@ def _carried(
 
 def _finite(v: float | None) -> float | None:
     return None if v is None or not np.isfinite(v) else float(v)
-
-
-def _is_unknown(name: str) -> bool:
-    """Whether a data set of the config is an unknown set (``unknown``, ``unknown_*``)."""
-    return name == "unknown" or name.startswith("unknown_")
 
 
 def _parent_digest(parent: Path, art: Artifact) -> str:
@@ -716,7 +712,7 @@ def _table(
     val = sets[VALIDATION]
     right = val.pred == val.labels
     kinds = np.asarray(used.kinds, dtype=object)
-    unknown = sorted((n for n in sets if _is_unknown(n)), key=lambda n: (n != "unknown", n))
+    unknown = unknown_sets(sets)
     rows: list[tuple[str, str, str, np.ndarray]] = [
         (VALIDATION, CORRECT_KNOWN, VALIDATION, right),
         (VALIDATION, MISCLASSIFIED_KNOWN, VALIDATION, ~right),

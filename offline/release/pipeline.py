@@ -50,7 +50,7 @@ from boxwatch.offline.monitors.baselines import BASELINES as TABLE
 from boxwatch.offline.monitors.baselines import NEEDS
 from boxwatch.offline.progress import Phase, Progress
 from boxwatch.offline.release import bn_stage, emitted, layer_choice
-from boxwatch.offline.release.config import BuildConfig
+from boxwatch.offline.release.config import BuildConfig, unknown_sets
 from boxwatch.offline.release.datasets import load_dataset
 from boxwatch.offline.release.memory import MemoryEstimate, MemoryGuard, Resources, estimate
 from boxwatch.offline.release.monitor_stage import MonitorOutcome, fit_monitors, input_alone
@@ -816,10 +816,7 @@ def _run_held_out(half: _ModelHalf, draft: Artifact) -> _HeldOut:
         sets["validation"] = (x[rows], None if y is None else y[rows])
         logits["validation"] = monitor.logits["train"][rows]
         acts["validation"] = {k: v[rows] for k, v in monitor.acts["train"].items()}
-    unknown_names = sorted(
-        (n for n in mi.data if n == "unknown" or n.startswith("unknown_")),
-        key=lambda n: (n != "unknown", n),
-    )
+    unknown_names = unknown_sets(mi.data)
     for name in unknown_names:
         sets[name] = mi.data[name]
         logits[name] = monitor.logits[name]
