@@ -67,8 +67,8 @@ BOX_BYTES = 32
 MODEL_WORKSPACE = 3
 # A worker process of the per-class jobs: its interpreter with numpy and scikit-learn
 # (158 MB resident, measured), and one job's rows in flight (CHUNK_VALUES values) in float64
-# this many times over (pickled, unpickled, k-means' copies). Checked against bench/scale.py:
-# 0.31 and 0.35 GB a worker at 1,000 x 512 x 50,000 and 1,000 x 2,048 x 200,000 on 2 cores.
+# this many times over (pickled, unpickled, k-means' copies): 200 MiB. Checked against
+# bench/scale.py: 0.20-0.21 GB a worker at 1,000 x 512 x 50,000 on 2 cores.
 WORKER_BASE = 160 << 20
 WORKER_JOB_COPIES = 5
 # A bound below this is a typo, not a machine (it cannot hold the interpreter).
