@@ -7,7 +7,9 @@ fixed order), so a fit gives the same boxes whatever runs the jobs: one process
 this machine (``n_jobs=-1``), or a Dask or Ray cluster behind joblib's backends
 (``with joblib.parallel_config(backend="dask"): monitor.fit(...)``). Jobs take a few
 classes each, gathered by the caller's process (their rows only: the activations are
-never copied whole, so they may be memory-mapped), and run k-means single-threaded.
+never copied whole, so they may be memory-mapped), and run k-means single-threaded;
+as many jobs wait dispatched as there are workers (joblib's ``pre_dispatch``), each holding
+its rows in this process until sent.
 """
 
 from __future__ import annotations
@@ -276,7 +278,7 @@ def sweep_classes(
                 yield task, task.good.size + task.bad.size + 1
 
     jobs = (delayed(_sweep_job)(chunk, km) for chunk in _chunked(tasks()))
-    for done in Parallel(n_jobs=n_jobs, return_as="generator")(jobs):
+    for done in Parallel(n_jobs=n_jobs, return_as="generator", pre_dispatch="n_jobs")(jobs):
         yield from done
 
 
@@ -314,7 +316,11 @@ def coverage_taus(
 
     jobs = (delayed(_coverage_job)(chunk, km, eps_cov, eps_ival) for chunk in _chunked(tasks()))
     flat = iter(
-        [tau for done in Parallel(n_jobs=n_jobs, return_as="generator")(jobs) for tau in done]
+        [
+            tau
+            for done in Parallel(n_jobs=n_jobs, return_as="generator", pre_dispatch="n_jobs")(jobs)
+            for tau in done
+        ]
     )
     out = {}
     for li, layer in enumerate(layers):
