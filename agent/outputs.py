@@ -117,16 +117,23 @@ class VerdictHead(NamedTuple):
     layers: tuple[str, ...]  # each monitored layer's verdict, in ``VerdictHeads.layer_names``
 
 
+HeadLabels = tuple[tuple[str, str], tuple[str, str], tuple[tuple[str, str, str], ...]]
+"""A head's label values in the verdict metrics: (verdict, class), (verdict, reason), and
+(layer, layer verdict, class) per monitored layer."""
+
+
 class VerdictHeads(NamedTuple):
     """A batch's distinct :class:`VerdictHead` s: input ``i`` has ``heads[of[i]]``, and
-    ``counts[k]`` inputs have ``heads[k]`` (what the verdict metrics add up); ``json[k]``
-    is ``heads[k]`` as its fields sit in the record, between the source and the score."""
+    ``counts[k]`` inputs have ``heads[k]``; ``json[k]`` is ``heads[k]`` as its fields sit in
+    the record (between the source and the score), ``labels[k]`` what the verdict metrics
+    count it under."""
 
     heads: list[VerdictHead]
     of: list[int]
     counts: list[int]
     layer_names: tuple[str, ...]
     json: list[bytes]
+    labels: list[HeadLabels]
 
 
 def _combinations(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -181,7 +188,7 @@ class VerdictEncoder:
             f',"artifact_id":{_json_str(artifact_id)},"model_version":{_json_str(model_version)}'
         ).encode()
         self._names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
-        self._heads: dict[tuple[int, ...], tuple[VerdictHead, bytes]] = {}
+        self._heads: dict[tuple[int, ...], tuple[VerdictHead, bytes, HeadLabels]] = {}
 
     def heads(
         self,
@@ -208,7 +215,7 @@ class VerdictEncoder:
             self._names = names
             self._heads = {}
         if not len(predicted):
-            return VerdictHeads([], [], [], names[0], [])
+            return VerdictHeads([], [], [], names[0], [], [])
         codes = np.stack(
             [
                 predicted,
@@ -221,22 +228,24 @@ class VerdictEncoder:
             axis=1,
         ).astype(np.int64, copy=False)
         first, of = _combinations(codes)
-        heads, json = [], []
+        heads, json, labels = [], [], []
         for row in map(tuple, codes[first].tolist()):
             known = self._heads.get(row)
             if known is None:
                 known = self._heads[row] = self._encode_head(row)
             heads.append(known[0])
             json.append(known[1])
+            labels.append(known[2])
         counts = np.bincount(of, minlength=len(first)).tolist()
-        return VerdictHeads(heads, of.tolist(), counts, names[0], json)
+        return VerdictHeads(heads, of.tolist(), counts, names[0], json, labels)
 
     def _class(self, c: int) -> str | None:
         classes = self.classes
         return None if c < 0 else classes[c] if c < len(classes) else str(c)
 
-    def _encode_head(self, row: tuple[int, ...]) -> tuple[VerdictHead, bytes]:
-        """A head from its codes, and its fields as they sit between source and score."""
+    def _encode_head(self, row: tuple[int, ...]) -> tuple[VerdictHead, bytes, HeadLabels]:
+        """A head from its codes, its fields as they sit between source and score, and its
+        metric labels."""
         p, v, r, k, c, *per_layer = row
         layer_names, reason_layers = self._names
         head = VerdictHead(
@@ -258,7 +267,12 @@ class VerdictEncoder:
             f'"reason":{_json_str(head.reason)},"layer":{_json_or_null(head.layer)},'
             f'"nearest_class":{_json_or_null(head.nearest)},"layers":{{{layer_json}}}'
         ).encode()
-        return head, middle
+        labels = (
+            (head.verdict, head.predicted),
+            (head.verdict, head.reason),
+            tuple((n, x, head.predicted) for n, x in zip(layer_names, head.layers, strict=True)),
+        )
+        return head, middle, labels
 
     def outputs(
         self,

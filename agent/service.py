@@ -78,6 +78,7 @@ MAX_REFUSALS = 2  # sends of one output the producer or broker refuses, before i
 # are checked against max_output_bytes before sending; verdicts and gate records are small.
 _FOREIGN_KINDS = frozenset({"dead_letter", "capture", "release", "review"})
 _KIND = attrgetter("kind")
+_TOPIC, _HEADERS, _TIMESTAMP = attrgetter("topic"), attrgetter("headers"), attrgetter("timestamp")
 
 
 @dataclass
@@ -331,7 +332,7 @@ class Agent:
         self._commit(records)
         self._count_delivered(tally, delivered)
         now = time.time()
-        stamps = np.array([rec.timestamp or 0 for rec in records], dtype=np.float64)
+        stamps = np.array(list(map(_TIMESTAMP, records)), dtype=np.float64)  # None: NaN
         observe_many(
             self.metrics.end_to_end_seconds, np.maximum(now - stamps[stamps > 0] / 1000.0, 0.0)
         )
@@ -353,16 +354,19 @@ class Agent:
         outputs: list[Output] = []
         model_recs: list[Consumed] = []
         bn_recs: list[Consumed] = []
-        n_model = 0
-        for rec in records:
-            n_model += rec.topic == model_topic
-            problem = header_problem(rec.headers)
-            if problem is not None:
-                outputs.append(self._dead_letter(rec, "bad_header", problem))
-            elif rec.topic == model_topic:
-                model_recs.append(rec)
-            elif rec.topic == bn_topic:
-                bn_recs.append(rec)
+        topics = list(map(_TOPIC, records))
+        problems = list(map(header_problem, map(_HEADERS, records)))
+        n_model = topics.count(model_topic)
+        if n_model == len(records) and problems.count(None) == len(records):
+            model_recs = records  # the usual batch: model inputs only, all headers readable
+        else:
+            for rec, topic, problem in zip(records, topics, problems, strict=True):
+                if problem is not None:
+                    outputs.append(self._dead_letter(rec, "bad_header", problem))
+                elif topic == model_topic:
+                    model_recs.append(rec)
+                elif topic == bn_topic:
+                    bn_recs.append(rec)
         if n_model:
             self.metrics.series(self.metrics.inputs, "model").inc(n_model)
         if len(records) - n_model:
@@ -440,11 +444,16 @@ class Agent:
                         reason_headers(h.verdict, h.reason, h.layer, h.nearest),
                     )
                 )
-        for h, n in zip(heads.heads, heads.counts, strict=True):
-            tally.verdicts[(h.verdict, h.predicted)] += n
-            tally.reasons[(h.verdict, h.reason)] += n
-            for layer, v in zip(heads.layer_names, h.layers, strict=True):
-                tally.layer_verdicts[(layer, v, h.predicted)] += n
+        verdict_counts, reason_counts, layer_counts = (
+            tally.verdicts,
+            tally.reasons,
+            tally.layer_verdicts,
+        )
+        for (by_class, by_reason, by_layer), n in zip(heads.labels, heads.counts, strict=True):
+            verdict_counts[by_class] += n
+            reason_counts[by_reason] += n
+            for labels in by_layer:
+                layer_counts[labels] += n
         tally.scores.append(scores)
         if res.out_of_range is not None:
             tally.out_of_range += self._note_out_of_range(int(res.out_of_range.sum()), len(good))
@@ -564,11 +573,13 @@ class Agent:
         (nothing is committed then, so the batch is consumed again after restart).
         """
         limit = self.cfg["max_output_bytes"]
-        final = [
-            omit_payload(o) if o.kind in _FOREIGN_KINDS and output_bytes(o) > limit else o
-            for o in outputs
-        ]
-        stubbed = {i for i, (a, b) in enumerate(zip(outputs, final, strict=True)) if a is not b}
+        final = list(outputs)
+        stubbed: set[int] = set()
+        if not _FOREIGN_KINDS.isdisjoint(map(_KIND, outputs)):
+            for i, o in enumerate(outputs):
+                if o.kind in _FOREIGN_KINDS and output_bytes(o) > limit:
+                    final[i] = omit_payload(o)
+                    stubbed.add(i)
         refusals: _Counter = _Counter()
         dropped: set[int] = set()
         todo = list(range(len(final)))
@@ -612,6 +623,8 @@ class Agent:
         self._set_connected(True)
         for i in stubbed - dropped:
             self.metrics.outputs_omitted.labels(final[i].kind).inc()
+        if not dropped:
+            return final
         return [out for i, out in enumerate(final) if i not in dropped]
 
     def _after_refusal(
@@ -663,11 +676,8 @@ class Agent:
         )
 
     def _commit(self, records: list[Consumed]) -> None:
-        offsets: dict[Partition, int] = {}
-        for r in records:
-            tp = (r.topic, r.partition)
-            if r.offset >= offsets.get(tp, -1):
-                offsets[tp] = r.offset + 1
+        # A partition's records come in offset order: its last one sets the commit.
+        offsets: dict[Partition, int] = {(r.topic, r.partition): r.offset + 1 for r in records}
         attempt = 0
         while True:
             try:

@@ -166,6 +166,22 @@ def test_heads_count_each_distinct_combination():
     )
     assert sorted(heads.counts) == sorted(want.values())
     assert sum(heads.counts) == n and len(set(heads.heads)) == len(heads.heads)
+    by_label: Counter = Counter()
+    for (by_class, by_reason, by_layer), count in zip(heads.labels, heads.counts, strict=True):
+        by_label.update({by_class: count, by_reason: count, **dict.fromkeys(by_layer, count)})
+    names = {
+        "predicted": [b["classes"][c] for c in b["predicted"].tolist()],
+        "verdicts": [VERDICTS[v] for v in b["verdicts"].tolist()],
+        "reasons": [VERDICT_REASONS[r] for r in b["reasons"].codes.tolist()],
+        "l1": [VERDICTS[v] for v in b["layers"]["l1"].tolist()],
+    }
+    assert by_label == Counter(
+        [
+            *zip(names["verdicts"], names["predicted"], strict=True),
+            *zip(names["verdicts"], names["reasons"], strict=True),
+            *(("l1", v, c) for v, c in zip(names["l1"], names["predicted"], strict=True)),
+        ]
+    )
     for i in range(n):
         h = heads.heads[heads.of[i]]
         assert (h.predicted, h.verdict) == (
