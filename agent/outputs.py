@@ -85,7 +85,6 @@ _VERDICT = (
     b'{"schema":"' + VERDICT_SCHEMA.encode() + b'","id":%b,"source":{"topic":%b,'
     b'"partition":%d,"offset":%d},%b,"score":%b,"score_accepted":%b%b'
 )
-_FLAGS = {False: b"false", True: b"true"}
 
 
 def json_numbers(values: Sequence[float]) -> list[bytes]:
@@ -228,20 +227,20 @@ class VerdictEncoder:
             axis=1,
         ).astype(np.int64, copy=False)
         first, of = _combinations(codes)
-        heads, json, labels = [], [], []
+        heads, encoded, labels = [], [], []
         for row in map(tuple, codes[first].tolist()):
             known = self._heads.get(row)
             if known is None:
                 known = self._heads[row] = self._encode_head(row)
             heads.append(known[0])
-            json.append(known[1])
+            encoded.append(known[1])
             labels.append(known[2])
         counts = np.bincount(of, minlength=len(first)).tolist()
-        return VerdictHeads(heads, of.tolist(), counts, names[0], json, labels)
+        return VerdictHeads(heads, of.tolist(), counts, names[0], encoded, labels)
 
-    def _class(self, c: int) -> str | None:
-        classes = self.classes
-        return None if c < 0 else classes[c] if c < len(classes) else str(c)
+    def _class(self, c: int) -> str:
+        """Class ``c``'s name (its number past the names)."""
+        return self.classes[c] if c < len(self.classes) else str(c)
 
     def _encode_head(self, row: tuple[int, ...]) -> tuple[VerdictHead, bytes, HeadLabels]:
         """A head from its codes, its fields as they sit between source and score, and its
@@ -249,11 +248,11 @@ class VerdictEncoder:
         p, v, r, k, c, *per_layer = row
         layer_names, reason_layers = self._names
         head = VerdictHead(
-            str(self._class(p)),
+            self._class(p),
             VERDICTS[v],
             VERDICT_REASONS[r],
             None if k < 0 else reason_layers[k],
-            self._class(c),
+            None if c < 0 else self._class(c),
             tuple(VERDICTS[x] for x in per_layer),
         )
         layer_json = ",".join(

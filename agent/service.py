@@ -487,7 +487,7 @@ class Agent:
         if kinds["dead_letter"]:
             reasons = _Counter(out.reason for out in delivered if out.kind == "dead_letter")
             for reason, n in reasons.items():
-                m.series(m.invalid_records, reason).inc(n)
+                m.invalid_records.labels(reason).inc(n)
             self.status.dead_letters += sum(reasons.values())
         for (v, c), n in tally.verdicts.items():
             m.series(m.verdicts, v, c).inc(n)
