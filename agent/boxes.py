@@ -64,6 +64,10 @@ KERNELS = vocab.BOX_KERNELS
 ENERGY_TERMS = 2
 # ModelOutputs converts the model's outputs to float64 in blocks of about this many values.
 _OUTPUT_BLOCK = 1 << 20
+# verdicts and distance_terms take a larger batch this many rows at a time (each row on its
+# own: the same values): the float64 features and kernel outputs of a block, not of a whole
+# calibration set (40,000 rows x 2,048 features took 0.65 GB for the features alone).
+ROW_BLOCK = 8192
 # An error model reads the monitor's score through ``log1p``; an infinite score (outside
 # every box, or not finite) reads as this, so the model still gives a finite answer.
 _SCORE_CAP = 1e6
@@ -178,6 +182,11 @@ class ModelOutputs:
 
 
 Outputs = np.ndarray | ModelOutputs
+
+
+def _row_slice(activations: Mapping[str, np.ndarray], n: int, start: int) -> dict[str, np.ndarray]:
+    """Rows ``start`` to ``start + ROW_BLOCK`` of each layer of ``n`` rows (others as given)."""
+    return {k: v[start : start + ROW_BLOCK] if len(v) == n else v for k, v in activations.items()}
 
 
 def _outputs(outputs: Outputs, kind: str) -> ModelOutputs:
@@ -1181,8 +1190,23 @@ class BoxRuntime:
         calibration, so the emitted verdicts accept the share of correct known inputs it
         was asked for.
         """
-        combined, per, _scores = self.assess(activations, y_pred, want_scores=False, logits=logits)
-        return combined, per
+        n = len(y_pred)
+        if n <= ROW_BLOCK:
+            combined, per, _scores = self.assess(
+                activations, y_pred, want_scores=False, logits=logits
+            )
+            return combined, per
+        parts = [
+            self.verdicts(
+                _row_slice(activations, n, s),
+                np.asarray(y_pred)[s : s + ROW_BLOCK],
+                logits=None if logits is None else np.asarray(logits)[s : s + ROW_BLOCK],
+            )
+            for s in range(0, n, ROW_BLOCK)
+        ]
+        return np.concatenate([c for c, _ in parts]), {
+            layer: np.concatenate([p[layer] for _, p in parts]) for layer in parts[0][1]
+        }
 
     def needs_logits(self) -> bool:
         """Whether the verdicts read the model's output (a confidence floor or an energy term)."""
@@ -1424,8 +1448,18 @@ class BoxRuntime:
         self, activations: Mapping[str, np.ndarray], y_pred: np.ndarray
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """:meth:`layer_scores` and (``score="fused"``) :meth:`contrast_layer_scores` in one
-        pass: each layer's features made once, one kernel pass for a layer in both."""
+        pass: each layer's features made once, one kernel pass for a layer in both, at most
+        :data:`ROW_BLOCK` rows at a time."""
         y_pred = np.asarray(y_pred)
+        n = len(y_pred)
+        if n > ROW_BLOCK:
+            parts = [
+                self.distance_terms(_row_slice(activations, n, s), y_pred[s : s + ROW_BLOCK])
+                for s in range(0, n, ROW_BLOCK)
+            ]
+            return tuple(  # type: ignore[return-value]
+                {k: np.concatenate([p[i][k] for p in parts]) for k in parts[0][i]} for i in (0, 1)
+            )
         contrast = self.contrast_layers if self.score == "fused" else []
         dist: dict[str, np.ndarray] = {}
         terms: dict[str, np.ndarray] = {}

@@ -16,6 +16,10 @@ checks that nobody else spells them out):
 * :data:`REFIT_ROWS` -- beside it: the labelled captured inputs its boxes were clustered on
   (raw inputs, labelled and predicted classes), so that refitting the child again keeps
   them; the agent does not read it.
+* :data:`TRAIN_PREDICTIONS` -- each training row's predicted class and the training set's
+  digest (format: ``offline/release/train_predictions.py``), so that a refit finds the
+  rows of the classes it re-clusters without running the whole training set through the
+  model; the agent does not read it.
 """
 
 from __future__ import annotations
@@ -31,3 +35,4 @@ RULES = DIAGRAM_PREFIX + "rules.json"
 VERIFICATION = DIAGRAM_PREFIX + "verification.json"
 REFIT = "monitors/refit.json"
 REFIT_ROWS = "monitors/refit_rows.npz"
+TRAIN_PREDICTIONS = "monitors/train_predictions.npz"

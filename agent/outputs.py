@@ -47,6 +47,11 @@ OMITTED_SCHEMA = "boxwatch.payload-omitted/1"
 MAX_DETAIL_CHARS = 300
 MAX_KEPT_KEY_BYTES = 1024  # a stub keeps a key up to this size, else only its digest
 OMITTED_HEADER = "boxwatch-payload-omitted"
+# A capture copy's headers (reason_headers): the one spelling, read back by the refit.
+VERDICT_HEADER = "boxwatch-verdict"
+REASON_HEADER = "boxwatch-reason"
+LAYER_HEADER = "boxwatch-layer"
+NEAREST_HEADER = "boxwatch-nearest-class"
 
 Headers = list[tuple[str, bytes]]
 
@@ -325,11 +330,11 @@ def reason_headers(
 ) -> dict[str, str]:
     """A capture copy's ``boxwatch-*`` headers: its verdict and reason, and the layer and
     nearest other class where known."""
-    headers = {"boxwatch-verdict": verdict, "boxwatch-reason": reason}
+    headers = {VERDICT_HEADER: verdict, REASON_HEADER: reason}
     if layer is not None:
-        headers["boxwatch-layer"] = layer
+        headers[LAYER_HEADER] = layer
     if nearest is not None:
-        headers["boxwatch-nearest-class"] = nearest
+        headers[NEAREST_HEADER] = nearest
     return headers
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from boxwatch.agent.artifact import write_artifact
+from boxwatch.agent.artifact import build_artifact_bytes, load_artifact, write_artifact
 from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.agent.runtime import MonitorRuntime, load_runtime
 from boxwatch.commands.demo import write_build_config
@@ -68,4 +69,24 @@ def build_example(
         config,
         workdir / "data",
         outcome.summary,
+    )
+
+
+def resigned(example: ExampleArtifact, members: dict[str, Any]) -> bytes:
+    """The example's artifact with ``members`` replaced (a value None removes the member),
+    signed again with the example's key, its manifest otherwise unchanged: what a builder
+    that wrote those members would sign."""
+    art = load_artifact(example.artifact, None)
+    out: dict[str, Any] = dict(art.members)
+    for name, value in members.items():
+        out.pop(name, None)
+        if value is not None:
+            out[name] = value
+    return build_artifact_bytes(
+        out,
+        private_key=load_private_key(example.private_key),
+        created_at=art.created_at,
+        model=art.manifest.get("model"),
+        config=art.manifest.get("config"),
+        contents=art.contents,
     )

@@ -46,7 +46,6 @@ _librdkafka_log = logging.getLogger("boxwatch.agent.librdkafka")
 ADMIN_TIMEOUT_S = 10.0
 QUERY_TIMEOUT_S = 1.0
 LAG_PROBE_S = 2.0
-_QUIET_CODES = {KafkaError._PARTITION_EOF}
 # Delivery errors about the record itself: sending the same bytes again cannot succeed.
 REFUSED_CODES = frozenset(
     {
@@ -104,6 +103,9 @@ def consumer_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": min(cfg["batch.max_wait_ms"], 500),
+        # End-of-partition events carry the offset the fetcher reached, past offsets that
+        # hold no record for the agent (transaction markers): see ConfluentConsumer.
+        "enable.partition.eof": True,
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
         # Bound what librdkafka prefetches per partition (KiB), so a paused agent holds little.
@@ -215,12 +217,10 @@ def _record(m: Any) -> Record:
 class _Parking:
     """Where each partition of a parked consumer stands: ``start`` is the next offset to
     read (the consumer's position, else its committed offset, else the low watermark, which
-    ``auto.offset.reset: earliest`` starts from); ``floor`` is the offset past which a high
-    watermark means new records."""
+    ``auto.offset.reset: earliest`` starts from); a high watermark past it means news."""
 
-    def __init__(self, start: dict[Partition, int], floor: dict[Partition, int]) -> None:
+    def __init__(self, start: dict[Partition, int]) -> None:
         self.start = start
-        self.floor = floor
 
 
 class ConfluentConsumer:
@@ -232,9 +232,15 @@ class ConfluentConsumer:
     watermarks (one small request per partition). When one is past the partition's position
     the partitions are resumed and each is sought to its position, so nothing fetched before
     the pause is skipped or read twice; consumption then runs unpaced until the next quiet
-    spell. Polls while parked wait in librdkafka, so rebalance callbacks are served at once. A
-    high watermark that woke the consumer but brought no record (a transaction marker, Tansu's
-    approximate watermark) is not taken as news again.
+    spell. Polls while parked wait in librdkafka, so rebalance callbacks are served at once.
+
+    A position moves only with what the fetcher reached: a record, or an end-of-partition
+    event (its offset is past a transaction marker, which a high watermark counts but no
+    record carries, so the marker wakes the consumer at most once). A wake-up whose fetch has
+    brought nothing by the next quiet spell leaves the position where it was, so the next
+    check wakes the consumer again: nothing below the high watermark is taken as read
+    because of the watermark itself, however the broker counts it (Tansu's counts batches)
+    and however late the fetch comes.
     """
 
     def __init__(
@@ -271,7 +277,6 @@ class ConfluentConsumer:
         self._last_lag: tuple[bool, dict[Partition, int] | str] = (True, {})
         self._pacer = IdlePacer()
         self._parked: _Parking | None = None
-        self._woken_by: dict[Partition, int] = {}  # high watermarks of the last wake-up
         self.raw.subscribe(
             topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
         )
@@ -299,11 +304,9 @@ class ConfluentConsumer:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._assignment = self._assignment - gone
         self._positions = {tp: o for tp, o in self._positions.items() if tp not in gone}
-        self._woken_by = {tp: o for tp, o in self._woken_by.items() if tp not in gone}
         if self._parked is not None:
             for tp in gone:
                 self._parked.start.pop(tp, None)
-                self._parked.floor.pop(tp, None)
         if self._on_revoke:
             self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
 
@@ -324,19 +327,31 @@ class ConfluentConsumer:
             raise KafkaUnavailable(f"poll failed: {exc}") from exc
         out: list[Consumed] = []
         append = out.append
+        ends: list[Any] = []  # end-of-partition events, taken after the records before them
         for m in msgs:
             err = m.error()
             if err is None:
                 append(_record(m))
-            elif err.code() not in _QUIET_CODES:
+            elif err.code() == KafkaError._PARTITION_EOF:
+                ends.append(m)
+            else:
                 log.warning("consume: %s", err.str())
         if out:
             self._down = False
             # A partition's records come in offset order: its last one is where it stands.
             self._positions.update({(r.topic, r.partition): r.offset + 1 for r in out})
             self._pacer.saw(len(out))
-            self._woken_by = {}
+        for event in ends:
+            self._reached_end(event)
         return out
+
+    def _reached_end(self, event: Any) -> None:
+        """Take the offset of an end-of-partition event as the partition's position: the
+        fetcher stood there, every record before it already delivered (the event is queued
+        after them), so offsets that hold no record (transaction markers) count as read."""
+        topic, partition, offset = event.topic(), event.partition(), event.offset()
+        if topic is not None and partition is not None and offset is not None and offset >= 0:
+            self._positions[(topic, partition)] = offset
 
     def _park(self) -> None:
         """Pause every assigned partition and note where each stands (see the class doc).
@@ -364,23 +379,19 @@ class ConfluentConsumer:
             log.debug("not parking: %s", exc)
             self._pacer.restart()
             return
-        floor = {tp: max(o, self._woken_by.get(tp, o)) for tp, o in start.items()}
         self.raw.pause(tps)
-        self._parked = _Parking(start, floor)
+        self._parked = _Parking(start)
         self._pacer.take_slot()  # the first check one interval from now
 
     def _news(self, parked: _Parking) -> bool:
-        """Whether some parked partition's high watermark is past its floor (a broker error
-        counts as news: librdkafka's own fetching and error reporting then take over)."""
-        highs: dict[Partition, int] = {}
+        """Whether some parked partition's high watermark is past where it stands (a broker
+        error counts as news: librdkafka's own fetching and error reporting then take over)."""
         try:
-            for (topic, partition), floor in sorted(parked.floor.items()):
+            for (topic, partition), start in sorted(parked.start.items()):
                 _, high = self.raw.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=QUERY_TIMEOUT_S, cached=False
                 )
-                highs[(topic, partition)] = high
-                if high > floor:
-                    self._woken_by = highs
+                if high > start:
                     return True
         except KafkaException as exc:
             log.debug("idle check failed: %s", exc)

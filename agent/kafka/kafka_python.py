@@ -295,7 +295,6 @@ class KafkaPythonConsumer:
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._pacer = IdlePacer()
         self._parked = False
-        self._woken_by: dict[TP, int] = {}  # end offsets of the last wake-up
         self.raw.subscribe(topics, listener=_Listener(self))
 
     def poll(self, max_records: int, timeout_s: float) -> list[Consumed]:
@@ -323,7 +322,6 @@ class KafkaPythonConsumer:
         records = [r for recs in polled.values() for r in recs]
         if records:
             self._pacer.saw(len(records))
-            self._woken_by = {}
         return records
 
     def _rebalancing(self) -> bool:
@@ -347,10 +345,14 @@ class KafkaPythonConsumer:
         self._pacer.take_slot()  # the first check one interval from now
 
     def _news(self) -> bool:
-        """Whether some assigned partition's end offset is past the consumer's position
-        (and past the end offsets that last woke it and brought nothing: a transaction
-        marker, Tansu's approximate watermark). A broker error counts as news: the normal
-        fetch path then reports it."""
+        """Whether some assigned partition's end offset is past the consumer's position (a
+        broker error counts as news: the normal fetch path then reports it).
+
+        kafka-python moves the position past a transaction marker when it fetches one, so
+        the marker wakes the consumer at most once. A wake-up whose fetch has brought
+        nothing by the next quiet spell leaves the position where it was, so the next check
+        wakes it again: nothing below the end offset is taken as read because of the end
+        offset itself, however the broker counts it and however late the fetch comes."""
         assigned = list(self.raw.assignment())
         try:
             ends = self.raw.end_offsets(assigned, timeout_ms=int(IDLE_CHECK_TIMEOUT_S * 1000))
@@ -359,8 +361,7 @@ class KafkaPythonConsumer:
                 end = ends.get(tp)
                 if position is None or end is None:
                     return True
-                if end > max(position, self._woken_by.get(tp, position)):
-                    self._woken_by = dict(ends)
+                if end > position:
                     return True
         except RETRYABLE as exc:
             log.debug("idle check failed: %s", exc)
@@ -437,8 +438,6 @@ class _Listener(ConsumerRebalanceListener):
         self.consumer = consumer
 
     def on_partitions_revoked(self, revoked):
-        for tp in revoked:  # a partition that comes back starts without old wake-up marks
-            self.consumer._woken_by.pop(tp, None)
         if self.consumer._on_revoke:
             self.consumer._on_revoke([(tp.topic, tp.partition) for tp in revoked])
 

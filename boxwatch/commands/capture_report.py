@@ -84,8 +84,10 @@ def capture_report_cmd(
         fail(exc, EXIT_USAGE)
     header, rows = report.table()
     click.echo(aligned([header, *([one_line(cell) for cell in row] for row in rows)]))
+    in_clusters = report.n_clustered - report.n_scattered
     echo_err(
-        f"{report.n_captures} captures, {report.n_clustered} clustered into "
-        f"{len(report.clusters)} cluster(s), {len(report.new_kinds)} flagged as a new kind; "
+        f"{report.n_captures} captures: {report.n_accepted} accepted by the artifact now, "
+        f"{in_clusters} in {len(report.clusters)} cluster(s), {report.n_scattered} scattered; "
+        f"{len(report.new_kinds)} cluster(s) flagged as a new kind; "
         f"report: {out_dir / REPORT_NAME}"
     )

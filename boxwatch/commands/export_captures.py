@@ -72,6 +72,6 @@ def export_captures(
     echo_err(
         one_line(
             f"exported {done.records} records of {topic!r} to {done.path}; "
-            f"{len(done.problems)} without a usable input{first}"
+            f"{done.unusable} without a usable input{first}"
         )
     )

@@ -60,6 +60,7 @@ from boxwatch.offline.monitors.perclass import (
     KMeansSettings,
     class_rows,
     coverage_taus,
+    gather_rows,
     release_pages,
     sweep_classes,
 )
@@ -869,8 +870,8 @@ class BoxMonitor(BaseEstimator):
             if validation is not None:
                 self._calibrate_on(validation)
             elif len(held):
-                rows = {layer: np.asarray(activations_by_layer[layer])[held] for layer in layers}
-                held_logits = None if logits is None else np.asarray(logits)[held]
+                rows = {layer: gather_rows(activations_by_layer[layer], held) for layer in layers}
+                held_logits = None if logits is None else gather_rows(logits, held)
                 for array in [*activations_by_layer.values(), logits]:
                     release_pages(array)
                 self._calibrate_on((rows, y_true[held], y_pred[held], held_logits))

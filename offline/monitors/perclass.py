@@ -25,9 +25,11 @@ from boxwatch.offline.monitors.coverage import search_tau_max, search_tau_min
 from boxwatch.offline.monitors.taukmeans import TauKMeansPath, cluster_boxes, single_threaded
 
 # A job gathers classes until it holds about this many feature values (rows x features):
-# small enough that the jobs in flight stay a small share of the activations, large enough
-# that a job's fixed costs (dispatch, the single-thread context) stay small beside its work.
-CHUNK_VALUES = 1 << 22
+# small enough that the jobs in flight stay a small share of the activations and of a
+# worker's memory (8 MB of float64 rows; 4 times that took each worker of --jobs -1 from
+# 0.20 to 0.23-0.25 GB at 1,000 classes x 512 features, bench/scale.py), large enough that a
+# job's fixed costs (dispatch, the single-thread context) stay small beside its work.
+CHUNK_VALUES = 1 << 20
 MAX_SEED = 2**31 - 1
 
 Boxes = tuple[np.ndarray, np.ndarray]
@@ -62,6 +64,43 @@ def class_features(x: np.ndarray, idx: np.ndarray, normalize: str) -> np.ndarray
     return normalize_features(rows.reshape(len(rows), int(np.prod(x.shape[1:]))), normalize)
 
 
+# A gather from a memory-mapped array reads the rows of about this many bytes of the array
+# at a time, then gives the pages back (release_pages).
+GATHER_BYTES = 1 << 24
+
+
+def gather_rows(x: Any, idx: np.ndarray) -> np.ndarray:
+    """``x[idx]`` as an array; from a memory-mapped ``x``, read one range of about
+    :data:`GATHER_BYTES` of the array at a time, its pages given back after each
+    (:func:`release_pages`). A gather of rows spread over the whole file (a random fifth of
+    them, say) would otherwise map nearly every page of it, the kernel faulting in each
+    touched page's neighbours: the whole file in the process's resident memory at once."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if not _mapped(x):
+        return np.asarray(x[idx])
+    order = np.argsort(idx, kind="stable")
+    ranked = idx[order]
+    row_bytes = max(1, int(x.itemsize * np.prod(x.shape[1:], dtype=np.int64)))
+    step = max(1, GATHER_BYTES // row_bytes)
+    out = np.empty((len(idx), *x.shape[1:]), dtype=x.dtype)
+    bounds = np.searchsorted(ranked, np.arange(0, len(x) + step, step))
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if b > a:
+            out[order[a:b]] = x[ranked[a:b]]
+            release_pages(x)
+    return out
+
+
+def _mapped(array: Any) -> bool:
+    """Whether ``array`` is a view of a shared memory map (whose pages release_pages drops)."""
+    base = array
+    while base is not None and not isinstance(base, mmap.mmap):
+        if isinstance(base, np.memmap) and base.mode in ("c", "copyonwrite"):
+            return False
+        base = getattr(base, "base", None)
+    return isinstance(base, mmap.mmap)
+
+
 def release_pages(array: Any) -> None:
     """Drop this process's resident pages of a memory-mapped array (the OS keeps them
     cached, so reading them again costs little): the rows of a mapped file that the fit
@@ -69,13 +108,12 @@ def release_pages(array: Any) -> None:
     matrices where each row is read once. Nothing for other arrays, nor for copy-on-write
     maps (their pages may hold changes)."""
     advice = getattr(mmap, "MADV_DONTNEED", None)
+    if advice is None or not _mapped(array):
+        return
     base = array
-    while base is not None and not isinstance(base, mmap.mmap):
-        if isinstance(base, np.memmap) and base.mode in ("c", "copyonwrite"):
-            return
-        base = getattr(base, "base", None)
-    if isinstance(base, mmap.mmap) and advice is not None:
-        base.madvise(advice)
+    while not isinstance(base, mmap.mmap):
+        base = base.base
+    base.madvise(advice)
 
 
 @dataclass(frozen=True)

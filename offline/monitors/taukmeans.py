@@ -5,13 +5,16 @@ cached by k in a :class:`TauKMeansPath`, so a descending tau sweep reuses every 
 fitted: a smaller tau can only stop at the same or a larger k.
 
 Inside :func:`direct_kmeans` a fit skips ``KMeans.fit``'s checks and runs its steps itself
-(:func:`_direct_kmeans`: the same labels, centres and inertia, bit for bit, at about half
-the CPU time on the small per-class sets of a layer choice's ranking monitors).
+(:func:`_direct_kmeans`: KMeans' k-means++ and Lloyd steps, the fits of one data set sharing
+its centring and squared distances, at about a third of the CPU time on the small per-class
+sets of a layer choice's ranking monitors; KMeans' labels, centres and inertia in every
+test).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -22,12 +25,13 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
-try:  # KMeans.fit's Lloyd loop (private to scikit-learn: without it, KMeans.fit runs)
-    from sklearn.cluster._kmeans import _kmeans_single_lloyd
+try:  # KMeans.fit's Lloyd steps (private to scikit-learn: without them, KMeans.fit runs)
+    from sklearn.cluster._k_means_common import _inertia_dense
+    from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_dense
 except ImportError:  # pragma: no cover - another scikit-learn layout
-    _kmeans_single_lloyd = None
+    lloyd_iter_chunked_dense = _inertia_dense = None
 
 # KMeans' defaults, which _direct_kmeans repeats.
 _MAX_ITER, _TOL = 300, 1e-4
@@ -37,8 +41,17 @@ _direct: ContextVar[bool] = ContextVar("boxwatch_direct_kmeans", default=False)
 def single_threaded() -> AbstractContextManager:
     """Run k-means single-threaded: per-class sets are small, and thread start-up and
     contention cost far more than they save (about 6-14x slower on a shared 2-core box).
-    Enter once around many fits; entering it costs milliseconds."""
-    return threadpool_limits(limits=1)
+    Entering it costs microseconds (:func:`_controller`)."""
+    return _controller(len(sys.modules)).limit(limits=1)
+
+
+@functools.lru_cache(maxsize=1)
+def _controller(_modules: int) -> ThreadpoolController:
+    """The thread pools of the libraries loaded (BLAS, OpenMP), found again only when
+    modules were imported since (``_modules``, the count of ``sys.modules``): finding them
+    costs milliseconds, and the layer choice enters :func:`single_threaded` hundreds of
+    times."""
+    return ThreadpoolController()
 
 
 @contextmanager
@@ -53,53 +66,129 @@ def direct_kmeans() -> Iterator[None]:
         _direct.reset(token)
 
 
-def _direct_kmeans(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+# Up to this many rows, the direct fits of one data set share its squared distances (an
+# n x n matrix, 32 MB at the cap) instead of computing each k-means++ trial's row.
+_SHARED_DISTANCES = 2048
+
+
+@dataclass
+class _Centred:
+    """What every k of :func:`_direct_kmeans` on one data set shares, computed once."""
+
+    x: np.ndarray  # the rows, float64, C order, minus their mean
+    mean: np.ndarray
+    norms: np.ndarray  # squared row norms of x
+    tol: float  # KMeans' tolerance: tol times the mean variance per feature
+    weight: np.ndarray  # KMeans' sample weights: ones
+    first: np.ndarray  # the cumulative probabilities of the first centre's draw
+    rng: np.random.RandomState  # reseeded per fit: a new RandomState costs 50-100 us
+    _sq: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, x: np.ndarray) -> _Centred:
+        fit = np.array(x, dtype=np.float64, order="C", copy=True)
+        mean = fit.mean(axis=0)
+        fit -= mean
+        tol = float(np.mean(np.var(fit, axis=0))) * _TOL
+        weight = np.ones(len(fit))
+        first = (weight / weight.sum()).cumsum()  # RandomState.choice's own cdf
+        first /= first[-1]
+        norms = np.einsum("ij,ij->i", fit, fit)
+        return cls(fit, mean, norms, tol, weight, first, np.random.RandomState())
+
+    def sq_distances(self, ids: np.ndarray) -> np.ndarray:
+        """Squared Euclidean distances (clipped at 0) of rows ``ids`` to every row, as
+        k-means++ computes them: from one shared matrix up to :data:`_SHARED_DISTANCES`
+        rows (a row of a larger product may differ from its own in the last bits)."""
+        if len(self.x) > _SHARED_DISTANCES:
+            return _sq_distances(self.x[ids], self.x, self.norms[ids], self.norms)
+        if self._sq is None:
+            self._sq = _sq_distances(self.x, self.x, self.norms, self.norms)
+        return self._sq[ids]
+
+
+def _sq_distances(
+    a: np.ndarray, b: np.ndarray, a_norms: np.ndarray, b_norms: np.ndarray
+) -> np.ndarray:
+    """``max(|a_i|^2 + |b_j|^2 - 2 a_i.b_j, 0)`` in scikit-learn's order of operations."""
+    dist = -2 * (a @ b.T)
+    dist += a_norms[:, np.newaxis]
+    dist += b_norms[np.newaxis, :]
+    return np.maximum(dist, 0, out=dist)
+
+
+def _direct_kmeans(
+    x: np.ndarray, k: int, seed: int, centred: _Centred | None = None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """``KMeans(n_clusters=k, n_init=1, random_state=seed).fit(x)``'s labels, centres and
     inertia, single-threaded, for a finite float64 ``x`` of at least ``k`` rows: its steps
     (centring, greedy k-means++ with 2 + log k trials per centre, the Lloyd loop) without
-    its input checks, which cost more than the fit on a few hundred rows. Checked against
-    ``KMeans`` in tests/offline/monitors/test_taukmeans.py."""
-    assert _kmeans_single_lloyd is not None
-    fit = np.array(x, dtype=np.float64, order="C", copy=True)
-    rng = np.random.RandomState(seed)
-    n = len(fit)
-    weight = np.ones(n)
-    mean = fit.mean(axis=0)
-    fit -= mean
-    norms = np.einsum("ij,ij->i", fit, fit)
-    tol = float(np.mean(np.var(fit, axis=0))) * _TOL
+    its input checks, which cost more than the fit on a few hundred rows. ``centred``
+    (``_Centred.of(x)``) shares the centring and the k-means++ distances between the fits
+    of one ``x``: the distances may differ from KMeans' in the last bits, so a trial
+    landing within rounding of a boundary could pick another centre; the Lloyd steps are
+    KMeans' own. Checked against ``KMeans`` in tests/offline/monitors/test_taukmeans.py."""
+    c = centred if centred is not None else _Centred.of(x)
+    fit, weight = c.x, c.weight
+    rng = c.rng
+    rng.seed(seed)  # the stream of RandomState(seed)
     centres = np.empty((k, fit.shape[1]))
     trials = 2 + int(np.log(k))
-    first = rng.choice(n, p=weight / weight.sum())
+    # RandomState.choice(n, p=weight / weight.sum())'s draw, from the shared cdf
+    first = int(c.first.searchsorted(rng.random_sample(), side="right"))
     centres[0] = fit[first]
-    closest = -2 * (centres[0, np.newaxis] @ fit.T)
-    closest += norms[first]
-    closest += norms[np.newaxis, :]
-    np.maximum(closest, 0, out=closest)
+    closest = c.sq_distances(np.array([first]))[0]
     potential = closest @ weight
-    for c in range(1, k):
-        ids = np.searchsorted(np.cumsum(weight * closest), rng.uniform(size=trials) * potential)
-        np.clip(ids, None, closest.size - 1, out=ids)
-        dist = -2 * (fit[ids] @ fit.T)
-        dist += norms[ids][:, np.newaxis]
-        dist += norms[np.newaxis, :]
-        np.maximum(dist, 0, out=dist)
+    column = weight.reshape(-1, 1)
+    last = len(closest) - 1
+    for i in range(1, k):
+        # weight is all ones: weight * closest is closest, bit for bit
+        ids = np.searchsorted(np.cumsum(closest), rng.uniform(size=trials) * potential)
+        np.minimum(ids, last, out=ids)
+        dist = c.sq_distances(ids)
         np.minimum(closest, dist, out=dist)
-        potentials = dist @ weight.reshape(-1, 1)
+        potentials = dist @ column
         best = int(np.argmin(potentials))
         potential, closest = potentials[best], dist[best]
-        centres[c] = fit[ids[best]]
-    labels, inertia, found, _ = _kmeans_single_lloyd(
-        fit, weight, centres, max_iter=_MAX_ITER, verbose=False, tol=tol, n_threads=1
-    )
-    return np.asarray(labels, dtype=np.int64), found + mean, float(inertia)
+        centres[i] = fit[ids[best]]
+    labels, inertia, found = _lloyd(fit, weight, centres, c.tol)
+    return labels.astype(np.int64), found + c.mean, inertia
+
+
+def _lloyd(
+    x: np.ndarray, weight: np.ndarray, centres: np.ndarray, tol: float
+) -> tuple[np.ndarray, float, np.ndarray]:
+    """scikit-learn's ``_kmeans_single_lloyd`` (one thread, at most ``_MAX_ITER`` steps),
+    its steps called directly: labels, inertia and centres from ``centres``."""
+    assert lloyd_iter_chunked_dense is not None and _inertia_dense is not None
+    k = len(centres)
+    new = np.zeros_like(centres)
+    labels = np.full(len(x), -1, dtype=np.int32)
+    old = labels.copy()
+    in_clusters = np.zeros(k, dtype=x.dtype)
+    shift = np.zeros(k, dtype=x.dtype)
+    strict = False
+    for _ in range(_MAX_ITER):
+        lloyd_iter_chunked_dense(x, weight, centres, new, in_clusters, labels, shift, 1)
+        centres, new = new, centres
+        if np.array_equal(labels, old):
+            strict = True
+            break
+        if (shift**2).sum() <= tol:
+            break
+        old[:] = labels
+    if not strict:
+        lloyd_iter_chunked_dense(
+            x, weight, centres, centres, in_clusters, labels, shift, 1, update_centers=False
+        )
+    return labels, float(_inertia_dense(x, weight, centres, labels, 1)), centres
 
 
 @functools.cache
 def _direct_agrees() -> bool:
     """Whether :func:`_direct_kmeans` gives ``KMeans``' result on a small fixed set, checked
     once per process: where a scikit-learn release fits otherwise, fits keep ``KMeans``."""
-    if _kmeans_single_lloyd is None:  # pragma: no cover - another scikit-learn layout
+    if lloyd_iter_chunked_dense is None:  # pragma: no cover - another scikit-learn layout
         return False
     x = np.random.RandomState(0).normal(size=(60, 3))
     try:
@@ -178,6 +267,7 @@ class TauKMeansPath:
         self.n_init = n_init
         self._fits: dict[int, Clustering] = {}
         self._every_sample: Clustering | None = None
+        self._centred: _Centred | None = None  # the direct fits' shared centring
 
     def fit_k(self, k: int) -> Clustering:
         """The (cached) k-means clustering with ``k`` clusters, ``1 <= k <= max_k``."""
@@ -189,7 +279,11 @@ class TauKMeansPath:
             inertia = float(np.sum((fit - fit.mean(axis=0)) ** 2)) if len(fit) else 0.0
         else:
             if _direct.get() and self.n_init == 1 and _direct_agrees():
-                labels, centres, inertia = _direct_kmeans(fit, k, int(self._seeds[k]))
+                if self._centred is None:
+                    self._centred = _Centred.of(fit)
+                labels, centres, inertia = _direct_kmeans(
+                    fit, k, int(self._seeds[k]), self._centred
+                )
             else:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)

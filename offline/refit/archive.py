@@ -2,7 +2,8 @@
 
 :func:`read_topic` takes the end offset of every partition when it starts and reads from
 the beginning up to them, with no consumer group (partitions assigned, nothing committed),
-and never waits past its timeout. :func:`write_export` keeps those records as JSON Lines,
+and never waits past its timeout; :func:`stream_topic` gives the same records as they come,
+holding none. :func:`write_export` keeps those records as JSON Lines, streamed to disk,
 one file per topic, and :func:`read_export` reads them back unchanged: a capture topic can
 be archived and reviewed offline with nothing lost (docs/records.md, "Capture export").
 """
@@ -11,16 +12,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
 
-from boxwatch.agent.atomic import write_atomic
+from boxwatch.agent.atomic import atomic_file
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import KafkaUnavailable, Record
 from boxwatch.agent.kafka.kafka_python import install_lenient_header_names
@@ -88,6 +92,21 @@ def read_topic(
     reached or the records do not all arrive within ``timeout_s`` seconds, and
     :class:`~boxwatch.agent.errors.ConfigError` when the topic does not exist.
     """
+    got: dict[int, list[Record]] = {}
+    for record in stream_topic(brokers, topic, timeout_s=timeout_s, client=client):
+        got.setdefault(record.partition, []).append(record)
+    return [Located(where(r), r) for p in sorted(got) for r in got[p]]
+
+
+def stream_topic(
+    brokers: str,
+    topic: str,
+    *,
+    timeout_s: float = 30.0,
+    client: Mapping[str, Any] | None = None,
+) -> Iterator[Record]:
+    """:func:`read_topic`'s records as they arrive (each partition's in offset order, the
+    partitions interleaved), holding none: for a topic larger than memory."""
     if not timeout_s > 0:
         raise ValueError(f"timeout_s={timeout_s} should be > 0")
     deadline = time.monotonic() + timeout_s
@@ -104,7 +123,7 @@ def read_topic(
     except KafkaError as exc:
         raise KafkaUnavailable(f"cannot reach Kafka at {brokers}: {exc}") from None
     try:
-        return _read_bounded(consumer, topic, deadline, left_ms, brokers, timeout_s)
+        yield from _read_bounded(consumer, topic, deadline, left_ms, brokers, timeout_s)
     except KafkaError as exc:
         raise KafkaUnavailable(f"reading {topic!r} from {brokers} failed: {exc}") from None
     finally:
@@ -118,9 +137,9 @@ def _read_bounded(
     left_ms: Callable[[], int],
     brokers: str,
     timeout_s: float,
-) -> list[Located]:
+) -> Iterator[Record]:
     """The records of ``topic`` below the end offsets of now (assumes a fresh consumer),
-    and those written before now that a broker's end offsets leave out.
+    and those written before now that a broker's end offsets leave out, as polls bring them.
 
     A broker whose high watermark counts record batches rather than records (Tansu) gives
     end offsets below its last record: the records of a fetched batch are kept whatever
@@ -143,20 +162,20 @@ def _read_bounded(
             consumer.seek(tp, starts[tp])
         else:
             consumer.pause(tp)
-    got: dict[int, list[Record]] = {tp.partition: [] for tp in tps}
+    read = 0
     while todo:
         if time.monotonic() >= deadline:
             expected = sum(ends[tp] - starts[tp] for tp in tps)
-            read = sum(map(len, got.values()))
             raise KafkaUnavailable(
                 f"read {read} of about {expected} records of {topic!r} from {brokers} in "
                 f"{timeout_s:g} s; stopped (raise the timeout, or check the brokers)"
             )
         batches = consumer.poll(timeout_ms=min(left_ms(), int(_POLL_S * 1000)))
         for tp, records in batches.items():
-            got[tp.partition] += [
-                _record(r) for r in records if r.offset < ends[tp] or r.timestamp <= started_ms
-            ]
+            for r in records:
+                if r.offset < ends[tp] or r.timestamp <= started_ms:
+                    read += 1
+                    yield _record(r)
         for tp in [tp for tp in todo if consumer.position(tp, timeout_ms=left_ms()) >= ends[tp]]:
             todo.discard(tp)
             consumer.pause(tp)
@@ -164,14 +183,11 @@ def _read_bounded(
     drain_until = min(deadline, time.monotonic() + _DRAIN_S)
     while time.monotonic() < drain_until:
         batches = consumer.poll(timeout_ms=min(left_ms(), int(_POLL_S * 1000)))
-        older = {
-            tp: [r for r in records if r.timestamp <= started_ms] for tp, records in batches.items()
-        }
-        if not any(older.values()):
+        older = [r for records in batches.values() for r in records if r.timestamp <= started_ms]
+        if not older:
             break
-        for tp, records in older.items():
-            got[tp.partition] += [_record(r) for r in records]
-    return [Located(where(r), r) for p in sorted(got) for r in got[p]]
+        for r in older:
+            yield _record(r)
 
 
 def _record(r: Any) -> Record:
@@ -207,14 +223,29 @@ def export_path(out_dir: str | Path, topic: str) -> Path:
     return Path(out_dir) / f"{topic}{EXPORT_SUFFIX}"
 
 
-def write_export(records: Sequence[Record], out_dir: str | Path, topic: str) -> Path:
+def write_export(records: Iterable[Record], out_dir: str | Path, topic: str) -> Path:
     """Write ``records`` (of ``topic``) to ``out_dir/TOPIC.export.jsonl`` atomically; its path.
 
-    ``out_dir`` is created if missing; an earlier export of the topic is replaced whole.
+    The records are written by partition, each partition's in the order given, as
+    :func:`read_topic` returns them, whatever order they come in (partitions interleaved, as
+    :func:`stream_topic` gives them): each partition is spooled to an unnamed temporary
+    file beside the export as it comes, so no record is held in memory. ``out_dir`` is
+    created if missing; an earlier export of the topic is replaced whole.
     """
     path = export_path(out_dir, topic)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, "".join(export_line(r) + "\n" for r in records).encode("ascii"))
+    with contextlib.ExitStack() as stack:
+        spools: dict[int, IO[bytes]] = {}
+        for record in records:
+            spool = spools.get(record.partition)
+            if spool is None:
+                spool = stack.enter_context(tempfile.TemporaryFile(dir=path.parent))
+                spools[record.partition] = spool
+            spool.write(export_line(record).encode("ascii") + b"\n")
+        with atomic_file(path) as out:
+            for partition in sorted(spools):
+                spools[partition].seek(0)
+                shutil.copyfileobj(spools[partition], out)
     return path
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,19 +38,29 @@ import numpy as np
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.kafka.base import Record
-from boxwatch.agent.outputs import OMITTED_HEADER
+from boxwatch.agent.outputs import (
+    LAYER_HEADER,
+    NEAREST_HEADER,
+    OMITTED_HEADER,
+    REASON_HEADER,
+    VERDICT_HEADER,
+)
 from boxwatch.agent.records import BadRecord, _record_id, decode_model_input, parse_json_object
 from boxwatch.offline.refit.archive import (
     Located,
     read_export,
     read_topic,
+    stream_topic,
     write_export,
 )
+from boxwatch.offline.refit.archive import where as located_at
 
 CORRECT, WRONG, UNKNOWN, NEW = "correct", "wrong", "unknown", "new"
 # A label's kind: the model's prediction was right; it was wrong (the true class is named);
 # the input is none of the model's classes; it is a new kind of input (tagged by a name).
 LABEL_KINDS = (CORRECT, WRONG, UNKNOWN, NEW)
+# An export lists this many of its unusable records (it counts them all).
+LISTED_PROBLEMS = 20
 
 
 @dataclass(frozen=True)
@@ -196,7 +206,7 @@ def copy_problem(record: Record) -> str | None:
     headers = dict(record.headers)
     if headers.get(OMITTED_HEADER) == b"true":
         return "payload omitted by the agent (a boxwatch.payload-omitted/1 stub): the input is gone"
-    missing = [h for h in ("boxwatch-verdict", "boxwatch-reason") if headers.get(h) is None]
+    missing = [h for h in (VERDICT_HEADER, REASON_HEADER) if headers.get(h) is None]
     if missing:
         return f"not a capture copy: no {' or '.join(missing)} header"
     return None
@@ -264,10 +274,10 @@ def decode_captures(located: Sequence[Located], shape: Sequence[int]) -> Capture
         ids=[r[0] for r in kept],
         inputs=(np.stack([r[1] for r in kept]) if kept else np.empty((0, *shape), np.float32)),
         timestamps_ms=np.array([r[2].timestamp for r in kept], dtype=np.int64),
-        verdicts=[_text(h["boxwatch-verdict"]) or "" for h in headers],
-        reasons=[_text(h["boxwatch-reason"]) or "" for h in headers],
-        layers=[_text(h.get("boxwatch-layer")) for h in headers],
-        nearest_classes=[_text(h.get("boxwatch-nearest-class")) for h in headers],
+        verdicts=[_text(h[VERDICT_HEADER]) or "" for h in headers],
+        reasons=[_text(h[REASON_HEADER]) or "" for h in headers],
+        layers=[_text(h.get(LAYER_HEADER)) for h in headers],
+        nearest_classes=[_text(h.get(NEAREST_HEADER)) for h in headers],
         problems=problems,
     )
 
@@ -291,10 +301,12 @@ def read_captures_topic(
 
 
 class Export(NamedTuple):
-    """What :func:`export_topic` wrote: the file, its records, and those no join can use."""
+    """What :func:`export_topic` wrote: the file, its records, how many of them no join can
+    use, and the first :data:`LISTED_PROBLEMS` of those, each with where it is and why."""
 
     path: Path
     records: int
+    unusable: int
     problems: list[str]
 
 
@@ -306,17 +318,30 @@ def export_topic(
     timeout_s: float = 30.0,
     client: Mapping[str, Any] | None = None,
 ) -> Export:
-    """Archive ``topic`` (up to its end offsets of now) into ``out_dir/TOPIC.export.jsonl``.
+    """Archive ``topic`` (up to its end offsets of now) into ``out_dir/TOPIC.export.jsonl``,
+    streamed to disk (memory does not grow with the topic).
 
-    Every record is kept as it was; ``problems`` names the ones that hold no usable input
+    Every record is kept as it was; ``unusable`` counts the ones that hold no usable input
     (payload-omitted stubs, records that are not capture copies).
     """
-    located = read_topic(brokers, topic, timeout_s=timeout_s, client=client)
-    path = write_export([r for _, r in located], out_dir, topic)
-    problems = [
-        f"{where}: {why}" for where, record in located if (why := copy_problem(record)) is not None
-    ]
-    return Export(path, len(located), problems)
+    count, unusable = 0, 0
+    problems: list[str] = []
+
+    def checked(records: Iterator[Record]) -> Iterator[Record]:
+        nonlocal count, unusable
+        for record in records:
+            count += 1
+            why = copy_problem(record)
+            if why is not None:
+                unusable += 1
+                if len(problems) < LISTED_PROBLEMS:
+                    problems.append(f"{located_at(record)}: {why}")
+            yield record
+
+    path = write_export(
+        checked(stream_topic(brokers, topic, timeout_s=timeout_s, client=client)), out_dir, topic
+    )
+    return Export(path, count, unusable, problems)
 
 
 def export_captures(

@@ -4,8 +4,9 @@
 digest against the model file its build config names), the **build config it was built
 from** (refused unless its file digest, else its values, equal what the parent records),
 and the labelled captures (:class:`~.feedback.LabelledCaptures`). It reads the training,
-validation and unknown sets the config names with the build's own loaders and runs them
-through the model as the build does.
+validation and unknown sets the config names with the build's own loaders (the training
+set refused unless its digest is the one the parent stores, where it stores one) and runs
+them through the model as the build does.
 
 * **Affected classes**: the parent model's predicted class of each capture labelled
   ``correct`` (one more *good* row of that class) or ``wrong: t`` (one more *bad* row of
@@ -18,8 +19,9 @@ through the model as the build does.
   the build's tau-k-means (:func:`~boxwatch.offline.monitors.estimator.build_sweep` on
   those classes only, with the build's candidate taus, the parent's tau of that class and
   layer, and the build's seed) on its training rows (the training inputs the model
-  predicts as the class) and its captured rows. Every other class keeps the parent's boxes
-  byte for byte; only the training rows of affected classes are kept from the model's pass.
+  predicts as the class, found from the predictions the build stores:
+  :mod:`~boxwatch.offline.release.train_predictions`; only those rows go through the model)
+  and its captured rows. Every other class keeps the parent's boxes byte for byte.
 * **Recalibration**: the threshold, confidence floor and error model are set as the build
   sets them (:meth:`BoxMonitor.calibrate` on the validation set, with ``data.unknown``).
   Labelled captures do not join the calibration population: they are the tail the parent
@@ -69,9 +71,10 @@ from boxwatch.agent.members import BOXES_PREFIX, MODEL_SPEC, REFIT, REFIT_ROWS
 from boxwatch.agent.runtime import check_model_digest
 from boxwatch.agent.taps import open_tap
 from boxwatch.offline.monitors.estimator import BoxMonitor, build_sweep
+from boxwatch.offline.monitors.taukmeans import direct_kmeans
 from boxwatch.offline.progress import Progress
 from boxwatch.offline.refit.feedback import CORRECT, NEW, UNKNOWN, WRONG, LabelledCaptures
-from boxwatch.offline.release.config import BuildConfig, load_config
+from boxwatch.offline.release.config import BuildConfig, load_config, unknown_sets
 from boxwatch.offline.release.emitted import shares
 from boxwatch.offline.release.monitor_stage import Tapped
 from boxwatch.offline.release.pipeline import (
@@ -81,6 +84,7 @@ from boxwatch.offline.release.pipeline import (
     prepare_model,
 )
 from boxwatch.offline.release.records import ModelInputs, candidate_taus
+from boxwatch.offline.release.train_predictions import stored_predictions
 
 REFIT_FORMAT = "boxwatch.refit"
 REFIT_VERSION = 1
@@ -284,8 +288,8 @@ def refit(
     and write the signed child artifact to ``out`` (see the module's docstring).
 
     Raises :class:`~boxwatch.agent.errors.ArtifactError` (parent untrusted or tampered
-    with, model digest mismatch), :class:`ConfigError` (config not the parent's, no
-    validation set, no usable label, bad ``out``), ``KeyFileError`` and
+    with, model digest mismatch), :class:`ConfigError` (config or training data not the
+    parent's, no validation set, no usable label, bad ``out``), ``KeyFileError`` and
     :class:`RefitGuardError` (a guard failed, not allowed: nothing written).
     ``created_at``: the child's creation time (default ``SOURCE_DATE_EPOCH``, else now;
     never before the parent's, :class:`ConfigError` otherwise).
@@ -322,7 +326,9 @@ def refit(
     seconds: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    measured = [name for name in mi.data if name == VALIDATION or _is_unknown(name)]
+    stored = stored_predictions(art, *mi.data["train"], len(mi.classes))
+    unknowns = set(unknown_sets(mi.data))
+    measured = [name for name in mi.data if name == VALIDATION or name in unknowns]
     inputs = _captured_inputs(labelled, mi)
     total = sum(len(mi.data[name][0]) for name in ["train", *measured]) + len(inputs)
     earlier = _earlier_rows(art, mi)
@@ -333,7 +339,7 @@ def refit(
         affected = sorted({int(c) for c in used.pred[used.boxed]})
         kept = _carried(earlier, inputs[used.boxed])
         carried = _tap(mi, kept[0], kept[1], bar) if len(kept[0]) else None
-        train = _train_rows(mi, affected, bar)
+        train = _train_rows(mi, affected, stored, bar)
         sets = {name: _tap(mi, *mi.data[name], bar) for name in measured}
     seconds["extract"] = time.perf_counter() - t0
 
@@ -362,7 +368,9 @@ def refit(
     seconds["calibrate"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    with progress.phase("refit: measuring the parent and the child"):
+    # One BLAS thread: the box runtime's products are small, and two threads contending
+    # on a shared machine took up to 5x longer (measured on a ResNet cell).
+    with progress.phase("refit: measuring the parent and the child"), threadpool_limits(limits=1):
         table, split = _table(old, child, sets, used)
     guards = _guards(table, float(est.target_acceptance))
     seconds["measure"] = time.perf_counter() - t0
@@ -428,11 +436,6 @@ def _carried(
 
 def _finite(v: float | None) -> float | None:
     return None if v is None or not np.isfinite(v) else float(v)
-
-
-def _is_unknown(name: str) -> bool:
-    """Whether a data set of the config is an unknown set (``unknown``, ``unknown_*``)."""
-    return name == "unknown" or name.startswith("unknown_")
 
 
 def _parent_digest(parent: Path, art: Artifact) -> str:
@@ -518,11 +521,26 @@ def _tap(mi: ModelInputs, x: np.ndarray, y: np.ndarray | None, bar: Any) -> Tapp
     return Tapped(acts, logits, logits.argmax(axis=1), y)
 
 
-def _train_rows(mi: ModelInputs, classes: list[int], bar: Any) -> Tapped:
-    """The training inputs the model predicts as one of ``classes``, with their labels,
-    through the model :data:`TRAIN_CHUNK` rows at a time (the other rows are not kept)."""
+def _train_rows(mi: ModelInputs, classes: list[int], stored: np.ndarray | None, bar: Any) -> Tapped:
+    """The training inputs the model predicts as one of ``classes``, with their labels.
+
+    With the build's stored predictions (``stored``, checked against this training set)
+    only those rows go through the model, in row order, and must come out predicted as
+    stored; where one does not (a model whose outputs depend on the rest of the batch), or
+    without them, the whole set goes through the model :data:`TRAIN_CHUNK` rows at a time
+    and the other rows are dropped. The same rows either way, and the same activations
+    where a row's outputs do not depend on its batch (ONNX Runtime on CPU: bit for bit on
+    every model of the closed-loop bench)."""
     x, y = mi.data["train"]
     assert y is not None  # labelled (load_dataset)
+    if stored is not None:
+        rows = np.flatnonzero(np.isin(stored, classes))
+        run = rows if len(rows) else np.arange(min(1, len(x)))  # one row gives the widths
+        part = _tap(mi, x[run], y[run], bar)
+        if np.array_equal(part.pred[: len(rows)], stored[rows]):
+            bar.update(len(x) - len(run))  # the rows it need not run
+            return part.rows(slice(len(rows)))
+        bar.set_done(bar.done - len(run))  # counted again below
     parts = []
     for s in range(0, len(x), TRAIN_CHUNK):
         part = _tap(mi, x[s : s + TRAIN_CHUNK], y[s : s + TRAIN_CHUNK], bar)
@@ -635,21 +653,24 @@ def _refit_boxes(
     y_true = np.concatenate([p.labels for p in parts])
     y_pred = np.concatenate([p.pred for p in parts])
     params = est.get_params()
-    sweep = build_sweep(
-        acts,
-        y_true,
-        y_pred,
-        layers=old.layers,
-        taus=_swept_taus(est, old),
-        n_classes=old.n_classes,
-        normalize=old.normalize,
-        max_clusters=int(params["max_clusters"]),
-        n_init=int(params["n_init"]),
-        random_state=int(params["random_state"]),
-        class_taus={layer: np.asarray(old.meta["tau"][layer], np.float64) for layer in old.layers},
-        n_jobs=params["n_jobs"],
-        classes=affected,
-    )
+    with direct_kmeans():  # KMeans' steps without its input checks
+        sweep = build_sweep(
+            acts,
+            y_true,
+            y_pred,
+            layers=old.layers,
+            taus=_swept_taus(est, old),
+            n_classes=old.n_classes,
+            normalize=old.normalize,
+            max_clusters=int(params["max_clusters"]),
+            n_init=int(params["n_init"]),
+            random_state=int(params["random_state"]),
+            class_taus={
+                layer: np.asarray(old.meta["tau"][layer], np.float64) for layer in old.layers
+            },
+            n_jobs=params["n_jobs"],
+            classes=affected,
+        )
     chosen = set(affected)
     good: dict[str, BoxSet] = {}
     bad: dict[str, BoxSet] = {}
@@ -691,7 +712,7 @@ def _table(
     val = sets[VALIDATION]
     right = val.pred == val.labels
     kinds = np.asarray(used.kinds, dtype=object)
-    unknown = sorted((n for n in sets if _is_unknown(n)), key=lambda n: (n != "unknown", n))
+    unknown = unknown_sets(sets)
     rows: list[tuple[str, str, str, np.ndarray]] = [
         (VALIDATION, CORRECT_KNOWN, VALIDATION, right),
         (VALIDATION, MISCLASSIFIED_KNOWN, VALIDATION, ~right),

@@ -6,6 +6,7 @@ config are relative to the config file. Secrets (the signing key) never live her
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,17 @@ from boxwatch.agent.taps import DEVICE_PATTERN
 from boxwatch.offline.monitors.estimator import BoxMonitor
 from boxwatch.offline.monitors.params import json_schema
 from boxwatch.offline.release.records import BuildSpec, MonitorSection
+
+# The data sets of a config that hold unknown inputs: ``unknown`` and ``unknown_*``.
+UNKNOWN_SET = "unknown"
+
+
+def unknown_sets(names: Iterable[str]) -> list[str]:
+    """The unknown data sets among ``names`` (``unknown``, ``unknown_*``): ``unknown`` first,
+    then the others by name."""
+    found = (n for n in names if n == UNKNOWN_SET or n.startswith(f"{UNKNOWN_SET}_"))
+    return sorted(found, key=lambda n: (n != UNKNOWN_SET, n))
+
 
 _PATH = {"type": "string", "minLength": 1}
 _NAMES = {

@@ -29,9 +29,10 @@ The rule, deterministic:
    AUROC reads the monitor's good boxes only, so it is fitted on those training inputs
    the model classifies correctly (the same good boxes, no bad ones), its k-means fits
    run directly (:func:`~boxwatch.offline.monitors.taukmeans.direct_kmeans`: KMeans'
-   results bit for bit), and a pooling whose values equal one tried already (the global
-   maximum of a map and of its max-pooled map) is not fitted again: the ranking is the
-   same as with full monitors at under half the CPU time;
+   steps, the fits of one class sharing its distances), and a pooling whose values equal
+   one tried already (the global maximum of a map and of its max-pooled map) is not
+   fitted again: the ranking is the same as with full monitors at about 40% of their CPU
+   time;
 4. *pick*: the best-ranked candidate of each block stands for it, and the
    :data:`N_CHOSEN` best blocks are monitored. A chosen pooled map keeps the pooling of
    :data:`MAP_POOLINGS` (those giving 2 to :data:`MAX_FEATURES` features) with the best

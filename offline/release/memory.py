@@ -13,7 +13,10 @@
   normalised training activations and one class's rows in float64 for k-means, the held-out
   -class selection's distance tables), and ``evaluation`` (calibration rows, the coverage
   curves, the feature baselines on their capped rows: KNN's similarity tables and
-  Mahalanobis' covariance and class distances).
+  Mahalanobis' covariance and class distances);
+* ``workers``: with ``monitor.n_jobs`` (``--jobs``) over 1 on this machine, the worker
+  processes of the per-class jobs, each its own Python, numpy and scikit-learn and a job's
+  rows in flight (they live through the build; a Dask or Ray cluster's are not counted).
 
 The estimate is held against the bound (``--max-memory``, else this machine's memory)
 before any activation is extracted; a build that will not fit stops with one line
@@ -31,13 +34,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import joblib
 import numpy as np
+from joblib.parallel import get_active_backend
 
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.taps import INPUT_LAYER, LayerInfo
 from boxwatch.offline.bn.limits import format_bytes, total_memory
 from boxwatch.offline.monitors.baselines import CHUNK as KNN_CHUNK
 from boxwatch.offline.monitors.estimator import BoxMonitor
+from boxwatch.offline.monitors.perclass import CHUNK_VALUES
 from boxwatch.offline.release import layer_choice
 from boxwatch.offline.release.emitted import MAX_BASELINE_FEATURES, MAX_BASELINE_ROWS
 from boxwatch.offline.release.monitor_stage import MAX_COVERAGE_ROWS
@@ -59,6 +65,12 @@ BOX_BYTES = 32
 # returns them, pooled, and the model's own working memory, taken as this many times its
 # widest candidate layer.
 MODEL_WORKSPACE = 3
+# A worker process of the per-class jobs: its interpreter with numpy and scikit-learn
+# (158 MB resident, measured), and one job's rows in flight (CHUNK_VALUES values) in float64
+# this many times over (pickled, unpickled, k-means' copies): 200 MiB. Checked against
+# bench/scale.py: 0.20-0.21 GB a worker at 1,000 x 512 x 50,000 on 2 cores.
+WORKER_BASE = 160 << 20
+WORKER_JOB_COPIES = 5
 # A bound below this is a typo, not a machine (it cannot hold the interpreter).
 MIN_BOUND = 64 << 20
 
@@ -97,14 +109,18 @@ class MemoryEstimate:
     bound_name: str
     store_where: str
     disk_free: int | None = None
+    workers: int = 0  # worker processes of the per-class jobs on this machine
+    worker_bytes: int = 0  # each
 
     @property
     def peak(self) -> int:
-        """The estimated peak: the process, the store where it is in RAM, the largest phase."""
+        """The estimated peak: the process, the store where it is in RAM, the largest phase,
+        the worker processes."""
         return (
             self.process
             + (self.store if self.store_counted else 0)
             + max(self.phases.values(), default=0)
+            + self.workers * self.worker_bytes
         )
 
     @property
@@ -116,19 +132,31 @@ class MemoryEstimate:
         """One line for the plan: the peak, its parts and the store."""
         parts = ", ".join(f"{name} {format_bytes(v)}" for name, v in self.phases.items())
         where = "in memory" if self.store_counted else "on disk"
+        workers = (
+            f"; {self.workers} worker processes {format_bytes(self.worker_bytes)} each"
+            if self.workers
+            else ""
+        )
         return (
             f"memory: about {format_bytes(self.peak)} at peak of {format_bytes(self.bound)} "
             f"({self.bound_name}): process {format_bytes(self.process)}, then the largest of "
-            f"{parts}; activation store {format_bytes(self.store)} {where} ({self.store_where})"
+            f"{parts}{workers}; activation store {format_bytes(self.store)} {where} "
+            f"({self.store_where})"
         )
 
     def problems(self) -> list[str]:
         """Why the build will not fit: memory over the bound, a store over the free disk."""
         out = []
         if self.peak > self.bound:
+            workers = (
+                f", {self.workers} worker processes of --jobs "
+                f"{format_bytes(self.workers * self.worker_bytes)}"
+                if self.workers
+                else ""
+            )
             out.append(
                 f"the build needs about {format_bytes(self.peak)} of memory (largest phase: "
-                f"{self.largest}), {self.bound_name} is {format_bytes(self.bound)}: "
+                f"{self.largest}{workers}), {self.bound_name} is {format_bytes(self.bound)}: "
                 f"{_advice(self)}"
             )
         if not self.store_counted and self.disk_free is not None and self.store > self.disk_free:
@@ -142,6 +170,8 @@ class MemoryEstimate:
 
 def _advice(est: MemoryEstimate) -> str:
     """What to do when the estimate passes the bound, for the part that sets it."""
+    if est.workers and est.peak - est.workers * est.worker_bytes <= est.bound:
+        return "lower --jobs (monitor.n_jobs), or raise --max-memory"
     if est.store_counted and est.store >= max(est.phases.values(), default=0):
         return (
             f"the activation store is in RAM ({est.store_where}); give --work-dir a folder "
@@ -191,6 +221,17 @@ def anonymous_rss() -> int:
     return _status_bytes("RssAnon:")
 
 
+def worker_processes(n_jobs: int | None) -> int:
+    """The worker processes ``n_jobs`` per-class jobs start on this machine (joblib's
+    meaning; inside a ``joblib.parallel_config``, its backend's): none for one job, or where
+    the workers are elsewhere or threads (Dask, Ray, the threading backend)."""
+    backend, _ = get_active_backend()
+    if type(backend).__name__ not in ("LokyBackend", "MultiprocessingBackend"):
+        return 0
+    n = joblib.effective_n_jobs(n_jobs)
+    return n if n > 1 else 0
+
+
 def estimate(
     model: ModelInputs | None,
     resources: Resources,
@@ -210,8 +251,10 @@ def estimate(
         where = f"{folder}, a {ram_fs} in RAM"
     phases: dict[str, int] = {}
     store = 0
+    workers = 0
     if model is not None:
         monitor = (MonitorSection() if params is None else params).estimator(None)
+        workers = worker_processes(monitor.get_params()["n_jobs"])
         shape = _Shape.of(model, batch, monitor)
         store = shape.store_bytes()
         phases = {
@@ -232,6 +275,8 @@ def estimate(
         bound_name=resources.bound_name,
         store_where=where,
         disk_free=None if store_counted else free_bytes(folder),
+        workers=workers,
+        worker_bytes=WORKER_BASE + WORKER_JOB_COPIES * CHUNK_VALUES * 8,
     )
 
 

@@ -35,7 +35,14 @@ from boxwatch.agent.boxes import BoxRuntime
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.inputs import one_line, quote
 from boxwatch.agent.keys import key_id
-from boxwatch.agent.members import BOXES_PREFIX, DIAGRAM_PREFIX, MODEL_SPEC, RULES, VERIFICATION
+from boxwatch.agent.members import (
+    BOXES_PREFIX,
+    DIAGRAM_PREFIX,
+    MODEL_SPEC,
+    RULES,
+    TRAIN_PREDICTIONS,
+    VERIFICATION,
+)
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
 from boxwatch.agent.taps import INPUT_LAYER, LayerInfo, Tap, open_tap
@@ -43,7 +50,7 @@ from boxwatch.offline.monitors.baselines import BASELINES as TABLE
 from boxwatch.offline.monitors.baselines import NEEDS
 from boxwatch.offline.progress import Phase, Progress
 from boxwatch.offline.release import bn_stage, emitted, layer_choice
-from boxwatch.offline.release.config import BuildConfig
+from boxwatch.offline.release.config import BuildConfig, unknown_sets
 from boxwatch.offline.release.datasets import load_dataset
 from boxwatch.offline.release.memory import MemoryEstimate, MemoryGuard, Resources, estimate
 from boxwatch.offline.release.monitor_stage import MonitorOutcome, fit_monitors, input_alone
@@ -70,6 +77,7 @@ from boxwatch.offline.release.records import (
     VerdictsSummary,
 )
 from boxwatch.offline.release.store import ActivationStore
+from boxwatch.offline.release.train_predictions import predictions_member
 
 EXTRACT_BATCH = 512
 CONFIG_RULE = (
@@ -675,6 +683,11 @@ def _model_half(
         "input_range": input_range(mi).to_dict(),
     }
     parts.members.update(monitor.members(BOXES_PREFIX))
+    # What a refit reads to find a class's training rows without the model's pass.
+    x_train, y_train = mi.data["train"]
+    parts.members[TRAIN_PREDICTIONS] = predictions_member(
+        x_train, y_train, monitor.logits["train"].argmax(axis=1), len(mi.classes)
+    )
     parts.contents.update(_monitor_contents(mi, monitor))
     summary = ModelSummary(
         path=str(mi.path),
@@ -803,10 +816,7 @@ def _run_held_out(half: _ModelHalf, draft: Artifact) -> _HeldOut:
         sets["validation"] = (x[rows], None if y is None else y[rows])
         logits["validation"] = monitor.logits["train"][rows]
         acts["validation"] = {k: v[rows] for k, v in monitor.acts["train"].items()}
-    unknown_names = sorted(
-        (n for n in mi.data if n == "unknown" or n.startswith("unknown_")),
-        key=lambda n: (n != "unknown", n),
-    )
+    unknown_names = unknown_sets(mi.data)
     for name in unknown_names:
         sets[name] = mi.data[name]
         logits[name] = monitor.logits[name]

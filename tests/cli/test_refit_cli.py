@@ -3,6 +3,7 @@ exit codes, what they print, and the sources they refuse."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -139,11 +140,33 @@ def test_the_capture_report_prints_its_clusters_and_writes_its_folder(
         str(tmp_path / "report"),
     )
     assert result.exit_code == EXIT_OK, result.output
-    assert result.stdout.split()[:3] == ["cluster", "size", "verdict"]
-    report = json.loads((tmp_path / "report" / "capture_report.json").read_text())
-    assert report["n_captures"] == N_CAPTURES
-    assert f"{N_CAPTURES} captures" in result.stderr
-    assert (tmp_path / "report" / "capture_report.html").is_file()
+    out = tmp_path / "report"
+    report = json.loads((out / "capture_report.json").read_text())
+    clusters = report["clusters"]
+    # the table: a header, then one row per cluster of the JSON, with its size and verdict
+    header, *rows = result.stdout.splitlines()
+    assert header.split()[:3] == ["cluster", "size", "verdict"]
+    assert [row.split()[:2] for row in rows] == [[str(c["id"]), str(c["size"])] for c in clusters]
+    assert all(c["verdict"] in row for c, row in zip(clusters, rows, strict=True))
+    # every capture counted once: accepted now, in a cluster, scattered, or not finite
+    in_clusters = sum(c["size"] for c in clusters)
+    assert in_clusters + report["n_scattered"] == report["n_clustered"]
+    assert report["n_clustered"] + report["n_accepted"] + report["n_not_finite"] == N_CAPTURES
+    assert sum(sum(per_bin) for per_bin in report["rate"].values()) == N_CAPTURES
+    members = [i for c in clusters for i in c["member_ids"]]
+    assert len(members) == len(set(members)) == in_clusters
+    assert set(members) <= {f"u{i}" for i in range(N_CAPTURES)}
+    # the reviewer called every capture correct: each cluster's labels say so
+    assert all(c["labels"]["correct"] == c["size"] for c in clusters)
+    assert result.stderr.startswith(
+        f"{N_CAPTURES} captures: {report['n_accepted']} accepted by the artifact now, "
+        f"{in_clusters} in {len(clusters)} cluster(s), {report['n_scattered']} scattered; "
+    )
+    # the page stands alone: each plot written beside it is embedded in it
+    page = (out / "capture_report.html").read_text()
+    plots = sorted(out.glob("*.png"))
+    assert len(plots) == 3
+    assert all(base64.b64encode(p.read_bytes()).decode() in page for p in plots)
 
 
 def test_labels_it_cannot_join_are_warned_on_one_line_each(model_example, reviews, tmp_path):

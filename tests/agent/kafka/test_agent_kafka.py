@@ -385,6 +385,77 @@ def test_idle_parked_consumer_still_gets_every_record(agent_config, broker, kafk
         consumer.close(5)
 
 
+def _wake_then_park(consumer) -> None:
+    """Drive a parked consumer (either client) through a wake-up at its next idle check and
+    park it again at once, as a late fetch on a loaded machine does: the wake-up brings no
+    record before the next quiet spell."""
+    parked = consumer._parked
+    args = () if parked is True else (parked,)  # kafka-python parks with a flag
+    deadline = time.monotonic() + 10
+    while not consumer._news(*args):
+        assert time.monotonic() < deadline, "the records never moved the end offset"
+        time.sleep(0.05)
+    consumer._unpark(*args)
+    consumer._park()
+    assert _is_parked(consumer)
+
+
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_parked_consumer_woken_late_still_gets_every_record(agent_config, broker, kafka, library):
+    """A consumer woken by new records that parks again before its fetch brought one still
+    gets them all (its next check wakes it again), whether the broker's end offset counts
+    records (noida-db: 50 for the batch of 50 here) or batches (Tansu: 1)."""
+    from boxwatch.agent.kafka import make_consumer
+
+    create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 2})
+    cfg = agent_config(broker.bootstrap_servers, kafka__library=library)
+    consumer = make_consumer(cfg, [TOPICS["inputs"]])
+    producer = kafka.producer(linger_ms=60_000)  # held until the flush: one batch
+    try:
+        _quiet(consumer)
+        sent = [f"late-{i}".encode() for i in range(50)]
+        for value in sent:
+            producer.send(TOPICS["inputs"], value, partition=0)
+        producer.flush()
+        _wake_then_park(consumer)
+        assert sorted(_drain([consumer], 50)) == sorted(sent)
+        assert not _is_parked(consumer)
+    finally:
+        consumer.close(5)
+
+
+@pytest.mark.parametrize("library", AGENT_LIBRARIES)
+def test_parked_consumer_not_woken_by_a_transaction_marker(agent_config, broker, kafka, library):
+    """A committed transaction ends in a marker that the end offset counts and no record
+    carries: the consumer reads the records, parks, and stays parked through several idle
+    checks (its position moved past the marker), so parking still saves the CPU it is for."""
+    from boxwatch.agent.kafka import make_consumer
+    from boxwatch.agent.kafka.base import IDLE_FETCH_INTERVAL_S
+
+    create_topics(broker.bootstrap_servers, {TOPICS["inputs"]: 1})
+    producer = kafka.producer(transactional_id="t-marker")
+    producer.init_transactions()
+    producer.begin_transaction()
+    sent = [f"tx-{i}".encode() for i in range(10)]
+    for value in sent:
+        producer.send(TOPICS["inputs"], value, partition=0)
+    producer.commit_transaction()
+    end = kafka.consumer().end_offsets([TopicPartition(TOPICS["inputs"], 0)])
+    assert list(end.values()) == [len(sent) + 1]  # the records and the marker
+    cfg = agent_config(broker.bootstrap_servers, kafka__library=library)
+    consumer = make_consumer(cfg, [TOPICS["inputs"]])
+    try:
+        assert sorted(_drain([consumer], 10)) == sorted(sent)
+        _quiet(consumer)
+        parked = consumer._parked
+        deadline = time.monotonic() + 6 * IDLE_FETCH_INTERVAL_S
+        while time.monotonic() < deadline:
+            assert consumer.poll(32, 0.02) == []
+            assert consumer._parked is parked, "woken with no record to read"
+    finally:
+        consumer.close(5)
+
+
 class _Member(threading.Thread):
     """A consumer polled in its own thread, as each agent's loop polls its own (two members
     polled in turn by one thread hold up each other's group joins)."""

@@ -303,6 +303,35 @@ def test_read_pages_of_a_mapped_file_are_given_back(tmp_path):
     np.testing.assert_array_equal(rows[-1], data[-1])  # read again from the file
 
 
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux's /proc/self/smaps")
+def test_a_gather_of_spread_rows_holds_one_range_of_the_map_at_a_time(tmp_path, monkeypatch):
+    """A fifth of the rows, spread over a 32 MB file: x[idx] maps nearly all of it (the
+    kernel faults in each touched page's neighbours); gather_rows, the calibration's gather,
+    holds about one GATHER_BYTES range at a time and gives the same rows in idx's order."""
+    data = np.arange(4_000_000, dtype=np.float64).reshape(-1, 1000)  # one 8 KB row
+    np.save(tmp_path / "x.npy", data)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    idx = np.random.default_rng(0).permutation(len(data))[: len(data) // 5]  # not sorted
+    plain = np.asarray(mapped[np.sort(idx)])
+    assert mapped_rss_mb(tmp_path / "x.npy") > 16  # the plain gather mapped half or more
+    perclass.release_pages(mapped)
+    monkeypatch.setattr(perclass, "GATHER_BYTES", 1 << 20)
+    seen: list[float] = []
+    release = perclass.release_pages
+
+    def measured(array):
+        seen.append(mapped_rss_mb(tmp_path / "x.npy"))
+        release(array)
+
+    monkeypatch.setattr(perclass, "release_pages", measured)
+    got = perclass.gather_rows(mapped, idx)
+    np.testing.assert_array_equal(got, data[idx])
+    np.testing.assert_array_equal(got[np.argsort(idx)], plain)
+    assert len(seen) > 10 and max(seen) < 8  # 1 MB ranges, plus the kernel's fault-around
+    np.testing.assert_array_equal(perclass.gather_rows(data, idx[:7]), data[idx[:7]])
+    assert perclass.gather_rows(mapped, np.zeros(0, np.int64)).shape == (0, 1000)
+
+
 def test_copy_on_write_maps_keep_their_changes(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((1000, 10)))
     mapped = np.load(tmp_path / "x.npy", mmap_mode="c")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -118,13 +121,20 @@ def activations_like(seed: int, n: int, d: int, relu: bool) -> np.ndarray:
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-distances", "per-trial"])
 @pytest.mark.parametrize("seed", range(40))
-def test_direct_kmeans_gives_kmeans_results_bit_for_bit(seed):
+def test_direct_kmeans_gives_kmeans_results_bit_for_bit(seed, shared, monkeypatch):
     """The direct path (what the layer choice's ranking monitors use) is KMeans.fit itself:
-    the same labels, centres and inertia; this fails if a scikit-learn release changes it."""
+    the same labels, centres and inertia, with the k-means++ distances taken from one
+    shared matrix or computed per trial as KMeans does; this fails if a scikit-learn
+    release changes its steps."""
     from sklearn.cluster import KMeans
 
+    from boxwatch.offline.monitors import taukmeans
     from boxwatch.offline.monitors.taukmeans import _direct_kmeans
+
+    if not shared:
+        monkeypatch.setattr(taukmeans, "_SHARED_DISTANCES", 0)
 
     rng = np.random.default_rng(1000 + seed)
     n, d = int(rng.integers(3, 300)), int(rng.choice([2, 16, 64, 128]))
@@ -166,3 +176,28 @@ def test_a_sweep_inside_direct_kmeans_is_the_same_sweep(max_samples, monkeypatch
     for tau in taus:
         assert np.array_equal(plain[tau].labels, direct[tau].labels)
         assert plain[tau].inertia == direct[tau].inertia
+
+
+def test_single_threaded_limits_every_pool_and_finds_new_libraries_once_imported():
+    """Entering single_threaded is cheap (the pools are found once) yet still binds: every
+    BLAS and OpenMP pool runs one thread inside it, and the previous counts come back."""
+    from threadpoolctl import threadpool_info
+
+    from boxwatch.offline.monitors import taukmeans
+
+    before = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+    with single_threaded():
+        inside = threadpool_info()
+    assert inside and all(i["num_threads"] == 1 for i in inside)
+    assert {i["filepath"]: i["num_threads"] for i in threadpool_info()} == before
+    with single_threaded(), single_threaded():
+        pass
+    assert taukmeans._controller.cache_info().currsize == 1
+    found = taukmeans._controller.cache_info().misses
+    sys.modules["boxwatch_test_new_module"] = types.ModuleType("boxwatch_test_new_module")
+    try:
+        with single_threaded():
+            pass
+    finally:
+        del sys.modules["boxwatch_test_new_module"]
+    assert taukmeans._controller.cache_info().misses == found + 1  # looked again

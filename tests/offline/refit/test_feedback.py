@@ -17,7 +17,7 @@ from boxwatch.agent.kafka.base import KafkaUnavailable, Record
 from boxwatch.agent.outputs import Output, copy_output, omit_payload, reason_headers
 from boxwatch.agent.records import JSON_TYPE, NPY_TYPE, TENSOR_TYPE
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
-from boxwatch.offline.refit.archive import Located, read_export, read_topic
+from boxwatch.offline.refit.archive import Located, read_export, read_topic, write_export
 from boxwatch.offline.refit.feedback import (
     CORRECT,
     NEW,
@@ -370,6 +370,31 @@ def test_a_malformed_export_line_stops_naming_file_and_line(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(ConfigError, match="nested too deep|not JSON"):
         read_captures(path, SHAPE)
+
+
+def test_an_export_streams_by_partition_and_a_failed_one_leaves_the_last_whole(tmp_path):
+    """Records arriving with their partitions interleaved (as a topic read brings them) are
+    written partition by partition, as read_topic orders them; a read that fails midway
+    leaves the earlier export as it was and no temporary file behind."""
+    records = [
+        Record(CAPTURE, p, o, 1000 + o, f"k{p}{o}".encode(), f"v{p}{o}".encode(), [("h", b"x")])
+        for o in range(3)
+        for p in (2, 0, 1)
+    ]
+    path = write_export(iter(records), tmp_path, CAPTURE)
+    by_partition = sorted(records, key=lambda r: (r.partition, r.offset))
+    assert [r for _, r in read_export(path)] == by_partition
+    assert write_export(by_partition, tmp_path, CAPTURE).read_bytes() == path.read_bytes()
+    before = path.read_bytes()
+
+    def broken():
+        yield records[0]
+        raise KafkaUnavailable("the broker went away")
+
+    with pytest.raises(KafkaUnavailable):
+        write_export(broken(), tmp_path, CAPTURE)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
 
 def test_a_client_option_kafka_python_does_not_know_is_a_config_error():

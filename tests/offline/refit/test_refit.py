@@ -8,25 +8,28 @@ classes by their true digit.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from example_build import ExampleArtifact
+from example_build import ExampleArtifact, resigned
 
 from boxwatch.agent.artifact import load_artifact
 from boxwatch.agent.boxes import ACCEPT, BoxRuntime, normalize_features
 from boxwatch.agent.errors import ArtifactError, ConfigError
-from boxwatch.agent.members import BOXES_PREFIX, REFIT, REFIT_ROWS
+from boxwatch.agent.members import BOXES_PREFIX, REFIT, REFIT_ROWS, TRAIN_PREDICTIONS
 from boxwatch.agent.runtime import ModelResult, MonitorRuntime, load_runtime
 from boxwatch.cli import cli
 from boxwatch.commands.console import EXIT_OK
+from boxwatch.offline.progress import Progress
 from boxwatch.offline.refit.feedback import (
     CORRECT,
     UNKNOWN,
@@ -35,7 +38,13 @@ from boxwatch.offline.refit.feedback import (
     Label,
     LabelledCaptures,
 )
-from boxwatch.offline.refit.refit import RefitGuardError, RefitSummary, refit
+from boxwatch.offline.refit.refit import RefitGuardError, RefitSummary, _train_rows, refit
+from boxwatch.offline.refit.refit import _model as refit_model
+from boxwatch.offline.release.config import load_config
+from boxwatch.offline.release.monitor_stage import Tapped
+from boxwatch.offline.release.pipeline import prepare_model
+from boxwatch.offline.release.records import ModelInputs
+from boxwatch.offline.release.train_predictions import stored_predictions
 
 CLASSES = (6, 7)  # the classes whose captures the reviewer labels
 CREATED_AT = 1_700_000_100
@@ -430,3 +439,134 @@ def test_refitting_a_class_again_keeps_the_earlier_captures(model_example, refit
         for layer in boxes.layers:
             inside = boxes.good[layer].contains(feats[layer], np.full(len(mine), c))
             assert inside.all(), (path.name, layer, int(inside.sum()), len(mine))
+
+
+def same_child(a: Path, b: Path) -> None:
+    """``a`` and ``b`` hold the same boxes, rows, record and contents, but for the parent
+    they name and the parent's stored predictions they carry."""
+    first, second = load_artifact(a, None), load_artifact(b, None)
+    names = set(first.members) | set(second.members)
+    for name in names - {REFIT, TRAIN_PREDICTIONS}:
+        assert first.members.get(name) == second.members.get(name), name
+    records = [first.json(REFIT), second.json(REFIT)]
+    contents = [dict(first.contents), dict(second.contents)]
+    for record, content in zip(records, contents, strict=True):
+        record.pop("parent")
+        content["refit"] = {k: v for k, v in content["refit"].items() if "parent" not in k}
+    assert records[0] == records[1] and contents[0] == contents[1]
+
+
+def test_a_parent_without_stored_predictions_gives_the_same_child(
+    model_example, refitted, tmp_path
+):
+    """A parent built before the training rows' predictions were stored (the member
+    removed, signed again): the refit runs the whole training set through the model to
+    find the rows, and makes the child the stored predictions made."""
+    old = tmp_path / "old.bwa"
+    old.write_bytes(resigned(model_example, {TRAIN_PREDICTIONS: None}))
+    out = tmp_path / "child.bwa"
+    refit(
+        old,
+        [str(model_example.public_key)],
+        model_example.config,
+        refitted.labelled,
+        private_key=model_example.private_key,
+        out=out,
+        created_at=CREATED_AT,
+    )
+    assert TRAIN_PREDICTIONS not in load_artifact(out, None).members
+    same_child(refitted.child, out)
+
+
+class CountingTap:
+    """The real tap, counting the rows it runs."""
+
+    def __init__(self, tap: Any):
+        self.tap, self.rows = tap, 0
+
+    def run(self, x: np.ndarray) -> Any:
+        self.rows += len(x)
+        return self.tap.run(x)
+
+
+@pytest.fixture(scope="module")
+def prepared(model_example: ExampleArtifact) -> tuple[ModelInputs, np.ndarray]:
+    """The model as the refit prepares it, and the parent's stored predictions."""
+    art = load_artifact(model_example.artifact, None)
+    mi = refit_model(prepare_model(load_config(model_example.config)), art, model_example.model)
+    stored = stored_predictions(art, *mi.data["train"], len(mi.classes))
+    assert stored is not None
+    return mi, stored
+
+
+def train_rows(mi: ModelInputs, stored: np.ndarray | None) -> tuple[Tapped, int]:
+    """:func:`_train_rows` of :data:`CLASSES`, and the rows the model ran."""
+    counted = CountingTap(mi.tap)
+    n = len(mi.data["train"][0])
+    with Progress(mode="off").phase("rows", n) as bar:
+        rows = _train_rows(dataclasses.replace(mi, tap=counted), list(CLASSES), stored, bar)
+        assert bar.done == n
+    return rows, counted.rows
+
+
+def same_rows(a: Tapped, b: Tapped) -> bool:
+    return (
+        np.array_equal(a.pred, b.pred)
+        and np.array_equal(a.labels, b.labels)
+        and a.logits.tobytes() == b.logits.tobytes()
+        and all(a.acts[k].tobytes() == b.acts[k].tobytes() for k in a.acts)
+    )
+
+
+def test_stored_predictions_send_only_the_affected_rows_through_the_model(prepared):
+    mi, stored = prepared
+    fast, ran = train_rows(mi, stored)
+    slow, ran_all = train_rows(mi, None)
+    assert ran == int(np.isin(stored, CLASSES).sum()) < ran_all / 2
+    assert ran_all == len(stored)
+    assert set(fast.pred) == set(CLASSES) and same_rows(fast, slow)
+
+
+def test_stored_predictions_the_model_contradicts_fall_back_to_the_full_pass(prepared):
+    """A row stored as an affected class that the model predicts otherwise (as outputs that
+    depend on the batch would): the rows are found by the model's pass over the whole set."""
+    mi, stored = prepared
+    wrong = stored.copy()
+    wrong[np.flatnonzero(~np.isin(stored, CLASSES))[0]] = CLASSES[0]
+    found, ran = train_rows(mi, wrong)
+    assert ran == int(np.isin(wrong, CLASSES).sum()) + len(stored)
+    assert same_rows(found, train_rows(mi, None)[0])
+
+
+def test_training_data_other_than_the_parents_are_refused(model_example, refitted, tmp_path):
+    config = tmp_path / "build.yaml"
+    shutil.copy(model_example.config, config)
+    shutil.copytree(model_example.data, tmp_path / "data")
+    train = dict(np.load(tmp_path / "data" / "train.npz"))
+    train["y"][0] = (train["y"][0] + 1) % 8  # one relabelled training input
+    np.savez(tmp_path / "data" / "train.npz", **train)
+    out = tmp_path / "child.bwa"
+    with pytest.raises(ConfigError, match="data.train: not the training set") as caught:
+        refit(
+            model_example.artifact,
+            [str(model_example.public_key)],
+            config,
+            refitted.labelled,
+            private_key=model_example.private_key,
+            out=out,
+            created_at=CREATED_AT,
+        )
+    assert "\n" not in str(caught.value) and not out.exists()
+
+
+def test_a_class_no_training_row_is_predicted_as_gets_no_row(prepared):
+    mi, stored = prepared
+    none = np.where(np.isin(stored, CLASSES), 0, stored)
+    with Progress(mode="off").phase("rows", len(stored)) as bar:
+        rows = _train_rows(mi, list(CLASSES), none, bar)
+    some, _ran = train_rows(mi, stored)
+    assert len(rows.pred) == len(rows.labels) == len(rows.logits) == 0
+    assert rows.logits.shape[1:] == some.logits.shape[1:]
+    for layer in mi.layers:
+        assert rows.acts[layer].shape == (0, some.acts[layer].shape[1]), layer
+        assert rows.acts[layer].dtype == some.acts[layer].dtype

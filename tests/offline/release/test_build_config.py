@@ -60,3 +60,13 @@ def test_yaml_syntax_error_names_line(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(tmp_path / "none.yaml")
+
+
+def test_unknown_sets_are_the_one_naming_rule_of_the_config():
+    """The build's held-out sets and the refit's guard both take their unknown sets from
+    here: ``unknown`` first, then ``unknown_*`` by name, nothing else."""
+    from boxwatch.offline.release.config import unknown_sets
+
+    names = ["train", "unknown_b", "validation", "unknownish", "unknown", "unknown_a", "test"]
+    assert unknown_sets(names) == ["unknown", "unknown_a", "unknown_b"]
+    assert unknown_sets(["train"]) == []

@@ -92,3 +92,28 @@ def test_the_guard_stops_past_its_bound_only():
     MemoryGuard(1 << 50, "--max-memory").check("extracting activations")
     with pytest.raises(ConfigError, match=r"passed --max-memory \(1 MiB\) while extracting"):
         MemoryGuard(1 << 20, "--max-memory").check("extracting activations")
+
+
+def test_jobs_on_this_machine_count_their_worker_processes(model_example):
+    """--jobs N starts N worker processes of its own (each its Python, numpy and
+    scikit-learn, and a job's rows): the estimate counts them, names them, and a bound that
+    one job fits but the workers do not says to lower --jobs; a cluster's workers (here the
+    threading backend, whose jobs run in this process) add nothing."""
+    import joblib
+
+    from boxwatch.offline.release.memory import WORKER_BASE
+
+    cfg = load_config(model_example.config)
+    one = prepare(cfg, resources=Resources(n_jobs=1)).memory
+    three = prepare(cfg, resources=Resources(n_jobs=3)).memory
+    assert one is not None and three is not None
+    assert one.workers == 0 and three.workers == 3 and three.worker_bytes > WORKER_BASE
+    assert three.peak - three.workers * three.worker_bytes == pytest.approx(one.peak, rel=0.05)
+    assert "3 worker processes" in three.text() and "worker" not in one.text()
+    between = (one.peak + three.peak) // 2
+    with pytest.raises(ConfigError, match=r"3 worker processes of --jobs .*lower --jobs"):
+        prepare(cfg, resources=Resources(n_jobs=3, max_memory=between))
+    assert prepare(cfg, resources=Resources(n_jobs=1, max_memory=between)).memory is not None
+    with joblib.parallel_config(backend="threading"):
+        threads = prepare(cfg, resources=Resources(n_jobs=3)).memory
+    assert threads is not None and threads.workers == 0
