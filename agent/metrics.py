@@ -10,8 +10,11 @@ their own ``CollectorRegistry``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.metrics import MetricWrapperBase
 
 from boxwatch import __version__
 from boxwatch.agent.boxes import box_kernel
@@ -184,7 +187,18 @@ class AgentMetrics:
             "1 when the agent is ready (artifact loaded, broker up).",
             registry=r,
         )
+        self._series: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
         self._prime()
+
+    def series(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: each batch adds to the same few
+        series, and ``labels`` checks and locks on every call. Only for metrics whose
+        series are never removed (the verdict, reason, gate, input and output counters)."""
+        key = (metric, labels)
+        child = self._series.get(key)
+        if child is None:
+            child = self._series[key] = metric.labels(*labels)
+        return child
 
     def _prime(self) -> None:
         """Create the fixed-label series at zero so rates and alerts see them from the start."""

@@ -25,16 +25,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from json.encoder import encode_basestring_ascii as _json_str
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 
+from boxwatch.agent.boxes import Reasons
 from boxwatch.agent.kafka.base import Consumed
 from boxwatch.agent.kafka.headers import carried_headers
-from boxwatch.agent.vocab import DEAD_LETTER_REASONS
+from boxwatch.agent.vocab import DEAD_LETTER_REASONS, VERDICT_REASONS, VERDICTS
 
 VERDICT_SCHEMA = "boxwatch.verdict/1"
 GATE_SCHEMA = "boxwatch.gate/1"
@@ -105,76 +109,216 @@ def json_numbers(values: Sequence[float]) -> list[bytes]:
     return parts
 
 
-def verdict_outputs(
-    topic: str,
-    recs: Sequence[Consumed],
-    ids: Sequence[str],
-    *,
-    predicted: Sequence[str],
-    verdicts: Sequence[str],
-    reasons: Sequence[str],
-    reason_layers: Sequence[str | None],
-    nearest: Sequence[str | None],
-    layers: Mapping[str, Sequence[str]],
-    scores: Sequence[float],
-    accepted: Sequence[bool] | None,
-    artifact_id: str,
-    model_version: str,
-    timings: Mapping[str, Any],
-) -> list[Output]:
-    """One verdict record per input, the batch encoded at once.
+class VerdictHead(NamedTuple):
+    """What a verdict record says of its input besides its id, source and score: the part
+    that many inputs share (few classes, verdicts and reasons)."""
 
-    ``reasons``, ``reason_layers`` and ``nearest`` are each input's reason, the layer it
-    points at and the nearest other class (None: written as ``null``).
+    predicted: str
+    verdict: str
+    reason: str
+    layer: str | None  # the layer the reason points at (None: none)
+    nearest: str | None  # the nearest other class (None: none)
+    layers: tuple[str, ...]  # each monitored layer's verdict, in ``VerdictHeads.layer_names``
 
-    Byte for byte what :func:`verdict_output` writes for each body, without a
-    ``json.dumps`` of a nested dict per record: the fields shared by the batch are encoded
-    once, the scores by msgspec in one call (:func:`json_numbers`), the strings by the
-    escaper ``json`` itself uses.
+
+HeadLabels = tuple[tuple[str, str], tuple[str, str], tuple[tuple[str, str, str], ...]]
+"""A head's label values in the verdict metrics: (verdict, class), (verdict, reason), and
+(layer, layer verdict, class) per monitored layer."""
+
+
+class VerdictHeads(NamedTuple):
+    """A batch's distinct :class:`VerdictHead` s: input ``i`` has ``heads[of[i]]``, and
+    ``counts[k]`` inputs have ``heads[k]``; ``json[k]`` is ``heads[k]`` as its fields sit in
+    the record (between the source and the score), ``labels[k]`` what the verdict metrics
+    count it under."""
+
+    heads: list[VerdictHead]
+    of: list[int]
+    counts: list[int]
+    layer_names: tuple[str, ...]
+    json: list[bytes]
+    labels: list[HeadLabels]
+
+
+def _combinations(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the rows of an int64 matrix of codes (values >= -1): the first row of each
+    distinct row, and each row's (an index into the first array).
+
+    Each row is packed into one int64 (mixed radix; where the radices' product would
+    overflow, column by column, renumbered on the way), so one ``np.unique`` of a vector
+    does it.
     """
-    tail = (
-        f',"artifact_id":{_json_str(artifact_id)},"model_version":'
-        f'{_json_str(model_version)},"timings":{_dumps(dict(timings)).decode()}}}'
-    ).encode()
-    layer_keys = [_json_str(name) + ":" for name in layers]
-    flags = (
-        [b"null"] * len(ids) if accepted is None else [b"true" if a else b"false" for a in accepted]
-    )
-    # Few distinct (class, verdict, reason, layer, nearest, layer verdicts...) per batch:
-    # each is encoded once.
-    middles: dict[tuple, bytes] = {}
-    topics: dict[str, bytes] = {}
-    out: list[Output] = []
-    append = out.append
-    heads = zip(predicted, verdicts, reasons, reason_layers, nearest, *layers.values(), strict=True)
-    for rec, rid, head, score, flag in zip(
-        recs, ids, heads, json_numbers(scores), flags, strict=True
-    ):
-        middle = middles.get(head)
-        if middle is None:
-            layer_json = ",".join(
-                [k + _json_str(v) for k, v in zip(layer_keys, head[5:], strict=True)]
-            )
-            middle = middles[head] = (
-                f'"predicted_class":{_json_str(head[0])},"verdict":{_json_str(head[1])},'
-                f'"reason":{_json_str(head[2])},"layer":{_json_or_null(head[3])},'
-                f'"nearest_class":{_json_or_null(head[4])},"layers":{{{layer_json}}}'
-            ).encode()
-        t = topics.get(rec.topic)
-        if t is None:
-            t = topics[rec.topic] = _json_str(rec.topic).encode()
-        value = _VERDICT % (
-            _json_str(rid).encode(),
-            t,
-            rec.partition,
-            rec.offset,
-            middle,
-            score,
-            flag,
-            tail,
+    shifted = codes + 1
+    radices = (shifted.max(axis=0) + 1).tolist()
+    if math.prod(radices) < 2**62:
+        weights = [math.prod(radices[k + 1 :]) for k in range(len(radices))]
+        key = shifted @ np.array(weights, dtype=np.int64)
+    else:
+        key = np.zeros(len(codes), dtype=np.int64)
+        span = 1
+        for k, radix in enumerate(radices):
+            if span * radix >= 2**62:
+                _, key = np.unique(key, return_inverse=True)
+                span = len(codes)
+            key = key * radix + shifted[:, k]
+            span *= radix
+    _, first, of = np.unique(key, return_index=True, return_inverse=True)
+    return first, of.reshape(-1)
+
+
+_NEW = tuple.__new__  # builds a NamedTuple from a tuple without a Python-level call
+_TOPIC, _PARTITION, _OFFSET = attrgetter("topic"), attrgetter("partition"), attrgetter("offset")
+_FLAGS = (b"false", b"true")
+MAX_CACHED_HEADS = 65_536  # distinct heads a VerdictEncoder keeps encoded, then it starts over
+
+
+class VerdictEncoder:
+    """Writes a monitored model's verdict records (``boxwatch.verdict/1``) a batch at a time.
+
+    Built once per artifact, so what its batches share is named and encoded once: each
+    distinct head (:class:`VerdictHead`: class, verdict, reason, layers) the first time a
+    batch has it, then reused (up to :data:`MAX_CACHED_HEADS`, then the cache starts over).
+    Byte for byte what :func:`verdict_output` writes for each body, without a ``json.dumps``
+    of a nested dict per record: the scores by msgspec in one call (:func:`json_numbers`),
+    the strings by the escaper ``json`` itself uses, the records from columns.
+    """
+
+    def __init__(
+        self, topic: str, classes: Sequence[str], *, artifact_id: str, model_version: str
+    ) -> None:
+        self.topic = topic
+        self.classes = list(classes)
+        self._fields = (
+            f',"artifact_id":{_json_str(artifact_id)},"model_version":{_json_str(model_version)}'
+        ).encode()
+        self._names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        self._heads: dict[tuple[int, ...], tuple[VerdictHead, bytes, HeadLabels]] = {}
+
+    def heads(
+        self,
+        predicted: np.ndarray,
+        verdicts: np.ndarray,
+        layer_verdicts: Mapping[str, np.ndarray],
+        reasons: Reasons,
+    ) -> VerdictHeads:
+        """A batch's verdict heads from its codes.
+
+        Parameters
+        ----------
+        predicted : ndarray of shape (n_samples,), int
+            Class indices; one past the class names is written as its number.
+        verdicts : ndarray of shape (n_samples,), int
+            Verdict codes (index into :data:`vocab.VERDICTS`).
+        layer_verdicts : mapping of str to ndarray of shape (n_samples,), int
+            Each monitored layer's verdict codes, in the order the records list them.
+        reasons : Reasons
+            Why each input got its verdict (codes, the layer and the nearest class).
+        """
+        names = (tuple(layer_verdicts), tuple(reasons.layer_names))
+        if names != self._names or len(self._heads) >= MAX_CACHED_HEADS:
+            self._names = names
+            self._heads = {}
+        if not len(predicted):
+            return VerdictHeads([], [], [], names[0], [], [])
+        codes = np.stack(
+            [
+                predicted,
+                verdicts,
+                reasons.codes,
+                reasons.layer,
+                reasons.nearest,
+                *layer_verdicts.values(),
+            ],
+            axis=1,
+        ).astype(np.int64, copy=False)
+        first, of = _combinations(codes)
+        heads, encoded, labels = [], [], []
+        for row in map(tuple, codes[first].tolist()):
+            known = self._heads.get(row)
+            if known is None:
+                known = self._heads[row] = self._encode_head(row)
+            heads.append(known[0])
+            encoded.append(known[1])
+            labels.append(known[2])
+        counts = np.bincount(of, minlength=len(first)).tolist()
+        return VerdictHeads(heads, of.tolist(), counts, names[0], encoded, labels)
+
+    def _class(self, c: int) -> str:
+        """Class ``c``'s name (its number past the names)."""
+        return self.classes[c] if c < len(self.classes) else str(c)
+
+    def _encode_head(self, row: tuple[int, ...]) -> tuple[VerdictHead, bytes, HeadLabels]:
+        """A head from its codes, its fields as they sit between source and score, and its
+        metric labels."""
+        p, v, r, k, c, *per_layer = row
+        layer_names, reason_layers = self._names
+        head = VerdictHead(
+            self._class(p),
+            VERDICTS[v],
+            VERDICT_REASONS[r],
+            None if k < 0 else reason_layers[k],
+            None if c < 0 else self._class(c),
+            tuple(VERDICTS[x] for x in per_layer),
         )
-        append(Output("verdict", topic, rid.encode("utf-8"), value, []))
-    return out
+        layer_json = ",".join(
+            [
+                _json_str(n) + ":" + _json_str(x)
+                for n, x in zip(layer_names, head.layers, strict=True)
+            ]
+        )
+        middle = (
+            f'"predicted_class":{_json_str(head.predicted)},"verdict":{_json_str(head.verdict)},'
+            f'"reason":{_json_str(head.reason)},"layer":{_json_or_null(head.layer)},'
+            f'"nearest_class":{_json_or_null(head.nearest)},"layers":{{{layer_json}}}'
+        ).encode()
+        labels = (
+            (head.verdict, head.predicted),
+            (head.verdict, head.reason),
+            tuple((n, x, head.predicted) for n, x in zip(layer_names, head.layers, strict=True)),
+        )
+        return head, middle, labels
+
+    def outputs(
+        self,
+        recs: Sequence[Consumed],
+        ids: Sequence[str],
+        heads: VerdictHeads,
+        *,
+        scores: Sequence[float],
+        accepted: Sequence[bool] | None,
+        timings: Mapping[str, Any],
+    ) -> list[Output]:
+        """One verdict record per input (``heads`` from :meth:`heads` for the same batch),
+        keyed by its id."""
+        n = len(ids)
+        tail = self._fields + b',"timings":' + _dumps(dict(timings)) + b"}"
+        flags = repeat(b"null", n) if accepted is None else map(_FLAGS.__getitem__, accepted)
+        topics = list(map(_TOPIC, recs))
+        topic_json = {t: _json_str(t).encode() for t in set(topics)}
+        values = map(
+            _VERDICT.__mod__,
+            zip(
+                map(str.encode, map(_json_str, ids)),
+                map(topic_json.__getitem__, topics),
+                map(_PARTITION, recs),
+                map(_OFFSET, recs),
+                map(heads.json.__getitem__, heads.of),
+                json_numbers(scores),
+                flags,
+                repeat(tail, n),
+                strict=True,
+            ),
+        )
+        fields = zip(
+            repeat("verdict", n),
+            repeat(self.topic, n),
+            map(str.encode, ids),
+            values,
+            [[] for _ in range(n)],
+            repeat(None, n),
+            strict=True,
+        )
+        return list(map(_NEW, repeat(Output, n), fields))
 
 
 def _json_or_null(text: str | None) -> str:

@@ -20,13 +20,12 @@ from collections import Counter as _Counter
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
-from boxwatch.agent.boxes import set_box_kernel, verdict_names
+from boxwatch.agent.boxes import ACCEPT, set_box_kernel
 from boxwatch.agent.config import AgentConfig
 from boxwatch.agent.errors import BoxwatchError, ConfigError
 from boxwatch.agent.gate import OUTCOME_NAMES
@@ -46,13 +45,13 @@ from boxwatch.agent.kafka.headers import header_problem
 from boxwatch.agent.metrics import AgentMetrics, observe_many
 from boxwatch.agent.outputs import (
     Output,
+    VerdictEncoder,
     copy_output,
     dead_letter_output,
     gate_output,
     omit_payload,
     output_bytes,
     reason_headers,
-    verdict_outputs,
 )
 from boxwatch.agent.preprocessing import RANGE_WARN_SHARE, RangeWindow
 from boxwatch.agent.records import BadRecord, decode_bn_input, decode_model_batch
@@ -79,6 +78,7 @@ MAX_REFUSALS = 2  # sends of one output the producer or broker refuses, before i
 # are checked against max_output_bytes before sending; verdicts and gate records are small.
 _FOREIGN_KINDS = frozenset({"dead_letter", "capture", "release", "review"})
 _KIND = attrgetter("kind")
+_TOPIC, _HEADERS, _TIMESTAMP = attrgetter("topic"), attrgetter("headers"), attrgetter("timestamp")
 
 
 @dataclass
@@ -332,7 +332,7 @@ class Agent:
         self._commit(records)
         self._count_delivered(tally, delivered)
         now = time.time()
-        stamps = np.array([rec.timestamp or 0 for rec in records], dtype=np.float64)
+        stamps = np.array(list(map(_TIMESTAMP, records)), dtype=np.float64)  # None: NaN
         observe_many(
             self.metrics.end_to_end_seconds, np.maximum(now - stamps[stamps > 0] / 1000.0, 0.0)
         )
@@ -354,20 +354,23 @@ class Agent:
         outputs: list[Output] = []
         model_recs: list[Consumed] = []
         bn_recs: list[Consumed] = []
-        n_model = 0
-        for rec in records:
-            n_model += rec.topic == model_topic
-            problem = header_problem(rec.headers)
-            if problem is not None:
-                outputs.append(self._dead_letter(rec, "bad_header", problem))
-            elif rec.topic == model_topic:
-                model_recs.append(rec)
-            elif rec.topic == bn_topic:
-                bn_recs.append(rec)
+        topics = list(map(_TOPIC, records))
+        problems = list(map(header_problem, map(_HEADERS, records)))
+        n_model = topics.count(model_topic)
+        if n_model == len(records) and problems.count(None) == len(records):
+            model_recs = records  # the usual batch: model inputs only, all headers readable
+        else:
+            for rec, topic, problem in zip(records, topics, problems, strict=True):
+                if problem is not None:
+                    outputs.append(self._dead_letter(rec, "bad_header", problem))
+                elif topic == model_topic:
+                    model_recs.append(rec)
+                elif topic == bn_topic:
+                    bn_recs.append(rec)
         if n_model:
-            self.metrics.inputs.labels("model").inc(n_model)
+            self.metrics.series(self.metrics.inputs, "model").inc(n_model)
         if len(records) - n_model:
-            self.metrics.inputs.labels("bn").inc(len(records) - n_model)
+            self.metrics.series(self.metrics.inputs, "bn").inc(len(records) - n_model)
         if model_recs:
             outputs += self._process_model(model_recs, tally)
         if bn_recs:
@@ -412,57 +415,46 @@ class Agent:
             ]
         self.metrics.inference_seconds.observe(res.inference_seconds)
         self.metrics.monitor_seconds.observe(res.monitor_seconds)
-        verdicts = verdict_names(res.verdicts)
-        layer_names = {layer: verdict_names(v) for layer, v in res.layer_verdicts.items()}
-        classes = rt.classes
-        predicted = [classes[p] if p < len(classes) else str(p) for p in res.predicted.tolist()]
         assert res.reasons is not None  # run_model always says why
-        reasons = res.reasons.names().tolist()
-        reason_layers = res.reasons.layers()
-        nearest = [
-            None if c < 0 else classes[c] if c < len(classes) else str(c)
-            for c in res.reasons.nearest.tolist()
-        ]
+        encoder = self._verdicts
+        heads = encoder.heads(res.predicted, res.verdicts, res.layer_verdicts, res.reasons)
         timings = {
             "inference_ms": round(res.inference_seconds * 1e3, 3),
             "monitor_ms": round(res.monitor_seconds * 1e3, 3),
             "batch_records": len(good),
         }
-        verdict_list = verdicts.tolist()
-        layer_lists = {layer: v.tolist() for layer, v in layer_names.items()}
-        out += verdict_outputs(
-            self.cfg["topics.verdicts"],
+        scores = np.asarray(res.scores, dtype=np.float64)
+        out += encoder.outputs(
             good,
             ids,
-            predicted=predicted,
-            verdicts=verdict_list,
-            reasons=reasons,
-            reason_layers=reason_layers,
-            nearest=nearest,
-            layers=layer_lists,
-            scores=np.asarray(res.scores, dtype=np.float64).tolist(),
+            heads,
+            scores=scores.tolist(),
             accepted=None if res.accepted is None else res.accepted.tolist(),
-            artifact_id=rt.artifact_id,
-            model_version=rt.model_version,
             timings=timings,
         )
         capture = self.cfg["topics.capture"]
         if capture:
-            out += [
-                copy_output(
-                    "capture",
-                    capture,
-                    good[i],
-                    reason_headers(v, reasons[i], reason_layers[i], nearest[i]),
+            for i in np.flatnonzero(res.verdicts != ACCEPT).tolist():
+                h = heads.heads[heads.of[i]]
+                out.append(
+                    copy_output(
+                        "capture",
+                        capture,
+                        good[i],
+                        reason_headers(h.verdict, h.reason, h.layer, h.nearest),
+                    )
                 )
-                for i, v in enumerate(verdict_list)
-                if v != "accept"
-            ]
-        tally.verdicts.update(zip(verdict_list, predicted, strict=True))
-        tally.reasons.update(zip(verdict_list, reasons, strict=True))
-        for layer, names in layer_lists.items():
-            tally.layer_verdicts.update(zip(repeat(layer), names, predicted))
-        tally.scores.append(np.asarray(res.scores, dtype=np.float64))
+        verdict_counts, reason_counts, layer_counts = (
+            tally.verdicts,
+            tally.reasons,
+            tally.layer_verdicts,
+        )
+        for (by_class, by_reason, by_layer), n in zip(heads.labels, heads.counts, strict=True):
+            verdict_counts[by_class] += n
+            reason_counts[by_reason] += n
+            for labels in by_layer:
+                layer_counts[labels] += n
+        tally.scores.append(scores)
         if res.out_of_range is not None:
             tally.out_of_range += self._note_out_of_range(int(res.out_of_range.sum()), len(good))
         return out
@@ -491,22 +483,22 @@ class Agent:
         m = self.metrics
         kinds = _Counter(map(_KIND, delivered))
         for kind, n in kinds.items():
-            m.outputs.labels(kind).inc(n)
+            m.series(m.outputs, kind).inc(n)
         if kinds["dead_letter"]:
             reasons = _Counter(out.reason for out in delivered if out.kind == "dead_letter")
             for reason, n in reasons.items():
                 m.invalid_records.labels(reason).inc(n)
             self.status.dead_letters += sum(reasons.values())
         for (v, c), n in tally.verdicts.items():
-            m.verdicts.labels(v, c).inc(n)
+            m.series(m.verdicts, v, c).inc(n)
             self.status.verdicts[v] += n
         for (v, reason), n in tally.reasons.items():
-            m.verdict_reasons.labels(v, reason).inc(n)
+            m.series(m.verdict_reasons, v, reason).inc(n)
             self.status.reasons[reason] += n
         for (layer, v, c), n in tally.layer_verdicts.items():
-            m.layer_verdicts.labels(layer, v, c).inc(n)
+            m.series(m.layer_verdicts, layer, v, c).inc(n)
         for (outcome, decision), n in tally.gate.items():
-            m.gate_outcomes.labels(outcome, decision).inc(n)
+            m.series(m.gate_outcomes, outcome, decision).inc(n)
             self.status.gate[outcome] += n
         for scores in tally.scores:
             observe_many(m.score, scores[np.isfinite(scores)])
@@ -581,11 +573,13 @@ class Agent:
         (nothing is committed then, so the batch is consumed again after restart).
         """
         limit = self.cfg["max_output_bytes"]
-        final = [
-            omit_payload(o) if o.kind in _FOREIGN_KINDS and output_bytes(o) > limit else o
-            for o in outputs
-        ]
-        stubbed = {i for i, (a, b) in enumerate(zip(outputs, final, strict=True)) if a is not b}
+        final = list(outputs)
+        stubbed: set[int] = set()
+        if not _FOREIGN_KINDS.isdisjoint(map(_KIND, outputs)):
+            for i, o in enumerate(outputs):
+                if o.kind in _FOREIGN_KINDS and output_bytes(o) > limit:
+                    final[i] = omit_payload(o)
+                    stubbed.add(i)
         refusals: _Counter = _Counter()
         dropped: set[int] = set()
         todo = list(range(len(final)))
@@ -629,6 +623,8 @@ class Agent:
         self._set_connected(True)
         for i in stubbed - dropped:
             self.metrics.outputs_omitted.labels(final[i].kind).inc()
+        if not dropped:
+            return final
         return [out for i, out in enumerate(final) if i not in dropped]
 
     def _after_refusal(
@@ -680,11 +676,8 @@ class Agent:
         )
 
     def _commit(self, records: list[Consumed]) -> None:
-        offsets: dict[Partition, int] = {}
-        for r in records:
-            tp = (r.topic, r.partition)
-            if r.offset >= offsets.get(tp, -1):
-                offsets[tp] = r.offset + 1
+        # A partition's records come in offset order: its last one sets the commit.
+        offsets: dict[Partition, int] = {(r.topic, r.partition): r.offset + 1 for r in records}
         attempt = 0
         while True:
             try:
@@ -738,6 +731,12 @@ class Agent:
 
     def _install_runtime(self, runtime: MonitorRuntime) -> None:
         self.runtime = runtime
+        self._verdicts = VerdictEncoder(
+            self.cfg["topics.verdicts"],
+            runtime.classes,
+            artifact_id=runtime.artifact_id,
+            model_version=runtime.model_version,
+        )
         m = runtime.artifact.manifest
         self.metrics.set_artifact(
             runtime.artifact_id,

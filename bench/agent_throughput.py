@@ -329,10 +329,13 @@ def _model_and_monitors(run_model, assess, batch: np.ndarray, repeats: int) -> d
 
 
 def processing_cost(artifact: Path, public: Path, x: np.ndarray) -> dict[str, float]:
-    """Median microseconds per record of ``agent.process`` on batches of 256, by input form.
+    """Median microseconds per record of ``agent.process`` on batches of 256, by input form,
+    and of its model call with the monitors alone (``floor``: ``MonitorRuntime.run_model``,
+    preprocessing, model, box tests, score and reasons).
 
     In-process, no broker: decoding, model, monitors and verdict encoding only, so the
-    cost of the JSON form shows without the Kafka clients' noise.
+    cost of the JSON form shows without the Kafka clients' noise; the floor is what the
+    agent's loop spends per record whatever its decoding and encoding cost.
     """
     cfg = load_agent_config(
         None,
@@ -374,12 +377,16 @@ def processing_cost(artifact: Path, public: Path, x: np.ndarray) -> dict[str, fl
         ]
         for form, recs in forms.items()
     }
-    times: dict[str, list[float]] = {form: [] for form in batches}
-    for _ in range(200):  # alternating, so both forms see the same load
+    times: dict[str, list[float]] = {form: [] for form in [*batches, "floor"]}
+    batch_x = rows.astype("<f4").astype(np.float64)  # as the binary form decodes
+    for _ in range(200):  # alternating, so all see the same load
         for form, batch in batches.items():
             t0 = time.perf_counter()
             agent.process(batch)
             times[form].append((time.perf_counter() - t0) / len(batch) * 1e6)
+        t0 = time.perf_counter()
+        agent.runtime.run_model(batch_x)
+        times["floor"].append((time.perf_counter() - t0) / len(batch_x) * 1e6)
     return {form: float(np.median(t)) for form, t in times.items()}
 
 
@@ -656,6 +663,18 @@ def main() -> None:
             "agent.process per record, batch 256, in-process (median): binary / JSON",
             f"{cost['binary']:.1f} / {cost['json']:.1f} us",
             f"JSON adds {cost['json'] - cost['binary']:.1f} us per record",
+        ),
+        (
+            "of which the model call with the monitors (preprocessing, model, box tests, "
+            "score, reasons: MonitorRuntime.run_model), per record, batch 256 (median)",
+            f"{cost['floor']:.1f} us",
+            "the most the agent reaches while this runs on its loop between the client's "
+            "calls: ceiling / (ceiling + this) = "
+            + "; ".join(
+                f"{lib} {1e6 / r['ceiling'] / (1e6 / r['ceiling'] + cost['floor']):.0%}"
+                for lib, r in results.items()
+            )
+            + " of ceiling",
         ),
         *_monitor_rows("example MLP (64-64-32-8, 2 monitored layers)", mlp),
         *_monitor_rows(

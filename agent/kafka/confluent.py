@@ -195,10 +195,22 @@ class _CommitJob:
         self.error: KafkaException | None = None
 
 
+_NEW = tuple.__new__  # builds a Record from a tuple without the NamedTuple's Python-level call
+
+
 def _record(m: Any) -> Record:
     ts_type, ts = m.timestamp()
-    return Record(
-        m.topic(), m.partition(), m.offset(), ts if ts_type else 0, m.key(), m.value(), _headers(m)
+    return _NEW(
+        Record,
+        (
+            m.topic(),
+            m.partition(),
+            m.offset(),
+            ts if ts_type else 0,
+            m.key(),
+            m.value(),
+            _headers(m),
+        ),
     )
 
 
@@ -314,19 +326,23 @@ class ConfluentConsumer:
         except KafkaException as exc:
             raise KafkaUnavailable(f"poll failed: {exc}") from exc
         out: list[Consumed] = []
+        append = out.append
+        ends: list[Any] = []  # end-of-partition events, taken after the records before them
         for m in msgs:
             err = m.error()
             if err is None:
-                self._down = False
-                rec = _record(m)
-                self._positions[(rec.topic, rec.partition)] = rec.offset + 1
-                out.append(rec)
+                append(_record(m))
             elif err.code() == KafkaError._PARTITION_EOF:
-                self._reached_end(m)
+                ends.append(m)
             else:
                 log.warning("consume: %s", err.str())
         if out:
+            self._down = False
+            # A partition's records come in offset order: its last one is where it stands.
+            self._positions.update({(r.topic, r.partition): r.offset + 1 for r in out})
             self._pacer.saw(len(out))
+        for event in ends:
+            self._reached_end(event)
         return out
 
     def _reached_end(self, event: Any) -> None:
