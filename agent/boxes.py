@@ -1457,8 +1457,9 @@ class BoxRuntime:
                 self.distance_terms(_row_slice(activations, n, s), y_pred[s : s + ROW_BLOCK])
                 for s in range(0, n, ROW_BLOCK)
             ]
-            return tuple(  # type: ignore[return-value]
-                {k: np.concatenate([p[i][k] for p in parts]) for k in parts[0][i]} for i in (0, 1)
+            return (
+                {k: np.concatenate([d[k] for d, _ in parts]) for k in parts[0][0]},
+                {k: np.concatenate([c[k] for _, c in parts]) for k in parts[0][1]},
             )
         contrast = self.contrast_layers if self.score == "fused" else []
         dist: dict[str, np.ndarray] = {}
