@@ -239,6 +239,12 @@ def _chunked(items: Iterator[tuple[Any, int]]) -> Iterator[list[Any]]:
         yield chunk
 
 
+def _parallel(n_jobs: int | None) -> Parallel:
+    """joblib's ``Parallel`` for the per-class jobs: results as they come, and as many jobs
+    dispatched ahead as there are workers (each holds its rows here until sent)."""
+    return Parallel(n_jobs=n_jobs, return_as="generator", pre_dispatch="n_jobs")
+
+
 def sweep_classes(
     activations: Mapping[str, np.ndarray],
     layers: Sequence[str],
@@ -278,7 +284,7 @@ def sweep_classes(
                 yield task, task.good.size + task.bad.size + 1
 
     jobs = (delayed(_sweep_job)(chunk, km) for chunk in _chunked(tasks()))
-    for done in Parallel(n_jobs=n_jobs, return_as="generator", pre_dispatch="n_jobs")(jobs):
+    for done in _parallel(n_jobs)(jobs):
         yield from done
 
 
@@ -315,13 +321,7 @@ def coverage_taus(
                 yield (feats, int(seeds[li, cls])), feats.size + 1
 
     jobs = (delayed(_coverage_job)(chunk, km, eps_cov, eps_ival) for chunk in _chunked(tasks()))
-    flat = iter(
-        [
-            tau
-            for done in Parallel(n_jobs=n_jobs, return_as="generator", pre_dispatch="n_jobs")(jobs)
-            for tau in done
-        ]
-    )
+    flat = iter([tau for done in _parallel(n_jobs)(jobs) for tau in done])
     out = {}
     for li, layer in enumerate(layers):
         found = np.asarray([next(flat) for _ in wanted[li]], dtype=np.float64)
