@@ -105,13 +105,20 @@ def reviewed(shifted: Shifted, classes: tuple[int, ...] = CLASSES) -> LabelledCa
 
 
 def run_refit(
-    example: ExampleArtifact, labelled: LabelledCaptures, out: Path, **kwargs
+    example: ExampleArtifact,
+    labelled: LabelledCaptures,
+    out: Path,
+    *,
+    parent: Path | None = None,
+    config: Path | None = None,
+    **kwargs,
 ) -> RefitSummary:
+    """The example's refit (another parent or config where given), signed with its key."""
     kwargs.setdefault("created_at", CREATED_AT)
     return refit(
-        example.artifact,
+        example.artifact if parent is None else parent,
         [str(example.public_key)],
-        example.config,
+        example.config if config is None else config,
         labelled,
         private_key=example.private_key,
         out=out,
@@ -306,14 +313,7 @@ def test_a_tampered_parent_stops_with_one_line(model_example, shifted, tmp_path)
     data[at] ^= 0x20
     tampered.write_bytes(bytes(data))
     with pytest.raises(ArtifactError) as caught:
-        refit(
-            tampered,
-            [str(model_example.public_key)],
-            model_example.config,
-            reviewed(shifted),
-            private_key=model_example.private_key,
-            out=tmp_path / "child.bwa",
-        )
+        run_refit(model_example, reviewed(shifted), tmp_path / "child.bwa", parent=tampered)
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "child.bwa").exists()
 
@@ -324,14 +324,7 @@ def test_a_config_other_than_the_parents_is_refused(model_example, shifted, tmp_
     other = tmp_path / "build.yaml"
     other.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError) as caught:
-        refit(
-            model_example.artifact,
-            [str(model_example.public_key)],
-            other,
-            reviewed(shifted),
-            private_key=model_example.private_key,
-            out=tmp_path / "child.bwa",
-        )
+        run_refit(model_example, reviewed(shifted), tmp_path / "child.bwa", config=other)
     assert len(caught.value.problems) == 1 and "\n" not in str(caught.value)
     assert "monitor.target_acceptance" in str(caught.value)
 
@@ -343,15 +336,7 @@ def test_a_re_serialised_copy_of_the_config_is_accepted(model_example, refitted,
     shutil.copytree(model_example.data, tmp_path / "data")
     assert copy.read_bytes() != model_example.config.read_bytes()
     out = tmp_path / "child.bwa"
-    refit(
-        model_example.artifact,
-        [str(model_example.public_key)],
-        copy,
-        refitted.labelled,
-        private_key=model_example.private_key,
-        out=out,
-        created_at=CREATED_AT,
-    )
+    run_refit(model_example, refitted.labelled, out, config=copy)
     assert out.read_bytes() == refitted.child.read_bytes()
 
 
@@ -391,14 +376,8 @@ def test_captures_that_cannot_be_trusted_are_left_out_and_listed(model_example, 
 
 def test_a_child_refits_as_a_parent(model_example, refitted, shifted, tmp_path):
     grandchild = tmp_path / "grandchild.bwa"
-    summary = refit(
-        refitted.child,
-        [str(model_example.public_key)],
-        model_example.config,
-        reviewed(shifted, classes=(4,)),
-        private_key=model_example.private_key,
-        out=grandchild,
-        created_at=CREATED_AT,
+    summary = run_refit(
+        model_example, reviewed(shifted, classes=(4,)), grandchild, parent=refitted.child
     )
     record = load_artifact(grandchild, None).json(REFIT)
     assert record["parent"]["artifact_id"] == refitted.summary.child_id
@@ -422,15 +401,8 @@ def test_refitting_a_class_again_keeps_the_earlier_captures(model_example, refit
         first.captures.inputs[mine[:1]], [CORRECT], first.y_true[mine[:1]], first.y_pred[mine[:1]]
     )
     grandchild = tmp_path / "grandchild.bwa"
-    summary = refit(
-        refitted.child,
-        [str(model_example.public_key)],
-        model_example.config,
-        again,
-        private_key=model_example.private_key,
-        out=grandchild,
-        created_at=CREATED_AT,
-        allow_guard_failure=True,
+    summary = run_refit(
+        model_example, again, grandchild, parent=refitted.child, allow_guard_failure=True
     )
     assert [k.index for k in summary.classes] == [c]
     feats = features(refitted.parent, first.captures.inputs[mine])
@@ -465,15 +437,7 @@ def test_a_parent_without_stored_predictions_gives_the_same_child(
     old = tmp_path / "old.bwa"
     old.write_bytes(resigned(model_example, {TRAIN_PREDICTIONS: None}))
     out = tmp_path / "child.bwa"
-    refit(
-        old,
-        [str(model_example.public_key)],
-        model_example.config,
-        refitted.labelled,
-        private_key=model_example.private_key,
-        out=out,
-        created_at=CREATED_AT,
-    )
+    run_refit(model_example, refitted.labelled, out, parent=old)
     assert TRAIN_PREDICTIONS not in load_artifact(out, None).members
     same_child(refitted.child, out)
 
@@ -547,15 +511,7 @@ def test_training_data_other_than_the_parents_are_refused(model_example, refitte
     np.savez(tmp_path / "data" / "train.npz", **train)
     out = tmp_path / "child.bwa"
     with pytest.raises(ConfigError, match="data.train: not the training set") as caught:
-        refit(
-            model_example.artifact,
-            [str(model_example.public_key)],
-            config,
-            refitted.labelled,
-            private_key=model_example.private_key,
-            out=out,
-            created_at=CREATED_AT,
-        )
+        run_refit(model_example, refitted.labelled, out, config=config)
     assert "\n" not in str(caught.value) and not out.exists()
 
 
