@@ -40,11 +40,12 @@ FORMAT = "boxwatch.boxes"
 # (``uncertainty``, ``confidence_floor``, ``output``) and ``score_mean``; 4 adds the energy
 # term of the fused score (``energy_center``, ``energy_scale``); 5 adds the error model
 # (``uncertainty="error-model"``, ``error_model``); 6 adds ``contrast_candidates`` (the
-# contrast term's neighbour classes sought among the classes whose boxes lie nearest only).
+# contrast term's neighbour classes sought among the classes whose boxes lie nearest only);
+# 7 adds ``peak_factor`` (one layer's distance alone can decide the score).
 # Each monitor is written with the lowest version that holds it, and all are read; an older
 # reader refuses a newer monitor rather than emit other verdicts than the builder measured.
 FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6)
+FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -973,6 +974,7 @@ class AssessTrace:
     feats: dict[str, np.ndarray] = field(default_factory=dict)
     in_bad: dict[str, np.ndarray] = field(default_factory=dict)
     terms: list[np.ndarray] = field(default_factory=list)
+    peaked: np.ndarray | None = None  # where one layer's distance made the score (peak_factor)
 
 
 @dataclass(frozen=True)
@@ -1097,6 +1099,10 @@ class BoxRuntime:
     error_model : ErrorModel or None
         With ``uncertainty="error-model"``: the learnt model of the classifier's mistakes and
         its calibrated cut.
+    peak_factor : float or None
+        The score is at least the largest scaled distance term divided by this: one layer
+        far outside its boxes decides the score however familiar the other layers look
+        (None: the mean of the terms alone, as before format 7).
     """
 
     layers: list[str]
@@ -1121,6 +1127,7 @@ class BoxRuntime:
     energy_scale: float | None = None
     error_model: ErrorModel | None = None
     contrast_candidates: int = 0
+    peak_factor: float | None = None
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
     _other_classes: dict[tuple[str, int, int], np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -1332,6 +1339,9 @@ class BoxRuntime:
             trace.feats, trace.in_bad = feats, in_bad
             if scored:
                 trace.terms = [*terms[0], *terms[1], *([] if terms[2] is None else [terms[2]])]
+                peak = self._peak(terms[0])
+                if peak is not None and scores is not None:
+                    trace.peaked = peak == scores
         if not calibrated:
             combined = combine_verdicts(
                 np.stack([per[layer] for layer in self.layers]), self.combine
@@ -1493,8 +1503,11 @@ class BoxRuntime:
         ``score_mean="quadratic"``: their root mean square, so one
         layer far off its training range is not averaged away by layers that look familiar.
         ``"arithmetic"``: the mean of the distance terms (plus, fused, the mean of the
-        contrast terms). Non-finite scores become ``inf`` (never accepted) with ``"fused"``
-        and ``"quadratic"``.
+        contrast terms). With a ``peak_factor``, the score is the larger of that mean and
+        the largest distance term over ``peak_factor``: the mean of several layers still
+        averages one far-off layer down (on the detection suite, another data set's images
+        outside the input grid's boxes only). Non-finite scores become ``inf`` (never
+        accepted) with ``"fused"`` and ``"quadratic"``.
         """
         return self._combine_terms(*self._scaled_terms(per_layer, contrast, energy))
 
@@ -1509,12 +1522,22 @@ class BoxRuntime:
                 out = np.sqrt(np.mean(np.square(dist + con), axis=0))
         else:
             out = np.mean(dist, axis=0)
-            if self.score != "fused":
-                return out
-            if con:
+            if self.score == "fused" and con:
                 out = out + np.mean(con, axis=0)
+        peak = self._peak(dist)
+        if peak is not None:
+            out = np.maximum(out, peak)  # a NaN in either stays NaN: rejected below
+        if self.score_mean != "quadratic" and self.score != "fused":
+            return out
         out[~np.isfinite(out)] = np.inf
         return out
+
+    def _peak(self, dist: Sequence[np.ndarray]) -> np.ndarray | None:
+        """The largest scaled distance term over ``peak_factor`` (None: no peak term)."""
+        if self.peak_factor is None or not len(dist):
+            return None
+        with np.errstate(invalid="ignore"):
+            return np.max(np.stack(dist), axis=0) / self.peak_factor
 
     def _scaled_terms(
         self,
@@ -1669,6 +1692,7 @@ class BoxRuntime:
         else:
             terms = np.zeros((0, len(rows)))
             layer = np.full(len(rows), -1, dtype=np.int16)
+        farthest = layer
         if self.combine == "calibrated":
             top = (terms * layout.weight).argmax(axis=0)  # the term with the largest share
             chosen = layout.term_at[top]
@@ -1679,6 +1703,10 @@ class BoxRuntime:
                 uncertain, BAD_BOX if held is not None else LOW_CONFIDENCE, layout.kinds[top]
             )
             layer = np.where(uncertain | (chosen < 0), layer, chosen)
+            if trace.peaked is not None:  # one layer's distance made the score: that layer
+                peaked = trace.peaked[rows] & ~uncertain
+                code = np.where(peaked, OUTSIDE_BOXES, code)
+                layer = np.where(peaked, farthest, layer)
             if held is not None:
                 first = uncertain & held.any(axis=0)
                 layer[first] = layout.monitored[held.argmax(axis=0)[first]]
@@ -1789,11 +1817,12 @@ class BoxRuntime:
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
         fused = self.score == "fused"
         confident = self.combine == "calibrated" and self.uncertainty == "confidence"
+        v7 = self.peak_factor is not None
         v6 = self._restricts_contrast()
         v5 = self.uncertainty == "error-model"
         v4 = v5 or self.has_energy_term()
-        v3 = v6 or v4 or confident or self.score_mean != "arithmetic"
-        version = 6 if v6 else 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else 1
+        v3 = v7 or v6 or v4 or confident or self.score_mean != "arithmetic"
+        version = 7 if v7 else 6 if v6 else 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else 1
         spec = {
             "format": FORMAT,
             "version": version,
@@ -1828,8 +1857,11 @@ class BoxRuntime:
             spec.update(
                 energy_center=float(self.energy_center), energy_scale=float(self.energy_scale)
             )
-        if v6:
+        if v6 or v7:
             spec.update(contrast_candidates=int(self.contrast_candidates))
+        if v7:
+            assert self.peak_factor is not None
+            spec.update(peak_factor=float(self.peak_factor))
         if v5:
             if self.error_model is None:
                 raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
@@ -1901,6 +1933,14 @@ class BoxRuntime:
                     f"{jname}: contrast_candidates {candidates!r} should be an int >= 0"
                 )
             version = spec["version"]
+            peak = spec.get("peak_factor") if version >= 7 else None
+            if version >= 7 and not (
+                isinstance(peak, float | int)
+                and not isinstance(peak, bool)
+                and np.isfinite(peak)
+                and peak > 0
+            ):
+                raise ArtifactError(f"{jname}: peak_factor {peak!r} should be a number > 0")
             if (uncertainty == "error-model" and version < 5) or (
                 version == 5 and uncertainty != "error-model"
             ):
@@ -1952,6 +1992,7 @@ class BoxRuntime:
                 energy_scale=None if scale is None else float(scale),
                 error_model=error_model,
                 contrast_candidates=candidates,
+                peak_factor=None if peak is None else float(peak),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None

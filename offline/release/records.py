@@ -102,6 +102,7 @@ class MonitorSection(Section, frozen=True):
     score_layers: list[str] | UnsetType = UNSET
     score: str | UnsetType = UNSET
     score_mean: str | UnsetType = UNSET
+    peak_factor: float | UnsetType = UNSET
     energy_term: bool | UnsetType = UNSET
     contrast_layers: list[str] | Literal["auto"] | UnsetType = UNSET
     contrast_classes: int | UnsetType = UNSET

@@ -381,7 +381,7 @@ def test_error_model_takes_its_share_round_trips_and_fails_closed():
     logits = synthetic_logits(pred, 1)
     vacts, vy, vpred = synthetic(13, n=800)
     vlogits = synthetic_logits(vpred, 2)
-    mon = BoxMonitor(target_acceptance=0.8, confidence_share=0.5).fit(
+    mon = BoxMonitor(target_acceptance=0.8, confidence_share=0.5, peak_factor=None).fit(
         acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
     )
     cal, rt = mon.calibration_, mon.runtime_
@@ -484,7 +484,7 @@ def test_monitors_built_before_the_confidence_rule_keep_their_bad_box_verdicts()
     format 4 the energy term."""
     acts, y, pred = synthetic(12, n=400)
     logits = synthetic_logits(pred, 4)
-    mon = BoxMonitor(tau=1.0, max_clusters=1).fit(acts, y, pred, logits=logits)
+    mon = BoxMonitor(tau=1.0, max_clusters=1, peak_factor=None).fit(acts, y, pred, logits=logits)
     members = mon.to_members()
     spec = members[f"{BOXES_PREFIX}.json"]
     assert spec["version"] == 4 and spec["uncertainty"] == "confidence"
@@ -524,7 +524,7 @@ def test_energy_term_weighs_weak_logits_and_fails_closed():
     logits = synthetic_logits(pred, 1)
     vacts, vy, vpred = synthetic(13, n=600)
     vlogits = synthetic_logits(vpred, 2)
-    mon = BoxMonitor(target_acceptance=0.9, error_score="softmax").fit(
+    mon = BoxMonitor(target_acceptance=0.9, error_score="softmax", peak_factor=None).fit(
         acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
     )
     rt = mon.runtime_
@@ -564,9 +564,9 @@ def test_energy_term_weighs_weak_logits_and_fails_closed():
     v3 = {k: v for k, v in spec.items() if k not in ("energy_center", "energy_scale")}
     legacy = BoxRuntime.from_members({**members, spec_name(): {**v3, "version": 3}}, members)
     assert not legacy.has_energy_term()
-    off = BoxMonitor(target_acceptance=0.9, energy_term=False, error_score="softmax").fit(
-        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
-    )
+    off = BoxMonitor(
+        target_acceptance=0.9, energy_term=False, error_score="softmax", peak_factor=None
+    ).fit(acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits))
     assert not off.runtime_.has_energy_term()
     assert off.to_members()[f"{BOXES_PREFIX}.json"]["version"] == 3
     np.testing.assert_allclose(
@@ -589,24 +589,94 @@ def test_coverage_selection_still_calibrates_on_validation():
 
 
 def test_quadratic_score_mean_is_the_rms_of_the_scaled_terms():
-    """Default ``score_mean="quadratic"``: one far-off term is not averaged away; the
-    artifact member carries the rule (format 3), and the arithmetic mean is still read."""
+    """Default ``score_mean="quadratic"``: the score is the root mean square of the scaled
+    terms, or the largest distance term over ``peak_factor`` where that is larger; the
+    artifact member carries both rules (format 7; format 3 without the peak), and the
+    arithmetic mean is still read."""
     acts, y, pred = synthetic(21, n=500)
     vacts, vy, vpred = synthetic(22, n=300)
     mon = BoxMonitor().fit(acts, y, pred, validation=(vacts, vy, vpred))
     rt = mon.runtime_
-    assert rt.score_mean == "quadratic" and rt.score == "fused"
+    assert rt.score_mean == "quadratic" and rt.score == "fused" and rt.peak_factor == 1.5
     dist = rt.layer_scores(vacts, vpred)
     con = rt.contrast_layer_scores(vacts, vpred)
-    terms = [dist[k] / rt.score_scales[k] for k in rt.score_layers] + [
-        con[k] / rt.contrast_scales[k] for k in rt.contrast_layers
-    ]
-    want = np.sqrt(np.mean(np.square(terms), axis=0))
+    dist_terms = [dist[k] / rt.score_scales[k] for k in rt.score_layers]
+    terms = dist_terms + [con[k] / rt.contrast_scales[k] for k in rt.contrast_layers]
+    rms = np.sqrt(np.mean(np.square(terms), axis=0))
+    want = np.maximum(rms, np.max(dist_terms, axis=0) / 1.5)
     want[~np.isfinite(want)] = np.inf
+    assert np.any(want > rms)  # the peak decides some inputs here
     np.testing.assert_allclose(mon.outlier_score(vacts, vpred), want)
     members = mon.to_members()
+    assert members[f"{BOXES_PREFIX}.json"]["version"] == 7
     back = BoxRuntime.from_members(members, members)
-    assert back.score_mean == "quadratic"
+    assert back.score_mean == "quadratic" and back.peak_factor == 1.5
     np.testing.assert_array_equal(back.scores(vacts, vpred), rt.scores(vacts, vpred))
+    plain = BoxMonitor(peak_factor=None).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    prt = plain.runtime_
+    pd, pc = prt.layer_scores(vacts, vpred), prt.contrast_layer_scores(vacts, vpred)
+    pterms = [pd[k] / prt.score_scales[k] for k in prt.score_layers]
+    pterms += [pc[k] / prt.contrast_scales[k] for k in prt.contrast_layers]
+    prms = np.sqrt(np.mean(np.square(pterms), axis=0))
+    prms[~np.isfinite(prms)] = np.inf
+    np.testing.assert_allclose(plain.outlier_score(vacts, vpred), prms)
+    assert plain.to_members()[f"{BOXES_PREFIX}.json"]["version"] == 3
     arith = BoxMonitor(score_mean="arithmetic").fit(acts, y, pred, validation=(vacts, vy, vpred))
     assert not np.allclose(arith.outlier_score(vacts, vpred), want)
+
+
+def test_one_far_layer_decides_the_score_and_says_so():
+    """Inputs 1.6-2.2 thresholds outside one layer's boxes and familiar on five others: the
+    mean of the terms averages most of them down to accept, the peak term rejects every one
+    (``outside_boxes`` at that layer); a NaN distance still rejects; format 7 round-trips
+    and a bad ``peak_factor`` is refused (issue 38: another data set's images, outside
+    the input grid's boxes only)."""
+    acts, y, pred = synthetic(31, n=900, d=4)
+    vacts, vy, vpred = synthetic(32, n=900, d=4)
+    for i in range(4):  # four more familiar layers
+        acts[f"c{i}"], vacts[f"c{i}"] = acts["b"] + i, vacts["b"] + i
+    kw = dict(target_acceptance=0.9, normalize="none", score="distance")
+    peak = BoxMonitor(**kw).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    mean = BoxMonitor(**kw, peak_factor=None).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    rt, thr = peak.runtime_, peak.calibration_.threshold
+    right = vy == vpred
+    base = {k: v[right] for k, v in vacts.items()}
+    yb = vpred[right]
+    direction = np.random.default_rng(0).normal(size=base["a"].shape)
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    keep = np.zeros(len(yb), dtype=bool)
+    shifted = base["a"].copy()
+    for t in np.linspace(0.05, 4.0, 80):  # each row at the first step that puts it in band
+        moved = base["a"] + t * direction
+        d = rt.layer_scores({**base, "a": moved}, yb)["a"] / rt.score_scales["a"]
+        band = ~keep & (d > 1.6 * thr) & (d < 2.2 * thr)
+        shifted[band], keep = moved[band], keep | band
+    far = {k: v[keep] for k, v in {**base, "a": shifted}.items()}
+    yf = yb[keep]
+    assert len(yf) > 100
+    d_a = rt.layer_scores(far, yf)["a"] / rt.score_scales["a"]
+    accepted_mean = np.mean(mean.predict(far, yf).combined == ACCEPT)
+    assert not np.any(peak.predict(far, yf).combined == ACCEPT) and accepted_mean > 0.5
+    verdicts, _, scores, reasons = rt.explain(far, yf)
+    out = scores == d_a / 1.5  # the peak made the score
+    assert np.all(verdicts == REJECT) and out.mean() > 0.9
+    assert set(reasons.names()[out]) == {"outside_boxes"}
+    assert {reasons.layers()[i] for i in np.flatnonzero(out)} == {"a"}
+    nan = {k: v.copy() for k, v in far.items()}
+    nan["c0"][:5] = np.nan
+    assert np.all(peak.predict(nan, yf).combined[:5] == REJECT)
+    members = peak.to_members()
+    spec = members[spec_name()]
+    assert spec["version"] == 7 and spec["peak_factor"] == 1.5
+    back = BoxRuntime.from_members(members, members)
+    np.testing.assert_array_equal(back.scores(far, yf), peak.outlier_score(far, yf))
+    for bad in (0, -1.0, float("nan"), float("inf"), "1.5", None, True):
+        with pytest.raises(ArtifactError, match="peak_factor"):
+            BoxRuntime.from_members({**members, spec_name(): {**spec, "peak_factor": bad}}, members)
+    v6 = {k: v for k, v in spec.items() if k != "peak_factor"}
+    legacy = BoxRuntime.from_members({**members, spec_name(): {**v6, "version": 6}}, members)
+    assert legacy.peak_factor is None
+    np.testing.assert_array_less(legacy.scores(far, yf) - 1e-12, back.scores(far, yf))
+    for bad_param in (0, -1.0, "high"):
+        with pytest.raises(ValueError, match="peak_factor"):
+            BoxMonitor(peak_factor=bad_param).fit(acts, y, pred)

@@ -210,6 +210,7 @@ def test_the_config_sets_the_documented_parameters():
             "score_layers",
             "score",
             "score_mean",
+            "peak_factor",
             "energy_term",
             "contrast_layers",
             "contrast_classes",

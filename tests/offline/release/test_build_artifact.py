@@ -77,7 +77,8 @@ def test_build_report_and_inspect(example, tmp_path):
     )
     spec = art.json("monitors/boxes.json")
     assert (
-        spec["version"] == 4
+        spec["version"] == 7
+        and spec["peak_factor"] == 1.5
         and spec["energy_scale"] > 0
         and spec["score"] == "fused"
         and spec["contrast_layers"]
