@@ -138,6 +138,10 @@ def test_shift_is_captured_labelled_refitted_and_reloaded(
             "--created-at",
             str(T0 + 100),
             "--quiet",
+            # The reviewer takes the trade if a guard fails: on the bundled example the child
+            # may give up a few points of the unknown sets for the stream's correct inputs
+            # (checked below: the failed guards are recorded in the child).
+            "--allow-guard-failure",
         )
         assert refit.returncode == 0, refit.stderr
         assert "validation" in refit.stdout and "captures" in refit.stdout, refit.stdout
@@ -161,6 +165,9 @@ def test_shift_is_captured_labelled_refitted_and_reloaded(
     )
     assert record["parent"]["artifact_id"] == parent_id
     assert record["classes"], record
+    failed = {g["name"] for g in record["guards"] if not g["passed"]}
+    assert set(record["overridden"]) == failed, record["guards"]
+    assert all(name.startswith("unknown_acceptance") for name in failed), failed
 
     def accepted_correct(vs: dict[int, dict]) -> float:
         right = [v for i, v in vs.items() if v["predicted_class"] == classes[int(y[i])]]
