@@ -198,15 +198,19 @@ static inline Boxes boxes_of(const Set *s, int64_t c, Py_ssize_t d) {
  * value within the range every box holds (b.cap). Elsewhere every box holds x, and each
  * box's gap is clip(x) - x = x - x = +0, whose square leaves a sum unchanged, bit for bit:
  * membership and distances read only the features listed. Writes them, in feature order, to
- * idx; returns how many. (Layers after a ReLU hold many zeros inside every box's range.) */
+ * idx; returns how many, and sets *nan when x holds a NaN. (Layers after a ReLU hold many
+ * zeros inside every box's range.) */
 static Py_ssize_t live_features_baseline(const float *x, const Boxes *b, Py_ssize_t d,
-                                         int32_t *idx) {
+                                         int32_t *idx, int *nan) {
     const float *clo = b->cap, *chi = b->cap + d;
     Py_ssize_t m = 0;
+    int any_nan = 0;
     for (Py_ssize_t j = 0; j < d; j++) {
         idx[m] = (int32_t)j;
         m += !((x[j] >= clo[j]) & (x[j] <= chi[j]) & (fabsf(x[j]) <= FLT_MAX)); /* no branch */
+        any_nan |= x[j] != x[j];
     }
+    *nan = any_nan;
     return m;
 }
 
@@ -422,7 +426,7 @@ static int lanes_inside_baseline(const float *x, const Boxes *b, Py_ssize_t d,
 /* One implementation of the two lane loops. */
 typedef struct {
     const char *name;
-    Py_ssize_t (*features)(const float *, const Boxes *, Py_ssize_t, int32_t *);
+    Py_ssize_t (*features)(const float *, const Boxes *, Py_ssize_t, int32_t *, int *);
     float (*min)(const float *, const Boxes *, Py_ssize_t, const int32_t *, Py_ssize_t, float);
     int (*inside)(const float *, const Boxes *, Py_ssize_t, const int32_t *, Py_ssize_t);
     int (*held)(const float *, const float *, const float *, int64_t, int64_t, Py_ssize_t);
@@ -563,13 +567,17 @@ static void init_pack(void) {
  * no more features are kept than looked at). */
 __attribute__((target("avx2"))) static Py_ssize_t live_features_avx2(const float *x,
                                                                      const Boxes *b,
-                                                                     Py_ssize_t d, int32_t *idx) {
+                                                                     Py_ssize_t d, int32_t *idx,
+                                                                     int *nan) {
     const float *clo = b->cap, *chi = b->cap + d;
     const __m256 largest = _mm256_set1_ps(FLT_MAX);
     const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 unordered = _mm256_setzero_ps();
     Py_ssize_t m = 0, j = 0;
+    int any_nan = 0;
     for (; j + 8 <= d; j += 8) {
         const __m256 v = _mm256_loadu_ps(x + j);
+        unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
         __m256 held = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_loadu_ps(clo + j), _CMP_GE_OQ),
                                     _mm256_cmp_ps(v, _mm256_loadu_ps(chi + j), _CMP_LE_OQ));
         held = _mm256_and_ps(held, _mm256_cmp_ps(_mm256_and_ps(v, magnitude), largest, _CMP_LE_OQ));
@@ -581,7 +589,9 @@ __attribute__((target("avx2"))) static Py_ssize_t live_features_avx2(const float
     for (; j < d; j++) {
         idx[m] = (int32_t)j;
         m += !((x[j] >= clo[j]) & (x[j] <= chi[j]) & (fabsf(x[j]) <= FLT_MAX));
+        any_nan |= x[j] != x[j];
     }
+    *nan = any_nan || !_mm256_testz_ps(unordered, unordered);
     return m;
 }
 
@@ -639,7 +649,8 @@ static void layer_loop(const Inputs *in, const Set *good, const Set *bad, const 
         const float *x = (const float *)in->x.buf + i * d;
         const int64_t c = y[i];
         const Boxes b = boxes_of(good, c, d);
-        const Py_ssize_t m = lanes->features(x, &b, d, idx);
+        int nan;
+        const Py_ssize_t m = lanes->features(x, &b, d, idx, &nan);
         const int inside = lanes->inside(x, &b, d, idx, m);
         o->inside[i] = (uint8_t)inside;
         int in_bad = 0;
@@ -653,15 +664,13 @@ static void layer_loop(const Inputs *in, const Set *good, const Set *bad, const 
         if (!o->d_own) continue;
         if (o->d_other) o->d_other[i] = INFINITY;
         if (inside) { o->d_own[i] = 0.0; continue; }
-        int nan = 0;
-        for (Py_ssize_t t = 0; t < m; t++) nan |= isnan(x[idx[t]]); /* NaN is never cap'd */
         if (nan) { o->d_own[i] = b.count ? NAN : INFINITY; continue; }
         o->d_own[i] = sqrt((double)lanes->min(x, &b, d, idx, m, INFINITY));
         if (!o->d_other || !(o->d_own[i] > 0.0 && o->d_own[i] < INFINITY)) continue;
         const int64_t oc = ocls ? ocls[c] : c;
         if (oc < 0) continue;
         const Boxes ob = boxes_of(other, oc, d);
-        const Py_ssize_t om = lanes->features(x, &ob, d, idx);
+        const Py_ssize_t om = lanes->features(x, &ob, d, idx, &nan);
         o->d_other[i] = sqrt((double)lanes->min(x, &ob, d, idx, om, INFINITY));
     }
 }

@@ -132,15 +132,15 @@ class ModelOutputs:
         self.kind = kind
 
     def _blocks(self):
-        """Yield ``(start, rows as float64, the same rows transposed)`` in blocks (a batch
+        """Yield ``(rows as float64, the same rows transposed)`` in blocks, in order (a batch
         that fits one block is converted once for every pass)."""
         step = max(1, _OUTPUT_BLOCK // max(1, self.outputs.shape[1]))
         if len(self.outputs) <= step:
-            yield 0, *self._one_block
+            yield self._one_block
             return
         for s in range(0, len(self.outputs), step):
             z = np.asarray(self.outputs[s : s + step], dtype=np.float64)
-            yield s, z, np.ascontiguousarray(z.T)
+            yield z, np.ascontiguousarray(z.T)
 
     @cached_property
     def _one_block(self) -> tuple[np.ndarray, np.ndarray]:
@@ -154,25 +154,25 @@ class ModelOutputs:
     @cached_property
     def _top_and_sum(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's top value and softmax sum ``sum(exp(z - top))``."""
-        top, total = np.empty(len(self.outputs)), np.empty(len(self.outputs))
+        tops, totals = [], []
         with np.errstate(invalid="ignore", over="ignore"):
-            for s, z, zt in self._blocks():
-                top[s : s + len(z)] = np.maximum.reduce(zt, axis=0)
-                total[s : s + len(z)] = np.exp(z - top[s : s + len(z), None]).sum(axis=1)
-        return top, total
+            for z, zt in self._blocks():
+                tops.append(np.maximum.reduce(zt, axis=0))
+                totals.append(np.exp(z - tops[-1][:, None]).sum(axis=1))
+        return _joined(tops), _joined(totals)
 
     @cached_property
     def top_two_gap(self) -> np.ndarray:
         """Top value minus the second, NaN where a row is not finite (or has one value)."""
-        gap = np.full(len(self.outputs), np.nan)
         if self.outputs.shape[1] < 2:
-            return gap
+            return np.full(len(self.outputs), np.nan)
+        gaps = []
         with np.errstate(invalid="ignore", over="ignore"):
-            for s, z, zt in self._blocks():
-                two = np.partition(z, -2, axis=1)[:, -2:]
+            for z, zt in self._blocks():
+                two = np.partition(z, -2, axis=1)
                 finite = np.logical_and.reduce(np.isfinite(zt), axis=0)
-                gap[s : s + len(z)] = np.where(finite, two[:, 1] - two[:, 0], np.nan)
-        return gap
+                gaps.append(np.where(finite, two[:, -1] - two[:, -2], np.nan))
+        return _joined(gaps)
 
     @cached_property
     def confidence(self) -> np.ndarray:
@@ -196,6 +196,11 @@ class ModelOutputs:
 
 
 Outputs = np.ndarray | ModelOutputs
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The blocks' results as one array (the block itself when there is one)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _row_slice(activations: Mapping[str, np.ndarray], n: int, start: int) -> dict[str, np.ndarray]:
