@@ -260,9 +260,8 @@ def error_features(
         # fmin takes the cap for NaN (outside every box or not finite) as for inf.
         out[:, 3] = np.log1p(np.fmin(scores, _SCORE_CAP))
         if len(contrast):
-            out[:, 4] = _mean_of_rows(
-                np.array([np.where(np.isfinite(v), v, 1.0) for v in contrast])
-            )
+            rows = np.array(contrast)
+            out[:, 4] = _mean_of_rows(np.where(np.isfinite(rows), rows, 1.0))
         else:
             out[:, 4] = 0.0
     return out
@@ -337,7 +336,8 @@ def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
         return x
     if how == "l2":
         norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
-        norms[norms == 0] = 1.0
+        if not norms.all():
+            norms[norms == 0] = 1.0
         return x / norms[:, None]
     raise ConfigError(f"normalize={how!r}: expected one of {NORMALIZATIONS}")
 
@@ -1633,7 +1633,9 @@ class BoxRuntime:
                 return out
             if con:
                 out = out + _mean_of_rows(np.asarray(con))
-        out[~np.isfinite(out)] = np.inf
+        finite = np.isfinite(out)
+        if not finite.all():
+            out[~finite] = np.inf
         return out
 
     def _scaled_terms(
