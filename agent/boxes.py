@@ -130,69 +130,82 @@ class ModelOutputs:
         out = np.asarray(outputs)
         self.outputs = out.reshape(len(out), -1)
         self.kind = kind
+        # Each figure is computed on first use (plain attributes: a cached_property costs
+        # more than a batch's figure on Python 3.11, and a batch reads each once or twice).
+        self._block: tuple[np.ndarray, np.ndarray] | None = None
+        self._top_sum: tuple[np.ndarray, np.ndarray] | None = None
+        self._gap: np.ndarray | None = None
+        self._confidence: np.ndarray | None = None
+        self._energy: np.ndarray | None = None
 
     def _blocks(self):
         """Yield ``(rows as float64, the same rows transposed)`` in blocks, in order (a batch
         that fits one block is converted once for every pass)."""
         step = max(1, _OUTPUT_BLOCK // max(1, self.outputs.shape[1]))
         if len(self.outputs) <= step:
-            yield self._one_block
+            if self._block is None:
+                z = np.asarray(self.outputs, dtype=np.float64)
+                self._block = z, np.ascontiguousarray(z.T)
+            yield self._block
             return
         for s in range(0, len(self.outputs), step):
             z = np.asarray(self.outputs[s : s + step], dtype=np.float64)
             yield z, np.ascontiguousarray(z.T)
 
-    @cached_property
-    def _one_block(self) -> tuple[np.ndarray, np.ndarray]:
-        z = np.asarray(self.outputs, dtype=np.float64)
-        return z, np.ascontiguousarray(z.T)
-
     # Per-row maxima and "all finite" run down the transposed rows (one pass per class over
     # every row): the same values as reducing each row, several times faster for a batch of a
     # few hundred rows of a few classes (neither a maximum nor an "and" rounds). A row's sum
     # reduces the row itself: its rounding follows numpy's order for a row.
-    @cached_property
+    @property
     def _top_and_sum(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's top value and softmax sum ``sum(exp(z - top))``."""
-        tops, totals = [], []
-        with np.errstate(invalid="ignore", over="ignore"):
-            for z, zt in self._blocks():
-                tops.append(np.maximum.reduce(zt, axis=0))
-                totals.append(np.exp(z - tops[-1][:, None]).sum(axis=1))
-        return _joined(tops), _joined(totals)
+        if self._top_sum is None:
+            tops, totals = [], []
+            with np.errstate(invalid="ignore", over="ignore"):
+                for z, zt in self._blocks():
+                    tops.append(np.maximum.reduce(zt, axis=0))
+                    totals.append(np.exp(z - tops[-1][:, None]).sum(axis=1))
+            self._top_sum = _joined(tops), _joined(totals)
+        return self._top_sum
 
-    @cached_property
+    @property
     def top_two_gap(self) -> np.ndarray:
         """Top value minus the second, NaN where a row is not finite (or has one value)."""
-        if self.outputs.shape[1] < 2:
-            return np.full(len(self.outputs), np.nan)
-        gaps = []
-        with np.errstate(invalid="ignore", over="ignore"):
-            for z, zt in self._blocks():
-                two = np.partition(z, -2, axis=1)
-                finite = np.logical_and.reduce(np.isfinite(zt), axis=0)
-                gaps.append(np.where(finite, two[:, -1] - two[:, -2], np.nan))
-        return _joined(gaps)
+        if self._gap is None:
+            if self.outputs.shape[1] < 2:
+                self._gap = np.full(len(self.outputs), np.nan)
+                return self._gap
+            gaps = []
+            with np.errstate(invalid="ignore", over="ignore"):
+                for z, zt in self._blocks():
+                    two = np.partition(z, -2, axis=1)
+                    finite = np.logical_and.reduce(np.isfinite(zt), axis=0)
+                    gaps.append(np.where(finite, two[:, -1] - two[:, -2], np.nan))
+            self._gap = _joined(gaps)
+        return self._gap
 
-    @cached_property
+    @property
     def confidence(self) -> np.ndarray:
         """:func:`model_confidence`."""
-        if self.outputs.shape[1] == 0:
-            return np.full(len(self.outputs), np.nan)
-        top, total = self._top_and_sum
-        if self.kind == "probabilities":
-            return top
-        with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(1.0 / total)
+        if self._confidence is None:
+            if self.outputs.shape[1] == 0:
+                self._confidence = np.full(len(self.outputs), np.nan)
+            else:
+                top, total = self._top_and_sum
+                # total >= 1 (exp(0) counts) or NaN: no division by zero to silence
+                self._confidence = top if self.kind == "probabilities" else 1.0 / total
+        return self._confidence
 
-    @cached_property
+    @property
     def energy(self) -> np.ndarray:
         """:func:`model_energy` (of the outputs read as logits)."""
-        if self.outputs.shape[1] == 0:
-            return np.full(len(self.outputs), np.nan)
-        top, total = self._top_and_sum
-        with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(-(top + np.log(total)))
+        if self._energy is None:
+            if self.outputs.shape[1] == 0:
+                self._energy = np.full(len(self.outputs), np.nan)
+            else:
+                top, total = self._top_and_sum
+                self._energy = -(top + np.log(total))  # log of >= 1 or NaN: no warning
+        return self._energy
 
 
 Outputs = np.ndarray | ModelOutputs
@@ -685,7 +698,7 @@ class BoxSet:
         return LayerPass(_layer_codes(inside, in_bad), inside, in_bad, d_own, d_other)
 
     def _check_set(self, other: BoxSet, what: str) -> None:
-        if other.n_classes != self.n_classes or other.n_features != self.n_features:
+        if len(other.offsets) != len(self.offsets) or other.lo.shape[1] != self.lo.shape[1]:
             raise ConfigError(f"{what} must have the same classes and features")
 
     def _native_pass(
@@ -738,16 +751,13 @@ class BoxSet:
         """Validated ``x`` (C-contiguous float32) and ``y`` (C-contiguous int64)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         y = np.asarray(y)
-        if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise ValueError(f"x has shape {x.shape}; expected (n_samples, {self.n_features})")
+        d = self.lo.shape[1]
+        if x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"x has shape {x.shape}; expected (n_samples, {d})")
         if y.shape != (len(x),):
             raise ValueError(f"y has shape {y.shape}; expected ({len(x)},)")
         # The native kernel checks the class range in its own pass and names the input.
-        if (
-            (_kernel is None or not self.n_features)
-            and len(y)
-            and (y.min() < 0 or y.max() >= self.n_classes)
-        ):
+        if (_kernel is None or not d) and len(y) and (y.min() < 0 or y.max() >= self.n_classes):
             raise ValueError(
                 f"predicted classes must lie in [0, {self.n_classes}); got {y.min()}..{y.max()}"
             )
