@@ -4,38 +4,33 @@
  * Results are bit-identical to boxes.py's per-dimension numpy path: comparisons are exact,
  * and distances are accumulated in float32 in feature order (gap = clip(x) - x, gap * gap,
  * acc + gap; built with -ffp-contract=off so no fused multiply-add changes a rounding).
- * What makes it fast is stopping early: a box test stops at the first block of features
- * that leaves the box, an input stops at the first box that holds it, and a distance stops
- * once its partial sum reaches the best distance found so far (sums of squares only grow).
- * Distances take LANES boxes at once from a transposed copy of each class's boxes (tlo, thi:
- * per block of up to LANES boxes, (n_features, boxes) floats, see lanes_min): each lane keeps
- * its own sum over the features in feature order, so the compiler vectorises across boxes
- * (SSE2 on x86-64, NEON on aarch64) and every sum rounds exactly as the one-box-at-a-time
- * loop does; the nearest box is the smallest sum whatever the order the boxes are visited in.
- * Only the Python C API and the buffer protocol are used (no numpy headers at build time);
- * the GIL is released while the loops run.
+ * contains tests boxes one at a time from their rows, stopping at the first features that
+ * leave a box and at the first box that holds the input. layer_pass, one call per monitored
+ * layer, reads each input's row once while it is hot: membership in a box of its class,
+ * the distance to the nearest one and to the nearest box of another class, membership in a
+ * bad box and Algorithm 3's verdict. Its box tests and distances take LANES boxes at once
+ * from a transposed copy of each class's boxes (tlo, thi: per block of up to LANES boxes,
+ * (n_features, boxes) floats, see lanes_min): each lane keeps its own sum over the features
+ * in feature order, so every sum rounds exactly as the one-box-at-a-time loop does, and the
+ * nearest box is the smallest sum whatever the order the boxes are visited in. GROUP blocks
+ * run side by side (their sums do not wait on each other), and only the features where some
+ * box's gap can be nonzero are read (live_features). Vectors are the compiler's (SSE2 on
+ * x86-64, NEON on aarch64, plain code elsewhere), or 8 floats wide on x86-64 CPUs with AVX2
+ * (chosen at import; set_simd switches, for tests and timings): the same operations per
+ * lane, the same bits. Only the Python C API and the buffer protocol are used (no numpy
+ * headers at build time); the GIL is released while the loops run.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#define BLOCK 16 /* features tested between checks for an early exit */
+#define BLOCK 16 /* features summed between checks for an early exit */
 #define LANES 8 /* boxes whose distances are accumulated side by side */
-
-typedef struct {
-    Py_buffer x, y, lo, hi, offsets;
-    Py_ssize_t n, d, n_boxes, n_classes;
-} Args;
-
-static void release(Args *a) {
-    PyBuffer_Release(&a->x);
-    PyBuffer_Release(&a->y);
-    PyBuffer_Release(&a->lo);
-    PyBuffer_Release(&a->hi);
-    PyBuffer_Release(&a->offsets);
-}
+#define GROUP 4 /* blocks of LANES boxes whose sums run side by side */
+enum { ACCEPT = 0, UNCERTAIN = 1, REJECT = 2 }; /* boxes.ACCEPT, UNCERTAIN, REJECT */
 
 static int get(PyObject *obj, Py_buffer *view, int writable, const char *name) {
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
@@ -47,106 +42,185 @@ static int get(PyObject *obj, Py_buffer *view, int writable, const char *name) {
     return 0;
 }
 
-/* A writable output buffer of exactly `len` bytes; releases `a` on failure. */
+/* An optional output (None: not wanted) of `size` bytes per input; 0, or -1 with an
+ * exception set and nothing held. */
 static int get_out(PyObject *obj, Py_buffer *view, const char *name, const char *unit,
-                   Py_ssize_t len, Args *a) {
-    if (get(obj, view, 1, name) < 0) { release(a); return -1; }
-    if (view->len != len) {
+                   Py_ssize_t size, Py_ssize_t n) {
+    memset(view, 0, sizeof(*view));
+    if (obj == Py_None) return 0;
+    if (get(obj, view, 1, name) < 0) return -1;
+    if (view->len != n * size) {
         PyErr_Format(PyExc_ValueError, "%s must hold %zd bytes (one %s per input), not %zd",
-                     name, len, unit, view->len);
+                     name, n * size, unit, view->len);
         PyBuffer_Release(view);
-        release(a);
         return -1;
     }
     return 0;
 }
 
-/* Parse (x, y, lo, hi, offsets, d) and check every size, so no loop can read out of bounds. */
-static int parse(PyObject *const *argv, Args *a) {
-    memset(a, 0, sizeof(*a));
-    a->d = PyLong_AsSsize_t(argv[5]);
-    if (a->d < 0) {
+/* The inputs: x (n, d) float32 and their predicted classes y (n,) int64. */
+typedef struct {
+    Py_buffer x, y;
+    Py_ssize_t n, d;
+} Inputs;
+
+static void release_inputs(Inputs *in) {
+    PyBuffer_Release(&in->x);
+    PyBuffer_Release(&in->y);
+}
+
+static int get_inputs(PyObject *x, PyObject *y, PyObject *d, Inputs *in) {
+    memset(in, 0, sizeof(*in));
+    in->d = PyLong_AsSsize_t(d);
+    if (in->d < 0) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "d must be >= 0");
         return -1;
     }
-    if (get(argv[0], &a->x, 0, "x") < 0 || get(argv[1], &a->y, 0, "y") < 0 ||
-        get(argv[2], &a->lo, 0, "lo") < 0 || get(argv[3], &a->hi, 0, "hi") < 0 ||
-        get(argv[4], &a->offsets, 0, "offsets") < 0) {
-        release(a);
+    if (in->d > INT32_MAX) { /* live_features lists features as int32 */
+        PyErr_SetString(PyExc_ValueError, "d must be below 2**31");
         return -1;
     }
-    Py_ssize_t row = a->d * (Py_ssize_t)sizeof(float);
-    a->n = a->y.len / (Py_ssize_t)sizeof(int64_t);
-    a->n_classes = a->offsets.len / (Py_ssize_t)sizeof(int64_t) - 1;
-    a->n_boxes = row ? a->lo.len / row : 0;
+    if (get(x, &in->x, 0, "x") < 0) return -1;
+    if (get(y, &in->y, 0, "y") < 0) { release_inputs(in); return -1; }
+    in->n = in->y.len / (Py_ssize_t)sizeof(int64_t);
+    if (in->y.len % (Py_ssize_t)sizeof(int64_t) || in->x.len != in->n * in->d * (Py_ssize_t)sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "x and y disagree on the number of inputs");
+        release_inputs(in);
+        return -1;
+    }
+    return 0;
+}
+
+/* One box set: lo and hi (n_boxes, d) float32, class c's rows offsets[c]:offsets[c + 1]
+ * (n_classes + 1 int64) and, for layer_pass's lane loops, the copy boxes._lanes builds:
+ * tlo and thi, the boxes transposed by blocks (n_boxes * d + LANES floats each, see
+ * lanes_min), and cap, per class the range that every one of its boxes holds on each
+ * feature (the largest lo, then the smallest hi: n_classes * 2 * d floats; see
+ * live_features). */
+typedef struct {
+    Py_buffer lo, hi, offsets, tlo, thi, cap;
+    Py_ssize_t n_boxes, n_classes;
+} Set;
+
+static void release_set(Set *s) {
+    PyBuffer_Release(&s->lo);
+    PyBuffer_Release(&s->hi);
+    PyBuffer_Release(&s->offsets);
+    PyBuffer_Release(&s->tlo);
+    PyBuffer_Release(&s->thi);
+    PyBuffer_Release(&s->cap);
+}
+
+/* Read (lo, hi, offsets) from argv, and (tlo, thi, cap) after them when `lanes`, checking
+ * every size so no loop can read out of bounds; 0, or -1 with an exception set and nothing
+ * held. */
+static int get_set(PyObject *const *argv, int lanes, Py_ssize_t d, Set *s) {
+    memset(s, 0, sizeof(*s));
+    if (get(argv[0], &s->lo, 0, "lo") < 0 || get(argv[1], &s->hi, 0, "hi") < 0 ||
+        get(argv[2], &s->offsets, 0, "offsets") < 0 ||
+        (lanes && (get(argv[3], &s->tlo, 0, "tlo") < 0 || get(argv[4], &s->thi, 0, "thi") < 0 ||
+                   get(argv[5], &s->cap, 0, "cap") < 0))) {
+        release_set(s);
+        return -1;
+    }
+    Py_ssize_t row = d * (Py_ssize_t)sizeof(float);
+    s->n_classes = s->offsets.len / (Py_ssize_t)sizeof(int64_t) - 1;
+    s->n_boxes = row ? s->lo.len / row : 0;
     const char *bad = NULL;
-    if (a->y.len % sizeof(int64_t) || a->x.len != a->n * row) bad = "x and y disagree on the number of inputs";
-    else if (a->lo.len != a->hi.len || (row && a->lo.len % row)) bad = "lo and hi must both be (n_boxes, d)";
-    else if (a->n_classes < 0) bad = "offsets must hold n_classes + 1 values";
+    if (s->lo.len != s->hi.len || (row && s->lo.len % row)) bad = "lo and hi must both be (n_boxes, d)";
+    else if (s->n_classes < 0) bad = "offsets must hold n_classes + 1 values";
     if (!bad) {
-        const int64_t *off = (const int64_t *)a->offsets.buf;
-        if (off[0] != 0 || off[a->n_classes] != a->n_boxes) bad = "offsets must run from 0 to n_boxes";
-        for (Py_ssize_t c = 0; !bad && c < a->n_classes; c++)
+        const int64_t *off = (const int64_t *)s->offsets.buf;
+        if (off[0] != 0 || off[s->n_classes] != s->n_boxes) bad = "offsets must run from 0 to n_boxes";
+        for (Py_ssize_t c = 0; !bad && c < s->n_classes; c++)
             if (off[c + 1] < off[c]) bad = "offsets must not decrease";
-        const int64_t *y = (const int64_t *)a->y.buf;
-        for (Py_ssize_t i = 0; !bad && i < a->n; i++)
-            if (y[i] < 0 || y[i] >= a->n_classes) {
-                PyErr_Format(PyExc_ValueError, "predicted classes must lie in [0, %zd); input %zd has %lld",
-                             a->n_classes, i, (long long)y[i]);
-                release(a);
-                return -1;
-            }
+    }
+    if (!bad && lanes) {
+        if (s->tlo.len != s->thi.len || s->tlo.len != (s->n_boxes * d + LANES) * (Py_ssize_t)sizeof(float))
+            bad = "tlo and thi must both hold n_boxes * d + LANES float32 (the boxes by blocks of "
+                  "LANES, transposed)";
+        else if (s->cap.len != s->n_classes * 2 * d * (Py_ssize_t)sizeof(float))
+            bad = "cap must hold n_classes * 2 * d float32 (per class, the largest lo, then the "
+                  "smallest hi)";
     }
     if (bad) {
         PyErr_SetString(PyExc_ValueError, bad);
-        release(a);
+        release_set(s);
         return -1;
     }
     return 0;
 }
 
-/* 1 when lo <= x <= hi in every feature (NaN is outside, as with numpy's comparisons). */
-static int in_box(const float *x, const float *lo, const float *hi, Py_ssize_t d) {
-    for (Py_ssize_t s = 0; s < d; s += BLOCK) {
-        Py_ssize_t e = s + BLOCK < d ? s + BLOCK : d;
+/* Whether every predicted class names a class of `s`. */
+static int check_classes(const Inputs *in, const Set *s) {
+    const int64_t *y = (const int64_t *)in->y.buf;
+    for (Py_ssize_t i = 0; i < in->n; i++)
+        if (y[i] < 0 || y[i] >= s->n_classes) {
+            PyErr_Format(PyExc_ValueError, "predicted classes must lie in [0, %zd); input %zd has %lld",
+                         s->n_classes, i, (long long)y[i]);
+            return -1;
+        }
+    return 0;
+}
+
+/* 1 when one of the boxes first .. end - 1 (rows of lo and hi) holds x: lo <= x <= hi in
+ * every feature (NaN is outside, as with numpy's comparisons); a box stops at the first
+ * block of features that leaves it. */
+static int held_baseline(const float *x, const float *lo, const float *hi, int64_t first,
+                         int64_t end, Py_ssize_t d) {
+    for (int64_t k = first; k < end; k++) {
+        const float *l = lo + k * d, *h = hi + k * d;
         int out = 0;
-        for (Py_ssize_t j = s; j < e; j++) out |= !((x[j] >= lo[j]) & (x[j] <= hi[j]));
-        if (out) return 0;
+        for (Py_ssize_t s = 0; !out && s < d; s += BLOCK) {
+            Py_ssize_t e = s + BLOCK < d ? s + BLOCK : d;
+            for (Py_ssize_t j = s; j < e; j++) out |= !((x[j] >= l[j]) & (x[j] <= h[j]));
+        }
+        if (!out) return 1;
     }
-    return 1;
-}
-
-static int in_any(const Args *a, Py_ssize_t i) {
-    const float *x = (const float *)a->x.buf + i * a->d;
-    const float *lo = (const float *)a->lo.buf, *hi = (const float *)a->hi.buf;
-    const int64_t *off = (const int64_t *)a->offsets.buf;
-    int64_t c = ((const int64_t *)a->y.buf)[i];
-    for (int64_t k = off[c]; k < off[c + 1]; k++)
-        if (in_box(x, lo + k * a->d, hi + k * a->d, a->d)) return 1;
     return 0;
 }
 
-/* The transposed copy (tlo, thi) of the boxes: both n_boxes * d + LANES floats (see
- * lanes_min). Returns 0, or -1 with an exception set and nothing held. */
-static int get_lanes(PyObject *tlo_obj, PyObject *thi_obj, Py_buffer *tlo, Py_buffer *thi,
-                     Py_ssize_t n_boxes, Py_ssize_t d) {
-    if (get(tlo_obj, tlo, 0, "tlo") < 0) return -1;
-    if (get(thi_obj, thi, 0, "thi") < 0) { PyBuffer_Release(tlo); return -1; }
-    if (tlo->len != thi->len || tlo->len != (n_boxes * d + LANES) * (Py_ssize_t)sizeof(float)) {
-        PyErr_Format(PyExc_ValueError,
-                     "tlo and thi must both hold n_boxes * d + %d float32 (the boxes by blocks "
-                     "of %d, transposed)", LANES, LANES);
-        PyBuffer_Release(tlo);
-        PyBuffer_Release(thi);
-        return -1;
+/* One class's boxes in a Set's lane copy: its blocks (from tlo, thi), its cap and its box
+ * count. */
+typedef struct {
+    const float *lo, *hi, *cap;
+    int64_t count;
+} Boxes;
+
+static inline Boxes boxes_of(const Set *s, int64_t c, Py_ssize_t d) {
+    const int64_t *off = (const int64_t *)s->offsets.buf;
+    Boxes b = {(const float *)s->tlo.buf + off[c] * d, (const float *)s->thi.buf + off[c] * d,
+               (const float *)s->cap.buf + c * 2 * d, off[c + 1] - off[c]};
+    return b;
+}
+
+/* The features of x that can tell a box of `b` from another: those where x is not a finite
+ * value within the range every box holds (b.cap). Elsewhere every box holds x, and each
+ * box's gap is clip(x) - x = x - x = +0, whose square leaves a sum unchanged, bit for bit:
+ * membership and distances read only the features listed. Writes them, in feature order, to
+ * idx; returns how many, and sets *nan when x holds a NaN. (Layers after a ReLU hold many
+ * zeros inside every box's range.) */
+static Py_ssize_t live_features_baseline(const float *x, const Boxes *b, Py_ssize_t d,
+                                         int32_t *idx, int *nan) {
+    const float *clo = b->cap, *chi = b->cap + d;
+    Py_ssize_t m = 0;
+    int any_nan = 0;
+    for (Py_ssize_t j = 0; j < d; j++) {
+        idx[m] = (int32_t)j;
+        m += !((x[j] >= clo[j]) & (x[j] <= chi[j]) & (fabsf(x[j]) <= FLT_MAX)); /* no branch */
+        any_nan |= x[j] != x[j];
     }
-    return 0;
+    *nan = any_nan;
+    return m;
 }
 
 /* Lanes accumulate in vectors of 4 floats: GCC and Clang vector extensions (SSE2 on x86-64,
  * NEON on aarch64, plain code elsewhere); other compilers take the same steps lane by lane.
- * Either way each lane does exactly the one-box loop's operations on its own sum. */
+ * On x86-64 CPUs with AVX2 (checked at import), the *_avx2 functions take a block's LANES
+ * lanes in one 8-float vector instead. Either way each lane does exactly the one-box loop's
+ * operations on its own sum, so both give the same bits. */
 #if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 typedef float vf4 __attribute__((vector_size(16)));
 typedef int32_t vi4 __attribute__((vector_size(16)));
 #define NV (LANES / 4)
@@ -167,8 +241,12 @@ static inline vf4 clip4(vf4 v, vf4 lo, vf4 hi) {
 }
 #endif
 
+/* The sums of one block's LANES boxes. */
+typedef struct { vf4 v[NV]; } sums_t;
+#define SUM(a, l) ((a).v[(l) / 4][(l) % 4])
+
 /* acc[k] += (clip(v, lo, hi) - v)^2 for the 4 lanes of vector k */
-static inline void lanes_step(vf4 *acc, float xj, const float *lo, const float *hi) {
+static ALWAYS_INLINE void sums_step(sums_t *acc, float xj, const float *lo, const float *hi) {
     const vf4 v = {xj, xj, xj, xj};
     for (int k = 0; k < NV; k++) {
         vf4 l, h;
@@ -176,102 +254,424 @@ static inline void lanes_step(vf4 *acc, float xj, const float *lo, const float *
         memcpy(&h, hi + 4 * k, sizeof h);
         vf4 gap = clip4(v, l, h) - v;
         gap = gap * gap;
-        acc[k] = acc[k] + gap;
+        acc->v[k] = acc->v[k] + gap;
     }
 }
-#define LANES_ACC vf4 acc_v[NV] = {{0}}
-#define LANES_AT(l) (acc_v[(l) / 4][(l) % 4])
-#define LANES_STEP(xj, lo, hi) lanes_step(acc_v, (xj), (lo), (hi))
+
+/* Which of a block's LANES boxes may still hold the input: all bits set per lane, or none. */
+typedef struct { vi4 v[NV]; } mask_t;
+
+/* m[k] &= (lo <= v <= hi) for the 4 lanes of vector k (ordered: NaN is outside) */
+static ALWAYS_INLINE void mask_step(mask_t *m, float xj, const float *lo, const float *hi) {
+    const vf4 v = {xj, xj, xj, xj};
+    for (int k = 0; k < NV; k++) {
+        vf4 l, h;
+        memcpy(&l, lo + 4 * k, sizeof l);
+        memcpy(&h, hi + 4 * k, sizeof h);
+        m->v[k] &= (v >= l) & (v <= h);
+    }
+}
+
+static ALWAYS_INLINE int mask_any(const mask_t *m) {
+    vi4 any = m->v[0];
+    for (int k = 1; k < NV; k++) any |= m->v[k];
+    return (any[0] | any[1] | any[2] | any[3]) != 0;
+}
 #else
-#define LANES_ACC float acc_v[LANES] = {0}
-#define LANES_AT(l) (acc_v[l])
-#define LANES_STEP(xj, lo, hi)                                                                 \
-    do {                                                                                       \
-        const float v_ = (xj);                                                                 \
-        for (int l_ = 0; l_ < LANES; l_++) {                                                   \
-            float clipped = v_ < (lo)[l_] ? (lo)[l_] : v_;                                     \
-            clipped = clipped > (hi)[l_] ? (hi)[l_] : clipped;                                 \
-            float gap = clipped - v_;                                                          \
-            gap = gap * gap;                                                                   \
-            acc_v[l_] = acc_v[l_] + gap;                                                       \
-        }                                                                                      \
-    } while (0)
+#define ALWAYS_INLINE inline
+typedef struct { float v[LANES]; } sums_t;
+#define SUM(a, l) ((a).v[l])
+
+static ALWAYS_INLINE void sums_step(sums_t *acc, float xj, const float *lo, const float *hi) {
+    for (int l = 0; l < LANES; l++) {
+        float clipped = xj < lo[l] ? lo[l] : xj;
+        clipped = clipped > hi[l] ? hi[l] : clipped;
+        float gap = clipped - xj;
+        gap = gap * gap;
+        acc->v[l] = acc->v[l] + gap;
+    }
+}
+
+typedef struct { int32_t v[LANES]; } mask_t;
+
+static ALWAYS_INLINE void mask_step(mask_t *m, float xj, const float *lo, const float *hi) {
+    for (int l = 0; l < LANES; l++) m->v[l] &= -(int32_t)((xj >= lo[l]) & (xj <= hi[l]));
+}
+
+static ALWAYS_INLINE int mask_any(const mask_t *m) {
+    int32_t any = 0;
+    for (int l = 0; l < LANES; l++) any |= m->v[l];
+    return any != 0;
+}
 #endif
 
-/* Smallest squared distance from x to the `count` boxes of one class, LANES boxes at a time
- * from their transposed copy, or `best` when none is smaller. The copy holds the class's
- * boxes where lo holds them (from box offsets[c], times d floats), by blocks of LANES boxes
- * (the last one narrower: `live` boxes), each block (d, live) floats: feature j of the
- * block's box l at j * live + l, so no float is padding and a class of a few boxes reads
- * a few boxes' worth. A narrower block's vector loads read past its boxes (the next
- * features, or the LANES floats closing the copy): those lanes start at inf and stay at inf
- * or NaN, never nearest. A block stops once every lane's partial
- * sum reaches best (NaN sums, from inf - inf, never count as nearest and never stop a
- * block, as in the one-box loop). */
-static float lanes_min(const float *x, const float *tlo, const float *thi, Py_ssize_t d,
-                       int64_t count, float best) {
-    for (int64_t b = 0; b * LANES < count; b++) {
-        const float *blo = tlo + b * d * LANES, *bhi = thi + b * d * LANES;
-        int64_t live = count - b * LANES < LANES ? count - b * LANES : LANES;
-        LANES_ACC;
-        for (int l = 0; l < LANES; l++) LANES_AT(l) = l < live ? 0.0f : INFINITY;
-        for (Py_ssize_t s = 0; s < d; s += BLOCK) {
-            Py_ssize_t e = s + BLOCK < d ? s + BLOCK : d;
-            for (Py_ssize_t j = s; j < e; j++) LANES_STEP(x[j], blo + j * live, bhi + j * live);
+/* How many boxes block k (from 0) of `b` holds (LANES, or fewer for the last one). */
+static ALWAYS_INLINE int64_t block_width(const Boxes *b, int64_t k) {
+    return b->count - k * LANES < LANES ? b->count - k * LANES : LANES;
+}
+
+/* Blocks k0 .. k0 + nb - 1 of lanes_min's boxes: the smallest sum among them, or `best` when
+ * none is smaller. The blocks' sums run side by side: each lane's sum waits on its previous
+ * addition, and independent blocks keep the floating-point units busy meanwhile. nb is a
+ * constant where this is inlined, so the sums stay in registers. Only the class's last block
+ * can be narrower than LANES, so only the group's last one is. */
+static ALWAYS_INLINE float group_min(const float *x, const Boxes *b, Py_ssize_t d,
+                                     const int32_t *idx, Py_ssize_t m, int64_t k0, const int nb,
+                                     float best) {
+    sums_t acc[GROUP];
+    const float *lo[GROUP], *hi[GROUP];
+    const int64_t tail = block_width(b, k0 + nb - 1);
+    for (int k = 0; k < nb; k++) {
+        lo[k] = b->lo + (k0 + k) * LANES * d;
+        hi[k] = b->hi + (k0 + k) * LANES * d;
+        float start[LANES];
+        for (int l = 0; l < LANES; l++) start[l] = k < nb - 1 || l < tail ? 0.0f : INFINITY;
+        memcpy(&acc[k], start, sizeof acc[k]);
+    }
+    for (Py_ssize_t s = 0; s < m; s += BLOCK) {
+        Py_ssize_t e = s + BLOCK < m ? s + BLOCK : m;
+        for (Py_ssize_t t = s; t < e; t++) {
+            const Py_ssize_t j = idx[t];
+            for (int k = 0; k < nb - 1; k++)
+                sums_step(&acc[k], x[j], lo[k] + j * LANES, hi[k] + j * LANES);
+            sums_step(&acc[nb - 1], x[j], lo[nb - 1] + j * tail, hi[nb - 1] + j * tail);
+        }
+        if (best < INFINITY) { /* none reached inf before a first sum is known */
             int open = 0;
-            for (int l = 0; l < LANES; l++) open |= !(LANES_AT(l) >= best);
+            for (int k = 0; k < nb; k++)
+                for (int l = 0; l < LANES; l++) open |= !(SUM(acc[k], l) >= best);
             if (!open) break;
         }
+    }
+    for (int k = 0; k < nb; k++)
         for (int l = 0; l < LANES; l++)
-            if (LANES_AT(l) < best) best = LANES_AT(l);
+            if (SUM(acc[k], l) < best) best = SUM(acc[k], l);
+    return best;
+}
+
+/* Smallest squared distance from x to the boxes `b` (of one class), or `best` when none is
+ * smaller, summing the features idx[0:m] (live_features) in order. b's blocks are LANES
+ * boxes (the last one narrower: `tail` boxes), each transposed to (d, width) floats: feature
+ * j of the block's box l at j * width + l, so no float is padding and a class of a few boxes
+ * reads a few boxes' worth. A narrower block's vector loads read past its boxes (the next
+ * features, or the LANES floats closing the copy): those lanes start at inf and stay at inf
+ * or NaN, never nearest. Blocks go GROUP at a time (group_min); a group stops once every
+ * lane's partial sum reaches best, the smallest of the groups before (NaN sums, from
+ * inf - inf, never count as nearest and never stop a group, as in the one-box loop). The
+ * nearest box is the smallest sum whatever the order the boxes are visited in. */
+static float lanes_min_baseline(const float *x, const Boxes *b, Py_ssize_t d,
+                                const int32_t *idx, Py_ssize_t m, float best) {
+    int64_t blocks = (b->count + LANES - 1) / LANES;
+    for (int64_t k = 0; k < blocks; k += GROUP) {
+        switch (blocks - k < GROUP ? blocks - k : GROUP) {
+            case 1: best = group_min(x, b, d, idx, m, k, 1, best); break;
+            case 2: best = group_min(x, b, d, idx, m, k, 2, best); break;
+            case 3: best = group_min(x, b, d, idx, m, k, 3, best); break;
+            default: best = group_min(x, b, d, idx, m, k, GROUP, best); break;
+        }
     }
     return best;
 }
 
-/* distance_contains's work: membership and distance to the nearest box of class y[i]. */
-static void distance_loop(const Args *a, const float *tl, const float *th, uint8_t *in,
-                          double *out) {
-    const int64_t *off = (const int64_t *)a->offsets.buf, *y = (const int64_t *)a->y.buf;
-    for (Py_ssize_t i = 0; i < a->n; i++) {
-        const float *x = (const float *)a->x.buf + i * a->d;
-        int64_t c = y[i];
-        in[i] = (uint8_t)in_any(a, i);
-        if (in[i]) { out[i] = 0.0; continue; }
-        int nan = 0;
-        for (Py_ssize_t j = 0; j < a->d; j++) nan |= isnan(x[j]);
-        if (nan) { out[i] = off[c] < off[c + 1] ? NAN : INFINITY; continue; }
-        float best = lanes_min(x, tl + off[c] * a->d, th + off[c] * a->d, a->d,
-                               off[c + 1] - off[c], INFINITY);
-        out[i] = sqrt((double)best);
+/* Blocks k0 .. k0 + nb - 1 of lanes_inside's boxes: 1 when one of them holds x. Their
+ * masks run side by side, and the group stops at the first features (looked at every 4)
+ * that leave all of its boxes: one exit per group, not per block. */
+static ALWAYS_INLINE int group_inside(const float *x, const Boxes *b, Py_ssize_t d,
+                                      const int32_t *idx, Py_ssize_t m, int64_t k0,
+                                      const int nb) {
+    mask_t held[GROUP];
+    const float *lo[GROUP], *hi[GROUP];
+    const int64_t tail = block_width(b, k0 + nb - 1);
+    for (int k = 0; k < nb; k++) {
+        lo[k] = b->lo + (k0 + k) * LANES * d;
+        hi[k] = b->hi + (k0 + k) * LANES * d;
+        int32_t start[LANES];
+        for (int l = 0; l < LANES; l++) start[l] = k < nb - 1 || l < tail ? -1 : 0;
+        memcpy(&held[k], start, sizeof held[k]);
     }
+    for (Py_ssize_t t = 0; t < m; t++) {
+        const Py_ssize_t j = idx[t];
+        for (int k = 0; k < nb - 1; k++) mask_step(&held[k], x[j], lo[k] + j * LANES, hi[k] + j * LANES);
+        mask_step(&held[nb - 1], x[j], lo[nb - 1] + j * tail, hi[nb - 1] + j * tail);
+        if ((t & 3) == 3) {
+            int any = 0;
+            for (int k = 0; k < nb; k++) any |= mask_any(&held[k]);
+            if (!any) return 0;
+        }
+    }
+    int any = 0;
+    for (int k = 0; k < nb; k++) any |= mask_any(&held[k]);
+    return any;
 }
 
-/* fused_distances's work: distance_loop's, plus d_other where 0 < d_own < inf: the distance
- * to the other set's boxes of class y[i], or of class ocls[y[i]] when ocls is given (-1:
- * none, d_other inf). */
-static void fused_loop(const Args *a, const Args *o, const float *tl, const float *th,
-                       const float *otl, const float *oth, const int64_t *ocls, uint8_t *in,
-                       double *own, double *other) {
-    const int64_t *off = (const int64_t *)a->offsets.buf, *y = (const int64_t *)a->y.buf;
-    const int64_t *ooff = (const int64_t *)o->offsets.buf;
-    for (Py_ssize_t i = 0; i < a->n; i++) {
-        const float *x = (const float *)a->x.buf + i * a->d;
-        int64_t c = y[i];
-        other[i] = INFINITY;
-        in[i] = (uint8_t)in_any(a, i);
-        if (in[i]) { own[i] = 0.0; continue; }
-        int nan = 0;
-        for (Py_ssize_t j = 0; j < a->d; j++) nan |= isnan(x[j]);
-        if (nan) { own[i] = off[c] < off[c + 1] ? NAN : INFINITY; continue; }
-        float best = lanes_min(x, tl + off[c] * a->d, th + off[c] * a->d, a->d,
-                               off[c + 1] - off[c], INFINITY);
-        own[i] = sqrt((double)best);
-        if (!(own[i] > 0.0 && own[i] < INFINITY)) continue;
-        int64_t oc = ocls ? ocls[c] : c;
+/* 1 when x lies in one of the boxes `b` (lo <= x <= hi on every feature; NaN is outside, as
+ * with numpy's comparisons), reading the features idx[0:m] (live_features: every box holds x
+ * on the others), blocks GROUP at a time (group_inside). */
+static int lanes_inside_baseline(const float *x, const Boxes *b, Py_ssize_t d,
+                                 const int32_t *idx, Py_ssize_t m) {
+    int64_t blocks = (b->count + LANES - 1) / LANES;
+    for (int64_t k = 0; k < blocks; k += GROUP) {
+        int in;
+        switch (blocks - k < GROUP ? blocks - k : GROUP) {
+            case 1: in = group_inside(x, b, d, idx, m, k, 1); break;
+            case 2: in = group_inside(x, b, d, idx, m, k, 2); break;
+            case 3: in = group_inside(x, b, d, idx, m, k, 3); break;
+            default: in = group_inside(x, b, d, idx, m, k, GROUP); break;
+        }
+        if (in) return 1;
+    }
+    return 0;
+}
+
+/* One implementation of the two lane loops. */
+typedef struct {
+    const char *name;
+    Py_ssize_t (*features)(const float *, const Boxes *, Py_ssize_t, int32_t *, int *);
+    float (*min)(const float *, const Boxes *, Py_ssize_t, const int32_t *, Py_ssize_t, float);
+    int (*inside)(const float *, const Boxes *, Py_ssize_t, const int32_t *, Py_ssize_t);
+    int (*held)(const float *, const float *, const float *, int64_t, int64_t, Py_ssize_t);
+} lanes_impl;
+
+static const lanes_impl BASELINE = {"baseline", live_features_baseline, lanes_min_baseline,
+                                    lanes_inside_baseline, held_baseline};
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2 1
+#include <immintrin.h>
+
+/* group_min with a block's LANES sums in one AVX2 vector: the same operations per lane
+ * (maxps, minps, subtract, multiply, add; no FMA: the target adds AVX2 only). */
+__attribute__((target("avx2"))) static ALWAYS_INLINE float group_min_avx2(
+    const float *x, const Boxes *b, Py_ssize_t d, const int32_t *idx, Py_ssize_t m, int64_t k0,
+    const int nb, float best) {
+    __m256 acc[GROUP];
+    const float *lo[GROUP], *hi[GROUP];
+    const int64_t tail = block_width(b, k0 + nb - 1);
+    for (int k = 0; k < nb; k++) {
+        lo[k] = b->lo + (k0 + k) * LANES * d;
+        hi[k] = b->hi + (k0 + k) * LANES * d;
+        acc[k] = _mm256_setzero_ps();
+    }
+    float start[LANES];
+    for (int l = 0; l < LANES; l++) start[l] = l < tail ? 0.0f : INFINITY;
+    acc[nb - 1] = _mm256_loadu_ps(start);
+    const __m256 top = _mm256_set1_ps(best);
+    for (Py_ssize_t s = 0; s < m; s += BLOCK) {
+        Py_ssize_t e = s + BLOCK < m ? s + BLOCK : m;
+        for (Py_ssize_t t = s; t < e; t++) {
+            const Py_ssize_t j = idx[t];
+            const __m256 v = _mm256_set1_ps(x[j]);
+            for (int k = 0; k < nb; k++) {
+                const Py_ssize_t at = j * (k < nb - 1 ? LANES : tail);
+                __m256 gap = _mm256_max_ps(_mm256_loadu_ps(lo[k] + at), v);
+                gap = _mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(hi[k] + at), gap), v);
+                acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(gap, gap));
+            }
+        }
+        if (best < INFINITY) {
+            int reached = 0xFF; /* lanes whose sum is >= best (ordered: NaN is not) */
+            for (int k = 0; k < nb; k++)
+                reached &= _mm256_movemask_ps(_mm256_cmp_ps(acc[k], top, _CMP_GE_OQ));
+            if (reached == 0xFF) break;
+        }
+    }
+    for (int k = 0; k < nb; k++) {
+        float sums[LANES];
+        _mm256_storeu_ps(sums, acc[k]);
+        for (int l = 0; l < LANES; l++)
+            if (sums[l] < best) best = sums[l];
+    }
+    return best;
+}
+
+/* lanes_min_baseline with group_min_avx2. */
+__attribute__((target("avx2"))) static float lanes_min_avx2(const float *x, const Boxes *b,
+                                                            Py_ssize_t d, const int32_t *idx,
+                                                            Py_ssize_t m, float best) {
+    int64_t blocks = (b->count + LANES - 1) / LANES;
+    for (int64_t k = 0; k < blocks; k += GROUP) {
+        switch (blocks - k < GROUP ? blocks - k : GROUP) {
+            case 1: best = group_min_avx2(x, b, d, idx, m, k, 1, best); break;
+            case 2: best = group_min_avx2(x, b, d, idx, m, k, 2, best); break;
+            case 3: best = group_min_avx2(x, b, d, idx, m, k, 3, best); break;
+            default: best = group_min_avx2(x, b, d, idx, m, k, GROUP, best); break;
+        }
+    }
+    return best;
+}
+
+/* group_inside with a block's LANES lanes in one AVX2 vector. */
+__attribute__((target("avx2"))) static ALWAYS_INLINE int group_inside_avx2(
+    const float *x, const Boxes *b, Py_ssize_t d, const int32_t *idx, Py_ssize_t m, int64_t k0,
+    const int nb) {
+    __m256 held[GROUP];
+    const float *lo[GROUP], *hi[GROUP];
+    const int64_t tail = block_width(b, k0 + nb - 1);
+    const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int k = 0; k < nb; k++) {
+        lo[k] = b->lo + (k0 + k) * LANES * d;
+        hi[k] = b->hi + (k0 + k) * LANES * d;
+        held[k] = all;
+    }
+    const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    held[nb - 1] = _mm256_cmp_ps(lane, _mm256_set1_ps((float)tail), _CMP_LT_OQ);
+    for (Py_ssize_t t = 0; t < m; t++) {
+        const Py_ssize_t j = idx[t];
+        const __m256 v = _mm256_set1_ps(x[j]);
+        for (int k = 0; k < nb; k++) {
+            const Py_ssize_t at = j * (k < nb - 1 ? LANES : tail);
+            __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_loadu_ps(lo[k] + at), _CMP_GE_OQ),
+                                      _mm256_cmp_ps(v, _mm256_loadu_ps(hi[k] + at), _CMP_LE_OQ));
+            held[k] = _mm256_and_ps(held[k], in);
+        }
+        if ((t & 3) == 3) {
+            __m256 any = held[0];
+            for (int k = 1; k < nb; k++) any = _mm256_or_ps(any, held[k]);
+            if (_mm256_testz_ps(any, any)) return 0;
+        }
+    }
+    __m256 any = held[0];
+    for (int k = 1; k < nb; k++) any = _mm256_or_ps(any, held[k]);
+    return !_mm256_testz_ps(any, any);
+}
+
+/* lanes_inside_baseline with group_inside_avx2. */
+__attribute__((target("avx2"))) static int lanes_inside_avx2(const float *x, const Boxes *b,
+                                                             Py_ssize_t d, const int32_t *idx,
+                                                             Py_ssize_t m) {
+    int64_t blocks = (b->count + LANES - 1) / LANES;
+    for (int64_t k = 0; k < blocks; k += GROUP) {
+        int in;
+        switch (blocks - k < GROUP ? blocks - k : GROUP) {
+            case 1: in = group_inside_avx2(x, b, d, idx, m, k, 1); break;
+            case 2: in = group_inside_avx2(x, b, d, idx, m, k, 2); break;
+            case 3: in = group_inside_avx2(x, b, d, idx, m, k, 3); break;
+            default: in = group_inside_avx2(x, b, d, idx, m, k, GROUP); break;
+        }
+        if (in) return 1;
+    }
+    return 0;
+}
+
+/* For each 8-bit mask, the positions of its set bits in order (see live_features_avx2). */
+static uint8_t PACK[256][8];
+
+static void init_pack(void) {
+    for (int mask = 0; mask < 256; mask++)
+        for (int bit = 0, n = 0; bit < 8; bit++)
+            if (mask >> bit & 1) PACK[mask][n++] = (uint8_t)bit;
+}
+
+/* live_features_baseline, 8 features at a time: the features kept are a mask, and PACK
+ * packs their positions to the front of one 8-index store (each store stays within idx:
+ * no more features are kept than looked at). */
+__attribute__((target("avx2"))) static Py_ssize_t live_features_avx2(const float *x,
+                                                                     const Boxes *b,
+                                                                     Py_ssize_t d, int32_t *idx,
+                                                                     int *nan) {
+    const float *clo = b->cap, *chi = b->cap + d;
+    const __m256 largest = _mm256_set1_ps(FLT_MAX);
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 unordered = _mm256_setzero_ps();
+    Py_ssize_t m = 0, j = 0;
+    int any_nan = 0;
+    for (; j + 8 <= d; j += 8) {
+        const __m256 v = _mm256_loadu_ps(x + j);
+        unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        __m256 held = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_loadu_ps(clo + j), _CMP_GE_OQ),
+                                    _mm256_cmp_ps(v, _mm256_loadu_ps(chi + j), _CMP_LE_OQ));
+        held = _mm256_and_ps(held, _mm256_cmp_ps(_mm256_and_ps(v, magnitude), largest, _CMP_LE_OQ));
+        const int keep = ~_mm256_movemask_ps(held) & 0xFF;
+        __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)PACK[keep]));
+        _mm256_storeu_si256((__m256i *)(idx + m), _mm256_add_epi32(at, _mm256_set1_epi32((int)j)));
+        m += __builtin_popcount((unsigned)keep);
+    }
+    for (; j < d; j++) {
+        idx[m] = (int32_t)j;
+        m += !((x[j] >= clo[j]) & (x[j] <= chi[j]) & (fabsf(x[j]) <= FLT_MAX));
+        any_nan |= x[j] != x[j];
+    }
+    *nan = any_nan || !_mm256_testz_ps(unordered, unordered);
+    return m;
+}
+
+/* held_baseline, 8 features at a time. */
+__attribute__((target("avx2"))) static int held_avx2(const float *x, const float *lo,
+                                                     const float *hi, int64_t first,
+                                                     int64_t end, Py_ssize_t d) {
+    for (int64_t k = first; k < end; k++) {
+        const float *l = lo + k * d, *h = hi + k * d;
+        Py_ssize_t j = 0;
+        int in = 1;
+        for (; in && j + 8 <= d; j += 8) {
+            const __m256 v = _mm256_loadu_ps(x + j);
+            __m256 ok = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_loadu_ps(l + j), _CMP_GE_OQ),
+                                      _mm256_cmp_ps(v, _mm256_loadu_ps(h + j), _CMP_LE_OQ));
+            in = _mm256_movemask_ps(ok) == 0xFF;
+        }
+        for (; in && j < d; j++) in = (x[j] >= l[j]) & (x[j] <= h[j]);
+        if (in) return 1;
+    }
+    return 0;
+}
+
+static const lanes_impl AVX2 = {"avx2", live_features_avx2, lanes_min_avx2, lanes_inside_avx2,
+                                held_avx2};
+#endif
+
+/* The implementation in use: AVX2 where the CPU has it (set at import), else the baseline;
+ * set_simd changes it. */
+static const lanes_impl *lanes = &BASELINE;
+
+/* contains's work: res[i] = 1 when x[i] lies in a box of class y[i] (and only[i] is set,
+ * when given; 0 elsewhere, untested). */
+static void contains_loop(const Inputs *in, const Set *s, const uint8_t *only, uint8_t *res) {
+    const int64_t *off = (const int64_t *)s->offsets.buf, *y = (const int64_t *)in->y.buf;
+    for (Py_ssize_t i = 0; i < in->n; i++)
+        res[i] = (uint8_t)((!only || only[i]) &&
+                           lanes->held((const float *)in->x.buf + i * in->d, (const float *)s->lo.buf,
+                                       (const float *)s->hi.buf, off[y[i]], off[y[i] + 1], in->d));
+}
+
+/* What layer_pass writes (NULL: not wanted; inside always). */
+typedef struct {
+    uint8_t *inside, *in_bad;
+    int8_t *verdict;
+    double *d_own, *d_other;
+} Outs;
+
+/* layer_pass's work, input by input: see layer_pass. idx: room for d features. */
+static void layer_loop(const Inputs *in, const Set *good, const Set *bad, const Set *other,
+                       const int64_t *ocls, int every_row, int32_t *idx, const Outs *o) {
+    const int64_t *y = (const int64_t *)in->y.buf;
+    const Py_ssize_t d = in->d;
+    for (Py_ssize_t i = 0; i < in->n; i++) {
+        const float *x = (const float *)in->x.buf + i * d;
+        const int64_t c = y[i];
+        const Boxes b = boxes_of(good, c, d);
+        int nan;
+        const Py_ssize_t m = lanes->features(x, &b, d, idx, &nan);
+        const int inside = lanes->inside(x, &b, d, idx, m);
+        o->inside[i] = (uint8_t)inside;
+        int in_bad = 0;
+        if (bad && (inside || every_row)) {
+            const int64_t *off = (const int64_t *)bad->offsets.buf;
+            in_bad = lanes->held(x, (const float *)bad->lo.buf, (const float *)bad->hi.buf, off[c],
+                                 off[c + 1], d);
+        }
+        if (o->in_bad) o->in_bad[i] = (uint8_t)in_bad;
+        if (o->verdict) o->verdict[i] = (int8_t)(inside ? (in_bad ? UNCERTAIN : ACCEPT) : REJECT);
+        if (!o->d_own) continue;
+        if (o->d_other) o->d_other[i] = INFINITY;
+        if (inside) { o->d_own[i] = 0.0; continue; }
+        if (nan) { o->d_own[i] = b.count ? NAN : INFINITY; continue; }
+        o->d_own[i] = sqrt((double)lanes->min(x, &b, d, idx, m, INFINITY));
+        if (!o->d_other || !(o->d_own[i] > 0.0 && o->d_own[i] < INFINITY)) continue;
+        const int64_t oc = ocls ? ocls[c] : c;
         if (oc < 0) continue;
-        best = lanes_min(x, otl + ooff[oc] * a->d, oth + ooff[oc] * a->d, a->d,
-                         ooff[oc + 1] - ooff[oc], INFINITY);
-        other[i] = sqrt((double)best);
+        const Boxes ob = boxes_of(other, oc, d);
+        const Py_ssize_t om = lanes->features(x, &ob, d, idx, &nan);
+        o->d_other[i] = sqrt((double)lanes->min(x, &ob, d, idx, om, INFINITY));
     }
 }
 
@@ -281,165 +681,176 @@ static PyObject *contains(PyObject *self, PyObject *const *argv, Py_ssize_t argc
         PyErr_SetString(PyExc_TypeError, "contains(x, y, lo, hi, offsets, d, out[, where])");
         return NULL;
     }
-    Args a;
-    Py_buffer out, where = {0};
-    if (parse(argv, &a) < 0 || get_out(argv[6], &out, "out", "byte", a.n, &a) < 0) return NULL;
-    if (argc == 8) {
-        if (get(argv[7], &where, 0, "where") < 0) {
-            PyBuffer_Release(&out);
-            release(&a);
-            return NULL;
-        }
-        if (where.len != a.n) {
-            PyErr_Format(PyExc_ValueError, "where must hold %zd bytes (one per input), not %zd",
-                         a.n, where.len);
-            PyBuffer_Release(&where);
-            PyBuffer_Release(&out);
-            release(&a);
-            return NULL;
-        }
-    }
-    uint8_t *res = (uint8_t *)out.buf;
-    const uint8_t *only = (const uint8_t *)where.buf;
+    Inputs in;
+    Set s;
+    Py_buffer out = {0}, where = {0};
+    int ok = 0;
+    if (get_inputs(argv[0], argv[1], argv[5], &in) < 0) return NULL;
+    if (get_set(argv + 2, 0, in.d, &s) < 0) { release_inputs(&in); return NULL; }
+    if (check_classes(&in, &s) < 0 || get_out(argv[6], &out, "out", "byte", 1, in.n) < 0) goto done;
+    if (argc == 8 && get_out(argv[7], &where, "where", "byte", 1, in.n) < 0) goto done;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < a.n; i++) res[i] = (uint8_t)((!only || only[i]) && in_any(&a, i));
+    contains_loop(&in, &s, (const uint8_t *)where.buf, (uint8_t *)out.buf);
     Py_END_ALLOW_THREADS
+    ok = 1;
+done:
     PyBuffer_Release(&where);
     PyBuffer_Release(&out);
-    release(&a);
+    release_set(&s);
+    release_inputs(&in);
+    if (!ok) return NULL;
     Py_RETURN_NONE;
 }
 
-static PyObject *distance_contains(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
-    (void)self;
-    if (argc != 10) {
-        PyErr_SetString(PyExc_TypeError,
-                        "distance_contains(x, y, lo, hi, offsets, d, inside, dist, tlo, thi)");
+/* A tuple of `n` items (a box set's arrays), or NULL with TypeError set. */
+static PyObject *const *items_of(PyObject *obj, Py_ssize_t n, const char *name) {
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != n) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of %zd arrays", name, n);
         return NULL;
     }
-    Args a;
-    Py_buffer inside, dist, tlo, thi;
-    if (parse(argv, &a) < 0 || get_out(argv[6], &inside, "inside", "byte", a.n, &a) < 0) return NULL;
-    if (get_out(argv[7], &dist, "dist", "float64", a.n * (Py_ssize_t)sizeof(double), &a) < 0) {
-        PyBuffer_Release(&inside);
-        return NULL;
-    }
-    if (get_lanes(argv[8], argv[9], &tlo, &thi, a.n_boxes, a.d) < 0) {
-        PyBuffer_Release(&inside);
-        PyBuffer_Release(&dist);
-        release(&a);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    distance_loop(&a, (const float *)tlo.buf, (const float *)thi.buf, (uint8_t *)inside.buf,
-                  (double *)dist.buf);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&tlo);
-    PyBuffer_Release(&thi);
-    PyBuffer_Release(&inside);
-    PyBuffer_Release(&dist);
-    release(&a);
-    Py_RETURN_NONE;
+    return &PyTuple_GET_ITEM(obj, 0);
 }
 
-/* The fused score's distances in one pass: membership in a box of class y[i], the distance
- * d_own to the nearest such box and, where 0 < d_own < inf, the distance d_other to the
- * nearest box of the "other" box set for class y[i] (its nearest other classes), or, given
- * ocls (one int64 per class), for class ocls[y[i]] (the other set may then be the boxes
- * themselves: no copy of a neighbour's boxes); d_other is inf elsewhere, as the numpy path
- * leaves it. Each input's row is read once while hot. */
-static PyObject *fused_distances(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
+/* One monitored layer's box work in one pass over the inputs; see the method's docstring. */
+static PyObject *layer_pass(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     (void)self;
-    if (argc != 16 && argc != 17) {
+    if (argc != 13) {
         PyErr_SetString(PyExc_TypeError,
-                        "fused_distances(x, y, lo, hi, offsets, d, olo, ohi, ooffsets, inside, "
-                        "d_own, d_other, tlo, thi, otlo, othi[, ocls])");
+                        "layer_pass(x, y, d, good, bad, other, ocls, every_row, inside, in_bad, "
+                        "verdict, d_own, d_other)");
         return NULL;
     }
-    Args a, o;
-    PyObject *oargv[6] = {argv[0], argv[1], argv[6], argv[7], argv[8], argv[5]};
-    if (parse(argv, &a) < 0) return NULL;
-    if (parse(oargv, &o) < 0) { release(&a); return NULL; }
-    if (o.n_classes != a.n_classes) {
-        PyErr_SetString(PyExc_ValueError, "the other boxes must cover the same classes");
-        release(&o);
-        release(&a);
+    Inputs in;
+    Set good, bad = {0}, other = {0};
+    Py_buffer remap = {0}, inside = {0}, in_bad = {0}, verdict = {0}, d_own = {0}, d_other = {0};
+    int32_t *idx = NULL;
+    int ok = 0, every_row = PyObject_IsTrue(argv[7]);
+    PyObject *const *items;
+    if (every_row < 0 || get_inputs(argv[0], argv[1], argv[2], &in) < 0) return NULL;
+    if (!(items = items_of(argv[3], 6, "good")) || get_set(items, 1, in.d, &good) < 0) {
+        release_inputs(&in);
         return NULL;
     }
-    Py_buffer inside = {0}, down = {0}, dother = {0}, tlo = {0}, thi = {0}, otlo = {0}, othi = {0};
-    Py_buffer remap = {0};
-    Py_ssize_t bytes = a.n * (Py_ssize_t)sizeof(double);
-    if (argc == 17) {
-        const char *bad = NULL;
-        if (get(argv[16], &remap, 0, "ocls") < 0) { release(&o); release(&a); return NULL; }
-        if (remap.len != a.n_classes * (Py_ssize_t)sizeof(int64_t))
-            bad = "ocls must hold one int64 per class";
-        for (Py_ssize_t c = 0; !bad && c < a.n_classes; c++) {
+    if (check_classes(&in, &good) < 0) goto done;
+    if (argv[4] != Py_None && (!(items = items_of(argv[4], 3, "bad")) || get_set(items, 0, in.d, &bad) < 0))
+        goto done;
+    if (argv[5] != Py_None && (!(items = items_of(argv[5], 6, "other")) || get_set(items, 1, in.d, &other) < 0))
+        goto done;
+    if ((argv[4] != Py_None && bad.n_classes != good.n_classes) ||
+        (argv[5] != Py_None && other.n_classes != good.n_classes)) {
+        PyErr_SetString(PyExc_ValueError, "the bad and other boxes must cover the same classes");
+        goto done;
+    }
+    if (argv[6] != Py_None) {
+        const char *wrong = NULL;
+        if (get(argv[6], &remap, 0, "ocls") < 0) goto done;
+        if (remap.len != good.n_classes * (Py_ssize_t)sizeof(int64_t))
+            wrong = "ocls must hold one int64 per class";
+        for (Py_ssize_t c = 0; !wrong && c < good.n_classes; c++) {
             int64_t oc = ((const int64_t *)remap.buf)[c];
-            if (oc < -1 || oc >= o.n_classes) bad = "ocls must hold classes of the other boxes or -1";
+            if (oc < -1 || oc >= good.n_classes) wrong = "ocls must hold classes of the other boxes or -1";
         }
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, bad);
-            PyBuffer_Release(&remap);
-            release(&o);
-            release(&a);
-            return NULL;
+        if (wrong) {
+            PyErr_SetString(PyExc_ValueError, wrong);
+            goto done;
         }
     }
-    if (get_out(argv[9], &inside, "inside", "byte", a.n, &a) < 0) {
-        PyBuffer_Release(&remap);
-        release(&o);
+    if (get_out(argv[8], &inside, "inside", "byte", 1, in.n) < 0 ||
+        get_out(argv[9], &in_bad, "in_bad", "byte", 1, in.n) < 0 ||
+        get_out(argv[10], &verdict, "verdict", "byte", 1, in.n) < 0 ||
+        get_out(argv[11], &d_own, "d_own", "float64", sizeof(double), in.n) < 0 ||
+        get_out(argv[12], &d_other, "d_other", "float64", sizeof(double), in.n) < 0)
+        goto done;
+    const char *missing = NULL;
+    if (!inside.buf && in.n) missing = "inside is needed";
+    else if ((argv[9] == Py_None) != (argv[4] == Py_None)) missing = "in_bad goes with bad boxes";
+    else if (argv[12] != Py_None && (argv[11] == Py_None || argv[5] == Py_None))
+        missing = "d_other needs d_own and the other boxes";
+    if (missing) {
+        PyErr_SetString(PyExc_ValueError, missing);
+        goto done;
+    }
+    if (!(idx = PyMem_Malloc((size_t)(in.d ? in.d : 1) * sizeof(int32_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const Outs o = {(uint8_t *)inside.buf, (uint8_t *)in_bad.buf, (int8_t *)verdict.buf,
+                    (double *)d_own.buf, (double *)d_other.buf};
+    Py_BEGIN_ALLOW_THREADS
+    layer_loop(&in, &good, argv[4] != Py_None ? &bad : NULL, &other, (const int64_t *)remap.buf,
+               every_row, idx, &o);
+    Py_END_ALLOW_THREADS
+    ok = 1;
+done:
+    PyMem_Free(idx);
+    PyBuffer_Release(&d_other);
+    PyBuffer_Release(&d_own);
+    PyBuffer_Release(&verdict);
+    PyBuffer_Release(&in_bad);
+    PyBuffer_Release(&inside);
+    PyBuffer_Release(&remap);
+    release_set(&other);
+    release_set(&bad);
+    release_set(&good);
+    release_inputs(&in);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *simd(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(lanes->name);
+}
+
+/* The implementation named `name` that this CPU can run, or NULL. */
+static const lanes_impl *simd_named(const char *name) {
+    if (strcmp(name, BASELINE.name) == 0) return &BASELINE;
+#ifdef HAVE_AVX2
+    if (strcmp(name, AVX2.name) == 0 && __builtin_cpu_supports("avx2")) return &AVX2;
+#endif
+    return NULL;
+}
+
+static PyObject *set_simd(PyObject *self, PyObject *name) {
+    (void)self;
+    const char *want = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    if (!want) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "set_simd(name): name must be a str");
         return NULL;
     }
-    if (get_out(argv[10], &down, "d_own", "float64", bytes, &a) < 0) goto fail_inside;
-    if (get_out(argv[11], &dother, "d_other", "float64", bytes, &a) < 0) goto fail_down;
-    if (get_lanes(argv[12], argv[13], &tlo, &thi, a.n_boxes, a.d) < 0) goto fail_all;
-    if (get_lanes(argv[14], argv[15], &otlo, &othi, o.n_boxes, a.d) < 0) {
-        PyBuffer_Release(&tlo);
-        PyBuffer_Release(&thi);
-        goto fail_all;
+    const lanes_impl *impl = simd_named(want);
+    if (!impl) {
+        PyErr_Format(PyExc_ValueError,
+                     "simd %R: expected 'baseline', or 'avx2' where the CPU and the build have it",
+                     name);
+        return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    fused_loop(&a, &o, (const float *)tlo.buf, (const float *)thi.buf, (const float *)otlo.buf,
-               (const float *)othi.buf, (const int64_t *)remap.buf, (uint8_t *)inside.buf,
-               (double *)down.buf, (double *)dother.buf);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&tlo);
-    PyBuffer_Release(&thi);
-    PyBuffer_Release(&otlo);
-    PyBuffer_Release(&othi);
-    PyBuffer_Release(&inside);
-    PyBuffer_Release(&down);
-    PyBuffer_Release(&dother);
-    PyBuffer_Release(&remap);
-    release(&o);
-    release(&a);
-    Py_RETURN_NONE;
-
-fail_all:
-    PyBuffer_Release(&dother);
-    release(&a);
-fail_down:
-    PyBuffer_Release(&down);
-fail_inside:
-    PyBuffer_Release(&inside);
-    PyBuffer_Release(&remap);
-    release(&o);
-    return NULL;
+    const char *previous = lanes->name;
+    lanes = impl;
+    return PyUnicode_FromString(previous);
 }
 
 static PyMethodDef methods[] = {
     {"contains", (PyCFunction)(void (*)(void))contains, METH_FASTCALL,
      "contains(x, y, lo, hi, offsets, d, out[, where]): out[i] = 1 when x[i] lies in a box of "
      "class y[i] (and where[i] is set; 0 elsewhere, untested)."},
-    {"distance_contains", (PyCFunction)(void (*)(void))distance_contains, METH_FASTCALL,
-     "distance_contains(x, y, lo, hi, offsets, d, inside, dist, tlo, thi): membership and Euclidean "
-     "distance to the nearest box of class y[i] (0 inside, inf when the class has no box); tlo, thi: "
-     "the boxes transposed by blocks of LANES (see boxes.BoxSet)."},
-    {"fused_distances", (PyCFunction)(void (*)(void))fused_distances, METH_FASTCALL,
-     "fused_distances(x, y, lo, hi, offsets, d, olo, ohi, ooffsets, inside, d_own, d_other, tlo, "
-     "thi, otlo, othi[, ocls]): distance_contains plus the distance to the nearest 'other' box "
-     "(of class y[i], or ocls[y[i]]) where 0 < d_own < inf."},
+    {"layer_pass", (PyCFunction)(void (*)(void))layer_pass, METH_FASTCALL,
+     "layer_pass(x, y, d, good, bad, other, ocls, every_row, inside, in_bad, verdict, d_own, "
+     "d_other): one layer's box work, each input's row read once. good and other: (lo, hi, "
+     "offsets, tlo, thi, cap) (boxes.BoxSet's arrays and _lanes copy); bad: (lo, hi, offsets) "
+     "or None. inside[i] = 1 when x[i] lies in a good box of class y[i]; in_bad[i] = 1 when it "
+     "also lies (or, with every_row, just lies) in a bad box of class y[i]; verdict[i]: "
+     "Algorithm 3's code (0 accept, 1 uncertainty, 2 reject); d_own[i]: the Euclidean distance "
+     "to the nearest good box of class y[i] (0 inside, inf when the class has no box, NaN for "
+     "an input with a NaN); d_other[i], where 0 < d_own[i] < inf: the distance to the nearest "
+     "box of `other` of class y[i], or of class ocls[y[i]] (int64 per class; -1: none), inf "
+     "elsewhere. Outputs other than inside may be None (not computed)."},
+    {"simd", (PyCFunction)simd, METH_NOARGS,
+     "simd(): which lane loops run: 'avx2' or 'baseline' (the compiler's default target)."},
+    {"set_simd", (PyCFunction)set_simd, METH_O,
+     "set_simd(name): run the 'avx2' or the 'baseline' lane loops (same results; for tests and "
+     "timings); returns the previous name. ValueError where the CPU or the build lacks AVX2."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -452,6 +863,11 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__boxkernel(void) {
+#ifdef HAVE_AVX2
+    init_pack();
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) lanes = &AVX2;
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "LANES", LANES) < 0) { Py_DECREF(m); return NULL; }
     return m;

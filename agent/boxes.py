@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -131,58 +131,90 @@ class ModelOutputs:
         out = np.asarray(outputs)
         self.outputs = out.reshape(len(out), -1)
         self.kind = kind
+        # Each figure is computed on first use (plain attributes: a cached_property costs
+        # more than a batch's figure on Python 3.11, and a batch reads each once or twice).
+        self._block: tuple[np.ndarray, np.ndarray] | None = None
+        self._top_sum: tuple[np.ndarray, np.ndarray] | None = None
+        self._gap: np.ndarray | None = None
+        self._confidence: np.ndarray | None = None
+        self._energy: np.ndarray | None = None
 
     def _blocks(self):
-        """Yield ``(start, rows as float64)`` in blocks."""
+        """Yield ``(rows as float64, the same rows transposed)`` in blocks, in order (a batch
+        that fits one block is converted once for every pass)."""
         step = max(1, _OUTPUT_BLOCK // max(1, self.outputs.shape[1]))
+        if len(self.outputs) <= step:
+            if self._block is None:
+                z = np.asarray(self.outputs, dtype=np.float64)
+                self._block = z, np.ascontiguousarray(z.T)
+            yield self._block
+            return
         for s in range(0, len(self.outputs), step):
-            yield s, np.asarray(self.outputs[s : s + step], dtype=np.float64)
+            z = np.asarray(self.outputs[s : s + step], dtype=np.float64)
+            yield z, np.ascontiguousarray(z.T)
 
-    @cached_property
+    # Per-row maxima and "all finite" run down the transposed rows (one pass per class over
+    # every row): the same values as reducing each row, several times faster for a batch of a
+    # few hundred rows of a few classes (neither a maximum nor an "and" rounds). A row's sum
+    # reduces the row itself: its rounding follows numpy's order for a row.
+    @property
     def _top_and_sum(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's top value and softmax sum ``sum(exp(z - top))``."""
-        top, total = np.empty(len(self.outputs)), np.empty(len(self.outputs))
-        with np.errstate(invalid="ignore", over="ignore"):
-            for s, z in self._blocks():
-                top[s : s + len(z)] = z.max(axis=1)
-                total[s : s + len(z)] = np.exp(z - top[s : s + len(z), None]).sum(axis=1)
-        return top, total
+        if self._top_sum is None:
+            tops, totals = [], []
+            with np.errstate(invalid="ignore", over="ignore"):
+                for z, zt in self._blocks():
+                    tops.append(np.maximum.reduce(zt, axis=0))
+                    totals.append(np.exp(z - tops[-1][:, None]).sum(axis=1))
+            self._top_sum = _joined(tops), _joined(totals)
+        return self._top_sum
 
-    @cached_property
+    @property
     def top_two_gap(self) -> np.ndarray:
         """Top value minus the second, NaN where a row is not finite (or has one value)."""
-        gap = np.full(len(self.outputs), np.nan)
-        if self.outputs.shape[1] < 2:
-            return gap
-        with np.errstate(invalid="ignore", over="ignore"):
-            for s, z in self._blocks():
-                two = np.partition(z, -2, axis=1)[:, -2:]
-                finite = np.isfinite(z).all(axis=1)
-                gap[s : s + len(z)] = np.where(finite, two[:, 1] - two[:, 0], np.nan)
-        return gap
+        if self._gap is None:
+            if self.outputs.shape[1] < 2:
+                self._gap = np.full(len(self.outputs), np.nan)
+                return self._gap
+            gaps = []
+            with np.errstate(invalid="ignore", over="ignore"):
+                for z, zt in self._blocks():
+                    two = np.partition(z, -2, axis=1)
+                    finite = np.logical_and.reduce(np.isfinite(zt), axis=0)
+                    gaps.append(np.where(finite, two[:, -1] - two[:, -2], np.nan))
+            self._gap = _joined(gaps)
+        return self._gap
 
-    @cached_property
+    @property
     def confidence(self) -> np.ndarray:
         """:func:`model_confidence`."""
-        if self.outputs.shape[1] == 0:
-            return np.full(len(self.outputs), np.nan)
-        top, total = self._top_and_sum
-        if self.kind == "probabilities":
-            return top
-        with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(1.0 / total)
+        if self._confidence is None:
+            if self.outputs.shape[1] == 0:
+                self._confidence = np.full(len(self.outputs), np.nan)
+            else:
+                top, total = self._top_and_sum
+                # total >= 1 (exp(0) counts) or NaN: no division by zero to silence
+                self._confidence = top if self.kind == "probabilities" else 1.0 / total
+        return self._confidence
 
-    @cached_property
+    @property
     def energy(self) -> np.ndarray:
         """:func:`model_energy` (of the outputs read as logits)."""
-        if self.outputs.shape[1] == 0:
-            return np.full(len(self.outputs), np.nan)
-        top, total = self._top_and_sum
-        with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(-(top + np.log(total)))
+        if self._energy is None:
+            if self.outputs.shape[1] == 0:
+                self._energy = np.full(len(self.outputs), np.nan)
+            else:
+                top, total = self._top_and_sum
+                self._energy = -(top + np.log(total))  # log of >= 1 or NaN: no warning
+        return self._energy
 
 
 Outputs = np.ndarray | ModelOutputs
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The blocks' results as one array (the block itself when there is one)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _row_slice(activations: Mapping[str, np.ndarray], n: int, start: int) -> dict[str, np.ndarray]:
@@ -231,17 +263,22 @@ def error_features(
     """
     read = _outputs(outputs, kind)
     conf = read.confidence
+    out = np.empty((len(conf), len(ERROR_FEATURES)))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # Each column computed contiguous, then copied (numpy's vectorised log may round
+        # differently from its strided loop).
         gap = read.top_two_gap
-        margin = np.log(np.maximum(gap, 1e-12)) if kind == "probabilities" else gap
-        log_conf = np.log(np.maximum(conf, 1e-300))
-        log_doubt = np.log(np.maximum(1.0 - conf, 1e-12))
-        score = np.log1p(np.minimum(np.where(np.isnan(scores), np.inf, scores), _SCORE_CAP))
+        out[:, 0] = np.log(np.maximum(conf, 1e-300))
+        out[:, 1] = np.log(np.maximum(1.0 - conf, 1e-12))
+        out[:, 2] = np.log(np.maximum(gap, 1e-12)) if kind == "probabilities" else gap
+        # fmin takes the cap for NaN (outside every box or not finite) as for inf.
+        out[:, 3] = np.log1p(np.fmin(scores, _SCORE_CAP))
         if len(contrast):
-            c = np.mean([np.where(np.isfinite(v), v, 1.0) for v in contrast], axis=0)
+            rows = np.array(contrast)
+            out[:, 4] = _mean_of_rows(np.where(np.isfinite(rows), rows, 1.0))
         else:
-            c = np.zeros(len(conf))
-    return np.stack([log_conf, log_doubt, margin, score, c], axis=1)
+            out[:, 4] = 0.0
+    return out
 
 
 @dataclass(frozen=True)
@@ -313,9 +350,22 @@ def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
         return x
     if how == "l2":
         norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
-        norms[norms == 0] = 1.0
+        if not norms.all():
+            norms[norms == 0] = 1.0
         return x / norms[:, None]
     raise ConfigError(f"normalize={how!r}: expected one of {NORMALIZATIONS}")
+
+
+class LayerPass(NamedTuple):
+    """One monitored layer's box work for a batch (:meth:`BoxSet.assess_layer`), each of
+    shape (n_samples,): Algorithm 3's verdict codes (int8), membership in a good box and in
+    a bad box (bool), and the distances (float64; None when not asked for)."""
+
+    verdicts: np.ndarray
+    inside: np.ndarray
+    in_bad: np.ndarray
+    d_own: np.ndarray | None
+    d_other: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -378,9 +428,10 @@ class BoxSet:
         return plo, phi, real
 
     @cached_property
-    def _lanes(self) -> tuple[np.ndarray, np.ndarray]:
-        """The native kernel's transposed copy of the boxes (:func:`_lanes`)."""
-        return _lanes(self.lo, self.hi, self.offsets)
+    def _lanes(self) -> tuple[np.ndarray, ...]:
+        """The native kernel's arrays of the boxes: ``lo``, ``hi``, ``offsets`` and their lane
+        copy (:func:`_lanes`)."""
+        return (self.lo, self.hi, self.offsets, *_lanes(self.lo, self.hi, self.offsets))
 
     @classmethod
     def from_boxes(
@@ -601,61 +652,113 @@ class BoxSet:
         in one pass over the inputs; the numpy path gives identical values.
         """
         x, y = self._check(x, y)
-        if other.n_classes != self.n_classes or other.n_features != self.n_features:
-            raise ConfigError(
-                "fused_distances: the other boxes must have the same classes and features"
-            )
-        remap = () if other_class is None else (np.ascontiguousarray(other_class, np.int64),)
+        self._check_set(other, "fused_distances: the other boxes")
         if _kernel is not None and self.n_features:
-            inside = np.empty(len(x), dtype=np.uint8)
-            d_own = np.empty(len(x), dtype=np.float64)
-            d_other = np.empty(len(x), dtype=np.float64)
-            _kernel.fused_distances(
-                x,
-                y,
-                self.lo,
-                self.hi,
-                self.offsets,
-                self.n_features,
-                other.lo,
-                other.hi,
-                other.offsets,
-                inside,
-                d_own,
-                d_other,
-                *self._lanes,
-                *other._lanes,
-                *remap,
-            )
-            return d_own, inside.view(bool), d_other
+            inside, _, _, d_own, d_other = self._native_pass(x, y, None, other, other_class)
+            assert d_own is not None and d_other is not None  # asked for
+            return d_own, inside, d_other
         d_own, inside = self.distance_and_contains(x, y)
         rows = np.flatnonzero(np.isfinite(d_own) & (d_own > 0))
         return d_own, inside, other_distances(other, x, y, rows, other_class)
 
+    def assess_layer(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        bad: BoxSet,
+        other: BoxSet | None = None,
+        other_class: np.ndarray | None = None,
+        *,
+        every_row: bool = False,
+        distances: bool = True,
+    ) -> LayerPass:
+        """A monitored layer's box work for a batch, these being its good boxes and ``bad``
+        its bad ones: membership, the bad boxes' (``every_row``: on every input, else inside
+        a good box only, where it changes a verdict), Algorithm 3's verdicts and, with
+        ``distances``, :meth:`distance_and_contains`'s distances (and, given ``other``,
+        :meth:`fused_distances`'s ``d_other``). The native kernel reads each input once for
+        all of it; the numpy path gives identical values.
+        """
+        x, y = self._check(x, y)
+        self._check_set(bad, "assess_layer: the bad boxes")
+        if other is not None:
+            self._check_set(other, "assess_layer: the other boxes")
+        if _kernel is not None and self.n_features:
+            got = self._native_pass(x, y, bad, other, other_class, every_row, distances)
+            inside, in_bad, verdicts, d_own, d_other = got
+            assert in_bad is not None and verdicts is not None  # given bad boxes
+            return LayerPass(verdicts, inside, in_bad, d_own, d_other)
+        d_own = d_other = None
+        if distances and other is not None:
+            d_own, inside, d_other = self.fused_distances(x, y, other, other_class)
+        elif distances:
+            d_own, inside = self.distance_and_contains(x, y)
+        else:
+            inside = self.contains(x, y)
+        in_bad = bad.contains(x, y, None if every_row else inside)
+        return LayerPass(_layer_codes(inside, in_bad), inside, in_bad, d_own, d_other)
+
+    def _check_set(self, other: BoxSet, what: str) -> None:
+        if len(other.offsets) != len(self.offsets) or other.lo.shape[1] != self.lo.shape[1]:
+            raise ConfigError(f"{what} must have the same classes and features")
+
+    def _native_pass(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        bad: BoxSet | None,
+        other: BoxSet | None,
+        other_class: np.ndarray | None,
+        every_row: bool = False,
+        distances: bool = True,
+    ) -> tuple[
+        np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None
+    ]:
+        """The native kernel's ``layer_pass``: ``(inside, in_bad, verdicts, d_own,
+        d_other)``, None where not asked for (``in_bad`` and ``verdicts`` without ``bad``,
+        ``d_other`` without ``other``). Assumes checked input."""
+        n = len(x)
+        inside = np.empty(n, dtype=np.uint8)
+        in_bad = None if bad is None else np.empty(n, dtype=np.uint8)
+        verdicts = None if bad is None else np.empty(n, dtype=np.int8)
+        d_own = np.empty(n) if distances else None
+        d_other = np.empty(n) if distances and other is not None else None
+        _kernel.layer_pass(
+            x,
+            y,
+            self.n_features,
+            self._lanes,
+            None if bad is None else (bad.lo, bad.hi, bad.offsets),
+            None if other is None else other._lanes,
+            None if other_class is None else np.ascontiguousarray(other_class, np.int64),
+            every_row,
+            inside,
+            in_bad,
+            verdicts,
+            d_own,
+            d_other,
+        )
+        bad_bool = None if in_bad is None else in_bad.view(bool)
+        return inside.view(bool), bad_bool, verdicts, d_own, d_other
+
     def _native_distance_contains(
         self, x: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        inside = np.empty(len(x), dtype=np.uint8)
-        dist = np.empty(len(x), dtype=np.float64)
-        _kernel.distance_contains(
-            x, y, self.lo, self.hi, self.offsets, self.n_features, inside, dist, *self._lanes
-        )
-        return dist, inside.view(bool)
+        inside, _, _, d_own, _ = self._native_pass(x, y, None, None, None)
+        assert d_own is not None  # asked for
+        return d_own, inside
 
     def _check(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Validated ``x`` (C-contiguous float32) and ``y`` (C-contiguous int64)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         y = np.asarray(y)
-        if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise ValueError(f"x has shape {x.shape}; expected (n_samples, {self.n_features})")
+        d = self.lo.shape[1]
+        if x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"x has shape {x.shape}; expected (n_samples, {d})")
         if y.shape != (len(x),):
             raise ValueError(f"y has shape {y.shape}; expected ({len(x)},)")
         # The native kernel checks the class range in its own pass and names the input.
-        if (
-            (_kernel is None or not self.n_features)
-            and len(y)
-            and (y.min() < 0 or y.max() >= self.n_classes)
-        ):
+        if (_kernel is None or not d) and len(y) and (y.min() < 0 or y.max() >= self.n_classes):
             raise ValueError(
                 f"predicted classes must lie in [0, {self.n_classes}); got {y.min()}..{y.max()}"
             )
@@ -688,29 +791,39 @@ def other_distances(
     return out
 
 
-def _lanes(lo: np.ndarray, hi: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The native kernel's transposed copy of the boxes: ``(tlo, thi)``, each of
-    n_boxes * n_features + LANES float32 (the last LANES are zeros).
+def _lanes(
+    lo: np.ndarray, hi: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The native kernel's copy of the boxes: ``(tlo, thi, cap)``.
 
+    ``tlo`` and ``thi``: n_boxes * n_features + LANES float32 each (the last LANES are zeros).
     Each class's boxes stay where ``lo`` holds them (from row ``offsets[c]``), in blocks of
     ``LANES`` boxes (the last block narrower), each block transposed to (n_features, boxes):
     the kernel accumulates the distances of a block's boxes side by side (one SIMD lane per
     box, each lane summing its features in order, so the sums round as the one-box loop's
-    do), and a class of a few boxes reads no padding. Empty without the kernel.
+    do), and a class of a few boxes reads no padding. ``cap``: per class, the range every one
+    of its boxes holds on each feature (the largest ``lo``, then the smallest ``hi``; an empty
+    range for a class without boxes), shape (n_classes, 2, n_features): where an input lies
+    in it, every box's gap is 0 and the kernel skips the feature. Empty without the kernel.
     """
     lanes = getattr(_NATIVE, "LANES", 0)
     if not lanes:
         empty = np.zeros(0, np.float32)
-        return empty, empty
+        return empty, empty, empty
     d = lo.shape[1]
     tlo = np.zeros(len(lo) * d + lanes, np.float32)
     thi = np.zeros_like(tlo)
+    cap = np.empty((len(offsets) - 1, 2, d), np.float32)
+    cap[:, 0], cap[:, 1] = np.inf, -np.inf
     for c in range(len(offsets) - 1):
+        if offsets[c] < offsets[c + 1]:
+            cap[c, 0] = lo[offsets[c] : offsets[c + 1]].max(axis=0)
+            cap[c, 1] = hi[offsets[c] : offsets[c + 1]].min(axis=0)
         for s in range(offsets[c], offsets[c + 1], lanes):
             e = min(s + lanes, offsets[c + 1])
             tlo[s * d : e * d] = lo[s:e].T.ravel()
             thi[s * d : e * d] = hi[s:e].T.ravel()
-    return tlo, thi
+    return tlo, thi, cap
 
 
 def _broadcast_chunks(xt: np.ndarray, n_boxes: int):
@@ -889,6 +1002,12 @@ def _classes_from_rows(boxes: BoxSet, rows_per_class: list[np.ndarray]) -> np.nd
     return table
 
 
+def _mean_of_rows(rows: np.ndarray) -> np.ndarray:
+    """``np.mean(rows, axis=0)`` of a float64 array, without its Python overhead: the same
+    sum (``np.add.reduce``) divided by the same count, so the same bits."""
+    return np.add.reduce(rows, axis=0) / len(rows)
+
+
 def contrast_scores(d_own: np.ndarray, d_other: np.ndarray) -> np.ndarray:
     """``d_own / (d_own + d_other)``: 0 inside a box of the predicted class, 1/2 halfway
     between it and another class's box, 1 inside another class's box only.
@@ -1001,12 +1120,16 @@ class _ReasonLayout:
 
 def layer_verdicts(good: BoxSet, bad: BoxSet, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Algorithm 3 for one layer: verdict codes of shape (n_samples,), int8."""
-    in_good = good.contains(x, y)
-    in_bad = bad.contains(x, y)
-    out = np.full(len(in_good), REJECT, dtype=np.int8)
-    out[in_good] = ACCEPT
-    out[in_good & in_bad] = UNCERTAIN
-    return out
+    return _layer_codes(good.contains(x, y), bad.contains(x, y))
+
+
+# Algorithm 3's verdict per (in a good box, in a bad box), indexed by in_good + 2 * in_bad.
+_LAYER_CODES = np.array([REJECT, ACCEPT, REJECT, UNCERTAIN], dtype=np.int8)
+
+
+def _layer_codes(in_good: np.ndarray, in_bad: np.ndarray) -> np.ndarray:
+    """Algorithm 3's verdict codes from the two memberships (bool arrays of one shape)."""
+    return _LAYER_CODES.take(in_good.view(np.uint8) | (in_bad.view(np.uint8) << 1))
 
 
 def combine_verdicts(per_layer: np.ndarray, rule: str) -> np.ndarray:
@@ -1283,42 +1406,50 @@ class BoxRuntime:
             )
         }
         dist: dict[str, np.ndarray] = {}
-        in_good: dict[str, np.ndarray] = {}
         d_other: dict[str, np.ndarray] = {}
-        for layer in feats:
-            if layer in contrast and layer in self.score_layers:  # one pass for both terms
-                dist[layer], inside, d_other[layer] = self.good[layer].fused_distances(
-                    feats[layer], y_pred, *self._contrast_boxes(layer)
-                )
-                if layer in self.layers:
-                    in_good[layer] = inside
-            elif scored and layer in self.score_layers:
-                dist[layer], inside = self.good[layer].distance_and_contains(feats[layer], y_pred)
-                if layer in self.layers:
-                    in_good[layer] = inside
-            elif layer in self.layers:
-                in_good[layer] = self.good[layer].contains(feats[layer], y_pred)
+        per: dict[str, np.ndarray] = {}
+        in_bad: dict[str, np.ndarray] = {}
         # A bad box only matters inside a good one (uncertainty instead of accept), except
         # where the "bad-box" rule reads every layer's bad boxes for the combined verdict.
         every_row = calibrated and self.uncertainty == "bad-box"
-        in_bad = {
-            layer: self.bad[layer].contains(
-                feats[layer], y_pred, None if every_row else in_good[layer]
-            )
-            for layer in self.layers
-        }
-        per = {}
-        for layer in self.layers:
-            v = np.full(len(y_pred), REJECT, dtype=np.int8)
-            v[in_good[layer]] = ACCEPT
-            v[in_good[layer] & in_bad[layer]] = UNCERTAIN
-            per[layer] = v
+        for layer in feats:
+            fused = layer in contrast and layer in self.score_layers  # one pass, both terms
+            distances = scored and layer in self.score_layers
+            other, other_class = self._contrast_boxes(layer) if fused else (None, None)
+            if layer in self.layers:  # the box tests, the verdicts and the distances at once
+                got = self.good[layer].assess_layer(
+                    feats[layer],
+                    y_pred,
+                    self.bad[layer],
+                    other,
+                    other_class,
+                    every_row=every_row,
+                    distances=distances,
+                )
+                per[layer], in_bad[layer] = got.verdicts, got.in_bad
+                d_own, far = got.d_own, got.d_other
+            elif fused:
+                assert other is not None
+                d_own, _inside, far = self.good[layer].fused_distances(
+                    feats[layer], y_pred, other, other_class
+                )
+            elif distances:
+                d_own, far = self.good[layer].distance(feats[layer], y_pred), None
+            if distances:
+                assert d_own is not None
+                dist[layer] = d_own
+            if fused:
+                assert far is not None
+                d_other[layer] = far
+        per = {layer: per[layer] for layer in self.layers}
+        in_bad = {layer: in_bad[layer] for layer in self.layers}
         if calibrated and (self.threshold is None or not self.score_layers):
             raise ConfigError(
                 "combine='calibrated' needs score layers and a threshold: "
                 "calibrate the monitor first"
             )
         scores = None
+        peak: np.ndarray | None = None
         contrast_terms: dict[str, np.ndarray] = {}
         if scored:
             own = {
@@ -1334,13 +1465,13 @@ class BoxRuntime:
                 for layer in contrast
             }
             terms = self._scaled_terms(dist, contrast_terms, self.energy(outputs, len(y_pred)))
-            scores = self._combine_terms(*terms)
+            peak = self._peak(terms[0])
+            scores = self._combine(*terms, peak)
         if trace is not None:
             trace.feats, trace.in_bad = feats, in_bad
             if scored:
                 trace.terms = [*terms[0], *terms[1], *([] if terms[2] is None else [terms[2]])]
-                peak = self._peak(terms[0])
-                if peak is not None and scores is not None:
+                if peak is not None:
                     trace.peaked = peak == scores
         if not calibrated:
             combined = combine_verdicts(
@@ -1515,21 +1646,32 @@ class BoxRuntime:
         self, dist: list[np.ndarray], con: list[np.ndarray], term: np.ndarray | None
     ) -> np.ndarray:
         """:meth:`combine_scores` of the :meth:`_scaled_terms`."""
+        return self._combine(dist, con, term, self._peak(dist))
+
+    def _combine(
+        self,
+        dist: list[np.ndarray],
+        con: list[np.ndarray],
+        term: np.ndarray | None,
+        peak: np.ndarray | None,
+    ) -> np.ndarray:
+        """:meth:`_combine_terms` with the :meth:`_peak` of ``dist`` given."""
         if term is not None:
             con = [*con, *[term] * ENERGY_TERMS]
         if self.score_mean == "quadratic":
             with np.errstate(over="ignore", invalid="ignore"):
-                out = np.sqrt(np.mean(np.square(dist + con), axis=0))
+                out = np.sqrt(_mean_of_rows(np.square(dist + con)))
         else:
-            out = np.mean(dist, axis=0)
+            out = _mean_of_rows(np.asarray(dist))
             if self.score == "fused" and con:
-                out = out + np.mean(con, axis=0)
-        peak = self._peak(dist)
+                out = out + _mean_of_rows(np.asarray(con))
         if peak is not None:
             out = np.maximum(out, peak)  # a NaN in either stays NaN: rejected below
         if self.score_mean != "quadratic" and self.score != "fused":
             return out
-        out[~np.isfinite(out)] = np.inf
+        finite = np.isfinite(out)
+        if not finite.all():
+            out[~finite] = np.inf
         return out
 
     def _peak(self, dist: Sequence[np.ndarray]) -> np.ndarray | None:
@@ -1537,7 +1679,7 @@ class BoxRuntime:
         if self.peak_factor is None or not len(dist):
             return None
         with np.errstate(invalid="ignore"):
-            return np.max(np.stack(dist), axis=0) / self.peak_factor
+            return np.maximum.reduce(np.asarray(dist), axis=0) / self.peak_factor
 
     def _scaled_terms(
         self,
@@ -1687,7 +1829,7 @@ class BoxRuntime:
         """
         uncertain = verdicts == UNCERTAIN
         if trace.terms:  # scored: a NaN term (no box on either side) decides nothing
-            terms = np.fmax(np.stack(trace.terms)[:, rows], 0.0)
+            terms = np.fmax(np.array(trace.terms)[:, rows], 0.0)
             layer = layout.score_at[terms[: layout.n_dist].argmax(axis=0)]  # the farthest
         else:
             terms = np.zeros((0, len(rows)))

@@ -1,5 +1,7 @@
 """The native box kernel decides exactly like the numpy path: same memberships, and distances
-bit-identical to the per-dimension float32 accumulation (within 1e-5 of the padded path)."""
+bit-identical to the per-dimension float32 accumulation (within 1e-5 of the padded path),
+with each of its lane loops (the compiler's baseline vectors and, where the CPU has it,
+AVX2)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,11 @@ import shutil
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boxwatch.agent import boxes as boxes_module
-from boxwatch.agent.boxes import BoxSet, box_kernel, set_box_kernel
+from boxwatch.agent.boxes import UNCERTAIN, BoxSet, box_kernel, set_box_kernel
 from boxwatch.agent.config import load_agent_config
 from boxwatch.agent.errors import ConfigError
 
@@ -19,6 +21,33 @@ native = pytest.mark.skipif(
     boxes_module._NATIVE is None,
     reason="the native box kernel is not built (no C compiler at install time)",
 )
+
+
+def _lane_loops() -> list[str]:
+    """The kernel's lane loops this CPU runs (none without the kernel)."""
+    k = boxes_module._NATIVE
+    if k is None:
+        return []
+    previous = k.simd()
+    found = ["baseline"]
+    try:
+        k.set_simd("avx2")
+        found.append("avx2")
+    except ValueError:
+        pass
+    k.set_simd(previous)
+    return found
+
+
+@pytest.fixture(params=_lane_loops() or [None])
+def lane_loop(request: pytest.FixtureRequest):
+    """Each lane loop of the native kernel in turn (the one in use restored after)."""
+    k = boxes_module._NATIVE
+    if k is None:
+        pytest.skip("the native box kernel is not built (no C compiler at install time)")
+    previous = k.set_simd(request.param)
+    yield request.param
+    k.set_simd(previous)
 
 
 def test_kernel_is_built_where_a_compiler_is():
@@ -42,6 +71,23 @@ def test_set_box_kernel_names_the_choices():
         set_box_kernel(before)
 
 
+@native
+def test_set_simd_names_the_lane_loops():
+    """AVX2 is chosen at import where the CPU has it; set_simd switches and refuses names it
+    does not know (or AVX2 on a CPU without it)."""
+    k = boxes_module._NATIVE
+    assert k.simd() == _lane_loops()[-1]
+    with pytest.raises(ValueError, match="expected 'baseline'"):
+        k.set_simd("sse9")
+    with pytest.raises(TypeError):
+        k.set_simd(2)
+    before = k.set_simd("baseline")
+    try:
+        assert k.simd() == "baseline"
+    finally:
+        k.set_simd(before)
+
+
 def test_agent_setting_chooses_the_kernel():
     base = {"artifact": "a.bwa", "public_keys": ["k.pub"]}
     assert load_agent_config(None, environ={}, overrides=base)["box_kernel"] == "auto"
@@ -54,18 +100,23 @@ def test_agent_setting_chooses_the_kernel():
 @st.composite
 def problems(draw):
     """Random boxes (some classes empty, some sides of zero width) and inputs, a share of
-    them on box corners and faces, with NaN and infinite features sprinkled in."""
+    them on box corners and faces, with NaN and infinite features sprinkled in; in some,
+    features that every box holds at 0 and most inputs are 0 on (a layer after a ReLU: the
+    kernel skips them)."""
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     d = draw(st.integers(1, 40))
     n_classes = draw(st.integers(1, 5))
+    dead = rng.random(d) < (0.6 if draw(st.booleans()) else 0.0)
     per_class = []
     for _ in range(n_classes):
         k = draw(st.integers(0, 20))  # more than one block of the kernel's LANES boxes
         centre = rng.normal(size=(k, d)).astype(np.float32)
         half = np.abs(rng.normal(scale=0.7, size=(k, d))).astype(np.float32)
         half[rng.random((k, d)) < 0.1] = 0.0
-        per_class.append((centre - half, centre + half))
+        lo, hi = centre - half, centre + half
+        lo[:, dead], hi[:, dead] = np.minimum(lo[:, dead], 0), np.maximum(hi[:, dead], 0)
+        per_class.append((lo, hi))
     bs = BoxSet.from_boxes(per_class, d)
     n = draw(st.integers(0, 300))
     x = (rng.normal(scale=draw(st.sampled_from([0.1, 0.5, 2.0])), size=(n, d))).astype(np.float32)
@@ -76,6 +127,7 @@ def problems(draw):
         corner = np.where(rng.random((n, d)) < 0.5, bs.lo[pick], bs.hi[pick])
         x[on_face] = corner[on_face]
         y[on_face] = np.searchsorted(bs.offsets, pick[on_face], side="right") - 1
+    x[:, dead] *= rng.random((n, int(dead.sum()))) < 0.1  # mostly 0, at times -0.0
     special = rng.random((n, d)) < 0.01
     x[special] = rng.choice(
         np.array([np.nan, np.inf, -np.inf], np.float32), size=int(special.sum())
@@ -83,20 +135,37 @@ def problems(draw):
     return bs, x, y
 
 
+def _box_work(bs: BoxSet, x: np.ndarray, y: np.ndarray, bad: BoxSet) -> list[np.ndarray]:
+    """Every box test and distance of the set, the fused score's and a layer pass's."""
+    nearest = boxes_module.complement_classes(bs, 1)[:, 0]
+    nearest[bs.counts() == 0] = -1
+    other = boxes_module.complement_boxes(bs, 2)
+    where = np.arange(len(x)) % 2 == 0
+    return [
+        bs.contains(x, y),
+        bs.contains(x, y, where),
+        *bs.distance_and_contains(x, y),
+        bs.distance(x, y),
+        *bs.fused_distances(x, y, other),
+        *bs.fused_distances(x, y, bs, nearest),
+        *bs.assess_layer(x, y, bad, bs, nearest),
+        *bs.assess_layer(x, y, bad, every_row=True, distances=False)[:3],
+    ]
+
+
 @native
-@settings(max_examples=200, deadline=None)
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(problems())
-def test_native_equals_numpy(problem):
+def test_native_equals_numpy(lane_loop, problem):
     bs, x, y = problem
+    bad = BoxSet(bs.lo[::-1] + 0.25, bs.hi[::-1] + 0.25, bs.offsets[-1] - bs.offsets[::-1])
     previous = set_box_kernel("native")
     try:
-        inside = bs.contains(x, y)
-        dist, inside2 = bs.distance_and_contains(x, y)
-        dist_only = bs.distance(x, y)
+        native = _box_work(bs, x, y, bad)
         set_box_kernel("numpy")
-        np.testing.assert_array_equal(inside, bs.contains(x, y))
-        np.testing.assert_array_equal(inside2, inside)
-        np.testing.assert_array_equal(dist_only, dist)
+        dist, inside = native[2], native[0]
         padded, inside_np = bs.distance_and_contains(x, y)
         np.testing.assert_array_equal(inside_np, inside)
         np.testing.assert_allclose(dist, padded, rtol=1e-5, atol=1e-6)
@@ -104,35 +173,40 @@ def test_native_equals_numpy(problem):
         saved = (boxes_module._PADDED_ELEMENTS, boxes_module._ROWWISE_MIN_DISTANCE)
         boxes_module._PADDED_ELEMENTS, boxes_module._ROWWISE_MIN_DISTANCE = 0, 0
         try:
-            np.testing.assert_array_equal(bs.distance(x, y), dist)
+            numpy_path = _box_work(bs, x, y, bad)
         finally:
             boxes_module._PADDED_ELEMENTS, boxes_module._ROWWISE_MIN_DISTANCE = saved
     finally:
         set_box_kernel(previous)
+    assert len(native) == len(numpy_path)
+    for got, want in zip(native, numpy_path, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 @native
 @pytest.mark.parametrize("d", [1, 3, 16, 17, 130])
-def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, d):
-    """The kernel takes LANES boxes at a time from a transposed copy: class sizes around
-    multiples of LANES (0, 1, LANES - 1, LANES, LANES + 1, 5 LANES + 3), feature counts around
-    the early-exit block, NaN and infinite rows, inputs on faces and a gap whose square
-    underflows (distance 0, yet outside) all give the per-dimension numpy path's membership
-    and distances bit for bit, also for the fused score's other-class distances."""
+def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, lane_loop, d):
+    """The kernel takes LANES boxes at a time from a transposed copy, GROUP blocks side by
+    side: class sizes around multiples of LANES (0, 1, LANES - 1, LANES, LANES + 1,
+    4 LANES + 1, 5 LANES + 3), feature counts around the early-exit block, features every box
+    holds at 0 (skipped where the input is 0), NaN and infinite rows, inputs on faces and a
+    gap whose square underflows (distance 0, yet outside) all give the per-dimension numpy
+    path's membership and distances bit for bit, also for the fused score's other-class
+    distances and a layer's bad boxes and verdicts."""
     lanes = boxes_module._NATIVE.LANES
     rng = np.random.default_rng(d)
-    sizes = [0, 1, lanes - 1, lanes, lanes + 1, 5 * lanes + 3]
+    sizes = [0, 1, lanes - 1, lanes, lanes + 1, 4 * lanes + 1, 5 * lanes + 3]
+    dead = np.arange(d) % 3 == 1
     per_class = []
     for k in sizes:
         centre = rng.normal(size=(k, d)).astype(np.float32)
         half = np.abs(rng.normal(scale=0.4, size=(k, d))).astype(np.float32)
-        per_class.append((centre - half, centre + half))
+        lo, hi = centre - half, centre + half
+        lo[:, dead], hi[:, dead] = np.minimum(lo[:, dead], 0), np.maximum(hi[:, dead], 0)
+        per_class.append((lo, hi))
     per_class[1][0][0, 0] = per_class[1][1][0, 0] = 0.0  # a flat side at 0
     bs = BoxSet.from_boxes(per_class, d)
-    other = boxes_module.complement_boxes(bs, 2)
-    # One neighbour class, read in place (no copy of its boxes): class 0 has none.
-    nearest = boxes_module.complement_classes(bs, 1)[:, 0]
-    nearest[bs.counts() == 0] = -1
+    bad = BoxSet.from_boxes([(lo[:1], hi[:1]) for lo, hi in per_class], d)  # first good boxes
     n = 600
     y = rng.integers(0, len(sizes), size=n)
     x = rng.normal(scale=1.2, size=(n, d)).astype(np.float32)
@@ -141,43 +215,35 @@ def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, d):
     corner = np.where(rng.random((n, d)) < 0.5, bs.lo[pick], bs.hi[pick])
     x[on_face] = corner[on_face]
     y[on_face] = np.searchsorted(bs.offsets, pick[on_face], side="right") - 1
+    x[: n // 2, dead] = 0.0
     x[:5], y[:5] = bs.lo[bs.offsets[1]], 1  # inside the flat box ...
     x[:5, 0] = np.float32(-1e-30)  # ... but for a gap whose square is 0 in float32
     x[5:10, -1] = np.nan
     x[10:15, 0] = np.inf
     x[15:20] = -np.inf
-    where = rng.random(n) < 0.5
     before = set_box_kernel("native")
     try:
-        native = (
-            bs.contains(x, y),
-            bs.contains(x, y, where),
-            *bs.distance_and_contains(x, y),
-            *bs.fused_distances(x, y, other),
-            *bs.fused_distances(x, y, bs, nearest),
-        )
+        native = _box_work(bs, x, y, bad)
         set_box_kernel("numpy")
         monkeypatch.setattr(boxes_module, "_PADDED_ELEMENTS", 0)
         monkeypatch.setattr(boxes_module, "_ROWWISE_MIN_DISTANCE", 0)
-        numpy_path = (
-            bs.contains(x, y),
-            bs.contains(x, y, where),
-            *bs.distance_and_contains(x, y),
-            *bs.fused_distances(x, y, other),
-            *bs.fused_distances(x, y, bs, nearest),
-        )
+        numpy_path = _box_work(bs, x, y, bad)
     finally:
         set_box_kernel(before)
     for got, want in zip(native, numpy_path, strict=True):
         np.testing.assert_array_equal(got, want)
+    nearest = boxes_module.complement_classes(bs, 1)[:, 0]
+    nearest[bs.counts() == 0] = -1
     copied = bs.fused_distances(x, y, boxes_module.complement_boxes(bs, 1))
-    for got, want in zip(native[-3:], copied, strict=True):
+    for got, want in zip(native[8:11], copied, strict=True):
         np.testing.assert_array_equal(got, want)
     inside, dist = native[0], native[2]
     assert not inside[:5].any() and (dist[:5] == 0).all()  # outside, at distance 0
-    np.testing.assert_array_equal(native[1], inside & where)
+    np.testing.assert_array_equal(native[1], inside & (np.arange(n) % 2 == 0))
     assert np.isnan(dist[5:10][y[5:10] > 0]).all() and np.isinf(dist[y == 0]).all()
     assert inside[20:].any() and (dist[20:] > 0).any()
+    verdicts, in_bad = native[11], native[13]
+    assert (verdicts == UNCERTAIN).any() and (in_bad <= inside).all()
 
 
 @native
@@ -209,67 +275,47 @@ def test_native_kernel_checks_its_buffers():
     assert out.tolist() == [1, 0, 1, 0]
     with pytest.raises(ValueError, match="where must hold 4 bytes"):
         k.contains(x, y, lo, hi, offsets, 3, out, where[:3])
-    tlo, thi = BoxSet(lo, hi, offsets)._lanes
+    good = BoxSet(lo, hi, offsets)._lanes
+    tlo, thi, cap = good[3:]
     assert tlo.shape == (2 * 3 + k.LANES,)  # every box once, then LANES floats closing it
-    dist = np.empty(4, np.float64)
-    with pytest.raises(ValueError, match="dist must hold 32 bytes"):
-        k.distance_contains(x, y, lo, hi, offsets, 3, out, np.empty(4, np.float32), tlo, thi)
-    with pytest.raises(ValueError, match="tlo and thi must both"):
-        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo[:-1], thi[:-1])
-    with pytest.raises(ValueError, match="tlo and thi must both"):
-        k.distance_contains(x, y, lo, hi, offsets, 3, out, dist, tlo, thi[:-2].copy())
-    k.distance_contains(x + 2, y, lo, hi, offsets, 3, out, dist, tlo, thi)
-    np.testing.assert_allclose(dist, np.sqrt(3.0))
-    assert not out.any()
+    assert cap.shape == (2, 2, 3)  # per class: the largest lo, the smallest hi
     inside, d_own, d_other = np.empty(4, np.uint8), np.empty(4), np.empty(4)
-    with pytest.raises(ValueError, match="tlo and thi must both"):
-        k.fused_distances(
-            x,
-            y,
-            lo,
-            hi,
-            offsets,
-            3,
-            lo,
-            hi,
-            offsets,
-            inside,
-            d_own,
-            d_other,
-            tlo,
-            thi,
-            tlo,
-            thi[1:],
-        )
-    k.fused_distances(
-        x + 2, y, lo, hi, offsets, 3, lo, hi, offsets, inside, d_own, d_other, tlo, thi, tlo, thi
-    )
+    in_bad, verdict = np.empty(4, np.uint8), np.empty(4, np.int8)
+
+    def layer_pass(*, x=x + 2, good=good, bad=None, other=None, ocls=None, **outs):
+        kw = dict(inside=inside, in_bad=None, verdict=None, d_own=d_own, d_other=None) | outs
+        k.layer_pass(x, y, 3, good, bad, other, ocls, False, *kw.values())
+
+    layer_pass()
     np.testing.assert_allclose(d_own, np.sqrt(3.0))
+    assert not inside.any()
+    with pytest.raises(ValueError, match="d_own must hold 32 bytes"):
+        layer_pass(d_own=np.empty(4, np.float32))
+    with pytest.raises(ValueError, match="tlo and thi must both"):
+        layer_pass(good=(*good[:3], tlo[:-1], thi[:-1], cap))
+    with pytest.raises(ValueError, match="tlo and thi must both"):
+        layer_pass(good=(*good[:3], tlo, thi[:-2].copy(), cap))
+    with pytest.raises(ValueError, match="cap must hold"):
+        layer_pass(good=(*good[:5], cap[:1]))
+    with pytest.raises(TypeError, match="good must be a tuple of 6"):
+        layer_pass(good=good[:3])
+    with pytest.raises(ValueError, match="in_bad goes with bad boxes"):
+        layer_pass(in_bad=in_bad)
+    with pytest.raises(ValueError, match="d_other needs"):
+        layer_pass(d_other=d_other)
+    layer_pass(other=good, d_other=d_other)
     np.testing.assert_allclose(d_other, np.sqrt(3.0))
-    args = (
-        x + 2,
-        y,
-        lo,
-        hi,
-        offsets,
-        3,
-        lo,
-        hi,
-        offsets,
-        inside,
-        d_own,
-        d_other,
-        tlo,
-        thi,
-        tlo,
-        thi,
-    )
-    k.fused_distances(*args, np.array([1, -1], np.int64))  # class 0's neighbour: class 1
+    layer_pass(other=good, d_other=d_other, ocls=np.array([1, -1], np.int64))  # 0's: class 1
     np.testing.assert_allclose(d_other, np.sqrt(3.0))
     with pytest.raises(ValueError, match="one int64 per class"):
-        k.fused_distances(*args, np.array([1], np.int64))
+        layer_pass(other=good, d_other=d_other, ocls=np.array([1], np.int64))
     with pytest.raises(ValueError, match="classes of the other boxes or -1"):
-        k.fused_distances(*args, np.array([2, 0], np.int64))
+        layer_pass(other=good, d_other=d_other, ocls=np.array([2, 0], np.int64))
+    with pytest.raises(ValueError, match="same classes"):
+        layer_pass(bad=(lo[:1], hi[:1], offsets[:2]), in_bad=in_bad)
+    layer_pass(x=x, bad=(lo, hi, offsets), in_bad=in_bad, verdict=verdict)  # inside both
+    assert inside.all() and in_bad.all() and (verdict == UNCERTAIN).all()
+    assert (d_own == 0).all()
 
 
 def test_build_info_names_the_kernel_in_use():

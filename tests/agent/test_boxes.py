@@ -266,6 +266,96 @@ def test_l2_normalisation():
         normalize_features(x, "zscore")
 
 
+def _row_formulas(z: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """The model-output figures as plain per-row reductions (what ModelOutputs speeds up)."""
+    z = np.asarray(z, np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        top = z.max(axis=1)
+        total = np.exp(z - top[:, None]).sum(axis=1)
+        two = np.partition(z, -2, axis=1)[:, -2:]
+        return {
+            "confidence": top if kind == "probabilities" else 1.0 / total,
+            "energy": -(top + np.log(total)),
+            "top_two_gap": np.where(np.isfinite(z).all(axis=1), two[:, 1] - two[:, 0], np.nan),
+        }
+
+
+def _awkward_outputs(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    """Model outputs with NaN, infinities, signed zeros and tied top values."""
+    z = rng.normal(scale=3, size=(n, k))
+    odd = rng.random(z.shape) < 0.05
+    z[odd] = rng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0], size=int(odd.sum()))
+    z[::7] = np.round(z[::7] / 4)
+    return z
+
+
+@pytest.mark.parametrize("kind", ["logits", "probabilities"])
+def test_model_outputs_equal_the_row_formulas(kind):
+    """Maxima and "all finite" are read down the transposed rows: the same values as each
+    row's own reduction."""
+    z = _awkward_outputs(np.random.default_rng(5), 300, 7)
+    read = boxes_module.ModelOutputs(z, kind)
+    for name, want in _row_formulas(z, kind).items():
+        np.testing.assert_array_equal(getattr(read, name), want)
+
+
+def test_error_features_equal_their_formulas():
+    rng = np.random.default_rng(6)
+    z = _awkward_outputs(rng, 200, 5)
+    scores = rng.random(200) * 4
+    scores[::11], scores[::13] = np.nan, np.inf
+    contrast = [rng.random(200), np.where(rng.random(200) < 0.2, np.nan, rng.random(200))]
+    conf, gap = (_row_formulas(z, "logits")[k] for k in ("confidence", "top_two_gap"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = np.stack(
+            [
+                np.log(np.maximum(conf, 1e-300)),
+                np.log(np.maximum(1.0 - conf, 1e-12)),
+                gap,
+                np.log1p(np.minimum(np.where(np.isnan(scores), np.inf, scores), 1e6)),
+                np.mean([np.where(np.isfinite(v), v, 1.0) for v in contrast], axis=0),
+            ],
+            axis=1,
+        )
+    got = boxes_module.error_features(z, "logits", scores, contrast)
+    np.testing.assert_array_equal(got, want)
+    assert got.flags.c_contiguous
+
+
+@pytest.mark.parametrize("n", [1, 2, 257])
+@pytest.mark.parametrize("mean", ["quadratic", "arithmetic"])
+def test_combined_score_is_the_mean_of_its_terms(n, mean):
+    """combine_scores sums the scaled terms as np.mean does, bit for bit, for any batch."""
+    rng = np.random.default_rng(n)
+    rt = BoxRuntime(
+        layers=["a", "b"],
+        n_classes=1,
+        good={},
+        bad={},
+        score_layers=["a", "b"],
+        score_scales={"a": 3.0, "b": 0.7},
+        score="fused",
+        contrast_layers=["a"],
+        contrast_scales={"a": 0.3},
+        score_mean=mean,
+        energy_center=-1.0 if mean == "quadratic" else None,
+        energy_scale=2.0 if mean == "quadratic" else None,
+    )
+    dist = {k: rng.random(n) * 5 for k in "ab"}
+    dist["b"][0] = np.inf
+    contrast, energy = {"a": rng.random(n)}, rng.normal(size=n)
+    dist_rows = [dist["a"] / 3.0, dist["b"] / 0.7]
+    con_rows = [contrast["a"] / 0.3]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if mean == "quadratic":
+            term = np.maximum(energy + 1.0, 0.0) / 2.0
+            want = np.sqrt(np.mean(np.square([*dist_rows, *con_rows, term, term]), axis=0))
+        else:
+            want = np.mean(dist_rows, axis=0) + np.mean(con_rows, axis=0)
+    want[~np.isfinite(want)] = np.inf
+    np.testing.assert_array_equal(rt.combine_scores(dist, contrast, energy), want)
+
+
 def test_round_trip_through_signed_artifact():
     rng = np.random.default_rng(3)
     rt = BoxRuntime(
