@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -1000,6 +1000,13 @@ def _classes_from_rows(boxes: BoxSet, rows_per_class: list[np.ndarray]) -> np.nd
     for c, classes in enumerate(per_class):
         table[c, : len(classes)] = classes
     return table
+
+
+def _finite_number(value: Any) -> TypeGuard[float | int]:
+    """Whether an artifact's JSON value is a finite number (a bool is not one)."""
+    return (
+        isinstance(value, float | int) and not isinstance(value, bool) and bool(np.isfinite(value))
+    )
 
 
 def _mean_of_rows(rows: np.ndarray) -> np.ndarray:
@@ -2076,12 +2083,7 @@ class BoxRuntime:
                 )
             version = spec["version"]
             peak = spec.get("peak_factor") if version >= 7 else None
-            if version >= 7 and not (
-                isinstance(peak, float | int)
-                and not isinstance(peak, bool)
-                and np.isfinite(peak)
-                and peak > 0
-            ):
+            if version >= 7 and not (_finite_number(peak) and peak > 0):
                 raise ArtifactError(f"{jname}: peak_factor {peak!r} should be a number > 0")
             if (uncertainty == "error-model" and version < 5) or (
                 version == 5 and uncertainty != "error-model"
@@ -2097,15 +2099,7 @@ class BoxRuntime:
             if (
                 spec["version"] >= 4
                 and energy
-                and not (
-                    isinstance(center, float | int)
-                    and isinstance(scale, float | int)
-                    and not isinstance(center, bool)
-                    and not isinstance(scale, bool)
-                    and np.isfinite(center)
-                    and np.isfinite(scale)
-                    and scale > 0
-                )
+                and not (_finite_number(center) and _finite_number(scale) and scale > 0)
             ):
                 raise ArtifactError(
                     f"{jname}: energy_center {center!r} / energy_scale {scale!r} should be "

@@ -58,8 +58,8 @@ NEAR = 1.0
 # deepest layer says.
 FAR = 2.0
 # A cluster grows when its second half of the capture window holds at least this many times
-# the captures of its first half, and more of them than the other clustered captures' share
-# in that half explains, at most half (one-sided binomial test at GROWTH_P): a handful of
+# the captures of its first half, and more of them than the other captures' share in that
+# half explains, at most half (one-sided binomial test at GROWTH_P): a handful of
 # captures that fall late by chance is no growth. A kind of input that starts a third into
 # the window gives 3 to 1 on average, but it often fills most of the captures, the other
 # clusters and scattered captures too, and then lifts their share: the bundled example's
@@ -456,7 +456,7 @@ def _finding(
     base_late: float,
 ) -> ClusterFinding:
     """What one cluster (``members``, earliest first) holds and the verdict it gets
-    (``base_late``: the other clustered captures' share in the window's second half)."""
+    (``base_late``: the other captures' share in the window's second half, at most half)."""
     predicted = Counter(m.predicted[members].tolist())
     nearest = Counter(m.distance[members].argmin(axis=1).tolist())
     layer = Counter(name for name in (m.layers[i] for i in members) if name is not None)
@@ -506,10 +506,10 @@ def _finding(
 
 
 def _late_share_of_others(late: np.ndarray, rows: np.ndarray, members: np.ndarray) -> float:
-    """The share of the other clustered captures in the window's second half, at most half:
-    what a cluster's own share is compared with (a quieter afternoon makes every cluster
-    early; a new kind that fills the other captures too makes them late, see GROWTH_P);
-    half where fewer than :data:`MIN_CLUSTER` others are left."""
+    """The share of the other captures (clustered or scattered) in the window's second half,
+    at most half: what a cluster's own share is compared with (a quieter afternoon makes
+    every cluster early; a new kind that fills the other captures too makes them late, see
+    GROWTH_P); half where fewer than :data:`MIN_CLUSTER` others are left."""
     others = np.setdiff1d(rows, members)
     return min(float(late[others].mean()), 0.5) if len(others) >= MIN_CLUSTER else 0.5
 
