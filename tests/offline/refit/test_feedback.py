@@ -81,9 +81,14 @@ def located(outputs: list[Output]) -> list[Located]:
     ]
 
 
+# Records sent to a broker are stamped from the start of this run, not from 1970: a broker's
+# time-based retention deletes records that old, even while a test reads them.
+T0_MS = int(time.time()) * 1000
+
+
 def produce(kafka, outputs: list[Output], topic: str = CAPTURE, partitions: int = 3) -> None:
-    """Send output k to partition k mod ``partitions`` at 1000 + k ms, each in a batch of
-    its own."""
+    """Send output k to partition k mod ``partitions`` at :data:`T0_MS` + k ms, each in a
+    batch of its own."""
     producer = kafka.producer()
     for k, out in enumerate(outputs):
         producer.send(
@@ -92,7 +97,7 @@ def produce(kafka, outputs: list[Output], topic: str = CAPTURE, partitions: int 
             value=out.value,
             headers=out.headers,
             partition=k % partitions,
-            timestamp_ms=1_000 + k,
+            timestamp_ms=T0_MS + k,
         )
         producer.flush()
 
@@ -436,7 +441,7 @@ def test_the_export_reads_back_as_the_topic_does(broker, kafka, tmp_path):
     np.testing.assert_array_equal(from_topic.inputs[1], x_of(2))
     for name in ("timestamps_ms", "verdicts", "reasons", "layers", "nearest_classes"):
         assert np.array_equal(getattr(from_topic, name), getattr(from_export, name)), name
-    assert from_topic.timestamps_ms.tolist() == [1000, 1001, 1002, 1004]
+    assert from_topic.timestamps_ms.tolist() == [T0_MS + k for k in (0, 1, 2, 4)]
     # the same stub reported from both, the export naming its line and its topic place
     assert len(from_topic.problems) == len(from_export.problems) == 1
     where, why = from_topic.problems[0].split(": ", 1)
