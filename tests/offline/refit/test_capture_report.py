@@ -229,6 +229,36 @@ def test_labels_decide_a_cluster_the_geometry_leaves_to_a_known_class(
     assert unknown == int(is_new.sum())
 
 
+@pytest.mark.parametrize(("n_new", "flagged"), [(3, True), (2, False)])
+def test_a_few_unknown_labels_among_known_ones_flag_a_new_kind(
+    n_new, flagged, stream, digit, runtime, tmp_path
+):
+    """A new kind captured among known inputs it lies with: once 3 of a cluster's labelled
+    captures (and a tenth of them) are ``unknown`` or ``new:``, it is a new kind whatever the
+    other labels say; with 2, the majority of ``correct`` labels calls it a shift."""
+    captures, is_new, _y = stream(digit(9))
+    unlabelled = capture_report(runtime, captures, out_dir=tmp_path / "unlabelled")
+    ours = {i for i, w in zip(captures.ids, is_new, strict=True) if w}
+    largest = max(unlabelled.clusters, key=lambda c: len(set(c.member_ids) & ours))
+    nines = [i for i in largest.member_ids if i in ours]
+    assert len(nines) >= 12
+    labels = [Label(i, NEW, tag="nine") for i in nines[:n_new]]
+    labels += [Label(i, CORRECT) for i in nines[n_new:12]]  # reviewers who took 9s for 3s
+    n = len(captures.ids)
+    labelled = LabelledCaptures(captures, labels, np.full(n, -1), np.zeros(n, np.int64))
+    report = capture_report(runtime, captures, labelled=labelled, out_dir=tmp_path / "labelled")
+    same = [c for c in report.clusters if c.member_ids == largest.member_ids]
+    assert len(same) == 1  # labels never move a capture to another cluster
+    assert same[0].labels["unknown"] == n_new and same[0].labels["correct"] == 12 - n_new
+    assert same[0].is_new_kind is flagged, same[0].why
+    if flagged:
+        assert f"{n_new} of its 12 labelled captures are unknown ('nine'), among known" in (
+            same[0].why
+        )
+    else:
+        assert same[0].verdict.startswith("shift of class"), same[0].verdict
+
+
 def test_cluster_sizes_add_up(new_class, shift):
     for report, (captures, *_rest) in (new_class[:2], shift):
         assert report.n_captures == len(captures.ids)
