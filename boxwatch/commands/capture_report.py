@@ -61,7 +61,8 @@ def capture_report_cmd(
     layers, and says of each cluster whether it is a new kind of input (it grows: more of
     its captures come late in the window than of the others), a shift of a known class
     (near that class's boxes: correct inputs the monitor no longer accepts), or unclear;
-    labels, when given, decide a cluster's verdict once 3 of its captures are labelled. Plots the
+    labels, when given, decide a cluster's verdict once 3 of its captures are labelled (a new
+    kind when most of them, or at least 3 and a tenth of them, say unknown). Plots the
     capture rate per class over time. Prints one row per cluster (stdout) and writes the
     report folder (docs/monitors.md, "Reading the capture report").
 
