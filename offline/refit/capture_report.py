@@ -583,10 +583,11 @@ def _verdict(
 
     Labels decide where :data:`MIN_LABELLED` captures are labelled: mostly ``unknown`` or
     ``new:``, or at least :data:`MIN_LABELLED` and :data:`MIXED_SHARE` of them (a new kind
-    among known inputs) -> new kind; else a shift of the classes they truly are. Without: a cluster
-    that grows -> new kind (what Into-the-Unknown calls a new class: a network often files
-    one among a known class's boxes, so where it lies cannot clear it; a shift that sets in
-    during the window grows too, and its labels, mostly ``correct``, then call it a shift);
+    among known inputs) -> new kind; else a shift of the classes they truly are. Without:
+    a cluster that grows -> new kind (what Into-the-Unknown calls a new class: a network
+    often files one among a known class's boxes, so where it lies cannot clear it; a shift
+    that sets in during the window grows too, and its labels, mostly ``correct``, then
+    call it a shift);
     else, in the deepest monitored layer (what the model tells classes apart by: a shift of
     how inputs look fades there) and over all layers together (``centre``: both
     distances), a centre within :data:`NEAR` in the deepest layer and :data:`FAR` over all
