@@ -221,15 +221,20 @@ def at_target_on_stream(runtime: MonitorRuntime, s: Stream, far: np.ndarray) -> 
     boxes = runtime.boxes
     assert boxes is not None and boxes.threshold is not None
     calibrated = boxes.threshold
+    _v, predicted = verdicts_of(runtime, s.x)
+    right = s.x[(s.y >= 0) & (predicted == s.y)]  # the threshold moves no prediction
+
+    def short(factor: float) -> bool:
+        boxes.threshold = calibrated * factor
+        return float(np.mean(verdicts_of(runtime, right)[0] == ACCEPT)) < TARGET
+
     lo, hi = 1.0 / STREAM_FACTOR_MAX, STREAM_FACTOR_MAX
     try:
-        boxes.threshold = calibrated * hi
-        if shares(runtime, s, far)["correct"] < 100 * TARGET:
+        if short(hi):
             return {k: float("nan") for k in ("correct", "misclassified", "near", "far")}
         for _ in range(STREAM_BISECTIONS):
             mid = (lo * hi) ** 0.5
-            boxes.threshold = calibrated * mid
-            if shares(runtime, s, far)["correct"] < 100 * TARGET:
+            if short(mid):
                 lo = mid
             else:
                 hi = mid
