@@ -526,6 +526,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, nargs="*", help="indices into CELLS (default all)")
     parser.add_argument("--work", type=Path, default=None, help="keep the artifacts here")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="write the table to bench/RESULTS.md even for a subset (the full run always does)",
+    )
     args = parser.parse_args()
     began = time.perf_counter()
     start_load = os.getloadavg()[0]
@@ -577,7 +582,10 @@ def main() -> None:
         ]
     )
     print(text)
-    write_section("## closed loop (bench/closed_loop.py)", text)
+    if len(picked) == len(CELLS) or args.write:
+        write_section("## closed loop (bench/closed_loop.py)", text)
+    else:
+        print("(a subset: bench/RESULTS.md left as it is; --write writes it)", file=sys.stderr)
 
 
 if __name__ == "__main__":
