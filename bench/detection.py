@@ -801,10 +801,12 @@ def shares_meeting(
     <= the best baseline's + 5 points and (``with_far``) every far kind <= 5%.
 
     A bound chosen with hindsight on the test set: a cell with none misses a target whatever
-    the budget split, so the miss is in the scores; ``mon`` is left at ``"auto"``."""
+    the budget split, so the miss is in the scores; ``mon`` gets its own ``confidence_share``
+    back (not its calibration: the caller recalibrates it)."""
     acts_va, pred_va, y_va, logits_va = validation
     far = [s for s in tests if s.startswith("far ")]
     msp = baseline_scores[BASELINES["msp"].label]
+    own_share = mon.confidence_share
     meeting = []
     for share in SHARE_GRID:
         mon.set_params(confidence_share=share)
@@ -830,7 +832,7 @@ def shares_meeting(
         )
         if ok:
             meeting.append(float(share))
-    mon.set_params(confidence_share="auto")
+    mon.set_params(confidence_share=own_share)
     return tuple(meeting)
 
 
