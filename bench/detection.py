@@ -594,11 +594,11 @@ def difference_sd(
     diffs = []
     for _ in range(n_boot):
         i = rng.integers(0, len(correct), len(correct))
-        ok, acc, score = correct[i], accepted[i], msp[i]
+        ok, acc = correct[i], accepted[i]
         if ok.all() or not ok.any():
             continue
-        t = acceptance_threshold(score[ok], float(acc[ok].mean()))
-        diffs.append(float(acc[~ok].mean() - np.mean(score[~ok] <= t)))
+        by_msp = _accepted_at({"known": msp[i]}, ok, float(acc[ok].mean()))["known"]
+        diffs.append(misclassified_accepted(acc, ok)[0] - misclassified_accepted(by_msp, ok)[0])
     return float(np.std(diffs))
 
 
