@@ -18,10 +18,12 @@ Data (all read in place or generated):
   part (4,000) the test set; inputs of shape (1, 40), float32. ``make_dataset`` re-seeds
   numpy's global generator; this bench draws from its own generators only;
 * tabular data (``--tabular`` only: a modality no default was chosen on): scikit-learn's
-  ``make_classification`` with the arguments ``TABULAR`` (20,000 rows, 40 features of which
-  16 informative and 8 redundant, 10 classes of two Gaussian clusters each, 1% of labels
-  flipped, seed 7); the first 80% is the training pool, the rest the test set; each feature
-  standardised on the pool.
+  ``make_classification`` with the arguments ``TABULAR``: ``tabular`` (20,000 rows, 40
+  features of which 16 informative and 8 redundant, 10 classes of two Gaussian clusters
+  each, 1% of labels flipped, seed 7) and ``tabular100`` (50,000 rows, 64 features of which
+  24 informative and 8 redundant, 100 classes of one cluster each, 1% flipped, seed 7); the
+  first 80% is the training pool, the rest the test set; each feature standardised on the
+  pool.
 
 Per cell, of the training pool's known-class rows 80% train the model and the boxes; the
 other 20% are the *pool holdout*. The test set is cut in two halves (permutation seed
@@ -48,7 +50,8 @@ pairs drawn with ``PAIR_SEED``, the pair that a 10-class model of the data set's
 architecture (seed 0, same recipe, trained on 80% of the pool) confuses most on the other
 20% (most confusions both ways; the next one when it was drawn already), and one triple
 drawn with ``TRIPLE_SEED`` (issue 38). Each generator is seeded with the seed and the data
-set's index in ``DATASETS``.
+set's index in ``DATASETS``. ``tabular100`` (100 classes) has ``N_DRAWN`` drawn sets of 10
+held-out classes instead.
 
 Models, seeds 0 and 1, one recipe: Adam lr 1e-3, batch 64, ``EPOCHS`` (2) epochs; the 1-D CNN
 ``EPOCHS_1D`` (10): 2 epochs leave it at 72-78% test accuracy on its known classes (held out
@@ -60,7 +63,7 @@ Models, seeds 0 and 1, one recipe: Adam lr 1e-3, batch 64, ``EPOCHS`` (2) epochs
   shortcut; each block conv-BN-ReLU-conv-BN, ReLU after the add; global average pooling;
   fc 64; exported in eval mode, so BN uses its running statistics);
 * MNIST-1D: a 1-D CNN (``cnn1d``: conv1d 32 k5 - conv1d 32 k5 stride 2 - fc 64);
-* tabular data: the same MLP on its 40 features (40 - 256 - 64), ``EPOCHS_TABULAR`` (10)
+* tabular data: the same MLP on its features (40 or 64 - 256 - 64), ``EPOCHS_TABULAR`` (10)
   epochs.
 
 Cached in ``bench/.cache/suite_{data}_{held out}_{arch}_s{seed}.npz`` (weights; MNIST-1D's
@@ -104,8 +107,8 @@ confused, triple) and ``--seeds`` take comma-separated lists; ``--quick``: MNIST
 drawn pair and the confused one, CNN, seed 0. A subset prints its figures and writes them
 only with ``--write``. ``--unseen``: the same measures on models no default was chosen on
 (training seed 2 of every split's CNN, residual CNN and 1-D CNN), written under "## detection
-on unseen models"; ``--tabular``: the same on the tabular data set's MLP, seeds 0-2, written
-under "## detection on tabular data".
+on unseen models"; ``--tabular``: the same on the tabular data sets' MLPs, seeds 0-2, written
+under "## detection on tabular data", one summary per data set.
 
 Per cell the summary also gives, for the cells whose verdicts accept more than a point more of
 the misclassified inputs than MSP, the test set's sampling error of that difference
@@ -152,7 +155,7 @@ from boxwatch.offline.release import layer_choice
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 # The data sets; a set's index here seeds its drawn held-out classes (MNIST 0, Fashion 1).
-DATASETS = ("mnist", "fashion", "mnist1d", "tabular")
+DATASETS = ("mnist", "fashion", "mnist1d", "tabular", "tabular100")
 SUITE_DATASETS = DATASETS[:3]  # the suite; tabular data is a modality no default was chosen on
 IMAGE_SETS = ("mnist", "fashion")  # each is the other's far unknowns
 PAIR_SEED = 2323  # fixed before any figure of the suite was looked at
@@ -162,16 +165,31 @@ MNIST1D_SEED = 42  # make_dataset's seed (the package's default)
 # The tabular data set: scikit-learn's make_classification with these arguments (10 classes,
 # two Gaussian clusters each, some features redundant), 80% training pool, 20% test; each
 # feature standardised on the pool. Fixed on 2026-12-05 before any of its figures.
+# ``tabular100`` has 100 classes (one cluster each, 500 rows a class), fixed the same day after
+# one scratch run of the same generator on six cells (nothing was changed after it).
 TABULAR = {
-    "n_samples": 20000,
-    "n_features": 40,
-    "n_informative": 16,
-    "n_redundant": 8,
-    "n_classes": 10,
-    "n_clusters_per_class": 2,
-    "class_sep": 1.5,
-    "flip_y": 0.01,
-    "random_state": 7,
+    "tabular": {
+        "n_samples": 20000,
+        "n_features": 40,
+        "n_informative": 16,
+        "n_redundant": 8,
+        "n_classes": 10,
+        "n_clusters_per_class": 2,
+        "class_sep": 1.5,
+        "flip_y": 0.01,
+        "random_state": 7,
+    },
+    "tabular100": {
+        "n_samples": 50000,
+        "n_features": 64,
+        "n_informative": 24,
+        "n_redundant": 8,
+        "n_classes": 100,
+        "n_clusters_per_class": 1,
+        "class_sep": 2.0,
+        "flip_y": 0.01,
+        "random_state": 7,
+    },
 }
 SPLIT_SEED = 0
 N_DRAWN = 3
@@ -195,6 +213,7 @@ ARCHS = {
     "fashion": ("cnn", "mlp", "resnet"),
     "mnist1d": ("cnn1d",),
     "tabular": ("mlp",),
+    "tabular100": ("mlp",),
 }
 SPLITS = ("drawn", "confused", "triple")
 TARGET = DEFAULT_TARGET_ACCEPTANCE  # the monitors' default operating point
@@ -272,10 +291,10 @@ def load(name: str) -> Data:
             img("t10k-images-idx3-ubyte.gz"),
             read_idx(DATA / "mnist/t10k-labels-idx1-ubyte.gz").astype(np.int64),
         )
-    if name == "tabular":
+    if name in TABULAR:
         from sklearn.datasets import make_classification
 
-        x, y = make_classification(**TABULAR)
+        x, y = make_classification(**TABULAR[name])
         cut = int(0.8 * len(y))
         mean, std = x[:cut].mean(axis=0), x[:cut].std(axis=0)
         x = ((x - mean) / std).astype(np.float32)
@@ -339,7 +358,7 @@ def test_halves(n: int) -> tuple[np.ndarray, np.ndarray]:
 def epochs_of(name: str, arch: str) -> int:
     """Training epochs of architecture ``arch`` on data set ``name`` (one recipe; the 1-D CNN
     and the MLP on tabular data train longer)."""
-    if name == "tabular":
+    if name in TABULAR:
         return EPOCHS_TABULAR
     return EPOCHS_1D if arch == "cnn1d" else EPOCHS
 
@@ -349,8 +368,8 @@ def model_key(name: str, held: str, arch: str, seed: int) -> str:
     data = name
     if name == "mnist1d":
         data = f"{name}-n{MNIST1D_SAMPLES}-s{MNIST1D_SEED}"
-    elif name == "tabular":
-        t = TABULAR
+    elif name in TABULAR:
+        t = TABULAR[name]
         data = (
             f"{name}-n{t['n_samples']}-f{t['n_features']}-i{t['n_informative']}"
             f"-r{t['n_redundant']}-c{t['class_sep']}-s{t['random_state']}"
@@ -602,13 +621,26 @@ def difference_sd(
     return float(np.std(diffs))
 
 
+def n_classes_of(name: str) -> int:
+    """The number of classes of data set ``name`` (known and held out together)."""
+    return int(TABULAR[name]["n_classes"]) if name in TABULAR else 10
+
+
 def held_out_sets(
     name: str, data: Data, kinds: Sequence[str]
 ) -> list[tuple[tuple[int, ...], str, str]]:
     """The held-out classes of data set ``name`` of the ``kinds`` asked for (``SPLITS``), in
-    their order: (classes, kind, label)."""
+    their order: (classes, kind, label). A data set of more than 10 classes has drawn sets
+    only, each of a tenth of its classes."""
     index = DATASETS.index(name)
     rng = np.random.default_rng([PAIR_SEED, index])
+    n = n_classes_of(name)
+    if n > 10:
+        many = [
+            tuple(sorted(int(v) for v in rng.choice(n, n // 10, replace=False)))
+            for _ in range(N_DRAWN)
+        ]
+        return [(h, "drawn", f"drawn {n // 10}") for h in many] if "drawn" in kinds else []
     drawn: list[tuple[int, ...]] = []
     while len(drawn) < N_DRAWN:
         a, b = sorted(int(v) for v in rng.choice(10, 2, replace=False))
@@ -668,12 +700,13 @@ def run_cell(
     shares meeting issue 38's per-cell targets (:func:`shares_meeting`) and the sampling
     error of the verdicts' misclassified accepted against MSP's (:func:`difference_sd`)."""
     x_pool, y_pool, x_test, y_test = data[name]
-    known = np.array([c for c in range(10) if c not in held])
+    n_all = n_classes_of(name)
+    known = np.array([c for c in range(n_all) if c not in held])
     n_known = len(known)
-    remap = np.full(10, -1)
+    remap = np.full(n_all, -1)
     remap[known] = np.arange(n_known)
     tr, ho = split(y_pool, known)
-    key = model_key(name, "wo" + "".join(map(str, held)), arch, seed)
+    key = model_key(name, "wo" + ("-" if n_all > 10 else "").join(map(str, held)), arch, seed)
     path, weights = train(
         x_pool[tr], remap[y_pool[tr]], n_known, arch, seed, key, epochs_of(name, arch)
     )
@@ -1127,6 +1160,24 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
     return lines
 
 
+def summaries(cells: list[Cell], timing: dict[str, list[float]]) -> list[str]:
+    """:func:`summary_lines` of the cells, one block per data set when they come from more
+    than one data set of another number of classes than 10 (``--tabular``)."""
+    groups: dict[str, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault(c.data, []).append(c)
+    if len(groups) == 1 or all(n_classes_of(d) == 10 for d in groups):
+        return summary_lines(cells, timing)
+    lines: list[str] = []
+    for data, group in groups.items():
+        lines += [
+            f"**{data}** ({n_classes_of(data)} classes, {len(group)} cells)\n",
+            *summary_lines(group, timing),
+            "",
+        ]
+    return lines
+
+
 def meets_targets(
     mis: float, msp_mis: float, near: float, best_near: float, far: Sequence[float], image: bool
 ) -> bool:
@@ -1223,7 +1274,7 @@ def main() -> None:
         args.data, args.arch, args.split = SUITE_DATASETS, UNSEEN_ARCHS, SPLITS
         args.seeds = UNSEEN_SEEDS
     if args.tabular:
-        args.data, args.arch, args.split = ("tabular",), ARCHS["tabular"], SPLITS
+        args.data, args.arch, args.split = tuple(TABULAR), ("mlp",), SPLITS
         args.seeds = TABULAR_SEEDS
     full = not args.quick and (
         set(args.data),
@@ -1307,7 +1358,7 @@ def main() -> None:
         "score, BoxRuntime.error_score). Win / tie / loss: lower is better (error AUROC: higher), "
         f"ties within {TIE:.1%} ({TIE:.3f} for AUROC).",
         "",
-        *summary_lines(cells, timing),
+        *summaries(cells, timing),
         *far_kind_tables(cells),
         "",
         "### Box monitor settings per cell\n",
@@ -1326,11 +1377,15 @@ def main() -> None:
     if args.tabular:
         lines[2:2] = [
             "A modality no default was chosen on: synthetic tabular data (scikit-learn's "
-            f"make_classification, {TABULAR['n_features']} features, 10 classes; the arguments are "
-            "`TABULAR` in bench/detection.py), an MLP (40 - 256 - 64), training seeds "
-            f"{', '.join(map(str, TABULAR_SEEDS))} (generator, model and cells fixed before any of "
-            "their figures; nothing tuned on them); far unknowns as for MNIST-1D (`reversed`: the "
-            "features in reverse order); everything else as in the detection section.",
+            "make_classification; the arguments are `TABULAR` in bench/detection.py): `tabular`, "
+            f"{TABULAR['tabular']['n_features']} features, 10 classes, the suite's held-out splits; "
+            f"`tabular100`, {TABULAR['tabular100']['n_features']} features, 100 classes, "
+            f"{N_DRAWN} drawn sets of 10 held-out classes. The suite's MLP on the features "
+            f"(features - 256 - 64), training seeds {', '.join(map(str, TABULAR_SEEDS))}; nothing "
+            "tuned on them (`tabular` fixed before any of its figures, `tabular100` after one "
+            "scratch run of six cells, nothing changed after it); far unknowns as for MNIST-1D "
+            "(`reversed`: the features in reverse order); everything else as in the detection "
+            "section.",
             "",
         ]
     text = "\n".join(lines)
