@@ -1161,12 +1161,11 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
 
 
 def summaries(cells: list[Cell], timing: dict[str, list[float]]) -> list[str]:
-    """:func:`summary_lines` of the cells, one block per data set when they come from more
-    than one data set of another number of classes than 10 (``--tabular``)."""
-    groups: dict[str, list[Cell]] = {}
-    for c in cells:
-        groups.setdefault(c.data, []).append(c)
-    if len(groups) == 1 or all(n_classes_of(d) == 10 for d in groups):
+    """:func:`summary_lines` of the cells; one block per data set where their data sets differ
+    in their number of classes (``--tabular``: counts over 10 and 100 classes together would
+    describe neither)."""
+    groups = _by_data(cells)
+    if len({n_classes_of(d) for d in groups}) == 1:
         return summary_lines(cells, timing)
     lines: list[str] = []
     for data, group in groups.items():
@@ -1191,13 +1190,17 @@ def meets_targets(
     )
 
 
-def _other_cells(cells: list[Cell]) -> dict[str, list[Cell]]:
-    """The cells that are not image cells, by data set (their far kinds are the same)."""
+def _by_data(cells: list[Cell]) -> dict[str, list[Cell]]:
+    """The cells by data set, in their order."""
     groups: dict[str, list[Cell]] = {}
     for c in cells:
-        if not c.image:
-            groups.setdefault(c.data, []).append(c)
+        groups.setdefault(c.data, []).append(c)
     return groups
+
+
+def _other_cells(cells: list[Cell]) -> dict[str, list[Cell]]:
+    """The cells that are not image cells, by data set (their far kinds are the same)."""
+    return _by_data([c for c in cells if not c.image])
 
 
 def far_kind_tables(cells: list[Cell]) -> list[str]:
