@@ -98,7 +98,9 @@ The *hindsight bound* (issue 38): per cell, the budget splits of ``SHARE_GRID`` 
 recalibrated with each ``confidence_share``) at which the verdicts meet issue 38's three
 per-cell targets together, every baseline at that split's own matched point. Chosen knowing
 the test set, it is what the best possible choice of the split could give: a cell with no
-such split misses a target through its scores, not through the split.
+such split misses a target through its scores, not through the split. The same runs give the
+*fixed splits* table: per ``confidence_share``, set alike on every cell, the cells meeting
+each target, against the automatic choice: the trade a user makes by setting it.
 
 Run: ``.venv/bin/python bench/detection.py`` (every cell; writes its table to bench/RESULTS.md
 under "## detection"). Subsets, e.g. ``--data mnist1d --seeds 0 --split drawn`` or ``--data
@@ -127,6 +129,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -517,6 +520,14 @@ def tap_all(tap: Tap, taps: dict[str, str], x: np.ndarray) -> dict[str, np.ndarr
 # --- the suite --------------------------------------------------------------------------------
 
 
+class Met(NamedTuple):
+    """Which of issue 38's three per-cell targets a cell's verdicts meet (:func:`targets_met`)."""
+
+    misclassified: bool
+    near: bool
+    far: bool
+
+
 @dataclass
 class Row:
     """One detector on one cell at the matched operating point."""
@@ -541,21 +552,26 @@ class Row:
 class Cell:
     """One cell's label, data set, test accuracy, detector rows (box verdicts first), the
     share of correct known test inputs accepted when calibrated on the pool holdout, the
-    shares of ``SHARE_GRID`` at which the verdicts meet issue 38's three per-cell targets
-    together (:func:`shares_meeting`), and the test set's sampling error of the verdicts'
-    misclassified accepted minus MSP's (:func:`difference_sd`)."""
+    targets met at each share of ``SHARE_GRID`` (:func:`targets_per_share`), and the test
+    set's sampling error of the verdicts' misclassified accepted minus MSP's
+    (:func:`difference_sd`)."""
 
     label: str
     data: str
     acc: float
     rows: list[Row]
     pool_share: float
-    meeting: tuple[float, ...]
+    per_share: dict[float, Met]
     misclassified_sd: float  # sampling error of box - MSP misclassified accepted (NaN: none)
 
     @property
     def image(self) -> bool:
         return self.data in IMAGE_SETS
+
+    @property
+    def meeting(self) -> tuple[float, ...]:
+        """The shares at which the verdicts meet issue 38's three targets together."""
+        return tuple(s for s, met in self.per_share.items() if all(met))
 
     @property
     def box(self) -> Row:
@@ -690,10 +706,10 @@ def run_cell(
     arch: str,
     seed: int,
     timing: dict[str, list[float]],
-) -> tuple[float, list[Row], str, float, tuple[float, ...], float]:
+) -> tuple[float, list[Row], str, float, dict[float, Met], float]:
     """Test accuracy, one row per detector, the box monitor's settings of one cell, the
-    share of correct known test inputs accepted when calibrated on the pool holdout, the
-    shares meeting issue 38's per-cell targets (:func:`shares_meeting`) and the sampling
+    share of correct known test inputs accepted when calibrated on the pool holdout, issue
+    38's per-cell targets met at each share (:func:`targets_per_share`) and the sampling
     error of the verdicts' misclassified accepted against MSP's (:func:`difference_sd`)."""
     x_pool, y_pool, x_test, y_test = data[name]
     n_all = n_classes_of(name)
@@ -887,7 +903,7 @@ def run_cell(
             rows.append(matched(baseline.label, pen, react.score, n_rate))
     validation = (macts["validation"], pred["validation"], y_va, acts["validation"]["logits"])
     tests = {s: (macts[s], pred[s], acts[s]["logits"]) for s in ("known", *unknown)}
-    meeting = shares_meeting(
+    per_share = targets_per_share(
         mon, validation, tests, correct, baseline_scores, with_far=name in IMAGE_SETS
     )
     # The same monitor recalibrated on the pool holdout (the training part's writers): what a
@@ -900,7 +916,7 @@ def run_cell(
     )
     pool_verdicts = mon.predict(macts["known"], pred["known"], logits=acts["known"]["logits"])
     pool_share = float((pool_verdicts.combined == ACCEPT)[correct].mean())
-    return acc, rows, settings, pool_share, meeting, mis_sd
+    return acc, rows, settings, pool_share, per_share, mis_sd
 
 
 def _accepted_at(
@@ -912,7 +928,7 @@ def _accepted_at(
     return {s: v <= t for s, v in scores.items()}
 
 
-def shares_meeting(
+def targets_per_share(
     mon: BoxMonitor,
     validation: tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray],
     tests: dict[str, tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]],
@@ -920,20 +936,19 @@ def shares_meeting(
     baseline_scores: dict[str, dict[str, np.ndarray]],
     *,
     with_far: bool,
-) -> tuple[float, ...]:
-    """The shares of ``SHARE_GRID`` (``confidence_share`` set, the monitor recalibrated on
-    ``validation``) at which the verdicts meet issue 38's per-cell targets together, each
-    baseline at that share's matched point: misclassified accepted <= MSP's + 1 point, near
-    <= the best baseline's + 5 points and (``with_far``) every far kind <= 5%.
+) -> dict[float, Met]:
+    """Per share of ``SHARE_GRID`` (``confidence_share`` set, the monitor recalibrated on
+    ``validation``), which of issue 38's per-cell targets the verdicts meet, each baseline at
+    that share's matched point (:func:`targets_met`).
 
-    A bound chosen with hindsight on the test set: a cell with none misses a target whatever
-    the budget split, so the miss is in the scores; ``mon`` gets its own ``confidence_share``
-    back (not its calibration: the caller recalibrates it)."""
+    Read with hindsight on the test set, a cell where no share meets all three misses a
+    target whatever the budget split, so the miss is in the scores; ``mon`` gets its own
+    ``confidence_share`` back (not its calibration: the caller recalibrates it)."""
     acts_va, pred_va, y_va, logits_va = validation
     far = [s for s in tests if s.startswith("far ")]
     msp = baseline_scores[BASELINES["msp"].label]
     own_share = mon.confidence_share
-    meeting = []
+    per_share = {}
     for share in SHARE_GRID:
         mon.set_params(confidence_share=share)
         mon.calibrate(acts_va, pred_va, y_true_known=y_va, logits_known=logits_va)
@@ -948,7 +963,7 @@ def shares_meeting(
             float(_accepted_at(b, correct, known_share)["near"].mean())
             for b in baseline_scores.values()
         )
-        ok = meets_targets(
+        per_share[float(share)] = targets_met(
             box_mis,
             msp_mis,
             float(accepted["near"].mean()),
@@ -956,15 +971,13 @@ def shares_meeting(
             [float(accepted[s].mean()) for s in far],
             with_far,
         )
-        if ok:
-            meeting.append(float(share))
     mon.set_params(confidence_share=own_share)
-    return tuple(meeting)
+    return per_share
 
 
-def _cell_meets(c: Cell) -> bool:
-    """Whether the default verdicts meet issue 38's three per-cell targets together."""
-    return meets_targets(
+def _cell_met(c: Cell) -> Met:
+    """Which of issue 38's three per-cell targets the default verdicts meet."""
+    return targets_met(
         c.box.misclassified,
         c.msp.misclassified,
         c.box.near,
@@ -972,6 +985,40 @@ def _cell_meets(c: Cell) -> bool:
         list(c.box.far.values()),
         c.image,
     )
+
+
+def fixed_split_lines(cells: list[Cell]) -> list[str]:
+    """Per ``confidence_share`` set alike on every cell, and for the automatic choice, the
+    cells meeting each of issue 38's per-cell targets (far: image cells only)."""
+    image = [c for c in cells if c.image]
+
+    def row(name: str, met: Callable[[Cell], Met]) -> str:
+        got = [met(c) for c in cells]
+        far = (
+            f"{sum(m.far for c, m in zip(cells, got, strict=True) if c.image)}/{len(image)}"
+            if image
+            else "-"
+        )
+        return (
+            f"| {name} | {sum(m.misclassified for m in got)}/{len(cells)} | "
+            f"{sum(m.near for m in got)}/{len(cells)} | {far} | {sum(all(m) for m in got)}/{len(cells)} |"
+        )
+
+    return [
+        "",
+        "Fixed budget splits: the cells meeting each target when `confidence_share` is set to "
+        "one value for every cell (the monitor recalibrated on validation), against the "
+        "automatic choice; a higher share trades unknown inputs for the model's mistakes.\n",
+        "| confidence_share | misclassified <= MSP + 1 | near <= best + 5 | far <= 5% (image "
+        "cells) | all three |",
+        "|---|---|---|---|---|",
+        row("auto (default)", _cell_met),
+        *(
+            row(f"{share:g}", lambda c, share=share: c.per_share[float(share)])
+            for share in SHARE_GRID
+        ),
+        "",
+    ]
 
 
 def verdict(box: float, best: float, *, higher_better: bool = False) -> str:
@@ -1113,8 +1160,9 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
         f"misclassified, near and far targets together: {n - len(bound_misses)}/{n}"
         + (f"; none on {'; '.join(bound_misses)}" if bound_misses else "")
         + "; the default's split meets them on "
-        f"{sum(_cell_meets(c) for c in cells)}/{n}"
+        f"{sum(all(_cell_met(c)) for c in cells)}/{n}"
     )
+    lines += fixed_split_lines(cells)
     lines += [
         f"- correct known accepted within 2 points of {TARGET:.0%}: {within}/{n} cells (target: "
         f"all); range {min(b.known_correct for b in boxes):.1%} to "
@@ -1173,16 +1221,16 @@ def summaries(cells: list[Cell], timing: dict[str, list[float]]) -> list[str]:
     return lines
 
 
-def meets_targets(
+def targets_met(
     mis: float, msp_mis: float, near: float, best_near: float, far: Sequence[float], image: bool
-) -> bool:
-    """Issue 38's three per-cell targets together: misclassified accepted <= MSP's + 1 point
-    (no misclassified input: met), near <= the best baseline's + 5 points and, on an image
-    cell, every far kind <= 5%."""
-    return (
-        bool(np.isnan(mis) or mis <= msp_mis + 0.01 + 1e-12)
-        and near <= best_near + 0.05 + 1e-12
-        and (not image or max(far) <= 0.05)
+) -> Met:
+    """Issue 38's three per-cell targets, each met or not: misclassified accepted <= MSP's + 1
+    point (no misclassified input: met), near <= the best baseline's + 5 points and, on an
+    image cell, every far kind <= 5% (elsewhere: met, the target does not apply)."""
+    return Met(
+        bool(np.isnan(mis) or mis <= msp_mis + 0.01 + 1e-12),
+        bool(near <= best_near + 0.05 + 1e-12),
+        bool(not image or max(far) <= 0.05),
     )
 
 
@@ -1313,14 +1361,15 @@ def main() -> None:
             for arch in (a for a in ARCHS[name] if a in args.arch):
                 for seed in args.seeds:
                     start = time.perf_counter()
-                    acc, rows, settings, pool_share, meeting, mis_sd = run_cell(
+                    acc, rows, settings, pool_share, per_share, mis_sd = run_cell(
                         name, data, held, arch, seed, timing
                     )
                     label = f"{name} | {','.join(map(str, held))} ({why}) | {arch} | {seed}"
                     print(f"{label}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
+                    cell = Cell(label, name, acc, rows, pool_share, per_share, mis_sd)
                     settings_lines.append(
                         f"- {label}: {settings}; budget splits meeting issue 38's targets "
-                        f"(hindsight): {', '.join(map(str, meeting)) or 'none'}"
+                        f"(hindsight): {', '.join(map(str, cell.meeting)) or 'none'}"
                     )
                     for r in rows:
                         table.append(
@@ -1328,7 +1377,7 @@ def main() -> None:
                             f"{r.worst_far:.1%} | {pct_of(r)} | {r.auroc:.3f} | {r.error_auroc:.3f} | "
                             f"{r.aurc:.4f} | {r.rate:,.0f} |"
                         )
-                    cells.append(Cell(label, name, acc, rows, pool_share, meeting, mis_sd))
+                    cells.append(cell)
     if not cells:
         print("no cell in this subset", file=sys.stderr)
         return
