@@ -41,11 +41,12 @@ FORMAT = "boxwatch.boxes"
 # term of the fused score (``energy_center``, ``energy_scale``); 5 adds the error model
 # (``uncertainty="error-model"``, ``error_model``); 6 adds ``contrast_candidates`` (the
 # contrast term's neighbour classes sought among the classes whose boxes lie nearest only);
-# 7 adds ``peak_factor`` (one layer's distance alone can decide the score).
+# 7 adds ``peak_factor`` (one layer's distance alone can decide the score); 8 adds the error
+# model's ``class_shift`` (a term per predicted class; ``peak_factor`` may then be absent).
 # Each monitor is written with the lowest version that holds it, and all are read; an older
 # reader refuses a newer monitor rather than emit other verdicts than the builder measured.
 FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -286,7 +287,9 @@ class ErrorModel:
     """A logistic model of the classifier's own mistakes over :func:`error_features`: the
     score the *uncertainty* verdict cuts, learnt offline on labelled validation mistakes.
 
-    ``probability`` is ``sigmoid(((x - mean) / scale) @ coef + intercept)``; the verdict is
+    ``probability`` is ``sigmoid(((x - mean) / scale) @ coef + intercept + class_shift[y])``
+    for an input the classifier labelled ``y`` (``class_shift``: how much likelier than the
+    features say its mistakes are on that class; None: no such term); the verdict is
     *uncertainty* where it exceeds ``threshold`` (set by calibration) or is NaN.
     """
 
@@ -295,11 +298,20 @@ class ErrorModel:
     coef: np.ndarray
     intercept: float
     threshold: float | None = None
+    class_shift: np.ndarray | None = None
 
-    def probability(self, features: np.ndarray) -> np.ndarray:
-        """Probability that the model's prediction is wrong, per row of ``features``."""
+    def probability(self, features: np.ndarray, y_pred: np.ndarray | None = None) -> np.ndarray:
+        """Probability that the model's prediction is wrong, per row of ``features``;
+        ``y_pred``, the predicted classes, is needed when the model has a ``class_shift``."""
         with np.errstate(over="ignore", invalid="ignore"):
             t = ((features - self.mean) / self.scale) @ self.coef + self.intercept
+            if self.class_shift is not None:
+                if y_pred is None or np.shape(y_pred) != (len(t),):
+                    raise ConfigError(
+                        "this error model has a term per predicted class: pass one predicted "
+                        "class per row"
+                    )
+                t = t + self.class_shift[np.asarray(y_pred)]
             return np.asarray(1.0 / (1.0 + np.exp(-t)))
 
     def as_dict(self) -> dict[str, Any]:
@@ -310,11 +322,17 @@ class ErrorModel:
             "coef": [float(v) for v in self.coef],
             "intercept": float(self.intercept),
             "threshold": None if self.threshold is None else float(self.threshold),
+            **(
+                {}
+                if self.class_shift is None
+                else {"class_shift": [float(v) for v in self.class_shift]}
+            ),
         }
 
     @classmethod
-    def from_dict(cls, spec: Any, where: str) -> ErrorModel:
-        """Read :meth:`as_dict` output; an :class:`ArtifactError` naming ``where`` otherwise."""
+    def from_dict(cls, spec: Any, where: str, n_classes: int, version: int) -> ErrorModel:
+        """Read :meth:`as_dict` output of a monitor of ``n_classes`` classes written as
+        ``version``; an :class:`ArtifactError` naming ``where`` otherwise."""
         n = len(ERROR_FEATURES)
         try:
             if spec["features"] != list(ERROR_FEATURES):
@@ -326,8 +344,18 @@ class ErrorModel:
             intercept = float(spec["intercept"])
             threshold = spec["threshold"]
             threshold = None if threshold is None else float(threshold)
+            shift = spec.get("class_shift")
+            if shift is not None:
+                shift = np.asarray([float(v) for v in shift], dtype=np.float64)
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{where}: malformed error_model ({exc})") from None
+        if shift is not None and version < 8:
+            raise ArtifactError(f"{where}: error_model class_shift needs version 8, not {version}")
+        if shift is not None and not (shift.shape == (n_classes,) and np.isfinite(shift).all()):
+            raise ArtifactError(
+                f"{where}: error_model class_shift needs {n_classes} finite values (one per "
+                f"class), got {shift.size}"
+            )
         good = all(v.shape == (n,) and np.isfinite(v).all() for v in vec.values())
         if not good or not (vec["scale"] > 0).all() or not np.isfinite(intercept):
             raise ArtifactError(
@@ -336,7 +364,7 @@ class ErrorModel:
             )
         if threshold is not None and not np.isfinite(threshold):
             raise ArtifactError(f"{where}: error_model threshold {threshold!r} is not finite")
-        return cls(vec["mean"], vec["scale"], vec["coef"], intercept, threshold)
+        return cls(vec["mean"], vec["scale"], vec["coef"], intercept, threshold, shift)
 
 
 def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
@@ -1490,7 +1518,7 @@ class BoxRuntime:
             unsure = np.logical_or.reduce([in_bad[layer] for layer in self.layers])
         elif self.uncertainty == "error-model":
             unsure = ~(
-                self._error_probability(outputs, scores, list(contrast_terms.values()))
+                self._error_probability(outputs, scores, list(contrast_terms.values()), y_pred)
                 <= self._error_cut()
             )
         else:
@@ -1516,10 +1544,16 @@ class BoxRuntime:
             if self.score == "fused"
             else []
         )
-        return self._error_probability(logits, self.scores(activations, y_pred, logits), contrast)
+        return self._error_probability(
+            logits, self.scores(activations, y_pred, logits), contrast, y_pred
+        )
 
     def _error_probability(
-        self, logits: Outputs | None, scores: np.ndarray, contrast: Sequence[np.ndarray]
+        self,
+        logits: Outputs | None,
+        scores: np.ndarray,
+        contrast: Sequence[np.ndarray],
+        y_pred: np.ndarray,
     ) -> np.ndarray:
         if self.error_model is None:
             raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
@@ -1531,7 +1565,7 @@ class BoxRuntime:
         feats = error_features(logits, self.output, scores, contrast)
         if len(feats) != len(scores):
             raise ConfigError(f"logits give {len(feats)} rows for {len(scores)} inputs")
-        return self.error_model.probability(feats)
+        return self.error_model.probability(feats, y_pred)
 
     def _error_cut(self) -> float:
         assert self.error_model is not None  # checked by _error_probability
@@ -1966,12 +2000,29 @@ class BoxRuntime:
             arrays.update(self.bad[layer].to_arrays(f"L{i}.bad"))
         fused = self.score == "fused"
         confident = self.combine == "calibrated" and self.uncertainty == "confidence"
+        v5 = self.uncertainty == "error-model"
+        v8 = v5 and self.error_model is not None and self.error_model.class_shift is not None
         v7 = self.peak_factor is not None
         v6 = self._restricts_contrast()
-        v5 = self.uncertainty == "error-model"
         v4 = v5 or self.has_energy_term()
-        v3 = v7 or v6 or v4 or confident or self.score_mean != "arithmetic"
-        version = 7 if v7 else 6 if v6 else 5 if v5 else 4 if v4 else 3 if v3 else 2 if fused else 1
+        v3 = v8 or v7 or v6 or v4 or confident or self.score_mean != "arithmetic"
+        version = (
+            8
+            if v8
+            else 7
+            if v7
+            else 6
+            if v6
+            else 5
+            if v5
+            else 4
+            if v4
+            else 3
+            if v3
+            else 2
+            if fused
+            else 1
+        )
         spec = {
             "format": FORMAT,
             "version": version,
@@ -2083,16 +2134,16 @@ class BoxRuntime:
                 )
             version = spec["version"]
             peak = spec.get("peak_factor") if version >= 7 else None
-            if version >= 7 and not (_finite_number(peak) and peak > 0):
+            if (version == 7 or peak is not None) and not (_finite_number(peak) and peak > 0):
                 raise ArtifactError(f"{jname}: peak_factor {peak!r} should be a number > 0")
             if (uncertainty == "error-model" and version < 5) or (
-                version == 5 and uncertainty != "error-model"
+                version in (5, 8) and uncertainty != "error-model"
             ):
                 raise ArtifactError(
                     f"{jname}: uncertainty {uncertainty!r} does not fit version {spec['version']}"
                 )
             error_model = (
-                ErrorModel.from_dict(spec["error_model"], jname)
+                ErrorModel.from_dict(spec["error_model"], jname, n_classes, version)
                 if uncertainty == "error-model"
                 else None
             )

@@ -399,7 +399,9 @@ def test_error_model_takes_its_share_round_trips_and_fails_closed():
     np.testing.assert_array_equal(v == REJECT, ~within)
     np.testing.assert_array_equal(v == UNCERTAIN, within & (doubt > cal.error_cut))
     members = mon.to_members()
-    assert members[f"{BOXES_PREFIX}.json"]["version"] == 5
+    assert members[f"{BOXES_PREFIX}.json"]["version"] == 8
+    assert rt.error_model is not None and rt.error_model.class_shift is not None
+    assert rt.error_model.class_shift.shape == (rt.n_classes,)
     again = BoxRuntime.from_members(members, members)
     np.testing.assert_array_equal(again.verdicts(vacts, vpred, logits=vlogits)[0], v)
     bad = vlogits.copy()
@@ -408,6 +410,58 @@ def test_error_model_takes_its_share_round_trips_and_fails_closed():
     assert np.all(np.isnan(again.error_score(vacts, vpred, bad)[:5]))
     with pytest.raises(ConfigError, match="logits"):
         again.verdicts(vacts, vpred)
+
+
+def test_error_model_class_term_is_the_indicator_fit_and_the_artifact_checks_it():
+    """The term per predicted class is a logistic fit with one indicator column per class,
+    folded into one number per class (the same probabilities); a monitor carrying it is
+    version 8, and a class_shift of the wrong length, not finite or in an older version is
+    refused (issue 38)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from boxwatch.offline.monitors.estimator import fit_error_model
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(600, 5))
+    y_pred = rng.integers(0, 4, 600)
+    wrong = rng.random(600) < 0.1 + 0.15 * y_pred
+    model = fit_error_model(x, wrong, y_pred, 5)
+    design = np.hstack([x, np.eye(5)[y_pred]])
+    mean, sd = design.mean(axis=0), design.std(axis=0)
+    sd[sd == 0] = 1.0
+    ref = LogisticRegression(max_iter=1000).fit((design - mean) / sd, wrong)
+    np.testing.assert_allclose(
+        model.probability(x, y_pred), ref.predict_proba((design - mean) / sd)[:, 1], atol=1e-12
+    )
+    assert model.class_shift is not None and model.class_shift[4] == 0.0  # never predicted
+    assert model.class_shift[3] > model.class_shift[0]  # class 3's mistakes are commoner
+    with pytest.raises(ConfigError, match="predicted class"):
+        model.probability(x)
+
+    acts, y, pred = synthetic(12, n=600)
+    vacts, vy, vpred = synthetic(13, n=800)
+    mon = BoxMonitor(confidence_share=0.5).fit(
+        acts,
+        y,
+        pred,
+        logits=synthetic_logits(pred, 1),
+        validation=(vacts, vy, vpred, synthetic_logits(vpred, 2)),
+    )
+    members = mon.to_members()
+    spec = members[f"{BOXES_PREFIX}.json"]
+    assert spec["version"] == 8 and len(spec["error_model"]["class_shift"]) == 3
+    for shift, version, match in (
+        ([0.1, 0.2], 8, "3 finite values"),
+        ([0.1, float("nan"), 0.2], 8, "3 finite values"),
+        (spec["error_model"]["class_shift"], 7, "needs version 8"),
+    ):
+        bad = {
+            **spec,
+            "version": version,
+            "error_model": {**spec["error_model"], "class_shift": shift},
+        }
+        with pytest.raises(ArtifactError, match=match):
+            BoxRuntime.from_members({**members, f"{BOXES_PREFIX}.json": bad}, members)
 
 
 def test_error_model_ranks_mistakes_at_least_as_well_as_softmax():
