@@ -1383,28 +1383,33 @@ def fit_error_model(
     features: np.ndarray, wrong: np.ndarray, y_pred: np.ndarray, n_classes: int
 ) -> ErrorModel:
     """A logistic model of ``wrong`` (the model's mistakes) over :func:`error_features` and
-    the predicted class (one indicator column per class), standardised; rows with a
-    non-finite feature are left out of the fit.
+    the predicted class (one indicator column per class), each column scaled to unit
+    variance and the features centred; rows with a non-finite feature are left out.
 
-    The indicator columns' coefficients are folded into ``class_shift`` and the intercept, so
-    the agent adds one number per predicted class (the same probabilities): a model's
-    mistakes are commoner on some classes than its confidence says (a shirt against a
-    trouser), which is what the term learns."""
+    The indicator columns' coefficients are folded into ``class_shift``, so the agent adds
+    one number per predicted class (the same probabilities): a model's mistakes are commoner
+    on some classes than its confidence says (a shirt against a trouser), which is what the
+    term learns. The indicators stay sparse (1,000 classes do not make a dense rows x classes
+    matrix) and uncentred: the intercept is not penalised, so centring would not change the fit."""
+    from scipy import sparse
     from sklearn.linear_model import LogisticRegression
 
     ok = np.isfinite(features).all(axis=1)
-    x, y = features[ok], np.asarray(wrong)[ok]
-    onehot = np.eye(n_classes)[np.asarray(y_pred)[ok]]
-    design = np.hstack([x, onehot])
-    mean = design.mean(axis=0)
-    scale = design.std(axis=0)
+    x, y, cls = features[ok], np.asarray(wrong)[ok], np.asarray(y_pred)[ok]
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
     scale[~(scale > 0)] = 1.0
-    lr = LogisticRegression(max_iter=1000).fit((design - mean) / scale, y)
+    share = np.bincount(cls, minlength=n_classes) / max(len(cls), 1)
+    spread = np.sqrt(share * (1.0 - share))
+    spread[~(spread > 0)] = 1.0
+    indicators = sparse.csr_matrix(
+        (1.0 / spread[cls], (np.arange(len(cls)), cls)), shape=(len(cls), n_classes)
+    )
+    design = sparse.hstack([sparse.csr_matrix((x - mean) / scale), indicators], format="csr")
+    lr = LogisticRegression(max_iter=1000).fit(design, y)
     coef = lr.coef_[0].astype(np.float64)
     k = x.shape[1]
-    per_class = coef[k:] / scale[k:]
-    intercept = float(lr.intercept_[0]) - float(per_class @ mean[k:])
-    return ErrorModel(mean[:k], scale[:k], coef[:k], intercept, class_shift=per_class)
+    return ErrorModel(mean, scale, coef[:k], float(lr.intercept_[0]), class_shift=coef[k:] / spread)
 
 
 def _split_budget(
