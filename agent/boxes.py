@@ -306,12 +306,18 @@ class ErrorModel:
         with np.errstate(over="ignore", invalid="ignore"):
             t = ((features - self.mean) / self.scale) @ self.coef + self.intercept
             if self.class_shift is not None:
-                if y_pred is None or np.shape(y_pred) != (len(t),):
+                y = None if y_pred is None else np.asarray(y_pred)
+                if y is None or y.shape != (len(t),):
                     raise ConfigError(
                         "this error model has a term per predicted class: pass one predicted "
                         "class per row"
                     )
-                t = t + self.class_shift[np.asarray(y_pred)]
+                if len(y) and (y.min() < 0 or y.max() >= len(self.class_shift)):
+                    raise ConfigError(
+                        f"predicted classes {int(y.min())}..{int(y.max())} outside the error "
+                        f"model's 0..{len(self.class_shift) - 1}"
+                    )
+                t = t + self.class_shift[y]
             return np.asarray(1.0 / (1.0 + np.exp(-t)))
 
     def as_dict(self) -> dict[str, Any]:
@@ -2006,23 +2012,8 @@ class BoxRuntime:
         v6 = self._restricts_contrast()
         v4 = v5 or self.has_energy_term()
         v3 = v8 or v7 or v6 or v4 or confident or self.score_mean != "arithmetic"
-        version = (
-            8
-            if v8
-            else 7
-            if v7
-            else 6
-            if v6
-            else 5
-            if v5
-            else 4
-            if v4
-            else 3
-            if v3
-            else 2
-            if fused
-            else 1
-        )
+        ladder = ((8, v8), (7, v7), (6, v6), (5, v5), (4, v4), (3, v3), (2, fused))
+        version = next((v for v, needed in ladder if needed), 1)
         spec = {
             "format": FORMAT,
             "version": version,

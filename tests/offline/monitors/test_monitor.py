@@ -438,6 +438,8 @@ def test_error_model_class_term_is_the_indicator_fit_and_the_artifact_checks_it(
     assert model.class_shift[3] > model.class_shift[0]  # class 3's mistakes are commoner
     with pytest.raises(ConfigError, match="predicted class"):
         model.probability(x)
+    with pytest.raises(ConfigError, match="outside the error model's 0..4"):
+        model.probability(x, np.where(y_pred == 0, -1, y_pred))
 
     acts, y, pred = synthetic(12, n=600)
     vacts, vy, vpred = synthetic(13, n=800)
