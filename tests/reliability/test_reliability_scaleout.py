@@ -126,6 +126,10 @@ def test_group_grows_to_three_agents_and_back_under_load(
         ):
             assert leaving.stop() == 0, leaving.log_tail()
             step(members, change)
+        # The group can settle in under 10 s: let the stream reach 10 s of records (bounded).
+        deadline = time.monotonic() + 30
+        while producer.sent < RATE * 10 and producer.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
         producer.stop_event.set()
         producer.join(timeout=30)
         assert producer.error is None, producer.error
