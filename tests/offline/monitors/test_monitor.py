@@ -484,8 +484,11 @@ def test_error_model_ranks_mistakes_at_least_as_well_as_softmax():
 
 def test_confidence_share_auto_trades_mistakes_against_share():
     """``confidence_share="auto"`` records the misclassified validation inputs accepted per
-    share and, of the shares accepting no more of them than softmax confidence alone, picks
-    the one minimising mistakes accepted + 0.1 x share (else the smallest near the fewest)."""
+    share of the grid up to ``SHARE_CAP`` and, of the shares accepting no more of them than
+    softmax confidence alone, picks the one minimising mistakes accepted + ``SHARE_PRICE`` x
+    share (else the smallest near the fewest)."""
+    from boxwatch.offline.monitors.estimator import SHARE_CAP, SHARE_GRID, SHARE_PRICE
+
     acts, y, pred = synthetic(12, n=600)
     logits = synthetic_logits(pred, 1)
     vacts, vy, vpred = synthetic(13, n=800)
@@ -496,8 +499,9 @@ def test_confidence_share_auto_trades_mistakes_against_share():
     choice = mon.calibration_.share_choice
     assert choice["method"] == "auto" and choice["n_misclassified"] == int((vy != vpred).sum())
     shares, accepted = choice["shares"], choice["misclassified_accepted"]
+    assert shares == [s for s in SHARE_GRID if s <= SHARE_CAP] and max(shares) < SHARE_GRID[-1]
     soft = choice["softmax_misclassified_accepted"]
-    ok = [(a + 0.1 * s, s) for s, a in zip(shares, accepted, strict=True) if a <= soft]
+    ok = [(a + SHARE_PRICE * s, s) for s, a in zip(shares, accepted, strict=True) if a <= soft]
     expect = (
         min(ok)[1]
         if ok
