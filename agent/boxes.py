@@ -66,6 +66,10 @@ KERNELS = vocab.BOX_KERNELS
 ENERGY_TERMS = 2
 # ModelOutputs converts the model's outputs to float64 in blocks of about this many values.
 _OUTPUT_BLOCK = 1 << 20
+# The top-two gap partitions each row up to this many classes; past it, the top's position
+# is masked in a copy and the rest's maximum taken (the same values: both pick elements),
+# 14x faster at 1,000 classes, where np.partition took 43% of a batch's scoring.
+_PARTITION_CLASSES = 40
 # verdicts and distance_terms take a larger batch this many rows at a time (each row on its
 # own: the same values): the float64 features and kernel outputs of a block, not of a whole
 # calibration set (40,000 rows x 2,048 features took 0.65 GB for the features alone).
@@ -116,6 +120,18 @@ def set_box_kernel(name: str) -> str:
 def verdict_names(verdicts: np.ndarray) -> np.ndarray:
     """Map verdict codes (0 accept, 1 uncertainty, 2 reject) to their names."""
     return np.asarray(VERDICT_NAMES, dtype=object)[np.asarray(verdicts)]
+
+
+def _top_two_gap(z: np.ndarray) -> np.ndarray:
+    """Each row's top value minus its second (rows of finite values; ``z`` is not changed)."""
+    if z.shape[1] <= _PARTITION_CLASSES:
+        two = np.partition(z, -2, axis=1)
+        return two[:, -1] - two[:, -2]
+    rows = np.arange(len(z))
+    top = z.argmax(axis=1)
+    rest = z.copy()
+    rest[rows, top] = -np.inf
+    return z[rows, top] - rest.max(axis=1)
 
 
 class ModelOutputs:
@@ -180,9 +196,8 @@ class ModelOutputs:
             gaps = []
             with np.errstate(invalid="ignore", over="ignore"):
                 for z, zt in self._blocks():
-                    two = np.partition(z, -2, axis=1)
                     finite = np.logical_and.reduce(np.isfinite(zt), axis=0)
-                    gaps.append(np.where(finite, two[:, -1] - two[:, -2], np.nan))
+                    gaps.append(np.where(finite, _top_two_gap(z), np.nan))
             self._gap = _joined(gaps)
         return self._gap
 

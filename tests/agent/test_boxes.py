@@ -299,6 +299,24 @@ def test_model_outputs_equal_the_row_formulas(kind):
         np.testing.assert_array_equal(getattr(read, name), want)
 
 
+@pytest.mark.parametrize(
+    "k", [boxes_module._PARTITION_CLASSES, boxes_module._PARTITION_CLASSES + 1, 1000]
+)
+def test_top_two_gap_of_many_classes_equals_the_partition(k):
+    """Past ``_PARTITION_CLASSES`` the gap masks each row's top in a copy: the same values
+    as partitioning the row, tied tops and non-finite rows included, the outputs unchanged."""
+    rng = np.random.default_rng(k)
+    z = rng.normal(scale=3, size=(300, k))
+    z[::7] = np.round(z[::7] / 4)  # tied values, at the top too
+    z[5, 0], z[6, 1], z[8, 2] = np.nan, np.inf, -np.inf
+    z[9, :2] = z[9].max() + 1  # two equal tops: a gap of 0
+    before = z.copy()
+    got = boxes_module.ModelOutputs(z).top_two_gap
+    np.testing.assert_array_equal(got, _row_formulas(z, "logits")["top_two_gap"])
+    np.testing.assert_array_equal(z, before)
+    assert got[9] == 0 and np.isnan(got[[5, 6, 8]]).all() and np.isfinite(got[10:]).all()
+
+
 def test_error_features_equal_their_formulas():
     rng = np.random.default_rng(6)
     z = _awkward_outputs(rng, 200, 5)
