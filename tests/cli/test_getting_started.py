@@ -173,6 +173,7 @@ def test_the_guide_runs_against_an_embedded_broker(tmp_path):
     assert counts.get("kp accept", 0) >= 15, counts  # most known digits accepted
     assert counts.get("ck accept", 0) <= 10, counts  # most digits 8 and 9 not accepted
     assert "boxwatch_agent_verdicts_total{" in everything
+    assert re.search(r"^100 shifted verdicts$", everything, re.M), everything  # then exported
     assert re.search(r"^exported \d+ records of 'digits.capture'", everything, re.M), everything
     assert re.search(r"^\d+ labels$", everything, re.M)
     # The refit writes the child, or its guard refuses it and says why: both after the table.
