@@ -198,6 +198,7 @@ def child(problem: dict[str, Any], forced: bool) -> dict[str, Any]:
     out["peak_gb"] = _status("VmHWM") - base
     if "refused" not in out:
         counts = diagram.counts()
+        assert diagram.positive is not None  # problems are threshold classifiers
         out["positives"] = counts[diagram.positive]
         out["nodes"] = diagram.n_nodes
         out.update(_checks(net, diagram))

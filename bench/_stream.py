@@ -96,8 +96,11 @@ class VerdictReader(threading.Thread):
                 for m in msgs:
                     if m.error() is not None:
                         continue
-                    self.positions[m.partition()] = m.offset() + 1
-                    v = json.loads(m.value())
+                    partition, offset, value = m.partition(), m.offset(), m.value()
+                    # a record (not an error event): all three are set
+                    assert partition is not None and offset is not None and value is not None
+                    self.positions[partition] = offset + 1
+                    v = json.loads(value)
                     seq, sent_ns = (int(x) for x in v["id"].split("-"))
                     if seq in self.seen:
                         self.dups += 1

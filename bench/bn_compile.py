@@ -152,13 +152,14 @@ def float_only() -> Iterator[None]:
     bn_compile.refine = plain
     bn_compile.joint_error_bound = lambda *a, **k: ErrorBound(0, 0)
     bn_compile.separator_error_bound = lambda *a, **k: ErrorBound(0, 0)
-    bn_compile._AdditivePatch.apply = lambda self, near, level_k: (0, 0, 0)
+    # a deliberate monkeypatch of a method (restored below); mypy refuses method assignment
+    bn_compile._AdditivePatch.apply = lambda self, near, level_k: (0, 0, 0)  # type: ignore[method-assign]
     try:
         yield
     finally:
         for n, f in zip(names, saved, strict=True):
             setattr(bn_compile, n, f)
-        bn_compile._AdditivePatch.apply = saved_apply
+        bn_compile._AdditivePatch.apply = saved_apply  # type: ignore[method-assign]
 
 
 def exact_rows() -> list[str]:
@@ -376,6 +377,7 @@ def hidden_case(name: str) -> dict:
         uniform_bad, sampled_bad = disagreements_with_pgmpy(
             network, result, np.random.default_rng(0)
         )
+    assert result.estimate is not None  # compile_classifier records the route's estimate
     return {
         "seconds": seconds,
         "peak_gb": peak_gb,
@@ -504,6 +506,8 @@ def argmax_rows() -> list[str]:
             same = "yes" if split.diagram == joint.diagram else "NO"
             d = joint.diagram
             if d.is_argmax:
+                # compile_classifier fills both for an argmax diagram
+                assert joint.decided is not None and joint.tie_pairs is not None
                 decided = ", ".join(f"{k} {v:,}" for k, v in joint.decided.items())
                 pairs = ", ".join(f"{a}/{b} {n}" for (a, b), n in joint.tie_pairs.items())
                 ties = f"{joint.ties:,}" + (f" ({pairs})" if pairs else "")
@@ -561,6 +565,7 @@ def problem_case(name: str, method: str) -> dict:
     start = time.perf_counter()
     stats = JointreeStats()
     out: dict = {"inputs": int(np.prod([network.card(f) for f in spec.order]))}
+    result: SimpleNamespace | CompileResult  # forced routes: the figures read below
     try:
         with memory_guard(HIDDEN_MEMORY):
             if method == "jointree":  # forced past its estimate, to see how far it gets
@@ -573,6 +578,7 @@ def problem_case(name: str, method: str) -> dict:
                 )
                 d = built.diagram
                 counts = d.counts()
+                assert d.positive is not None  # problems are threshold classifiers
                 result = SimpleNamespace(
                     seconds=time.perf_counter() - start,
                     method=built.method,
@@ -582,20 +588,22 @@ def problem_case(name: str, method: str) -> dict:
                     diagram=d,
                 )
             elif method == "other cut":  # a second split: its own shared variables
-                plan = _second_cut(network, spec)
-                out["estimate"] = plan.estimate.text()
-                out["estimate_s"], out["estimate_b"] = plan.estimate.seconds, plan.estimate.bytes
+                cut_plan = _second_cut(network, spec)
+                out["estimate"] = cut_plan.estimate.text()
+                out["estimate_s"] = cut_plan.estimate.seconds
+                out["estimate_b"] = cut_plan.estimate.bytes
                 deadline = Deadline(HIDDEN_SECONDS, network.source, start)
                 built = bn_compile._compile_separator(
-                    network, spec, plan, max_memory=HIDDEN_MEMORY, deadline=deadline
+                    network, spec, cut_plan, max_memory=HIDDEN_MEMORY, deadline=deadline
                 )
                 d = built.diagram
+                assert d.positive is not None  # problems are threshold classifiers
                 result = SimpleNamespace(
                     seconds=time.perf_counter() - start,
-                    method=f"separator, cut after {plan.cut.k}",
+                    method=f"separator, cut after {cut_plan.cut.k}",
                     nodes=d.n_nodes,
                     positives=d.counts()[d.positive],
-                    estimate=plan.estimate,
+                    estimate=cut_plan.estimate,
                     diagram=d,
                     early_inputs=built.early_inputs,
                 )
@@ -612,6 +620,7 @@ def problem_case(name: str, method: str) -> dict:
         )
         out.update(messages=max(stats.messages or [0]))
         return out
+    assert result.estimate is not None  # every route above records its estimate
     out.update(
         seconds=result.seconds,
         peak_gb=peak_rss_gb(),
@@ -626,6 +635,7 @@ def problem_case(name: str, method: str) -> dict:
         messages=max(stats.messages or [0]),
     )
     d = result.diagram
+    assert d.threshold is not None  # problems are threshold classifiers
     from pgmpy.inference import VariableElimination
 
     with warnings.catch_warnings():

@@ -108,7 +108,7 @@ def random_queries(rng: np.random.Generator, diagram, n: int, kinds: tuple[str, 
     out = []
     for q in range(n):
         i = int(rng.choice(candidates))
-        given = {
+        given: dict[str, tuple[int, ...]] = {
             diagram.features[j]: (int(rng.integers(cards[j])),)
             for j in range(len(cards))
             if j != i and rng.random() < 0.5

@@ -49,7 +49,7 @@ def messages(
 ) -> np.ndarray:
     """Per row of ``values`` (assignments of ``features``): the factors' product summed onto ``z``."""
     where = {f: i for i, f in enumerate(features)}
-    parts = []
+    parts: list[tuple[tuple[str, ...], np.ndarray, int | None]] = []  # scope, table, feature axis
     for scope, table in factors:
         inside = [v for v in scope if v in where]
         if len(inside) > 1:
@@ -97,6 +97,7 @@ def level_row(network: Network, spec: ResolvedSpec, k: int, rng: np.random.Gener
     lo = messages(network, cut.lower, cut.suffix, v, cut.z).reshape(len(v), zc, -1)
     num = up[:, pos, :] @ lo[:, pos, :].T
     den = up.reshape(len(u), -1) @ lo.reshape(len(v), -1).T
+    assert spec.threshold is not None  # threshold classifiers only (spec.positive above)
     with np.errstate(invalid="ignore", divide="ignore"):
         decision = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0) >= (
             spec.threshold - TIE_TOLERANCE

@@ -360,8 +360,9 @@ def run_cell(
     work.mkdir(parents=True, exist_ok=True)
     sets, first, fresh, far, newcomer, known = cell_data(name, held, shift, data)
     key = detection.model_key(name, "wo" + "".join(map(str, held)), arch, seed)
+    x_train, y_train = sets["train"]
     onnx, _weights = detection.train(
-        *sets["train"], len(known), arch, seed, key, detection.epochs_of(name, arch)
+        x_train, y_train, len(known), arch, seed, key, detection.epochs_of(name, arch)
     )
     classes = [str(c) for c in known]
     parent, config, public, build_s, fit_s = build_parent(

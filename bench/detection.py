@@ -1035,6 +1035,10 @@ def fixed_split_lines(cells: list[Cell]) -> list[str]:
             f"{sum(m.near for m in got)}/{len(cells)} | {far} | {sum(all(m) for m in got)}/{len(cells)} |"
         )
 
+    def at(share: float) -> Callable[[Cell], Met]:
+        """A cell's targets met with ``confidence_share`` set to ``share``."""
+        return lambda c: c.per_share[share]
+
     return [
         "",
         "Fixed budget splits: the cells meeting each target when `confidence_share` is set to "
@@ -1044,10 +1048,7 @@ def fixed_split_lines(cells: list[Cell]) -> list[str]:
         "cells) | all three |",
         "|---|---|---|---|---|",
         row("auto (default)", _cell_met),
-        *(
-            row(f"{share:g}", lambda c, share=share: c.per_share[float(share)])
-            for share in SHARE_GRID
-        ),
+        *(row(f"{share:g}", at(float(share))) for share in SHARE_GRID),
         "",
         resampled_line(cells),
         "",

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +66,11 @@ GRACE_S = 10
 RELOAD_EVERY_S = 5.0
 
 
+def manifest_of(make: Callable[[int], bytes], size: int) -> bytes:
+    """An artifact whose manifest is ``make(size)``."""
+    return manifest_artifact(make(size))
+
+
 def reader_cases() -> list[tuple[str, Callable[[], bytes], str]]:
     """(case, make the artifact's bytes, verb) at ten times the issue's sizes."""
     cases: list[tuple[str, Callable[[], bytes], str]] = []
@@ -75,7 +81,7 @@ def reader_cases() -> list[tuple[str, Callable[[], bytes], str]]:
             cases.append(
                 (
                     f"{family} as manifest.json, {label}",
-                    lambda make=make, size=size: manifest_artifact(make(size)),
+                    partial(manifest_of, make, size),
                     "inspect",
                 )
             )
@@ -83,7 +89,7 @@ def reader_cases() -> list[tuple[str, Callable[[], bytes], str]]:
         cases.append(
             (
                 f"600 members overlapping ({layout}), 160 MiB",
-                lambda layout=layout: overlapping_artifact(160 << 20, 600, layout, digests=False),
+                partial(overlapping_artifact, 160 << 20, 600, layout, digests=False),
                 "inspect",
             )
         )

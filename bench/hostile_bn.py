@@ -11,7 +11,7 @@ excluded) and its peak resident memory (imports included). Targets (issue 37):
 * peak RSS <= ``--max-memory`` + 256 MB;
 * bad input exits 2 with one error line (never 70, never a traceback).
 
-The generators are the tests' (``tests/hostile_bn.py``); the tests run the same families at
+The generators are the tests' (``tests/hostile_networks.py``); the tests run the same families at
 small sizes and check that time grows linearly with them.
 
 Run: ``.venv/bin/python bench/hostile_bn.py`` (a few minutes; writes files of a few MB
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The generators and the runner are test helpers (tests/).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _results import machine_line, run_summary, write_section
-from hostile_bn import (
+from hostile_networks import (
     ARGMAX_C,
     GIB,
     MIB,

@@ -30,6 +30,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -158,7 +159,8 @@ def train_cnn(
 
 def tap_all(tap: OnnxTap, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Logits and activations (keyed by short layer name) in batches of 1,000."""
-    logits, acts = [], {k: [] for k in LAYERS}
+    logits: list[np.ndarray] = []
+    acts: dict[str, list[np.ndarray]] = {k: [] for k in LAYERS}
     for s in range(0, len(x), 1000):
         lg, a = tap.run(x[s : s + 1000])
         logits.append(lg)
@@ -317,21 +319,21 @@ def main() -> None:
                 rate, kk = best_of(lambda f=fitted, q=a_te[layer]: f.score(q), len(p_te), repeats=1)
                 ku = fitted.score(a_fa[layer][fa_test])
                 det_rows.append((baseline.label, layer, detection(kk, ku), rate))
-    score_configs = [
+    score_configs: list[tuple[str, list[str], float | str]] = [
         ("box score tau=auto(F1)", list(LAYERS), "auto"),
         ("box score tau=0.01", ["fc1"], 0.01),
         ("box score tau=0.01", ["fc2"], 0.01),
         ("box score tau=0.01", ["fc1", "fc2"], 0.01),
         ("box score tau=0.01", list(LAYERS), 0.01),
     ]
-    headline = None
-    for name, layers, tau in score_configs:
-        if tau == "auto":
+    headline: tuple[str, Any, float, float, Any] | None = None
+    for name, layers, score_tau in score_configs:
+        if score_tau == "auto":
             mon = auto_monitors["l2"]
         else:
             mon = BoxMonitor(  # boxes from all of train; calibrated on the holdout below
                 layers,
-                tau=tau,
+                tau=score_tau,
                 normalize="l2",
                 score="distance",
                 random_state=SEED,
@@ -387,6 +389,7 @@ def main() -> None:
         f"L2-normalised {m_rate_n:,.0f} wall, {m_cpu_n:,.0f} per CPU-second ({m_inside_n:.1%} inside); "
         "target >= 1,000,000"
     )
+    assert headline is not None  # the first configuration sets it
     label, d, fa_acc, kn_acc, rate = headline
     out.append(
         f"- default calibrated box score ({label}): Fashion acceptance {fa_acc:.1%} at known "

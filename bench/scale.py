@@ -65,6 +65,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -156,7 +157,8 @@ def generate(cell: Cell, folder: Path) -> Path:
         np.maximum(block, 0, out=block)
         x[s:e] = block
         z[s:e] = block @ readout + noise * rng.standard_normal((e - s, c), dtype=np.float32)
-        x.flush(), z.flush()
+        x.flush()
+        z.flush()
     pred = np.empty(total, np.int64)
     for s in range(0, total, BLOCK_ROWS):
         pred[s : s + BLOCK_ROWS] = np.asarray(z[s : s + BLOCK_ROWS]).argmax(axis=1)
@@ -207,7 +209,7 @@ def run_cell(folder: Path, n_jobs: int | None) -> dict:
     x = np.load(folder / "x.npy", mmap_mode="r")
     z = np.load(folder / "logits.npy", mmap_mode="r")
     y, pred = np.load(folder / "y.npy"), np.load(folder / "pred.npy")
-    params = {} if n_jobs is None else {"n_jobs": n_jobs}
+    params: dict[str, Any] = {} if n_jobs is None else {"n_jobs": n_jobs}
     start = time.perf_counter()
     monitor = BoxMonitor(**params).fit(
         {"penultimate": x[SCORED:]}, y[SCORED:], pred[SCORED:], logits=z[SCORED:]

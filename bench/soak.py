@@ -142,6 +142,7 @@ def main() -> int:
             t0 = time.monotonic()
             while not stop.wait(5.0):
                 if not agent.alive:  # say when and how, then let the stream end
+                    assert agent.proc is not None  # started above
                     errors.append(
                         f"agent exited with {agent.proc.returncode} after "
                         f"{time.monotonic() - t0:.0f} s"

@@ -96,7 +96,9 @@ def qmr(
     rng = np.random.default_rng(seed)
     roots = [f"h{i}" for i in range(n_roots)]
     feats = [f"f{i}" for i in range(n_features)]
-    states = {v: ("neg", "pos") if v == "C" else ("0", "1") for v in ["C", *roots, *feats]}
+    states: dict[str, tuple[str, ...]] = {
+        v: ("neg", "pos") if v == "C" else ("0", "1") for v in ["C", *roots, *feats]
+    }
     parents: dict[str, tuple[str, ...]] = {"C": (), **{h: () for h in roots}}
     for i, f in enumerate(feats):
         chosen = sorted(rng.choice(n_roots, size=per_feature, replace=False))

@@ -19,7 +19,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pytest
@@ -33,6 +33,9 @@ from boxwatch.agent.keys import load_private_key, load_trusted_keys
 from boxwatch.agent.records import TENSOR_TYPE
 from boxwatch.commands.console import EXIT_FAILED
 from boxwatch.embedded_broker import free_loopback_port
+
+if TYPE_CHECKING:
+    from boxwatch.offline.release.records import BuildSummary
 
 PYTHON = sys.executable
 TOPICS = {
@@ -73,7 +76,7 @@ def shared_example(tmp_path_factory: Any):
         _example_model(),
         root / "build.yaml",
         root / "data",
-        {},
+        cast("BuildSummary", {}),  # not kept across processes; no caller reads .summary
     )
 
 
@@ -285,6 +288,7 @@ class AgentProcess:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if not self.alive:
+                assert self.proc is not None, "wait_ready before start"
                 raise AssertionError(f"agent exited ({self.proc.returncode}):\n{self.log_tail()}")
             if self.readyz() == 200:
                 return time.monotonic() - t0
@@ -316,9 +320,9 @@ class AgentProcess:
 
     def kill(self) -> None:
         """SIGKILL the agent and reap it."""
-        if self.alive:
-            self.proc.send_signal(signal.SIGKILL)
         if self.proc is not None:
+            if self.alive:
+                self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
 
     def stop(self, timeout: float = 20.0) -> int | None:

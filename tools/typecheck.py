@@ -3,8 +3,10 @@
 mypy finds modules by their folders, and the installed names differ from the folders
 (``[tool.setuptools] package-dir`` in pyproject.toml maps them), so this script builds a tree
 of symbolic links in the installed layout under ``build/typecheck`` and runs mypy there, with
-the settings of ``[tool.mypy]``. Arguments are passed on to mypy. Used by ``make test`` and
-``make lint``.
+the settings of ``[tool.mypy]``. Without arguments it checks the package, then the benches
+(``bench/*.py``, scripts that import each other and the tests' helpers: a bench that calls
+another's function with the wrong arguments fails here, not hours into ``make bench``);
+arguments are passed on to mypy instead. Used by ``make test`` and ``make lint``.
 """
 
 from __future__ import annotations
@@ -35,13 +37,27 @@ def link_tree() -> None:
         if package != "boxwatch":
             (TREE / package.replace(".", "/")).symlink_to(ROOT / folder)
     (TREE / "tests").symlink_to(ROOT / "tests")
+    (TREE / "bench").symlink_to(ROOT / "bench")
+
+
+def mypy(args: list[str], path: str) -> int:
+    """mypy with the project's settings on ``args``, in the tree, ``path`` as MYPYPATH."""
+    command = [
+        str(Path(sys.executable).with_name("mypy")),
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        *args,
+    ]
+    return subprocess.call(command, cwd=TREE, env={**os.environ, "MYPYPATH": path})
 
 
 def main(argv: list[str]) -> int:
     link_tree()
-    mypy = Path(sys.executable).with_name("mypy")
-    command = [str(mypy), "--config-file", str(ROOT / "pyproject.toml"), *(argv or ["boxwatch"])]
-    return subprocess.call(command, cwd=TREE, env={**os.environ, "MYPYPATH": "tests"})
+    if argv:
+        return mypy(argv, "tests")
+    benches = sorted(f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py"))
+    # The benches import each other by module name (bench/ first, as when one is run).
+    return mypy(["boxwatch"], "tests") or mypy(benches, "bench:tests")
 
 
 if __name__ == "__main__":

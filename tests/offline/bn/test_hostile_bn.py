@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hostile_bn import (
+from hostile_networks import (
     ARGMAX_C,
     ARGMAX_TIES,
     MIB,

@@ -328,7 +328,7 @@ def onnx_model(folder: Path, kind: str) -> Path:
     import onnx
     from onnx import helper, numpy_helper
 
-    def vi(name: str, shape: list) -> object:
+    def vi(name: str, shape: list) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
 
     if kind == "cyclic":
