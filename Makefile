@@ -49,6 +49,8 @@ bench: $(VENV)/.installed
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 	@echo "== bench/detection.py --unseen"; $(PY) bench/detection.py --unseen
 	@echo "== bench/detection.py --tabular"; $(PY) bench/detection.py --tabular
+	@echo "== bench/detection.py --fresh"; $(PY) bench/detection.py --fresh
+	@echo "== bench/detection.py --tabular"; $(PY) bench/detection.py --tabular
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo-out test-artifacts agent/*.so
