@@ -50,7 +50,6 @@ bench: $(VENV)/.installed
 	@echo "== bench/detection.py --unseen"; $(PY) bench/detection.py --unseen
 	@echo "== bench/detection.py --tabular"; $(PY) bench/detection.py --tabular
 	@echo "== bench/detection.py --fresh"; $(PY) bench/detection.py --fresh
-	@echo "== bench/detection.py --tabular"; $(PY) bench/detection.py --tabular
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo-out test-artifacts agent/*.so
