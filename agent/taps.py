@@ -26,7 +26,10 @@ The layer :data:`INPUT_LAYER` (``"input"``) is the model's input itself, as the 
 it (preprocessed): monitoring it catches inputs unlike the training data (other data sets,
 broken sensors) that a well-trained network maps into familiar activations. What the input
 is (an image, a signal, a vector: :data:`INPUT_KINDS`) follows from its shape
-(:func:`infer_input_kind`).
+(:func:`infer_input_kind`). An input with two or more axes after the channel axis (an
+image) is offered a second time as :data:`COARSE_INPUT_LAYER` (``"input_coarse"``): the
+same input averaged over a coarser grid, at most :data:`COARSE_GRID_CELLS` cells per axis
+(:func:`coarse_view`), which a box monitor sees as a separate layer.
 
 Layer names: an ONNX layer is a tensor (its graph name) or, where torch's exporter recorded
 it, the torch module whose output the tensor is (``layer2.1.relu``: the dynamo exporter's
@@ -61,6 +64,8 @@ POOLINGS = vocab.POOLINGS
 INPUT_KINDS = vocab.INPUT_KINDS
 INPUT_LAYER = "input"
 GRID_CELLS = 7
+COARSE_INPUT_LAYER = "input_coarse"
+COARSE_GRID_CELLS = 5
 THREADS_ENV = "BOXWATCH_ORT_THREADS"
 DEFAULT_THREADS = 1
 ONNX_SUFFIXES = (".onnx",)
@@ -174,16 +179,41 @@ def pool(x: np.ndarray, pooling: str) -> np.ndarray:
     if pooling == "max":
         return x.max(axis=axes).astype(np.float32, copy=False)
     if pooling == "grid":
-        out: np.ndarray = x.astype(np.float32, copy=False)
-        for ax in axes:
-            size = out.shape[ax]
-            edges = np.linspace(0, size, min(size, GRID_CELLS) + 1).round().astype(np.int64)
-            sums = np.add.reduceat(out, edges[:-1], axis=ax)
-            shape = [1] * out.ndim
-            shape[ax] = len(edges) - 1
-            out = (sums / np.diff(edges).reshape(shape)).astype(np.float32)
-        return out.reshape(len(x), -1).astype(np.float32, copy=False)
+        return _grid_means(x, GRID_CELLS).reshape(len(x), -1)
     raise ConfigError(f"pooling={pooling!r}: expected one of {POOLINGS}")
+
+
+def _grid_means(x: np.ndarray, cells: int) -> np.ndarray:
+    """Means of ``x`` (batch, channel, then spatial axes) over a grid of at most ``cells``
+    cells per spatial axis, float32, axes kept."""
+    out: np.ndarray = np.asarray(x).astype(np.float32, copy=False)
+    for ax in range(2, out.ndim):
+        size = out.shape[ax]
+        edges = np.linspace(0, size, min(size, cells) + 1).round().astype(np.int64)
+        sums = np.add.reduceat(out, edges[:-1], axis=ax)
+        shape = [1] * out.ndim
+        shape[ax] = len(edges) - 1
+        out = (sums / np.diff(edges).reshape(shape)).astype(np.float32)
+    return out
+
+
+def coarse_view(x: np.ndarray) -> np.ndarray:
+    """The layer :data:`COARSE_INPUT_LAYER` of an input batch ``x`` (batch, channel, two or
+    more spatial axes): means over at most :data:`COARSE_GRID_CELLS` cells per spatial axis,
+    shape kept. On 28x28 images the 7x7 grid separates digits from other digit-like shapes,
+    the 5x5 one clothing from digits (the detection bench); monitoring both catches both."""
+    return _grid_means(x, COARSE_GRID_CELLS)
+
+
+def coarse_info(input_info: LayerInfo) -> LayerInfo | None:
+    """The candidate :data:`COARSE_INPUT_LAYER` of a model whose input is ``input_info``;
+    ``None`` when the input has fewer than two axes after the channel axis, or none that
+    the coarse grid shrinks."""
+    shape = input_info.shape
+    if len(shape) < 4 or all(d is not None and d <= COARSE_GRID_CELLS for d in shape[2:]):
+        return None
+    spatial = tuple(None if d is None else min(d, COARSE_GRID_CELLS) for d in shape[2:])
+    return LayerInfo(COARSE_INPUT_LAYER, (None, shape[1], *spatial), "Input")
 
 
 def _check_pooling(pooling: str | Mapping[str, str], layers: Sequence[str]) -> dict[str, str]:
@@ -349,8 +379,12 @@ class OnnxTap(_ModelTap):
         input_name = INPUT_LAYER if INPUT_LAYER not in self._layers else source
         graph_input = next(i for i in graph.input if i.name == source)
         self._input = LayerInfo(input_name, _onnx_shape(graph_input), "Input")
+        coarse = coarse_info(self._input)
+        self._coarse = coarse if coarse is not None and coarse.name not in self._layers else None
         aliases = {p: info.name for info in self._layers.values() for p in info.modules}
         aliases[input_name] = source
+        if self._coarse is not None:
+            aliases[self._coarse.name] = source
         valid = [info.name for info in self.candidates()] + list(
             dict.fromkeys(p for info in self._layers.values() for p in info.modules)
         )
@@ -393,10 +427,11 @@ class OnnxTap(_ModelTap):
         self._fetch = [self.output_name, *fetched]
 
     def candidates(self) -> list[LayerInfo]:
-        """The model's input (:data:`INPUT_LAYER`), then every float tensor a node
-        produces, in graph order, each with the module paths that name it (the config takes
-        either name, and no other)."""
-        return [self._input, *self._layers.values()]
+        """The model's input (:data:`INPUT_LAYER`; an image's also as
+        :data:`COARSE_INPUT_LAYER`), then every float tensor a node produces, in graph
+        order, each with the module paths that name it (the config takes either name, and no
+        other)."""
+        return [self._input, *([self._coarse] if self._coarse else []), *self._layers.values()]
 
     def run(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One session call: ``(logits, {layer: (n_samples, n_features) float32})``."""
@@ -405,8 +440,16 @@ class OnnxTap(_ModelTap):
         by_tensor = dict(zip(self._fetch, outs, strict=True))
         by_tensor[self.input_names[0]] = x
         return outs[0], {
-            name: pool(by_tensor[self._tensor[name]], self.pooling[name]) for name in self.layers
+            name: pool(
+                coarse_view(x) if self._is_coarse(name) else by_tensor[self._tensor[name]],
+                self.pooling[name],
+            )
+            for name in self.layers
         }
+
+    def _is_coarse(self, name: str) -> bool:
+        """Whether ``name`` is the input's coarse view (computed here, not by the model)."""
+        return self._coarse is not None and name == self._coarse.name
 
 
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -559,15 +602,16 @@ class TorchTap(_ModelTap):
         self.module.eval()
         modules = dict(self.module.named_modules())
         named = [name for name in modules if name and not name.startswith("_")]
-        if INPUT_LAYER in named:
-            raise ConfigError(
-                f"{self.path}: a module is named {INPUT_LAYER!r}, the name boxwatch gives the "
-                "model's input; rename the module"
-            )
+        for taken in (INPUT_LAYER, COARSE_INPUT_LAYER):
+            if taken in named:
+                raise ConfigError(
+                    f"{self.path}: a module is named {taken!r}, a name boxwatch gives the "
+                    "model's input; rename the module"
+                )
         self._shape_cache: dict[str, tuple[int | None, ...]] | None = None
         self._named = named
         if layers and self.scripted:
-            _check_names(layers, [INPUT_LAYER, *named], str(self.path))
+            _check_names(layers, [INPUT_LAYER, COARSE_INPUT_LAYER, *named], str(self.path))
             raise ConfigError(
                 f"{self.path}: TorchScript modules do not accept forward hooks; "
                 "save the model with torch.export (.pt2) or export it to ONNX"
@@ -577,7 +621,7 @@ class TorchTap(_ModelTap):
         self.layers = list(layers)
         self._captured: dict[str, Any] = {}
         for name in self.layers:
-            if name != INPUT_LAYER:
+            if name not in (INPUT_LAYER, COARSE_INPUT_LAYER):
                 modules[name].register_forward_hook(self._hook(name))
 
     def _hook(self, name: str):
@@ -615,9 +659,10 @@ class TorchTap(_ModelTap):
         return shapes
 
     def candidates(self) -> list[LayerInfo]:
-        """The model's input, then every module whose forward returns a tensor, with its
-        output shape (from one run on a zero example input), in the order the modules
-        finish: exactly the names the tap accepts. TorchScript: every module, no shapes."""
+        """The model's input (an image's twice: :data:`COARSE_INPUT_LAYER`), then every
+        module whose forward returns a tensor, with its output shape (from one run on a zero
+        example input), in the order the modules finish: exactly the names the tap accepts.
+        TorchScript: every module, no shapes."""
         if self._example is None:
             modules = dict(self.module.named_modules())
             return [LayerInfo(INPUT_LAYER, (), "Input")] + [
@@ -625,7 +670,9 @@ class TorchTap(_ModelTap):
                 for n in self._named
             ]
         modules = dict(self.module.named_modules())
-        return [LayerInfo(INPUT_LAYER, (None, *self._example.shape[1:]), "Input")] + [
+        source = LayerInfo(INPUT_LAYER, (None, *self._example.shape[1:]), "Input")
+        coarse = coarse_info(source)
+        return [source, *([coarse] if coarse else [])] + [
             LayerInfo(
                 n,
                 shape,
@@ -647,6 +694,8 @@ class TorchTap(_ModelTap):
         self._captured.clear()
         x = np.ascontiguousarray(x, dtype=np.float32)
         self._captured[INPUT_LAYER] = torch.from_numpy(x)
+        if COARSE_INPUT_LAYER in self.layers:
+            self._captured[COARSE_INPUT_LAYER] = torch.from_numpy(coarse_view(x))
         with torch.no_grad():
             out = self.module(torch.from_numpy(x).to(self._target))
         logits = out[0] if isinstance(out, tuple | list) else out

@@ -45,6 +45,12 @@ The rule, deterministic:
    pixel space), but it is what catches inputs from another data set: on the 32 cells of
    ``bench/detection.py``, the cells where at most 5% of the far unknowns are accepted went
    from 16 (hand-picked hidden layers) to 32 with it (31 with this rule's own layers).
+   An image pooled by its kind is monitored a second time on a coarser grid
+   (:data:`~boxwatch.agent.taps.COARSE_INPUT_LAYER`, at most 5x5 cells): on the detection
+   bench's 80 image cells of seeds 0-2, the 7x7 grid alone let more than 5% of the MNIST
+   digits through 6 Fashion-MNIST models, the 5x5 grid alone more than 5% of the clothing
+   through 8 MNIST models, both together 1 model (issue 38; docs/build-config.md has the
+   figures on seeds it was not chosen on).
 
 Why this rule (``bench/layer_choice.py``; docs/build-config.md has the table): on 20 cells
 of ``bench/detection.py``'s suite (MNIST and Fashion-MNIST, CNN and MLP; 10 to develop the
@@ -72,7 +78,16 @@ import numpy as np
 from msgspec import UNSET
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.taps import INPUT_KINDS, INPUT_LAYER, LayerInfo, Tap, infer_input_kind, pool
+from boxwatch.agent.taps import (
+    COARSE_INPUT_LAYER,
+    INPUT_KINDS,
+    INPUT_LAYER,
+    LayerInfo,
+    Tap,
+    coarse_info,
+    infer_input_kind,
+    pool,
+)
 from boxwatch.offline.monitors.estimator import BoxMonitor, _held_out_rows
 from boxwatch.offline.monitors.taukmeans import direct_kmeans
 from boxwatch.offline.release.records import (
@@ -129,6 +144,7 @@ RULE = (
     "(known inputs only; the model's output left out), and the model's input"
 )
 INPUT_WHY = "catches inputs unlike the training data"
+COARSE_WHY = "the model's input again on a coarser grid: catches other shapes than the fine one"
 OUTPUT_WHY = "the model's output, which auto leaves out (not ranked)"
 
 
@@ -184,7 +200,8 @@ def _given(pooling: str | Mapping[str, str], name: str) -> bool:
 class InputPlan:
     """How the build monitors the model's input: its kind (:data:`INPUT_KINDS`), whether
     the kind was inferred, the pooling its kind (or the config) gives, the features that
-    makes, whether it is monitored and why."""
+    makes, whether it is monitored and why; and the features of its coarse view
+    (:data:`~boxwatch.agent.taps.COARSE_INPUT_LAYER`) where that is monitored too, else 0."""
 
     kind: str
     inferred: bool
@@ -192,6 +209,7 @@ class InputPlan:
     features: int | None
     monitored: bool
     reason: str
+    coarse: int = 0
 
     @property
     def measurable(self) -> bool:
@@ -208,10 +226,10 @@ def input_plan(
 ) -> InputPlan:
     """The monitor of a model input of ``shape`` (batch axis first): ``kind`` from the
     config, else inferred; pooled as the config's per-layer ``pooling`` names ``input``,
-    else by kind (image: ``grid``; signal: ``flatten``, or ``grid`` past
-    :data:`MAX_FEATURES`; vector: ``flatten``); monitored when ``monitor`` and that gives 2
-    to :data:`MAX_FEATURES` features. Raises :class:`ConfigError` for a kind the shape
-    cannot have."""
+    else by kind (image: ``grid``, and its coarse view beside it; signal: ``flatten``, or
+    ``grid`` past :data:`MAX_FEATURES`; vector: ``flatten``); monitored when ``monitor``
+    and that gives 2 to :data:`MAX_FEATURES` features. Raises :class:`ConfigError` for a
+    kind the shape cannot have."""
     rank = len(shape) - 1
     resolved = kind or infer_input_kind(shape)
     if resolved not in INPUT_KINDS:
@@ -223,6 +241,7 @@ def input_plan(
     if resolved == "signal" and rank < 1:
         raise ConfigError("model.input_kind: signal needs an input of shape [C, L] or [L]")
     info = LayerInfo(INPUT_LAYER, tuple(shape), "Input")
+    given = isinstance(pooling, Mapping) and INPUT_LAYER in pooling
     if isinstance(pooling, Mapping) and INPUT_LAYER in pooling:
         chosen = str(pooling[INPUT_LAYER])
     elif resolved == "image":
@@ -241,7 +260,12 @@ def input_plan(
     elif not monitor:
         reason = f"{what}: not monitored, model.monitor_input is false"
     else:
-        return InputPlan(resolved, kind is None, chosen, n, True, f"{what}: {INPUT_WHY}")
+        view = coarse_info(info) if resolved == "image" and not given else None
+        width = view.n_features("flatten") if view is not None else None
+        coarse = width if width is not None and 2 <= width < n else 0
+        also = f" (and on a coarser grid, {coarse} features)" if coarse else ""
+        why = f"{what}{also}: {INPUT_WHY}"
+        return InputPlan(resolved, kind is None, chosen, n, True, why, coarse)
     return InputPlan(resolved, kind is None, chosen, n, False, reason)
 
 
@@ -270,7 +294,7 @@ def screen(infos: Sequence[LayerInfo], pooling: str | Mapping[str, str]) -> list
         given = pooling_of(pooling, info.name)
         n = info.n_features(given)
         reason: str | None = None
-        if info.name == INPUT_LAYER:
+        if info.name in (INPUT_LAYER, COARSE_INPUT_LAYER) and info.kind == "Input":
             reason = "the model's input: not ranked"
         elif n is None:
             reason = "feature count unknown (dynamic axis)"
@@ -575,6 +599,9 @@ def choose_layers(
         if entry.monitored:
             chosen.append(INPUT_LAYER)
             poolings[INPUT_LAYER] = entry.pooling
+        if entry.coarse and any(i.name == COARSE_INPUT_LAYER for i in infos):
+            chosen.append(COARSE_INPUT_LAYER)
+            poolings[COARSE_INPUT_LAYER] = "flatten"
     candidates: list[dict[str, Any]] = []
     for s in screened:
         info = s.info
@@ -596,6 +623,8 @@ def choose_layers(
         if info.name == INPUT_LAYER and entry is not None:
             row["pooling"], row["features"] = entry.pooling, entry.features
             row["reason"] = entry.reason
+        elif info.name == COARSE_INPUT_LAYER and info.kind == "Input" and entry is not None:
+            row["reason"] = COARSE_WHY if entry.coarse else "the model's input: not ranked"
         elif info.name in order:
             row["rank"] = order.index(info.name) + 1
             rank_of = f"rank {row['rank']} of {len(order)}"
@@ -677,6 +706,9 @@ def listed(
             reason = "listed in the build config" + ("" if name == info.name else f" as {name}")
         elif info.name == INPUT_LAYER:
             used, chosen, reason = entry.pooling, entry.monitored, entry.reason
+        elif info.name == COARSE_INPUT_LAYER and info.kind == "Input":
+            chosen = bool(entry.coarse) and INPUT_LAYER not in given
+            reason = COARSE_WHY if chosen else "not listed"
         else:
             reason = "not listed"
         rows.append(

@@ -448,6 +448,8 @@ def _auto_widths(
     if plan.monitored and plan.features:
         features.append(plan.features)
         raw += model.preprocessing.size
+    if plan.coarse:
+        features.append(plan.coarse)
     choice = sum(
         sum(s.info.n_features(p) or 0 for p in layer_choice.MAP_POOLINGS)
         if s.pooled

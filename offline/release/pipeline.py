@@ -45,7 +45,7 @@ from boxwatch.agent.members import (
 )
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
-from boxwatch.agent.taps import INPUT_LAYER, LayerInfo, Tap, open_tap
+from boxwatch.agent.taps import COARSE_INPUT_LAYER, INPUT_LAYER, LayerInfo, Tap, open_tap
 from boxwatch.offline.monitors.baselines import BASELINES as TABLE
 from boxwatch.offline.monitors.baselines import NEEDS
 from boxwatch.offline.progress import Phase, Progress
@@ -341,15 +341,19 @@ def _prepare_model(
                 monitor=m.monitor_input,
             ),
         )
-    if not auto and not m.monitor_input and INPUT_LAYER in layers:
+    inputs = [n for n in (INPUT_LAYER, COARSE_INPUT_LAYER) if n in layers]
+    if not auto and not m.monitor_input and inputs:
         problems.append(
-            f"model.monitor_input: false, but layers lists {INPUT_LAYER!r}; drop one of them"
+            f"model.monitor_input: false, but layers lists {inputs[0]!r}; drop one of them"
         )
-    elif not auto and entry is not None and entry.monitored and INPUT_LAYER not in layers:
-        # An explicit list keeps the model's input, pooled as its kind says.
+    elif not auto and entry is not None and entry.monitored and not inputs:
+        # An explicit list keeps the model's input, pooled as its kind says (an image on
+        # two grids).
         pooling = {n: layer_choice.pooling_of(m.pooling, n) for n in layers}
         pooling[INPUT_LAYER] = entry.pooling
-        layers = [INPUT_LAYER, *layers]
+        coarse = [COARSE_INPUT_LAYER] if entry.coarse else []
+        pooling.update({n: "flatten" for n in coarse})
+        layers = [INPUT_LAYER, *coarse, *layers]
     tap = _collect(
         problems, lambda: open_tap(path, layers, pooling=pooling, threads=1, device=m.device)
     )

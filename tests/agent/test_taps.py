@@ -16,7 +16,18 @@ from onnx import numpy_helper
 from onnx_export import export_onnx
 
 from boxwatch.agent.errors import ConfigError
-from boxwatch.agent.taps import OnnxTap, TorchTap, list_layers, open_tap, pool, resolve_threads
+from boxwatch.agent.taps import (
+    COARSE_INPUT_LAYER,
+    LayerInfo,
+    OnnxTap,
+    TorchTap,
+    coarse_info,
+    coarse_view,
+    list_layers,
+    open_tap,
+    pool,
+    resolve_threads,
+)
 from boxwatch.commands.layers import layers as layers_cmd
 
 DIGITS_MODEL = ROOT / "examples" / "digits" / "model.onnx"
@@ -300,6 +311,63 @@ def test_the_model_input_is_a_layer_in_both_taps(exported):
     np.testing.assert_array_equal(flat, x.reshape(3, -1))
 
 
+def test_the_coarse_view_averages_at_most_five_cells_per_axis():
+    """``input_coarse``: block means over at most 5 cells per spatial axis, channels apart,
+    every pixel counted once; an axis of 5 or fewer is kept as it is."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 25, 10)).astype(np.float32)
+    want = x.reshape(2, 3, 5, 5, 5, 2).mean(axis=(3, 5))
+    np.testing.assert_allclose(coarse_view(x), want, rtol=1e-5, atol=1e-6)
+    small = rng.normal(size=(1, 1, 4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(coarse_view(small), small)
+    info = coarse_info(LayerInfo("input", (None, 3, 28, 28), "Input"))
+    assert info is not None and info.name == COARSE_INPUT_LAYER and info.n_features() == 75
+    assert coarse_info(LayerInfo("input", (None, 1, 40), "Input")) is None  # a signal
+    assert coarse_info(LayerInfo("input", (None, 1, 5, 4), "Input")) is None  # no coarser
+
+
+@pytest.mark.slow
+def test_the_coarse_input_is_a_layer_in_both_taps(exported):
+    """An image model offers its input twice, second on the coarse grid: ONNX and torch
+    agree, and the view is the input's, whatever else is tapped."""
+    _, onnx_path, pt2, _ = exported
+    x = np.random.default_rng(6).normal(size=(3, 1, 8, 8)).astype(np.float32)
+    want = coarse_view(x).reshape(3, -1)
+    for tap in (
+        OnnxTap(onnx_path, [COARSE_INPUT_LAYER, "/fc/Gemm_output_0"]),
+        TorchTap(pt2, ["fc", COARSE_INPUT_LAYER]),
+    ):
+        _, acts = tap.run(x)
+        np.testing.assert_allclose(acts[COARSE_INPUT_LAYER], want, rtol=1e-6)
+        second = tap.candidates()[1]
+        assert (second.name, second.kind, second.shape) == (
+            COARSE_INPUT_LAYER,
+            "Input",
+            (None, 1, 5, 5),
+        )
+    # 8 pixels in 5 cells: sizes 2, 1, 2, 1, 2 (rounded edges 0, 2, 3, 5, 6, 8).
+    np.testing.assert_allclose(want[:, 0], x[:, 0, :2, :2].mean(axis=(1, 2)), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_torch_module_named_like_the_coarse_input_is_refused(tmp_path):
+    """A module called ``input_coarse`` would be tapped in place of the input's view."""
+
+    class Named(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.input_coarse = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.input_coarse(x)
+
+    program = torch.export.export(Named().eval(), (torch.zeros(2, 4),))
+    path = tmp_path / "named.pt2"
+    torch.export.save(program, str(path))
+    with pytest.raises(ConfigError, match="a module is named 'input_coarse'"):
+        TorchTap(path, [])
+
+
 # ---------------------------------------------------------------------------- hostile models
 def _onnx_file(tmp_path, name: str, nodes, inputs, outputs, initializers=()) -> str:
     """An ONNX model file written without checks (onnxruntime is the one that refuses it)."""
@@ -422,3 +490,23 @@ def test_a_torch_module_path_taps_the_same_values_in_onnx_and_pt2(resnet_saved):
     for tap in (onnx_tap, torch_tap):
         names = [n for info in tap.candidates() for n in (info.name, *info.modules)]
         type(tap)(tap.path, list(dict.fromkeys(names)))
+
+
+def test_an_onnx_tensor_named_like_the_coarse_input_keeps_its_name(tmp_path):
+    """A graph tensor called ``input_coarse`` is that tensor; the image gets no coarse view."""
+    path = _onnx_file(
+        tmp_path,
+        "named",
+        [
+            onnx.helper.make_node("Relu", ["x"], ["input_coarse"], name="relu"),
+            onnx.helper.make_node("Flatten", ["input_coarse"], ["y"], name="flat"),
+        ],
+        [_vi("x", [None, 1, 8, 8])],
+        [_vi("y", [None, 64])],
+    )
+    tap = OnnxTap(path, [COARSE_INPUT_LAYER])
+    assert [i.kind for i in tap.candidates() if i.name == COARSE_INPUT_LAYER] == ["Relu"]
+    x = np.random.default_rng(7).normal(size=(2, 1, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(
+        tap.run(x)[1][COARSE_INPUT_LAYER], np.maximum(x, 0).reshape(2, -1)
+    )

@@ -51,6 +51,12 @@ def test_the_kind_follows_the_shape_and_sets_the_pooling():
     assert infer_input_kind((None, 64)) == "vector"
     plan = layer_choice.input_plan
     assert (plan((None, 1, 28, 28)).pooling, plan((None, 1, 28, 28)).features) == ("grid", 49)
+    # An image pooled by its kind is watched on the coarse grid too; nothing else is.
+    assert plan((None, 1, 28, 28)).coarse == 25 and plan((None, 3, 32, 32)).coarse == 75
+    assert plan((None, 1, 40)).coarse == 0 and plan((None, 64)).coarse == 0
+    assert plan((None, 1, 28, 28), pooling={"input": "grid"}).coarse == 0
+    assert plan((None, 1, 5, 5)).coarse == 0  # no coarser than the grid itself
+    assert plan((None, 1, 28, 28), monitor=False).coarse == 0
     assert (plan((None, 1, 40)).pooling, plan((None, 1, 40)).features) == ("flatten", 40)
     # A signal past the feature cap: a coarse grid along its length (7 cells per channel).
     long = plan((None, 4, 1000))

@@ -19,6 +19,7 @@ from boxwatch.agent.boxes import ACCEPT
 from boxwatch.agent.errors import ConfigError
 from boxwatch.agent.keys import generate_keypair, load_private_key
 from boxwatch.agent.runtime import load_runtime
+from boxwatch.agent.taps import COARSE_INPUT_LAYER
 from boxwatch.cli import EXIT_OK, EXIT_USAGE, cli
 from boxwatch.offline.release import layer_choice
 from boxwatch.offline.release.config import load_config
@@ -52,7 +53,7 @@ def test_conv_maps_over_the_cap_are_pooled_and_monitored(resnet_saved, keys, fmt
     config = build_config(resnet_saved, f"auto_{fmt}", model=model)
     summary, artifact = built(config, keys)
     rows = summary["monitor"]["layer_choice"]["candidates"]
-    maps = [r for r in rows if r["chosen"] and r["layer"] != "input"]
+    maps = [r for r in rows if r["chosen"] and r["kind"] != "Input"]
     assert maps and all(r["pooling"] in layer_choice.MAP_POOLINGS for r in maps)
     assert all("1,152 features flattened, pooled" in r["reason"] for r in maps)
     assert all(set(r["pooling_auroc"]) == {"avg", "max", "grid"} for r in maps)
@@ -60,9 +61,14 @@ def test_conv_maps_over_the_cap_are_pooled_and_monitored(resnet_saved, keys, fmt
     assert any(r["reason"].startswith("not ranked: its block of") for r in rows)
     assert summary["model"]["input_kind"] == "image"
     assert summary["monitor"]["layer_choice"]["pooling"]["input"] == "grid"
+    # The 12x12 input is watched on the 5x5 grid too, as its own layer (25 features).
+    coarse = next(r for r in rows if r["layer"] == COARSE_INPUT_LAYER)
+    assert coarse["chosen"] and coarse["features"] == 25 and "coarser grid" in coarse["reason"]
+    assert summary["monitor"]["layer_choice"]["pooling"][COARSE_INPUT_LAYER] == "flatten"
     runtime = load_runtime(artifact, [str(keys[1])], model_path=model)
     x = np.load(resnet_saved.folder / "validation.npz")["x"]
     result = runtime.run_model(x)
+    assert result.layer_verdicts[COARSE_INPUT_LAYER].shape == (len(x),)
     assert np.mean(result.verdicts == ACCEPT) > 0.8
     noise = np.load(resnet_saved.folder / "unknown_noise.npz")["x"]
     assert np.mean(runtime.run_model(noise).verdicts == ACCEPT) < 0.1
@@ -81,11 +87,12 @@ def test_the_listing_names_layers_by_module_and_is_what_the_config_takes(resnet_
     # The config takes a module path; the summary says which tensor it is.
     config = build_config(resnet_saved, "by_module", layers=["layer1.0.relu"])
     summary, artifact = built(config, keys)
-    assert summary["model"]["layers"] == ["input", "layer1.0.relu"]
+    # The input of a listed config is watched as under auto: an image on both grids.
+    assert summary["model"]["layers"] == ["input", COARSE_INPUT_LAYER, "layer1.0.relu"]
     row = next(
         c
         for c in summary["monitor"]["layer_choice"]["candidates"]
-        if c["chosen"] and c["layer"] != "input"
+        if c["chosen"] and c["kind"] != "Input"
     )
     assert row["layer"] == by_module["layer1.0.relu"] and "layer1.0.relu" in row["modules"]
     assert row["reason"] == "listed in the build config as layer1.0.relu"
@@ -95,7 +102,11 @@ def test_the_listing_names_layers_by_module_and_is_what_the_config_takes(resnet_
     assert f'id="layer-choice-{j}-pooling">flatten<' in html
     runtime = load_runtime(artifact, [str(keys[1])], model_path=resnet_saved.onnx)
     x = np.load(resnet_saved.folder / "validation.npz")["x"][:5]
-    assert set(runtime.run_model(x).layer_verdicts) == {"input", "layer1.0.relu"}
+    assert set(runtime.run_model(x).layer_verdicts) == {
+        "input",
+        COARSE_INPUT_LAYER,
+        "layer1.0.relu",
+    }
     # A name the listing does not show is refused, and the error lists what it shows; a node
     # name (accepted by older releases) is refused naming the layer to write instead.
     listed = {r["name"] for r in rows} | set(by_module)
