@@ -40,7 +40,9 @@ def layers(model: Path, pooling: str | None, config: Path | None, as_json: bool)
     (.pt/.ts). The first line gives the model's input: its name (model.input_name), shape
     (batch axis '?'; model.preprocessing.shape is the rest), dtype and kind (image, signal
     or vector: from its shape, or the config's model.input_kind), which sets how the build
-    pools it. Each row gives the layer name to put in the build config, its kind (the ONNX
+    pools it; an image is listed twice, as 'input' and as 'input_coarse' (the same input on
+    a 5x5 grid), and the build monitors both. Each row gives the layer name to put in the
+    build config, its kind (the ONNX
     op, or the torch module's class), its output shape (batch axis shown as '?') and how
     many features it yields with --pooling. For an ONNX file torch exported, a 'module'
     column gives the torch modules whose output the tensor is (layer2.1.relu): the config
