@@ -216,6 +216,12 @@ def coarse_info(input_info: LayerInfo) -> LayerInfo | None:
     return LayerInfo(COARSE_INPUT_LAYER, (None, shape[1], *spatial), "Input")
 
 
+def offers_coarse(infos: Sequence[LayerInfo]) -> bool:
+    """Whether a tap's candidates ``infos`` include the input's coarse view (not a graph
+    tensor that happens to be named :data:`COARSE_INPUT_LAYER`)."""
+    return any(i.name == COARSE_INPUT_LAYER and i.kind == "Input" for i in infos)
+
+
 def _check_pooling(pooling: str | Mapping[str, str], layers: Sequence[str]) -> dict[str, str]:
     """Per-layer pooling from one option or a ``{layer: option}`` mapping."""
     if not isinstance(pooling, Mapping) and pooling not in POOLINGS:

@@ -86,6 +86,7 @@ from boxwatch.agent.taps import (
     Tap,
     coarse_info,
     infer_input_kind,
+    offers_coarse,
     pool,
 )
 from boxwatch.offline.monitors.estimator import BoxMonitor, _held_out_rows
@@ -599,7 +600,7 @@ def choose_layers(
         if entry.monitored:
             chosen.append(INPUT_LAYER)
             poolings[INPUT_LAYER] = entry.pooling
-        if entry.coarse and any(i.name == COARSE_INPUT_LAYER for i in infos):
+        if entry.coarse and offers_coarse(infos):
             chosen.append(COARSE_INPUT_LAYER)
             poolings[COARSE_INPUT_LAYER] = "flatten"
     candidates: list[dict[str, Any]] = []

@@ -45,7 +45,14 @@ from boxwatch.agent.members import (
 )
 from boxwatch.agent.preprocessing import InputRange, Preprocessing
 from boxwatch.agent.runtime import ModelResult, model_files
-from boxwatch.agent.taps import COARSE_INPUT_LAYER, INPUT_LAYER, LayerInfo, Tap, open_tap
+from boxwatch.agent.taps import (
+    COARSE_INPUT_LAYER,
+    INPUT_LAYER,
+    LayerInfo,
+    Tap,
+    offers_coarse,
+    open_tap,
+)
 from boxwatch.offline.monitors.baselines import BASELINES as TABLE
 from boxwatch.offline.monitors.baselines import NEEDS
 from boxwatch.offline.progress import Phase, Progress
@@ -342,6 +349,7 @@ def _prepare_model(
             ),
         )
     inputs = [n for n in (INPUT_LAYER, COARSE_INPUT_LAYER) if n in layers]
+    coarse: list[str] = []
     if not auto and not m.monitor_input and inputs:
         problems.append(
             f"model.monitor_input: false, but layers lists {inputs[0]!r}; drop one of them"
@@ -357,6 +365,13 @@ def _prepare_model(
     tap = _collect(
         problems, lambda: open_tap(path, layers, pooling=pooling, threads=1, device=m.device)
     )
+    if tap is not None and coarse and not offers_coarse(tap.candidates()):
+        # A graph tensor has the coarse view's name: the input is watched on its grid only.
+        layers = [n for n in layers if n not in coarse]
+        pooling = {n: layer_choice.pooling_of(pooling, n) for n in layers}
+        tap = _collect(
+            problems, lambda: open_tap(path, layers, pooling=pooling, threads=1, device=m.device)
+        )
     data = _load_data(cfg, preprocessing, classes, problems)
     if "train" not in data and len(problems) == before:
         problems.append("data.train: the model section needs training inputs")

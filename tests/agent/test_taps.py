@@ -24,6 +24,7 @@ from boxwatch.agent.taps import (
     coarse_info,
     coarse_view,
     list_layers,
+    offers_coarse,
     open_tap,
     pool,
     resolve_threads,
@@ -339,6 +340,7 @@ def test_the_coarse_input_is_a_layer_in_both_taps(exported):
     ):
         _, acts = tap.run(x)
         np.testing.assert_allclose(acts[COARSE_INPUT_LAYER], want, rtol=1e-6)
+        assert offers_coarse(tap.candidates())
         second = tap.candidates()[1]
         assert (second.name, second.kind, second.shape) == (
             COARSE_INPUT_LAYER,
@@ -506,6 +508,7 @@ def test_an_onnx_tensor_named_like_the_coarse_input_keeps_its_name(tmp_path):
     )
     tap = OnnxTap(path, [COARSE_INPUT_LAYER])
     assert [i.kind for i in tap.candidates() if i.name == COARSE_INPUT_LAYER] == ["Relu"]
+    assert not offers_coarse(tap.candidates())  # the build then watches the input on one grid
     x = np.random.default_rng(7).normal(size=(2, 1, 8, 8)).astype(np.float32)
     np.testing.assert_array_equal(
         tap.run(x)[1][COARSE_INPUT_LAYER], np.maximum(x, 0).reshape(2, -1)

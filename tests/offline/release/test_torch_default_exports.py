@@ -168,3 +168,37 @@ def test_a_pt2_input_is_checked_at_dry_run(resnet_saved, tmp_path):
     )
     res = runner.invoke(cli, ["build-artifact", str(config), "--dry-run"])
     assert res.exit_code == EXIT_USAGE and "its input 'x' takes float64" in res.stderr
+
+
+def test_a_graph_tensor_named_like_the_coarse_view_is_not_monitored_as_it(resnet_saved, tmp_path):
+    """An ONNX image model with its own ``input_coarse`` tensor: an explicit list keeps the
+    input on its grid and does not tap that tensor in the coarse view's place."""
+    from onnx import TensorProto, helper, numpy_helper
+    from torch_models import SavedModel
+
+    masks = np.zeros((144, 3), np.float32)
+    for label in range(3):
+        r, c = divmod(label, 2)
+        quadrant = np.zeros((12, 12), np.float32)
+        quadrant[6 * r : 6 * r + 6, 6 * c : 6 * c + 6] = 1.0
+        masks[:, label] = quadrant.reshape(-1)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["input_coarse"]),
+            helper.make_node("Flatten", ["input_coarse"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "w"], ["logits"]),
+        ],
+        "quadrants",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1, 12, 12])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [None, 3])],
+        [numpy_helper.from_array(masks, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "quadrants.onnx"
+    onnx.save(model, str(path))
+    saved = SavedModel(path, None, resnet_saved.folder, resnet_saved.shape)
+    config = build_config(saved, "named_coarse", layers=["flat"], model_keys={"input_name": "x"})
+    inputs = prepare(load_config(config)).model
+    assert inputs is not None and inputs.layers == ["input", "flat"]
+    # The plan asked for the coarse view; the graph's own tensor of that name made it drop.
+    assert layer_choice.input_plan((None, 1, 12, 12)).coarse == 25
