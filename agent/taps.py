@@ -216,10 +216,15 @@ def coarse_info(input_info: LayerInfo) -> LayerInfo | None:
     return LayerInfo(COARSE_INPUT_LAYER, (None, shape[1], *spatial), "Input")
 
 
+def is_coarse_view(info: LayerInfo) -> bool:
+    """Whether candidate ``info`` is the input's coarse view (not a graph tensor that
+    happens to be named :data:`COARSE_INPUT_LAYER`)."""
+    return info.name == COARSE_INPUT_LAYER and info.kind == "Input"
+
+
 def offers_coarse(infos: Sequence[LayerInfo]) -> bool:
-    """Whether a tap's candidates ``infos`` include the input's coarse view (not a graph
-    tensor that happens to be named :data:`COARSE_INPUT_LAYER`)."""
-    return any(i.name == COARSE_INPUT_LAYER and i.kind == "Input" for i in infos)
+    """Whether a tap's candidates ``infos`` include the input's coarse view."""
+    return any(map(is_coarse_view, infos))
 
 
 def _check_pooling(pooling: str | Mapping[str, str], layers: Sequence[str]) -> dict[str, str]:

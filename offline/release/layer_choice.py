@@ -86,6 +86,7 @@ from boxwatch.agent.taps import (
     Tap,
     coarse_info,
     infer_input_kind,
+    is_coarse_view,
     offers_coarse,
     pool,
 )
@@ -242,9 +243,9 @@ def input_plan(
     if resolved == "signal" and rank < 1:
         raise ConfigError("model.input_kind: signal needs an input of shape [C, L] or [L]")
     info = LayerInfo(INPUT_LAYER, tuple(shape), "Input")
-    given = isinstance(pooling, Mapping) and INPUT_LAYER in pooling
-    if isinstance(pooling, Mapping) and INPUT_LAYER in pooling:
-        chosen = str(pooling[INPUT_LAYER])
+    given = pooling.get(INPUT_LAYER) if isinstance(pooling, Mapping) else None
+    if given is not None:
+        chosen = str(given)
     elif resolved == "image":
         chosen = "grid"
     elif resolved == "signal":
@@ -261,7 +262,7 @@ def input_plan(
     elif not monitor:
         reason = f"{what}: not monitored, model.monitor_input is false"
     else:
-        view = coarse_info(info) if resolved == "image" and not given else None
+        view = coarse_info(info) if resolved == "image" and given is None else None
         width = view.n_features("flatten") if view is not None else None
         coarse = width if width is not None and 2 <= width < n else 0
         also = f" (and on a coarser grid, {coarse} features)" if coarse else ""
@@ -295,7 +296,7 @@ def screen(infos: Sequence[LayerInfo], pooling: str | Mapping[str, str]) -> list
         given = pooling_of(pooling, info.name)
         n = info.n_features(given)
         reason: str | None = None
-        if info.name in (INPUT_LAYER, COARSE_INPUT_LAYER) and info.kind == "Input":
+        if info.name == INPUT_LAYER or is_coarse_view(info):
             reason = "the model's input: not ranked"
         elif n is None:
             reason = "feature count unknown (dynamic axis)"
@@ -624,7 +625,7 @@ def choose_layers(
         if info.name == INPUT_LAYER and entry is not None:
             row["pooling"], row["features"] = entry.pooling, entry.features
             row["reason"] = entry.reason
-        elif info.name == COARSE_INPUT_LAYER and info.kind == "Input" and entry is not None:
+        elif is_coarse_view(info) and entry is not None:
             row["reason"] = COARSE_WHY if entry.coarse else "the model's input: not ranked"
         elif info.name in order:
             row["rank"] = order.index(info.name) + 1
@@ -707,7 +708,7 @@ def listed(
             reason = "listed in the build config" + ("" if name == info.name else f" as {name}")
         elif info.name == INPUT_LAYER:
             used, chosen, reason = entry.pooling, entry.monitored, entry.reason
-        elif info.name == COARSE_INPUT_LAYER and info.kind == "Input":
+        elif is_coarse_view(info):
             chosen = bool(entry.coarse) and INPUT_LAYER not in given
             reason = COARSE_WHY if chosen else "not listed"
         else:
