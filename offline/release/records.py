@@ -310,6 +310,10 @@ class ShareChoice(Record, frozen=True):
         Annotated[float, _d("the same, softmax confidence alone at the same operating point")]
         | UnsetType
     ) = UNSET
+    margin: (
+        Annotated[float, _d("how far below softmax's figure the chosen share had to come")]
+        | UnsetType
+    ) = UNSET
 
 
 class CalibrationSummary(Record, frozen=True):

@@ -482,12 +482,51 @@ def test_error_model_ranks_mistakes_at_least_as_well_as_softmax():
     assert learnt > softmax + 0.05
 
 
-def test_confidence_share_auto_trades_mistakes_against_share():
+def _share_case(seed, sep):
+    """Scores of 2,000 correct and 150 wrong calibration inputs: the box score blind to the
+    mistakes, the error score and softmax confidence telling them apart by ``sep``."""
+    rng = np.random.default_rng(seed)
+    n, m = 2000, 150
+    wrong = np.r_[np.zeros(n, bool), np.ones(m, bool)]
+    score = rng.uniform(0, 1, n + m)
+    doubt = np.r_[rng.uniform(0, 1, n), rng.uniform(sep, 1 + sep, m)]
+    conf = np.r_[rng.uniform(0.5, 1, n), rng.uniform(0.5 - sep / 4, 1 - sep / 4, m)]
+    return score, doubt, conf, np.flatnonzero(~wrong), wrong
+
+
+@pytest.mark.parametrize(("seed", "sep", "clears"), [(2, 0.05, True), (0, 0.2, False)])
+def test_share_choice_asks_for_a_margin_below_softmax(seed, sep, clears):
+    """The automatic split passes over shares that only match softmax confidence within the
+    validation set's noise: it takes the first share clear of softmax's share by
+    ``SHARE_MARGIN`` standard errors, else the smallest near the fewest mistakes; both cases
+    here would have taken a smaller share without the margin."""
+    from boxwatch.offline.monitors.estimator import SHARE_MARGIN, SHARE_TIE, _choose_share
+
+    share, rec = _choose_share(*_share_case(seed, sep), 0.95)
+    soft, shares, accepted = (
+        rec["softmax_misclassified_accepted"],
+        rec["shares"],
+        rec["misclassified_accepted"],
+    )
+    assert rec["margin"] == pytest.approx(SHARE_MARGIN * np.sqrt(soft * (1 - soft) / 150))
+    at = dict(zip(shares, accepted, strict=True))
+    without_margin = next(s for s in shares if at[s] <= soft)
+    assert without_margin < share
+    if clears:
+        assert at[share] <= soft - rec["margin"] and rec["reason"].startswith("the smallest")
+        assert all(at[s] > soft - rec["margin"] for s in shares if s < share)
+    else:
+        assert all(a > soft - rec["margin"] for a in accepted)
+        assert share == min(s for s in shares if at[s] <= min(accepted) + SHARE_TIE)
+        assert rec["reason"].startswith("no share")
+
+
+def test_confidence_share_auto_takes_the_smallest_share_clear_of_softmax():
     """``confidence_share="auto"`` records the misclassified validation inputs accepted per
-    share of the grid up to ``SHARE_CAP`` and, of the shares accepting no more of them than
-    softmax confidence alone, picks the one minimising mistakes accepted + ``SHARE_PRICE`` x
-    share (else the smallest near the fewest)."""
-    from boxwatch.offline.monitors.estimator import SHARE_CAP, SHARE_GRID, SHARE_PRICE
+    share of the grid up to ``SHARE_CAP`` and takes the smallest share accepting fewer of
+    them than softmax confidence alone by ``SHARE_MARGIN`` standard errors of softmax's share
+    (else the smallest near the fewest)."""
+    from boxwatch.offline.monitors.estimator import SHARE_CAP, SHARE_GRID, SHARE_MARGIN
 
     acts, y, pred = synthetic(12, n=600)
     logits = synthetic_logits(pred, 1)
@@ -497,14 +536,17 @@ def test_confidence_share_auto_trades_mistakes_against_share():
         acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
     )
     choice = mon.calibration_.share_choice
-    assert choice["method"] == "auto" and choice["n_misclassified"] == int((vy != vpred).sum())
+    n_wrong = int((vy != vpred).sum())
+    assert choice["method"] == "auto" and choice["n_misclassified"] == n_wrong
     shares, accepted = choice["shares"], choice["misclassified_accepted"]
     assert shares == [s for s in SHARE_GRID if s <= SHARE_CAP] and max(shares) < SHARE_GRID[-1]
     soft = choice["softmax_misclassified_accepted"]
-    ok = [(a + SHARE_PRICE * s, s) for s, a in zip(shares, accepted, strict=True) if a <= soft]
+    margin = SHARE_MARGIN * np.sqrt(soft * (1 - soft) / n_wrong)
+    assert choice["margin"] == pytest.approx(margin) and margin > 0
+    clear = [s for s, a in zip(shares, accepted, strict=True) if a <= soft - margin]
     expect = (
-        min(ok)[1]
-        if ok
+        clear[0]
+        if clear
         else next(s for s, a in zip(shares, accepted, strict=True) if a <= min(accepted) + 0.005)
     )
     assert mon.calibration_.confidence_share == expect
