@@ -1450,7 +1450,8 @@ def _choose_share(
     need = int(np.ceil(target_acceptance * len(rows)))
     floor = _confidence_floor(confidence[rows], need)
     softmax = float(np.mean(confidence[wrong] >= floor)) if floor is not None else 1.0
-    margin = SHARE_MARGIN * float(np.sqrt(softmax * (1.0 - softmax) / max(int(wrong.sum()), 1)))
+    n_wrong = int(wrong.sum())
+    margin = SHARE_MARGIN * float(np.sqrt(softmax * (1.0 - softmax) / max(n_wrong, 1)))
     eligible = np.where(np.isfinite(score), score, np.inf)
     grid = [s for s in SHARE_GRID if s <= SHARE_CAP]
     accepted = []
@@ -1478,7 +1479,7 @@ def _choose_share(
     return share, {
         "method": "auto",
         "reason": reason,
-        "n_misclassified": int(wrong.sum()),
+        "n_misclassified": n_wrong,
         "shares": grid,
         "misclassified_accepted": accepted,
         "softmax_misclassified_accepted": softmax,
