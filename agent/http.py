@@ -4,8 +4,10 @@ One thread runs a selector loop on the configured address (loopback by default).
 so that no client can keep Prometheus or a liveness probe out: each request must arrive whole
 (request line and headers) within ``request_timeout_s`` and take its answer within as much
 again, however slowly it trickles; at most ``max_connections`` are open at once, and at the
-cap a new connection closes the oldest one still sending its request; a request head over
-:data:`MAX_REQUEST_HEAD_BYTES` is refused (431). A client that goes away mid-answer is not an
+cap a new connection closes the oldest one still sending its request, once that one has had
+:data:`EVICTION_GRACE_S` to send it (until then new connections wait in the listen queue, where
+a scraper's request arrives whole); a request head over :data:`MAX_REQUEST_HEAD_BYTES` is
+refused (431). A client that goes away mid-answer is not an
 error worth a traceback.
 """
 
@@ -42,9 +44,14 @@ REQUEST_TIMEOUT_S = 5.0
 """Seconds a client has for its whole request line and headers (and again for its answer)."""
 MAX_CONNECTIONS = 128
 """Connections open at once; at the cap a new one closes the oldest unfinished request."""
+EVICTION_GRACE_S = 0.1
+"""Seconds a connection keeps its place at the cap before a new one may close it: clients
+that reconnect as fast as they are closed would otherwise turn the whole cap over within
+milliseconds and close a scraper whose request is a moment behind its connection."""
 MAX_REQUEST_HEAD_BYTES = 16 << 10
 """Bytes of request line and headers; more is answered 431."""
-LISTEN_BACKLOG = 128
+LISTEN_BACKLOG = 1024
+"""Connections the kernel queues while the cap is held (the system's somaxconn may lower it)."""
 ACCEPTS_PER_ROUND = (
     8  # then pending requests are read: fewer than the cap, so none is evicted unread
 )
@@ -194,8 +201,9 @@ class AgentHTTPServer:
     connection carries one request (``Connection: close``) and two deadlines of
     ``request_timeout_s`` each: one for its whole request line and headers (however they
     trickle in), then one for taking its answer. At ``max_connections`` a new connection
-    closes the oldest one still sending its request; when every connection is taking its
-    answer, the new one is closed instead.
+    closes the oldest one still sending its request that has been open for
+    :data:`EVICTION_GRACE_S`; while there is none (every connection younger, or taking its
+    answer), the server stops accepting and new connections wait in the kernel's listen queue.
     """
 
     def __init__(
@@ -225,6 +233,7 @@ class AgentHTTPServer:
         }
         self._timeout = request_timeout_s
         self._max = max_connections
+        self._grace = min(EVICTION_GRACE_S, request_timeout_s)
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         try:
@@ -245,6 +254,7 @@ class AgentHTTPServer:
         self._wake_r.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
+        self._accepting = True
         self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         self._open: dict[socket.socket, _Connection] = {}  # oldest first
         self._stopping = threading.Event()
@@ -287,6 +297,7 @@ class AgentHTTPServer:
                         if isinstance(key.data, _Connection):
                             self._close(key.data)
                 self._expire()
+                self._accept_while_room()
         finally:
             self._release()
 
@@ -304,14 +315,19 @@ class AgentHTTPServer:
             self._write(what)
 
     def _wait_s(self) -> float:
-        """Seconds until the nearest deadline (at most one)."""
-        nearest = min((c.deadline for c in self._open.values()), default=None)
-        if nearest is None:
+        """Seconds until the nearest deadline, or until a connection may make room (at most one)."""
+        times = [c.deadline for c in self._open.values()]
+        if not self._accepting:
+            times += [c.opened + self._grace for c in self._open.values() if c.answer is None][:1]
+        if not times:
             return 1.0
-        return min(max(nearest - time.monotonic(), 0.0), 1.0)
+        return min(max(min(times) - time.monotonic(), 0.0), 1.0)
 
     def _accept(self) -> None:
         for _ in range(max(1, min(ACCEPTS_PER_ROUND, self._max // 4))):
+            if len(self._open) >= self._max and not self._evict_one(time.monotonic()):
+                self._set_accepting(False)  # new connections wait in the listen queue
+                return
             try:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -319,22 +335,40 @@ class AgentHTTPServer:
             except OSError as exc:  # out of file descriptors: free one for the next round
                 log.debug("metrics server: accept failed (%s)", exc)
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    self._evict_one()
+                    self._evict_one(None)
                 return
-            if len(self._open) >= self._max and not self._evict_one():
-                log.debug("metrics server: %s refused, every connection is answering", peer)
-                sock.close()
-                continue
             sock.setblocking(False)
-            conn = _Connection(sock, peer, time.monotonic() + self._timeout)
+            now = time.monotonic()
+            conn = _Connection(sock, peer, now + self._timeout, now)
             self._open[sock] = conn
             self._selector.register(sock, selectors.EVENT_READ, conn)
             self._read(conn)  # a client that sent its request with the connect: answered now
 
-    def _evict_one(self) -> bool:
-        """Close the oldest connection still sending its request; False when there is none."""
+    def _accept_while_room(self) -> None:
+        """Listen again once there is room under the cap, or a connection that may make it."""
+        if self._accepting or self._stopping.is_set():
+            return
+        now = time.monotonic()
+        if len(self._open) < self._max or any(
+            c.answer is None and c.opened + self._grace <= now for c in self._open.values()
+        ):
+            self._set_accepting(True)
+
+    def _set_accepting(self, on: bool) -> None:
+        if on != self._accepting:
+            self._accepting = on
+            if on:
+                self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
+            else:
+                self._selector.unregister(self._listener)
+
+    def _evict_one(self, now: float | None) -> bool:
+        """Close the oldest connection still sending its request, if it has been open
+        :data:`EVICTION_GRACE_S` at ``now`` (``None``: whatever its age); False when none is."""
         for conn in self._open.values():
             if conn.answer is None:
+                if now is not None and conn.opened + self._grace > now:
+                    return False
                 log.debug("metrics server: %s closed to make room (cap reached)", conn.peer)
                 self._close(conn)
                 return True
@@ -447,6 +481,7 @@ class _Connection:
     sock: socket.socket
     peer: Any
     deadline: float
+    opened: float
     head: bytearray = field(default_factory=bytearray)
     answer: memoryview | None = None
 

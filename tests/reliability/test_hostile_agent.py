@@ -207,26 +207,30 @@ def live(example, tmp_path_factory) -> Iterator[LiveAgent]:
 @pytest.mark.integration
 def test_slow_clients_never_shut_out_health_or_metrics(live):
     """64 idle, half-open and trickling clients (one byte every 0.5, 1 or 5 s), reconnecting
-    as soon as they are closed, against a cap of 16: /healthz answers every probe (one late), /metrics
-    at least 95%, and no slow client keeps its connection past the request deadline."""
+    as soon as they are closed, against a cap of 16: /healthz answers every probe (one late),
+    /metrics at least 95%, and no slow client keeps its connection past the request deadline.
+    (Turning the cap over as fast as the clients reconnected closed one scrape in seven in CI.)"""
     live.ensure_running()
     clients = SlowClients(live.address, 64, paces=(0.5, 1.0, 5.0))
-    prober = Prober(live.address, ["/healthz", "/metrics"], every=0.25, timeout=2.0)
+    health = Prober(live.address, ["/healthz"], every=0.25, timeout=2.0)
+    scraper = Prober(live.address, ["/metrics"], every=0.25, timeout=2.0)
     clients.start()
     try:
         time.sleep(1.0)
-        prober.start()
+        health.start()
+        scraper.start()
         time.sleep(5.0)
     finally:
-        prober.stop()
+        health.stop()
+        scraper.stop()
         clients.stop()
     assert clients.error is None
-    healthy, probes = prober.answered("/healthz")
-    scraped, scrapes = prober.answered("/metrics")
-    # The prober shares this process's GIL with 64 client threads: on a loaded machine one of
-    # its requests can reach the server late; bench/hostile.py measures the strict target.
-    assert probes >= 8 and healthy >= probes - 1, prober.probes
-    assert scraped >= 0.95 * scrapes, prober.probes
+    healthy, probes = health.answered("/healthz")
+    scraped, scrapes = scraper.answered("/metrics")
+    # The probers share this process with the clients' thread: on a loaded machine one of
+    # their requests can reach the server late; bench/hostile.py measures the strict target.
+    assert probes >= 8 and healthy >= probes - 1, health.probes
+    assert scrapes >= 8 and scraped >= 0.95 * scrapes, scraper.probes
     assert clients.stats.closed_by_server >= 64
     assert clients.stats.longest < REQUEST_TIMEOUT_S + 1.5, clients.stats.longest
     assert live.agent.alive, live.agent.log_tail()
