@@ -352,8 +352,8 @@ SETTINGS: tuple[Setting, ...] = (
         _int,
         128,
         "HTTP connections open at once. At the cap a new connection closes the oldest one "
-        "still sending its request, so idle or trickling clients cannot keep a scraper or "
-        "a liveness probe out; one thread serves them all.",
+        "still sending its request (once it has been open 0.1 s), so idle or trickling "
+        "clients cannot keep a scraper or a liveness probe out; one thread serves them all.",
         _positive,
     ),
     Setting(
