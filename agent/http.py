@@ -317,8 +317,9 @@ class AgentHTTPServer:
     def _wait_s(self) -> float:
         """Seconds until the nearest deadline, or until a connection may make room (at most one)."""
         times = [c.deadline for c in self._open.values()]
-        if not self._accepting:
-            times += [c.opened + self._grace for c in self._open.values() if c.answer is None][:1]
+        oldest = self._oldest_unfinished()
+        if not self._accepting and oldest is not None:
+            times.append(oldest.opened + self._grace)
         if not times:
             return 1.0
         return min(max(min(times) - time.monotonic(), 0.0), 1.0)
@@ -348,9 +349,9 @@ class AgentHTTPServer:
         """Listen again once there is room under the cap, or a connection that may make it."""
         if self._accepting or self._stopping.is_set():
             return
-        now = time.monotonic()
-        if len(self._open) < self._max or any(
-            c.answer is None and c.opened + self._grace <= now for c in self._open.values()
+        oldest = self._oldest_unfinished()
+        if len(self._open) < self._max or (
+            oldest is not None and oldest.opened + self._grace <= time.monotonic()
         ):
             self._set_accepting(True)
 
@@ -362,17 +363,19 @@ class AgentHTTPServer:
             else:
                 self._selector.unregister(self._listener)
 
+    def _oldest_unfinished(self) -> _Connection | None:
+        """The oldest connection still sending its request (``_open`` is oldest first)."""
+        return next((c for c in self._open.values() if c.answer is None), None)
+
     def _evict_one(self, now: float | None) -> bool:
         """Close the oldest connection still sending its request, if it has been open
         :data:`EVICTION_GRACE_S` at ``now`` (``None``: whatever its age); False when none is."""
-        for conn in self._open.values():
-            if conn.answer is None:
-                if now is not None and conn.opened + self._grace > now:
-                    return False
-                log.debug("metrics server: %s closed to make room (cap reached)", conn.peer)
-                self._close(conn)
-                return True
-        return False
+        oldest = self._oldest_unfinished()
+        if oldest is None or (now is not None and oldest.opened + self._grace > now):
+            return False
+        log.debug("metrics server: %s closed to make room (cap reached)", oldest.peer)
+        self._close(oldest)
+        return True
 
     def _expire(self) -> None:
         now = time.monotonic()
