@@ -317,8 +317,7 @@ class AgentHTTPServer:
     def _wait_s(self) -> float:
         """Seconds until the nearest deadline, or until a connection may make room (at most one)."""
         times = [c.deadline for c in self._open.values()]
-        oldest = self._oldest_unfinished()
-        if not self._accepting and oldest is not None:
+        if not self._accepting and (oldest := self._oldest_unfinished()) is not None:
             times.append(oldest.opened + self._grace)
         if not times:
             return 1.0
@@ -326,18 +325,25 @@ class AgentHTTPServer:
 
     def _accept(self) -> None:
         for _ in range(max(1, min(ACCEPTS_PER_ROUND, self._max // 4))):
-            if len(self._open) >= self._max and not self._evict_one(time.monotonic()):
-                self._set_accepting(False)  # new connections wait in the listen queue
-                return
+            victim = None
+            if len(self._open) >= self._max:
+                victim = self._evictable(time.monotonic())
+                if victim is None:
+                    self._set_accepting(False)  # new connections wait in the listen queue
+                    return
             try:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # out of file descriptors: free one for the next round
                 log.debug("metrics server: accept failed (%s)", exc)
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    self._evict_one(None)
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and (
+                    oldest := self._oldest_unfinished()
+                ):
+                    self._evict(oldest)
                 return
+            if victim is not None:  # closed only for a connection that came
+                self._evict(victim)
             sock.setblocking(False)
             now = time.monotonic()
             conn = _Connection(sock, peer, now + self._timeout, now)
@@ -349,10 +355,7 @@ class AgentHTTPServer:
         """Listen again once there is room under the cap, or a connection that may make it."""
         if self._accepting or self._stopping.is_set():
             return
-        oldest = self._oldest_unfinished()
-        if len(self._open) < self._max or (
-            oldest is not None and oldest.opened + self._grace <= time.monotonic()
-        ):
+        if len(self._open) < self._max or self._evictable(time.monotonic()) is not None:
             self._set_accepting(True)
 
     def _set_accepting(self, on: bool) -> None:
@@ -367,15 +370,15 @@ class AgentHTTPServer:
         """The oldest connection still sending its request (``_open`` is oldest first)."""
         return next((c for c in self._open.values() if c.answer is None), None)
 
-    def _evict_one(self, now: float | None) -> bool:
-        """Close the oldest connection still sending its request, if it has been open
-        :data:`EVICTION_GRACE_S` at ``now`` (``None``: whatever its age); False when none is."""
+    def _evictable(self, now: float) -> _Connection | None:
+        """The oldest connection still sending its request, if it has been open
+        :data:`EVICTION_GRACE_S` at ``now``."""
         oldest = self._oldest_unfinished()
-        if oldest is None or (now is not None and oldest.opened + self._grace > now):
-            return False
-        log.debug("metrics server: %s closed to make room (cap reached)", oldest.peer)
-        self._close(oldest)
-        return True
+        return oldest if oldest is not None and oldest.opened + self._grace <= now else None
+
+    def _evict(self, conn: _Connection) -> None:
+        log.debug("metrics server: %s closed to make room (cap reached)", conn.peer)
+        self._close(conn)
 
     def _expire(self) -> None:
         now = time.monotonic()

@@ -131,6 +131,25 @@ def test_a_request_a_moment_behind_its_connection_keeps_its_place(server_factory
     assert clients.stats.longest < 2.0
 
 
+def test_a_connection_at_the_cap_closes_one_slow_client_only(server_factory):
+    """One new connection at the cap closes exactly one slow client, the oldest, and only
+    once it has arrived: none is closed for a connection the listen queue does not hold."""
+    srv = server_factory(request_timeout_s=5.0, max_connections=8)
+    slow = [_connect(srv) for _ in range(8)]
+    newcomer = None
+    try:
+        time.sleep(0.3)  # every slow client past its grace, none near its deadline
+        newcomer = _connect(srv)
+        time.sleep(0.5)
+        closed = [_closed_after(sock, 0.05) < 0.05 for sock in slow]
+        assert closed == [True] + [False] * 7, closed
+        assert _closed_after(newcomer, 0.05) == 0.05  # kept: it is the one that came
+    finally:
+        for sock in [*slow, newcomer]:
+            if sock is not None:
+                sock.close()
+
+
 def test_an_oversized_request_head_is_refused(server_factory):
     srv = server_factory()
     sock = _connect(srv)
