@@ -1190,7 +1190,8 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
     m = len(with_errors)
     err_excess = [c.box.misclassified - c.msp.misclassified for c in with_errors]
     auroc_diff = [c.box.error_auroc - c.msp.error_auroc for c in with_errors]
-    near_excess = [c.box.near - min(r.near for r in c.baselines) for c in cells]
+    near_best = [min(c.baselines, key=lambda r: r.near) for c in cells]
+    near_excess = [c.box.near - b.near for c, b in zip(cells, near_best, strict=True)]
     image = [c for c in cells if c.image]
     within = sum(abs(b.known_correct - TARGET) <= 0.02 for b in boxes)
     over = [(c, e) for c, e in zip(with_errors, err_excess, strict=True) if e > 0.01 + 1e-12]
@@ -1219,11 +1220,10 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
         "(worst kind) / misclassified accepted, the baseline's against the verdicts': "
         + (
             "; ".join(
-                f"{c.label} {r.name} {r.near:.1%} / {r.worst_far:.1%} / {r.misclassified:.1%} against "
+                f"{c.label} {b.name} {b.near:.1%} / {b.worst_far:.1%} / {b.misclassified:.1%} against "
                 f"{c.box.near:.1%} / {c.box.worst_far:.1%} / {c.box.misclassified:.1%}"
-                for c, e in zip(cells, near_excess, strict=True)
+                for c, b, e in zip(cells, near_best, near_excess, strict=True)
                 if e > 0.05 + 1e-12
-                for r in [min(c.baselines, key=lambda r: r.near)]
             )
             or "none"
         ),
