@@ -1154,9 +1154,9 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
         counts.setdefault(what, {"win": 0, "tie": 0, "loss": 0, "-": 0})[v] += 1
         return v
 
-    for c in cells:
+    near_best = [min(c.baselines, key=lambda r: r.near) for c in cells]
+    for c, best_near in zip(cells, near_best, strict=True):
         box, msp = c.box, c.msp
-        best_near = min(c.baselines, key=lambda r: r.near)
         best_far = min(c.baselines, key=lambda r: r.worst_far)
         best_err = min(c.baselines, key=lambda r: r.misclassified)
         vn = count("near vs best baseline", verdict(box.near, best_near.near))
@@ -1190,7 +1190,6 @@ def summary_lines(cells: list[Cell], timing: dict[str, list[float]]) -> list[str
     m = len(with_errors)
     err_excess = [c.box.misclassified - c.msp.misclassified for c in with_errors]
     auroc_diff = [c.box.error_auroc - c.msp.error_auroc for c in with_errors]
-    near_best = [min(c.baselines, key=lambda r: r.near) for c in cells]
     near_excess = [c.box.near - b.near for c, b in zip(cells, near_best, strict=True)]
     image = [c for c in cells if c.image]
     within = sum(abs(b.known_correct - TARGET) <= 0.02 for b in boxes)
