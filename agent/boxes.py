@@ -23,6 +23,7 @@ import numpy as np
 
 from boxwatch.agent import vocab
 from boxwatch.agent.errors import ArtifactError, ConfigError
+from boxwatch.agent.mahalanobis import RelativeMahalanobis
 from boxwatch.agent.members import BOXES_PREFIX
 
 ACCEPT, UNCERTAIN, REJECT = 0, 1, 2
@@ -42,11 +43,12 @@ FORMAT = "boxwatch.boxes"
 # (``uncertainty="error-model"``, ``error_model``); 6 adds ``contrast_candidates`` (the
 # contrast term's neighbour classes sought among the classes whose boxes lie nearest only);
 # 7 adds ``peak_factor`` (one layer's distance alone can decide the score); 8 adds the error
-# model's ``class_shift`` (a term per predicted class; ``peak_factor`` may then be absent).
+# model's ``class_shift`` (a term per predicted class; ``peak_factor`` may then be absent);
+# 9 adds the relative Mahalanobis terms (``mahalanobis``, arrays ``M{j}.*``).
 # Each monitor is written with the lowest version that holds it, and all are read; an older
 # reader refuses a newer monitor rather than emit other verdicts than the builder measured.
 FORMAT_VERSION = 1
-FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+FORMAT_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 _ROWS_PER_CHUNK = 1 << 18  # vectors grouped and transposed at once
 _BLOCK = 16  # dimensions tested between checks for an early exit
 # Below this many inputs of one class, broadcast over (inputs, boxes, features) in chunks of
@@ -1084,6 +1086,7 @@ BAD_BOX = REASON_NAMES.index("bad_box")
 OUTSIDE_BOXES = REASON_NAMES.index("outside_boxes")
 BETWEEN_CLASSES = REASON_NAMES.index("between_classes")
 ENERGY = REASON_NAMES.index("energy")
+MAHALANOBIS = REASON_NAMES.index("mahalanobis")
 NOT_FINITE = REASON_NAMES.index("not_finite")
 OUT_OF_RANGE = REASON_NAMES.index("out_of_range")
 
@@ -1099,9 +1102,9 @@ class Reasons:
     layer : ndarray of shape (n_samples,), int16
         For inputs not accepted, the layer the reason points at (index into
         ``layer_names``): the deciding term's layer (``outside_boxes``,
-        ``between_classes``), the first layer holding the input in a bad box (``bad_box``),
-        else the layer with the largest scaled distance; -1 for accepted inputs and
-        ``not_finite``.
+        ``between_classes``, ``mahalanobis``), the first layer holding the input in a bad
+        box (``bad_box``), else the layer with the largest scaled distance; -1 for accepted
+        inputs and ``not_finite``.
     nearest : ndarray of shape (n_samples,), int64
         For inputs not accepted, the nearest other class: among the classes the contrast
         term measures against (the contrast layer with the largest term), else the model's
@@ -1144,7 +1147,7 @@ class Reasons:
 class AssessTrace:
     """What one :meth:`BoxRuntime.assess` pass computed, for :meth:`BoxRuntime.explain`: the
     features and bad-box tests per layer, and the score's scaled terms (distances, contrast
-    terms, the energy term once; empty without a score)."""
+    terms, relative Mahalanobis terms, the energy term once; empty without a score)."""
 
     feats: dict[str, np.ndarray] = field(default_factory=dict)
     in_bad: dict[str, np.ndarray] = field(default_factory=dict)
@@ -1157,8 +1160,9 @@ class _ReasonLayout:
     """What :meth:`BoxRuntime.explain` reads of a monitor's settings, built once for them.
 
     ``names``: the layers the reasons index; ``monitored`` / ``score_at``: the index of each
-    monitored / score layer there; per term of the score (distances, contrast terms, the
-    energy term): ``kinds`` (reason code), ``term_at`` (layer index, -1: the energy) and
+    monitored / score layer there; per term of the score (distances, contrast terms,
+    relative Mahalanobis terms, the energy term): ``kinds`` (reason code), ``term_at``
+    (layer index, -1: the energy) and
     ``weight`` (what its value weighs in the score); ``nearest``: per contrast layer and
     class, the one class its contrast term measures against (None: more than one).
     """
@@ -1275,6 +1279,11 @@ class BoxRuntime:
         The energy term of the fused quadratic score (set by calibration when the monitor
         was fitted with logits; None: no term): ``max(0, energy - center) / scale``, with
         the energy :func:`model_energy` of the model's logits.
+    mahalanobis : dict of str to RelativeMahalanobis
+        The relative Mahalanobis terms of the fused quadratic score, by score layer (fitted
+        on the training inputs; a term counts once calibration set its centre and scale):
+        ``max(0, RMD - center) / scale`` at the predicted class, each one more term of the
+        mean (:mod:`boxwatch.agent.mahalanobis`).
     error_model : ErrorModel or None
         With ``uncertainty="error-model"``: the learnt model of the classifier's mistakes and
         its calibrated cut.
@@ -1307,6 +1316,7 @@ class BoxRuntime:
     error_model: ErrorModel | None = None
     contrast_candidates: int = 0
     peak_factor: float | None = None
+    mahalanobis: dict[str, RelativeMahalanobis] = field(default_factory=dict)
     _others: dict[str, BoxSet] = field(default_factory=dict, init=False, repr=False, compare=False)
     _other_classes: dict[tuple[str, int, int], np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -1419,6 +1429,39 @@ class BoxRuntime:
             and self.energy_scale is not None
         )
 
+    def mahalanobis_layers(self) -> list[str]:
+        """The layers whose relative Mahalanobis term the score holds (fused quadratic score,
+        calibrated terms), in score-layer order."""
+        if self.score != "fused" or self.score_mean != "quadratic":
+            return []
+        return [
+            layer
+            for layer in self.score_layers
+            if layer in self.mahalanobis and self.mahalanobis[layer].calibrated
+        ]
+
+    def mahalanobis_distances(
+        self,
+        activations: Mapping[str, np.ndarray],
+        y_pred: np.ndarray,
+        layers: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Relative Mahalanobis distance at the predicted class per layer of ``layers``
+        (None: :meth:`mahalanobis_layers`), before scaling, shape (n_samples,) each."""
+        y_pred = np.asarray(y_pred)
+        out = {}
+        for layer in self.mahalanobis_layers() if layers is None else layers:
+            if layer not in activations:
+                raise ConfigError(
+                    f"activations lack monitored layer {layer!r}; got {sorted(activations)}"
+                )
+            x = np.asarray(activations[layer])
+            try:
+                out[layer] = self.mahalanobis[layer].distance(x.reshape(len(x), -1), y_pred)
+            except ValueError as exc:
+                raise ConfigError(f"layer {layer!r}: {exc}") from None
+        return out
+
     def energy(self, logits: Outputs | None, n: int) -> np.ndarray | None:
         """The energy of ``logits`` when the score holds the energy term, else None."""
         if not self.has_energy_term():
@@ -1520,7 +1563,12 @@ class BoxRuntime:
                 else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
                 for layer in contrast
             }
-            terms = self._scaled_terms(dist, contrast_terms, self.energy(outputs, len(y_pred)))
+            terms = self._scaled_terms(
+                dist,
+                contrast_terms,
+                self.energy(outputs, len(y_pred)),
+                self.mahalanobis_distances(activations, y_pred),
+            )
             peak = self._peak(terms[0])
             scores = self._combine(*terms, peak)
         if trace is not None:
@@ -1685,11 +1733,14 @@ class BoxRuntime:
         per_layer: Mapping[str, np.ndarray],
         contrast: Mapping[str, np.ndarray] | None = None,
         energy: np.ndarray | None = None,
+        mahalanobis: Mapping[str, np.ndarray] | None = None,
     ) -> np.ndarray:
         """The score from per-layer distances (and contrast terms): shape (n_samples,).
 
         The terms are each score layer's distance / scale and (``"fused"``) each contrast
-        layer's contrast / scale, and with an energy term (:meth:`has_energy_term`)
+        layer's contrast / scale, with the quadratic mean one relative Mahalanobis term per
+        :meth:`mahalanobis_layers` (``mahalanobis``: their :meth:`mahalanobis_distances`),
+        and with an energy term (:meth:`has_energy_term`)
         ``max(0, energy - energy_center) / energy_scale``, counted ``ENERGY_TERMS`` times:
         the logits' evidence that the boxes cannot see (inputs with weak logits that still
         lie near some box).
@@ -1702,7 +1753,7 @@ class BoxRuntime:
         outside the input grid's boxes only). Non-finite scores become ``inf`` (never
         accepted) with ``"fused"`` and ``"quadratic"``.
         """
-        return self._combine_terms(*self._scaled_terms(per_layer, contrast, energy))
+        return self._combine_terms(*self._scaled_terms(per_layer, contrast, energy, mahalanobis))
 
     def _combine_terms(
         self, dist: list[np.ndarray], con: list[np.ndarray], term: np.ndarray | None
@@ -1748,9 +1799,11 @@ class BoxRuntime:
         per_layer: Mapping[str, np.ndarray],
         contrast: Mapping[str, np.ndarray] | None,
         energy: np.ndarray | None,
+        mahalanobis: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
         """The score's terms, each scaled (:meth:`combine_scores`): one per score layer, one
-        per contrast layer (``"fused"``) and the energy term (None without one)."""
+        per contrast layer (``"fused"``) followed by one per :meth:`mahalanobis_layers`, and
+        the energy term (None without one)."""
         dist = [per_layer[layer] / self.score_scales.get(layer, 1.0) for layer in self.score_layers]
         con: list[np.ndarray] = []
         if self.score == "fused" and self.contrast_layers:
@@ -1762,6 +1815,13 @@ class BoxRuntime:
                 contrast[layer] / self.contrast_scales.get(layer, 1.0)
                 for layer in self.contrast_layers
             ]
+        relative = self.mahalanobis_layers()
+        if relative:
+            if mahalanobis is None or any(layer not in mahalanobis for layer in relative):
+                raise ConfigError(
+                    f"this monitor's score needs the relative Mahalanobis distances of {relative}"
+                )
+            con = [*con, *(self.mahalanobis[layer].term(mahalanobis[layer]) for layer in relative)]
         term = None
         if self.has_energy_term():
             if energy is None:
@@ -1786,6 +1846,7 @@ class BoxRuntime:
             dist,
             contrast if self.score == "fused" else None,
             energy=self.energy(logits, len(np.asarray(y_pred))),
+            mahalanobis=self.mahalanobis_distances(activations, y_pred),
         )
 
     def explain(
@@ -1836,6 +1897,7 @@ class BoxRuntime:
             self.score,
             self.score_mean,
             self.has_energy_term(),
+            tuple(self.mahalanobis_layers()),
             self.contrast_classes,
             self.contrast_candidates,
         )
@@ -1845,8 +1907,9 @@ class BoxRuntime:
         at = {name: i for i, name in enumerate(names)}
         contrast = self.contrast_layers if self.score == "fused" else []
         n_dist, n_con = len(self.score_layers), len(contrast)
-        kinds = [OUTSIDE_BOXES] * n_dist + [BETWEEN_CLASSES] * n_con
-        term_at = [at[name] for name in [*self.score_layers, *contrast]]
+        relative = self.mahalanobis_layers()
+        kinds = [OUTSIDE_BOXES] * n_dist + [BETWEEN_CLASSES] * n_con + [MAHALANOBIS] * len(relative)
+        term_at = [at[name] for name in [*self.score_layers, *contrast, *relative]]
         # A term's share of the score, as its value times its weight (terms are >= 0): of
         # the mean square, its square times its count (the weight: the count's root); of the
         # arithmetic score, its value over the number of terms of its kind.
@@ -2023,11 +2086,13 @@ class BoxRuntime:
         confident = self.combine == "calibrated" and self.uncertainty == "confidence"
         v5 = self.uncertainty == "error-model"
         v8 = v5 and self.error_model is not None and self.error_model.class_shift is not None
+        relative = self.mahalanobis_layers()
+        v9 = bool(relative)
         v7 = self.peak_factor is not None
         v6 = self._restricts_contrast()
         v4 = v5 or self.has_energy_term()
-        v3 = v8 or v7 or v6 or v4 or confident or self.score_mean != "arithmetic"
-        ladder = ((8, v8), (7, v7), (6, v6), (5, v5), (4, v4), (3, v3), (2, fused))
+        v3 = v9 or v8 or v7 or v6 or v4 or confident or self.score_mean != "arithmetic"
+        ladder = ((9, v9), (8, v8), (7, v7), (6, v6), (5, v5), (4, v4), (3, v3), (2, fused))
         version = next((v for v, needed in ladder if needed), 1)
         spec = {
             "format": FORMAT,
@@ -2072,6 +2137,16 @@ class BoxRuntime:
             if self.error_model is None:
                 raise ConfigError("uncertainty='error-model' needs an error model: calibrate first")
             spec.update(error_model=self.error_model.as_dict())
+        if v9:
+            terms = []
+            for j, layer in enumerate(relative):
+                term = self.mahalanobis[layer]
+                assert term.center is not None and term.scale is not None  # calibrated
+                terms.append(
+                    {"layer": layer, "center": float(term.center), "scale": float(term.scale)}
+                )
+                arrays.update(term.to_arrays(f"M{j}"))
+            spec.update(mahalanobis=terms)
         return {f"{prefix}.json": spec, f"{prefix}.npz": arrays}
 
     @classmethod
@@ -2153,6 +2228,10 @@ class BoxRuntime:
                 if uncertainty == "error-model"
                 else None
             )
+            score_layers = list(spec["score_layers"])
+            mahalanobis = _mahalanobis_terms(
+                spec, arrays, jname, aname, score_layers, good, score, score_mean
+            )
             if (
                 spec["version"] >= 4
                 and energy
@@ -2169,7 +2248,7 @@ class BoxRuntime:
                 bad=bad,
                 normalize=spec["normalize"],
                 combine=spec["combine"],
-                score_layers=list(spec["score_layers"]),
+                score_layers=score_layers,
                 score_scales={k: float(v) for k, v in spec["score_scales"].items()},
                 threshold=spec["threshold"],
                 meta=dict(spec.get("meta", {})),
@@ -2186,6 +2265,55 @@ class BoxRuntime:
                 error_model=error_model,
                 contrast_candidates=candidates,
                 peak_factor=None if peak is None else float(peak),
+                mahalanobis=mahalanobis,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{aname}: malformed box monitor ({exc})") from None
+
+
+def _mahalanobis_terms(
+    spec: Mapping[str, Any],
+    arrays: Mapping[str, np.ndarray],
+    jname: str,
+    aname: str,
+    score_layers: list[str],
+    good: Mapping[str, BoxSet],
+    score: str,
+    score_mean: str,
+) -> dict[str, RelativeMahalanobis]:
+    """The relative Mahalanobis terms of a box monitor member (format 9; none before): one
+    per listed score layer of a fused quadratic score, each checked against its layer's
+    boxes (classes and features); an :class:`ArtifactError` names what does not fit."""
+    if spec["version"] < 9:
+        return {}
+    listed = spec.get("mahalanobis")
+    if not isinstance(listed, list) or not listed:
+        raise ArtifactError(f"{jname}: mahalanobis should be a non-empty list of terms")
+    if score != "fused" or score_mean != "quadratic":
+        raise ArtifactError(
+            f"{jname}: relative Mahalanobis terms need score 'fused' with score_mean "
+            f"'quadratic', not {score!r} / {score_mean!r}"
+        )
+    out: dict[str, RelativeMahalanobis] = {}
+    for j, entry in enumerate(listed):
+        layer = entry.get("layer") if isinstance(entry, dict) else None
+        if (
+            not isinstance(layer, str)
+            or layer not in score_layers
+            or layer not in good
+            or layer in out
+        ):
+            raise ArtifactError(
+                f"{jname}: mahalanobis[{j}] should name a score layer once; got {layer!r}"
+            )
+        boxes = good[layer]
+        out[layer] = RelativeMahalanobis.from_arrays(
+            arrays,
+            f"M{j}",
+            center=entry.get("center"),
+            scale=entry.get("scale"),
+            n_classes=boxes.n_classes,
+            n_features=boxes.n_features,
+            where=f"{aname}: mahalanobis term of layer {layer!r}",
+        )
+    return out

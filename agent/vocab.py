@@ -81,6 +81,7 @@ REASON_VERDICTS: dict[str, tuple[str, ...]] = {
     "outside_boxes": ("reject", "uncertainty"),
     "between_classes": ("reject",),
     "energy": ("reject",),
+    "mahalanobis": ("reject",),
     "not_finite": ("reject",),
     "out_of_range": VERDICTS,
 }

@@ -37,13 +37,17 @@ from boxwatch.agent.boxes import (
     verdict_names,
 )
 from boxwatch.agent.errors import ConfigError
+from boxwatch.agent.mahalanobis import MAX_FEATURES as MAHALANOBIS_MAX_FEATURES
+from boxwatch.agent.mahalanobis import RelativeMahalanobis
 from boxwatch.agent.members import BOXES_PREFIX
+from boxwatch.agent.taps import COARSE_INPUT_LAYER, INPUT_LAYER
 from boxwatch.offline.monitors.evaluation import (
     DEFAULT_TARGET_ACCEPTANCE,
     acceptance_threshold,
     auroc,
     outcome_counts,
 )
+from boxwatch.offline.monitors.mahalanobis import fit_relative_mahalanobis
 from boxwatch.offline.monitors.params import (
     Boolean,
     Constraint,
@@ -542,6 +546,14 @@ class BoxMonitor(BaseEstimator):
         median on the calibration population, scaled like the other terms. Unknown inputs
         whose features still lie near some box often have weak logits for every class;
         ignored when the model outputs probabilities (their scale is gone).
+    mahalanobis_term : bool, default=True
+        With ``score="fused"`` and ``score_mean="quadratic"``: one more term of the score
+        per score layer but the model's input (``input``, ``input_coarse``) of at most
+        ``MAX_FEATURES`` (1,024) features, the relative Mahalanobis distance at the predicted
+        class (Ren et al. 2021; :mod:`boxwatch.agent.mahalanobis`) above its median on the
+        calibration population, scaled like the energy term. It sees how unlike its
+        predicted class an input is where the boxes see an input near some box: on the
+        detection bench it let fewer near unknowns and fewer of the model's mistakes through.
     contrast_layers : sequence of str or "auto", default="auto"
         Layers of the contrast term. ``"auto"``: the score layers whose held-out-class
         AUROC reaches ``CONTRAST_MIN_AUROC`` (all score layers without that selection).
@@ -621,6 +633,7 @@ class BoxMonitor(BaseEstimator):
         "score_mean": [Options(vocab.SCORE_MEANS)],
         "peak_factor": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "energy_term": [Boolean()],
+        "mahalanobis_term": [Boolean()],
         "contrast_layers": [Names(), Options(("auto",))],
         "contrast_classes": [Interval(numbers.Integral, 0, None, closed="left")],
         "max_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -656,6 +669,7 @@ class BoxMonitor(BaseEstimator):
         score_mean: str = "quadratic",
         peak_factor: float | None = DEFAULT_PEAK_FACTOR,
         energy_term: bool = True,
+        mahalanobis_term: bool = True,
         contrast_layers: Sequence[str] | str = "auto",
         contrast_classes: int = 1,
         max_clusters: int = 64,
@@ -680,6 +694,7 @@ class BoxMonitor(BaseEstimator):
         self.score_mean = score_mean
         self.peak_factor = peak_factor
         self.energy_term = energy_term
+        self.mahalanobis_term = mahalanobis_term
         self.contrast_layers = contrast_layers
         self.contrast_classes = contrast_classes
         self.max_clusters = max_clusters
@@ -886,6 +901,9 @@ class BoxMonitor(BaseEstimator):
             contrast_candidates=CONTRAST_CANDIDATES,
             peak_factor=None if self.peak_factor is None else float(self.peak_factor),
         )
+        self.runtime_.mahalanobis = self._fit_mahalanobis(
+            activations_by_layer, y_true, score_layers, k, keep
+        )
         kinds = [output_kind(v) for v in (logits, validation_logits(validation)) if v is not None]
         self.runtime_.output = kinds[0] if kinds else "logits"
         self.calibration_rows_ = held
@@ -900,6 +918,32 @@ class BoxMonitor(BaseEstimator):
                     release_pages(array)
                 self._calibrate_on((rows, y_true[held], y_pred[held], held_logits))
         return self
+
+    def _fit_mahalanobis(
+        self,
+        activations: Activations,
+        y_true: np.ndarray,
+        score_layers: list[str],
+        n_classes: int,
+        rows: np.ndarray | None,
+    ) -> dict[str, RelativeMahalanobis]:
+        """The uncalibrated relative Mahalanobis term of each score layer that takes one
+        (``mahalanobis_term``), from the training rows ``rows`` (None: all) and their labels."""
+        if not (
+            self.mahalanobis_term
+            and self.score == "fused"
+            and self.score_mean == "quadratic"
+            and n_classes > 1
+        ):
+            return {}
+        out = {}
+        for layer in score_layers:
+            x = activations[layer]
+            width = _n_features(x)
+            if layer in (INPUT_LAYER, COARSE_INPUT_LAYER) or width > MAHALANOBIS_MAX_FEATURES:
+                continue
+            out[layer] = fit_relative_mahalanobis(x, y_true, n_classes, rows)
+        return out
 
     def adopt(self, runtime: BoxRuntime) -> BoxMonitor:
         """Take ``runtime``'s boxes as this monitor's fit, so that :meth:`calibrate` sets
@@ -1257,10 +1301,16 @@ class BoxMonitor(BaseEstimator):
             rt.energy_center, rt.energy_scale = _energy_reference(
                 model_energy(pop_logits), target_acceptance
             )
+        relative = rt.mahalanobis_distances(acts_all, y_pred_known, list(rt.mahalanobis))
+        for layer, distance in relative.items():
+            rt.mahalanobis[layer] = rt.mahalanobis[layer].calibrated_at(
+                *_energy_reference(distance[rows], target_acceptance)
+            )
         combined_all = rt.combine_scores(
             per_all,
             contrast_all if rt.score == "fused" else None,
             energy=rt.energy(all_logits, len(y_pred_known)),
+            mahalanobis=relative,
         )
         combined = combined_all[rows]
         rt.confidence_floor, rt.error_model, rt.uncertainty = None, None, "confidence"
@@ -1344,6 +1394,10 @@ class BoxMonitor(BaseEstimator):
                 **scales,
                 **{f"contrast:{k}": v for k, v in rt.contrast_scales.items()},
                 **({"energy": rt.energy_scale} if rt.energy_scale is not None else {}),
+                **{
+                    f"mahalanobis:{k}": float(rt.mahalanobis[k].scale or 0.0)
+                    for k in rt.mahalanobis_layers()
+                },
             },
             known_split=known_split,
             population=population,

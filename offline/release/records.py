@@ -104,6 +104,7 @@ class MonitorSection(Section, frozen=True):
     score_mean: str | UnsetType = UNSET
     peak_factor: float | UnsetType = UNSET
     energy_term: bool | UnsetType = UNSET
+    mahalanobis_term: bool | UnsetType = UNSET
     contrast_layers: list[str] | Literal["auto"] | UnsetType = UNSET
     contrast_classes: int | UnsetType = UNSET
     target_acceptance: float | UnsetType = UNSET

@@ -24,6 +24,7 @@ from boxwatch.agent.boxes import (
     set_box_kernel,
     verdict_names,
 )
+from boxwatch.agent.mahalanobis import RelativeMahalanobis
 
 LAYERS = ["a", "b"]
 # Layer "a": class 0 at [0, 1]^2, class 1 at [4, 5] x [0, 1], class 2 at [0, 1] x [4, 5].
@@ -86,6 +87,17 @@ def make_runtime(**changes: Any) -> BoxRuntime:
     return BoxRuntime(**settings)
 
 
+def far_from_means(scale: float, center: float = 0.0) -> dict[str, RelativeMahalanobis]:
+    """A relative Mahalanobis term on layer "a": the squared distance to (-10, -10) for every
+    class (identity precision, no background), above ``center``, over ``scale``."""
+    corner = np.full((3, 2), -10.0)
+    return {
+        "a": RelativeMahalanobis(
+            np.zeros(2), np.eye(2), corner, np.einsum("kj,kj->k", corner, corner), center, scale
+        )
+    }
+
+
 def explain(rt: BoxRuntime, rows: list[tuple[Any, Any, int, list[float]]]):
     """``rt.explain`` of inputs given as (a, b, predicted class, logits)."""
     acts = {
@@ -129,6 +141,28 @@ def test_each_reason_of_the_calibrated_rule_where_expected():
         ("energy", "a", 1),  # the energy names the farthest layer (all 0 here: the first)
         ("low_confidence", "a", 1),
     ]
+
+
+def test_a_relative_mahalanobis_term_rejects_inside_every_box_and_names_its_layer():
+    """Inside every box and confident, but far from the term's class mean: only the term
+    (squared distance 220.5 over 40) makes the score, one of its six terms (two distances,
+    a contrast term, the energy twice); without it the input is familiar."""
+    rows = [((0.5, 0.5), (0.5, 0.5), 0, STRONG)]
+    combined, _per, scores, why = explain(make_runtime(mahalanobis=far_from_means(40.0)), rows)
+    assert verdict_names(combined).tolist() == ["reject"]
+    assert scores[0] == pytest.approx(np.sqrt((220.5 / 40) ** 2 / 6))
+    assert named(why) == [("mahalanobis", "a", 1)]
+    combined, _per, _scores, why = explain(make_runtime(), rows)
+    assert named(why) == [("familiar", None, -1)]
+
+
+def test_relative_mahalanobis_terms_count_only_with_the_fused_quadratic_score():
+    rows = [((0.5, 0.5), (0.5, 0.5), 0, STRONG)]
+    for changes in ({"score_mean": "arithmetic"}, {"score": "distance", "contrast_layers": []}):
+        rt = make_runtime(mahalanobis=far_from_means(40.0), **changes)
+        assert rt.mahalanobis_layers() == []
+        combined, _per, _scores, why = explain(rt, rows)
+        assert named(why) == [("familiar", None, -1)], changes
 
 
 @pytest.mark.parametrize("contrast", [["a"], ["a", "b"]])
@@ -278,6 +312,7 @@ def test_explain_gives_the_verdicts_and_scores_of_assess_and_reasons_that_fit_th
         {"uncertainty": "bad-box"},
         {"combine": "any"},
         {"combine": "all"},
+        {"mahalanobis": far_from_means(40.0, center=300.0)},
     ):
         bad = {"a": _boxes([((0, 0), (0.5, 0.5)), None, None]), "b": _boxes([None] * 3)}
         rt = make_runtime(bad=bad, **changes)

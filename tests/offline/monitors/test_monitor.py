@@ -381,9 +381,9 @@ def test_error_model_takes_its_share_round_trips_and_fails_closed():
     logits = synthetic_logits(pred, 1)
     vacts, vy, vpred = synthetic(13, n=800)
     vlogits = synthetic_logits(vpred, 2)
-    mon = BoxMonitor(target_acceptance=0.8, confidence_share=0.5, peak_factor=None).fit(
-        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
-    )
+    mon = BoxMonitor(
+        target_acceptance=0.8, confidence_share=0.5, peak_factor=None, mahalanobis_term=False
+    ).fit(acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits))
     cal, rt = mon.calibration_, mon.runtime_
     assert (vy != vpred).sum() >= 20
     assert cal.error_score == "error-model" and rt.uncertainty == "error-model"
@@ -443,7 +443,7 @@ def test_error_model_class_term_is_the_indicator_fit_and_the_artifact_checks_it(
 
     acts, y, pred = synthetic(12, n=600)
     vacts, vy, vpred = synthetic(13, n=800)
-    mon = BoxMonitor(confidence_share=0.5).fit(
+    mon = BoxMonitor(confidence_share=0.5, mahalanobis_term=False).fit(
         acts,
         y,
         pred,
@@ -585,7 +585,9 @@ def test_monitors_built_before_the_confidence_rule_keep_their_bad_box_verdicts()
     format 4 the energy term."""
     acts, y, pred = synthetic(12, n=400)
     logits = synthetic_logits(pred, 4)
-    mon = BoxMonitor(tau=1.0, max_clusters=1, peak_factor=None).fit(acts, y, pred, logits=logits)
+    mon = BoxMonitor(tau=1.0, max_clusters=1, peak_factor=None, mahalanobis_term=False).fit(
+        acts, y, pred, logits=logits
+    )
     members = mon.to_members()
     spec = members[f"{BOXES_PREFIX}.json"]
     assert spec["version"] == 4 and spec["uncertainty"] == "confidence"
@@ -625,9 +627,9 @@ def test_energy_term_weighs_weak_logits_and_fails_closed():
     logits = synthetic_logits(pred, 1)
     vacts, vy, vpred = synthetic(13, n=600)
     vlogits = synthetic_logits(vpred, 2)
-    mon = BoxMonitor(target_acceptance=0.9, error_score="softmax", peak_factor=None).fit(
-        acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits)
-    )
+    mon = BoxMonitor(
+        target_acceptance=0.9, error_score="softmax", peak_factor=None, mahalanobis_term=False
+    ).fit(acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits))
     rt = mon.runtime_
     assert rt.has_energy_term() and rt.energy_scale > 0
     right = vy == vpred
@@ -666,7 +668,11 @@ def test_energy_term_weighs_weak_logits_and_fails_closed():
     legacy = BoxRuntime.from_members({**members, spec_name(): {**v3, "version": 3}}, members)
     assert not legacy.has_energy_term()
     off = BoxMonitor(
-        target_acceptance=0.9, energy_term=False, error_score="softmax", peak_factor=None
+        target_acceptance=0.9,
+        energy_term=False,
+        error_score="softmax",
+        peak_factor=None,
+        mahalanobis_term=False,
     ).fit(acts, y, pred, logits=logits, validation=(vacts, vy, vpred, vlogits))
     assert not off.runtime_.has_energy_term()
     assert off.to_members()[f"{BOXES_PREFIX}.json"]["version"] == 3
@@ -696,7 +702,7 @@ def test_quadratic_score_mean_is_the_rms_of_the_scaled_terms():
     arithmetic mean is still read."""
     acts, y, pred = synthetic(21, n=500)
     vacts, vy, vpred = synthetic(22, n=300)
-    mon = BoxMonitor().fit(acts, y, pred, validation=(vacts, vy, vpred))
+    mon = BoxMonitor(mahalanobis_term=False).fit(acts, y, pred, validation=(vacts, vy, vpred))
     rt = mon.runtime_
     assert rt.score_mean == "quadratic" and rt.score == "fused" and rt.peak_factor == 1.5
     dist = rt.layer_scores(vacts, vpred)
@@ -713,7 +719,9 @@ def test_quadratic_score_mean_is_the_rms_of_the_scaled_terms():
     back = BoxRuntime.from_members(members, members)
     assert back.score_mean == "quadratic" and back.peak_factor == 1.5
     np.testing.assert_array_equal(back.scores(vacts, vpred), rt.scores(vacts, vpred))
-    plain = BoxMonitor(peak_factor=None).fit(acts, y, pred, validation=(vacts, vy, vpred))
+    plain = BoxMonitor(peak_factor=None, mahalanobis_term=False).fit(
+        acts, y, pred, validation=(vacts, vy, vpred)
+    )
     prt = plain.runtime_
     pd, pc = prt.layer_scores(vacts, vpred), prt.contrast_layer_scores(vacts, vpred)
     pterms = [pd[k] / prt.score_scales[k] for k in prt.score_layers]

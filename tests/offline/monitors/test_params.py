@@ -74,6 +74,7 @@ def test_defaults_are_read_from_the_estimator():
         ("selection", "fixed", "selection='fixed' should be one of 'held-out-class', "),
         ("normalize", None, "normalize=None should be one of 'none', 'l2'"),
         ("energy_term", 1, "energy_term=1 should be a bool"),
+        ("mahalanobis_term", "yes", "mahalanobis_term='yes' should be a bool"),
         (
             "score_layers",
             [],
@@ -212,6 +213,7 @@ def test_the_config_sets_the_documented_parameters():
             "score_mean",
             "peak_factor",
             "energy_term",
+            "mahalanobis_term",
             "contrast_layers",
             "contrast_classes",
             "target_acceptance",

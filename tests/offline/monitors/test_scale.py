@@ -207,7 +207,9 @@ def test_contrast_candidates_change_nothing_up_to_that_many_classes(clouds):
 def test_a_monitor_restricting_its_contrast_writes_format_6(clouds):
     acts, y, pred, logits = clouds(40, 8, 4000)
     # softmax for uncertainty: a learnt error model's term per class would need format 8
-    mon = BoxMonitor(peak_factor=None, error_score="softmax").fit(acts, y, pred, logits=logits)
+    mon = BoxMonitor(peak_factor=None, error_score="softmax", mahalanobis_term=False).fit(
+        acts, y, pred, logits=logits
+    )
     members = mon.to_members()
     json_member = next(iter(members.values()))
     assert json_member["version"] == 6

@@ -77,12 +77,16 @@ def test_build_report_and_inspect(example, tmp_path):
     )
     spec = art.json("monitors/boxes.json")
     assert (
-        spec["version"] == 7
+        spec["version"] == 9
         and spec["peak_factor"] == 1.5
         and spec["energy_scale"] > 0
         and spec["score"] == "fused"
         and spec["contrast_layers"]
     )
+    # A relative Mahalanobis term on every monitored layer but the model's input.
+    assert [t["layer"] for t in spec["mahalanobis"]] == [
+        layer for layer in mon["layers"] if not layer.startswith("input")
+    ] and len(spec["mahalanobis"]) == 2
     m = re.search(r'id="operating-point-2-acceptance"[^>]*>([^<]+)<', html)
     assert m and float(m.group(1)) == pytest.approx(
         mon["operating_points"][2]["acceptance"], abs=1e-3
