@@ -10,8 +10,9 @@ a known one) from a known input.
 
 ``P - P_0`` has rank at most ``n_classes - 1`` (the total covariance is the within-class one
 plus a between-class part of that rank, with one ridge on both), so the term is held as a
-quadratic form in that many directions plus one linear term per class: O(n_features *
-n_classes) per input, like one more output layer, never an ``n_features``-squared product.
+quadratic form in that many directions (the builder keeps at most 128) plus one linear term
+per class: O(n_features * n_classes) per input, like one more output layer, never an
+``n_features``-squared product.
 This module owns the term's arrays in the artifact; the builder fits them
 (``boxwatch.offline.monitors.baselines.relative_mahalanobis``).
 """
@@ -47,7 +48,8 @@ class RelativeMahalanobis:
     mean : ndarray of shape (n_features,), float64
         ``mu_0``, the mean of the training inputs' features.
     directions : ndarray of shape (n_features, rank), float64
-        ``F`` with ``P - P_0 = F F'`` (rank at most ``min(n_features, n_classes - 1)``).
+        ``F`` with ``P - P_0 = F F'`` (rank at most ``min(n_features, n_classes - 1)``;
+        the builder keeps at most 128 directions, those of largest weight).
     linear : ndarray of shape (n_classes, n_features), float64
         ``P (mu_k - mu_0)`` per class.
     offset : ndarray of shape (n_classes,), float64

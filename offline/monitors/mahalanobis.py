@@ -24,6 +24,12 @@ ROW_BLOCK = 4096
 # under 1e-16 of the term (the weighted class means sum to the overall mean, so one direction
 # of the factor is zero up to rounding).
 RANK_TOLERANCE = 1e-8
+# At most this many directions per layer, those of the largest weights (the directions in
+# which the classes differ most against their spread): the agent's cost per input is
+# n_features x directions, which at 1,000 classes and 512 features would otherwise be 512
+# directions and halve the monitor's scoring rate (bench/scale.py). Every model of the
+# detection bench (at most 90 classes) keeps all of its directions.
+MAX_DIRECTIONS = 128
 
 
 def _blocks(features: Any, rows: np.ndarray | None):
@@ -42,7 +48,8 @@ def fit_relative_mahalanobis(
     ...) and true ``labels`` (n_samples,), on ``rows`` of them (None: all).
 
     A class without training rows takes the overall mean as its own (its term is then the
-    distance to the overall mean under ``P - P_0``). Raises ValueError without rows, with a
+    distance to the overall mean under ``P - P_0``). Past :data:`MAX_DIRECTIONS` classes the
+    quadratic part keeps the :data:`MAX_DIRECTIONS` directions of largest weight. Raises ValueError without rows, with a
     non-finite feature, or with a label outside ``[0, n_classes)``.
     """
     labels = np.asarray(labels, np.int64)
@@ -78,6 +85,7 @@ def fit_relative_mahalanobis(
     factor = np.linalg.solve(lower, pu.T).T  # P - P_0 = factor @ factor.T
     q, s, _vt = np.linalg.svd(factor, full_matrices=False)
     keep = s > s.max(initial=0.0) * RANK_TOLERANCE  # the null direction's rounding off
+    keep[MAX_DIRECTIONS:] = False  # the largest weights first (svd sorts them)
     directions = q[:, keep] * s[keep]
     linear = np.linalg.solve(within, deviations.T).T  # P (mu_k - mu_0) per class
     offset = np.einsum("kj,kj->k", linear, deviations)

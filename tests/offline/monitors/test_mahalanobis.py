@@ -59,6 +59,27 @@ def test_the_low_rank_term_is_the_difference_of_two_mahalanobis_distances(monkey
     np.testing.assert_allclose(whole.distance(query, pred), got, rtol=1e-9, atol=1e-9)
 
 
+def test_past_the_direction_cap_the_term_keeps_the_directions_of_largest_weight(monkeypatch):
+    """With at most 2 directions for 5 classes (rank 4), the term is the full one less the
+    two smallest eigen-directions' part of ``P - P_0``."""
+    x, y = classes(6, 900, 12, 5)
+    monkeypatch.setattr(fitting, "MAX_DIRECTIONS", 2)
+    term = fit_relative_mahalanobis(x, y, 5)
+    assert term.directions.shape == (12, 2)
+    x64 = x.astype(np.float64)
+    precision = Mahalanobis(x64, y).precision_
+    background = Mahalanobis(x64, np.zeros(len(x), np.int64)).precision_
+    weights, vectors = np.linalg.eigh(precision - background)  # ascending
+    query, pred = classes(7, 200, 12, 5)
+    centred = query - x64.mean(axis=0)
+    dropped = np.sum(weights[-4:-2] * (centred @ vectors[:, -4:-2]) ** 2, axis=1)
+    want = brute_force(x64, y, query, pred) - dropped
+    np.testing.assert_allclose(
+        term.distance(query, pred), want, rtol=1e-4, atol=1e-4 * np.abs(want).max()
+    )
+    assert dropped.mean() > 1e-3 * np.abs(want).mean()  # the cap changed the term
+
+
 def test_a_class_without_training_rows_is_measured_from_the_overall_mean():
     x, y = classes(3, 600, 6, 3)
     term = fit_relative_mahalanobis(x, y, 4)  # class 3 has no row
