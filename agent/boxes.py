@@ -1360,13 +1360,18 @@ class BoxRuntime:
             )
         return self._complements[key]
 
-    def _features(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
+    def _flat(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
+        """The layer's activations, one flattened row per input (a ConfigError when the
+        layer is missing)."""
         if layer not in activations:
             raise ConfigError(
                 f"activations lack monitored layer {layer!r}; got {sorted(activations)}"
             )
         x = np.asarray(activations[layer])
-        return normalize_features(x.reshape(len(x), -1), self.normalize)
+        return x.reshape(len(x), -1)
+
+    def _features(self, activations: Mapping[str, np.ndarray], layer: str) -> np.ndarray:
+        return normalize_features(self._flat(activations, layer), self.normalize)
 
     def verdicts(
         self,
@@ -1451,13 +1456,10 @@ class BoxRuntime:
         y_pred = np.asarray(y_pred)
         out = {}
         for layer in self.mahalanobis_layers() if layers is None else layers:
-            if layer not in activations:
-                raise ConfigError(
-                    f"activations lack monitored layer {layer!r}; got {sorted(activations)}"
-                )
-            x = np.asarray(activations[layer])
             try:
-                out[layer] = self.mahalanobis[layer].distance(x.reshape(len(x), -1), y_pred)
+                out[layer] = self.mahalanobis[layer].distance(
+                    self._flat(activations, layer), y_pred
+                )
             except ValueError as exc:
                 raise ConfigError(f"layer {layer!r}: {exc}") from None
         return out
@@ -2306,12 +2308,18 @@ def _mahalanobis_terms(
             raise ArtifactError(
                 f"{jname}: mahalanobis[{j}] should name a score layer once; got {layer!r}"
             )
+        center, scale = entry.get("center"), entry.get("scale")
+        if not (_finite_number(center) and _finite_number(scale) and scale > 0):
+            raise ArtifactError(
+                f"{jname}: mahalanobis[{j}] center {center!r} / scale {scale!r} should be "
+                "finite numbers with a positive scale"
+            )
         boxes = good[layer]
         out[layer] = RelativeMahalanobis.from_arrays(
             arrays,
             f"M{j}",
-            center=entry.get("center"),
-            scale=entry.get("scale"),
+            center=float(center),
+            scale=float(scale),
             n_classes=boxes.n_classes,
             n_features=boxes.n_features,
             where=f"{aname}: mahalanobis term of layer {layer!r}",

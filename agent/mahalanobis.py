@@ -23,7 +23,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TypeGuard
 
 import numpy as np
 
@@ -92,9 +91,11 @@ class RelativeMahalanobis:
             if not np.isfinite(value).all():
                 raise ValueError(f"relative Mahalanobis {name} holds a NaN or an infinity")
             object.__setattr__(self, name, value)
-        calibrated = (self.center, self.scale)
-        if calibrated != (None, None) and not (
-            _finite(self.center) and _finite(self.scale) and self.scale > 0
+        center, scale = self.center, self.scale
+        if (center is not None or scale is not None) and (
+            center is None
+            or scale is None
+            or not (math.isfinite(center) and math.isfinite(scale) and scale > 0)
         ):
             raise ValueError(
                 f"relative Mahalanobis center {self.center!r} / scale {self.scale!r} should "
@@ -187,41 +188,28 @@ class RelativeMahalanobis:
         arrays: Mapping[str, np.ndarray],
         prefix: str,
         *,
-        center: object,
-        scale: object,
+        center: float,
+        scale: float,
         n_classes: int,
-        n_features: int | None,
+        n_features: int,
         where: str,
     ) -> RelativeMahalanobis:
-        """Inverse of :meth:`to_arrays`, with the calibrated ``center`` and ``scale``;
-        an :class:`ArtifactError` naming ``where`` when the arrays are missing, do not fit
-        ``n_classes`` classes (and ``n_features`` features, when known) or are not finite."""
+        """Inverse of :meth:`to_arrays`, with the calibrated ``center`` and ``scale``; an
+        :class:`ArtifactError` naming ``where`` when the arrays are missing, do not fit
+        ``n_classes`` classes of ``n_features`` features or are not finite, or when the
+        scale is not positive."""
         names = [f"{prefix}.{k}" for k in ("mean", "directions", "linear", "offset")]
         missing = [n for n in names if n not in arrays]
         if missing:
             raise ArtifactError(f"{where}: missing arrays {missing}")
-        if not (_finite(center) and _finite(scale) and scale > 0):
-            raise ArtifactError(
-                f"{where}: center {center!r} / scale {scale!r} should be finite numbers with "
-                "a positive scale"
-            )
         try:
             mean, directions, linear, offset = (np.asarray(arrays[n]) for n in names)
-            got = cls(mean, directions, linear, offset, center=float(center), scale=float(scale))
+            got = cls(mean, directions, linear, offset, center=center, scale=scale)
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{where}: {exc}") from None
-        if got.n_classes != n_classes or (n_features is not None and got.n_features != n_features):
+        if (got.n_classes, got.n_features) != (n_classes, n_features):
             raise ArtifactError(
                 f"{where}: {got.n_classes} classes x {got.n_features} features, expected "
-                f"{n_classes} classes" + ("" if n_features is None else f" x {n_features}")
+                f"{n_classes} x {n_features}"
             )
         return got
-
-
-def _finite(value: object) -> TypeGuard[float | int]:
-    """A real number (not a bool) that is finite."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
