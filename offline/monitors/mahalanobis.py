@@ -49,8 +49,9 @@ def fit_relative_mahalanobis(
 
     A class without training rows takes the overall mean as its own (its term is then the
     distance to the overall mean under ``P - P_0``). Past :data:`MAX_DIRECTIONS` classes the
-    quadratic part keeps the :data:`MAX_DIRECTIONS` directions of largest weight. Raises ValueError without rows, with a
-    non-finite feature, or with a label outside ``[0, n_classes)``.
+    quadratic part keeps the :data:`MAX_DIRECTIONS` directions of largest weight. Raises
+    ValueError without rows, with a non-finite feature, or with a label outside
+    ``[0, n_classes)``.
     """
     labels = np.asarray(labels, np.int64)
     rows = None if rows is None else np.sort(np.asarray(rows, np.int64))
@@ -79,7 +80,8 @@ def fit_relative_mahalanobis(
     within = within / n + COVARIANCE_RIDGE * np.eye(d)
     deviations = means - mean  # (n_classes, d)
     u = (deviations * np.sqrt(counts / n)[:, None]).T  # (d, n_classes)
-    pu = np.linalg.solve(within, u)
+    linear = np.linalg.solve(within, deviations.T).T  # P (mu_k - mu_0) per class
+    pu = linear.T * np.sqrt(counts / n)  # P u, from the same solve
     inner = np.eye(n_classes) + u.T @ pu  # symmetric positive definite
     lower = np.linalg.cholesky(inner)
     factor = np.linalg.solve(lower, pu.T).T  # P - P_0 = factor @ factor.T
@@ -87,6 +89,5 @@ def fit_relative_mahalanobis(
     keep = s > s.max(initial=0.0) * RANK_TOLERANCE  # the null direction's rounding off
     keep[MAX_DIRECTIONS:] = False  # the largest weights first (svd sorts them)
     directions = q[:, keep] * s[keep]
-    linear = np.linalg.solve(within, deviations.T).T  # P (mu_k - mu_0) per class
     offset = np.einsum("kj,kj->k", linear, deviations)
     return RelativeMahalanobis(mean, directions, linear, offset)
