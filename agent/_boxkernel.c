@@ -17,8 +17,10 @@
  * box's gap can be nonzero are read (live_features). Vectors are the compiler's (SSE2 on
  * x86-64, NEON on aarch64, plain code elsewhere), or 8 floats wide on x86-64 CPUs with AVX2
  * (chosen at import; set_simd switches, for tests and timings): the same operations per
- * lane, the same bits. Only the Python C API and the buffer protocol are used (no numpy
- * headers at build time); the GIL is released while the loops run.
+ * lane, the same bits. l2_rows divides each row by its Euclidean norm (the monitor's "l2"
+ * normalisation, every layer's first step), the squares summed in float64 in feature order:
+ * the bits of boxes.py's numpy path. Only the Python C API and the buffer protocol are used
+ * (no numpy headers at build time); the GIL is released while the loops run.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -423,17 +425,46 @@ static int lanes_inside_baseline(const float *x, const Boxes *b, Py_ssize_t d,
     return 0;
 }
 
-/* One implementation of the two lane loops. */
+/* l2_rows's work, rows `r0 .. r0 + R - 1`: each row's sum of squares in float64 in feature
+ * order (a float32's square is exact in float64, so this is the sequential sum numpy's
+ * add.accumulate gives), its root rounded to float32 (0 taken as 1), and the row divided by
+ * it in float32. R is a constant where this is inlined: the R rows' sums run side by side,
+ * so each addition's latency is hidden behind the other rows'. */
+static ALWAYS_INLINE void l2_block(const float *x, float *out, Py_ssize_t d, Py_ssize_t r0,
+                                   const int R) {
+    double sum[8] = {0.0};
+    for (Py_ssize_t j = 0; j < d; j++)
+        for (int r = 0; r < R; r++) {
+            const double v = (double)x[(r0 + r) * d + j];
+            sum[r] += v * v;
+        }
+    for (int r = 0; r < R; r++) {
+        float norm = (float)sqrt(sum[r]);
+        if (norm == 0.0f) norm = 1.0f;
+        const float *row = x + (r0 + r) * d;
+        float *dst = out + (r0 + r) * d;
+        for (Py_ssize_t j = 0; j < d; j++) dst[j] = row[j] / norm;
+    }
+}
+
+static void l2_baseline(const float *x, float *out, Py_ssize_t n, Py_ssize_t d) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) l2_block(x, out, d, i, 8);
+    for (; i < n; i++) l2_block(x, out, d, i, 1);
+}
+
+/* One implementation of the lane loops (and of l2_rows). */
 typedef struct {
     const char *name;
     Py_ssize_t (*features)(const float *, const Boxes *, Py_ssize_t, int32_t *, int *);
     float (*min)(const float *, const Boxes *, Py_ssize_t, const int32_t *, Py_ssize_t, float);
     int (*inside)(const float *, const Boxes *, Py_ssize_t, const int32_t *, Py_ssize_t);
     int (*held)(const float *, const float *, const float *, int64_t, int64_t, Py_ssize_t);
+    void (*l2)(const float *, float *, Py_ssize_t, Py_ssize_t);
 } lanes_impl;
 
 static const lanes_impl BASELINE = {"baseline", live_features_baseline, lanes_min_baseline,
-                                    lanes_inside_baseline, held_baseline};
+                                    lanes_inside_baseline, held_baseline, l2_baseline};
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_AVX2 1
@@ -615,8 +646,56 @@ __attribute__((target("avx2"))) static int held_avx2(const float *x, const float
     return 0;
 }
 
+/* l2_baseline with 8 rows at a time: each 4 x 4 block of features of 4 rows is transposed
+ * so that a vector of 4 float64 sums holds 4 rows, each lane adding its row's squares in
+ * feature order (the same bits); the rows are then divided 8 floats at a time. */
+__attribute__((target("avx2"))) static void l2_avx2(const float *x, float *out, Py_ssize_t n,
+                                                    Py_ssize_t d) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float *r = x + i * d;
+        __m256d acc[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+        Py_ssize_t j = 0;
+        for (; j + 4 <= d; j += 4)
+            for (int g = 0; g < 2; g++) {
+                const float *q = r + 4 * g * d + j;
+                __m128 a = _mm_loadu_ps(q), b = _mm_loadu_ps(q + d), c = _mm_loadu_ps(q + 2 * d),
+                       e = _mm_loadu_ps(q + 3 * d);
+                _MM_TRANSPOSE4_PS(a, b, c, e);
+                __m256d v = _mm256_cvtps_pd(a);
+                acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(v, v));
+                v = _mm256_cvtps_pd(b);
+                acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(v, v));
+                v = _mm256_cvtps_pd(c);
+                acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(v, v));
+                v = _mm256_cvtps_pd(e);
+                acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(v, v));
+            }
+        for (; j < d; j++)
+            for (int g = 0; g < 2; g++) {
+                const float *q = r + 4 * g * d + j;
+                const __m256d v = _mm256_cvtps_pd(_mm_setr_ps(q[0], q[d], q[2 * d], q[3 * d]));
+                acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(v, v));
+            }
+        float norm[8];
+        _mm_storeu_ps(norm, _mm256_cvtpd_ps(_mm256_sqrt_pd(acc[0])));
+        _mm_storeu_ps(norm + 4, _mm256_cvtpd_ps(_mm256_sqrt_pd(acc[1])));
+        for (int k = 0; k < 8; k++) {
+            const float by = norm[k] == 0.0f ? 1.0f : norm[k];
+            const __m256 v = _mm256_set1_ps(by);
+            const float *row = r + k * d;
+            float *dst = out + (i + k) * d;
+            Py_ssize_t t = 0;
+            for (; t + 8 <= d; t += 8)
+                _mm256_storeu_ps(dst + t, _mm256_div_ps(_mm256_loadu_ps(row + t), v));
+            for (; t < d; t++) dst[t] = row[t] / by;
+        }
+    }
+    if (i < n) l2_baseline(x + i * d, out + i * d, n - i, d);
+}
+
 static const lanes_impl AVX2 = {"avx2", live_features_avx2, lanes_min_avx2, lanes_inside_avx2,
-                                held_avx2};
+                                held_avx2, l2_avx2};
 #endif
 
 /* The implementation in use: AVX2 where the CPU has it (set at import), else the baseline;
@@ -797,6 +876,39 @@ done:
     Py_RETURN_NONE;
 }
 
+/* Rows divided by their Euclidean norms; see the method's docstring. */
+static PyObject *l2_rows(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
+    (void)self;
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, "l2_rows(x, d, out)");
+        return NULL;
+    }
+    const Py_ssize_t d = PyLong_AsSsize_t(argv[1]);
+    if (d < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "d must be >= 0");
+        return NULL;
+    }
+    Py_buffer x = {0}, out = {0};
+    int ok = 0;
+    if (get(argv[0], &x, 0, "x") < 0) return NULL;
+    if (get(argv[2], &out, 1, "out") < 0) goto done;
+    if (x.len % (Py_ssize_t)sizeof(float) || (d && (x.len / (Py_ssize_t)sizeof(float)) % d) ||
+        out.len != x.len) {
+        PyErr_SetString(PyExc_ValueError, "x and out must hold the same rows of d float32 each");
+        goto done;
+    }
+    const Py_ssize_t n = d ? x.len / (Py_ssize_t)sizeof(float) / d : 0;
+    Py_BEGIN_ALLOW_THREADS
+    lanes->l2((const float *)x.buf, (float *)out.buf, n, d);
+    Py_END_ALLOW_THREADS
+    ok = 1;
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&x);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *simd(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -846,6 +958,10 @@ static PyMethodDef methods[] = {
      "an input with a NaN); d_other[i], where 0 < d_own[i] < inf: the distance to the nearest "
      "box of `other` of class y[i], or of class ocls[y[i]] (int64 per class; -1: none), inf "
      "elsewhere. Outputs other than inside may be None (not computed)."},
+    {"l2_rows", (PyCFunction)(void (*)(void))l2_rows, METH_FASTCALL,
+     "l2_rows(x, d, out): out = each row of x (float32, d features) divided by its Euclidean "
+     "norm (0: left at 0), the norm summed in float64 in feature order and rounded to float32; "
+     "out: float32, the shape of x."},
     {"simd", (PyCFunction)simd, METH_NOARGS,
      "simd(): which lane loops run: 'avx2' or 'baseline' (the compiler's default target)."},
     {"set_simd", (PyCFunction)set_simd, METH_O,

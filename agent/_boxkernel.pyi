@@ -41,6 +41,10 @@ def layer_pass(
     """One layer's box work (:meth:`boxwatch.agent.boxes.BoxSet.assess_layer`): membership
     in the good and bad boxes, Algorithm 3's verdicts and the distances."""
 
+def l2_rows(x: np.ndarray, d: int, out: np.ndarray, /) -> None:
+    """``out``: each row of ``x`` (float32, ``d`` features) over its Euclidean norm
+    (:func:`boxwatch.agent.boxes.normalize_features`)."""
+
 def simd() -> str:
     """Which lane loops run: ``"avx2"`` or ``"baseline"``."""
 

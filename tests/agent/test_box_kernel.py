@@ -247,6 +247,40 @@ def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, lane_loop,
 
 
 @native
+@pytest.mark.parametrize("d", [0, 1, 3, 4, 5, 8, 49, 130])
+def test_l2_normalisation_is_the_same_on_every_path(lane_loop, d):
+    """``normalize_features(x, "l2")``: the kernel's rows (8 at a time with AVX2, then one at
+    a time) give the numpy path's bits, float64 sums in feature order, on batches around the
+    block of 8 rows and on rows of 0, NaN, inf, float32's largest and subnormal values,
+    magnitudes from 1e-13 to 1e13; and a row's result does not depend on its batch."""
+    rng = np.random.default_rng(d)
+    n = 27
+    x = rng.normal(size=(n, d)) * np.exp(rng.uniform(-30, 30, size=(n, 1)))
+    x = x.astype(np.float32)
+    if d:
+        x[0] = 0.0
+        x[1, 0] = np.nan
+        x[2, -1] = np.inf
+        x[3] = np.finfo(np.float32).max
+        x[4] = np.float32(1e-45)
+    before = set_box_kernel("native")
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            native = [boxes_module.normalize_features(x[:k], "l2") for k in (n, 9, 8, 1)]
+            set_box_kernel("numpy")
+            numpy_path = boxes_module.normalize_features(x, "l2")
+    finally:
+        set_box_kernel(before)
+    assert native[0].dtype == np.float32 and native[0].shape == (n, d)
+    np.testing.assert_array_equal(native[0], numpy_path)
+    for part in native[1:]:  # the same rows in smaller batches: the same bits
+        np.testing.assert_array_equal(part, numpy_path[: len(part)])
+    if d:
+        assert (native[0][0] == 0).all() and np.isnan(native[0][1]).all()
+        np.testing.assert_allclose(np.linalg.norm(native[0][5:], axis=1), 1.0, rtol=1e-6)
+
+
+@native
 def test_native_kernel_checks_its_buffers():
     """Called directly with inconsistent buffers, the kernel refuses instead of reading past them."""
     k = boxes_module._NATIVE
@@ -316,6 +350,18 @@ def test_native_kernel_checks_its_buffers():
     layer_pass(x=x, bad=(lo, hi, offsets), in_bad=in_bad, verdict=verdict)  # inside both
     assert inside.all() and in_bad.all() and (verdict == UNCERTAIN).all()
     assert (d_own == 0).all()
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    unit = np.empty_like(rows)
+    k.l2_rows(rows, 3, unit)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="same rows of d float32"):
+        k.l2_rows(rows, 5, unit)
+    with pytest.raises(ValueError, match="same rows of d float32"):
+        k.l2_rows(rows, 3, unit[:3])
+    with pytest.raises(ValueError, match="writable"):
+        k.l2_rows(rows, 3, np.frombuffer(b"\0" * 48, np.float32))
+    with pytest.raises(ValueError, match="d must be >= 0"):
+        k.l2_rows(rows, -1, unit)
 
 
 def test_build_info_names_the_kernel_in_use():
