@@ -66,7 +66,8 @@ KERNELS = vocab.BOX_KERNELS
 # detection suite's MNIST cells without digits 1, 8 and 4, 9 (bench/RESULTS.md): once
 # barely moved near unknowns; twice cut them by about a fifth where the logits see them.
 ENERGY_TERMS = 2
-# ModelOutputs converts the model's outputs to float64 in blocks of about this many values.
+# ModelOutputs converts the model's outputs to float64 in blocks of about this many values,
+# and numpy's l2 normalisation the features.
 _OUTPUT_BLOCK = 1 << 20
 # The top-two gap partitions each row up to this many classes; past it, the top's position
 # is masked in a copy and the rest's maximum taken (the same values: both pick elements),
@@ -408,8 +409,11 @@ def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
             out = np.empty_like(x)
             _kernel.l2_rows(x, x.shape[1], out)
             return out
-        squares = np.square(x.astype(np.float64))  # exact: a float32's square fits a float64
-        sums = np.add.accumulate(squares, axis=1)[:, -1] if x.shape[1] else squares.sum(1)
+        sums = np.zeros(len(x))
+        step = max(1, _OUTPUT_BLOCK // max(1, x.shape[1]))  # float64 copies of a block only
+        for s in range(0, len(x) if x.shape[1] else 0, step):
+            squares = np.square(x[s : s + step].astype(np.float64))  # exact in float64
+            sums[s : s + step] = np.add.accumulate(squares, axis=1)[:, -1]
         norms = np.sqrt(sums).astype(np.float32)
         if not norms.all():
             norms[norms == 0] = 1.0

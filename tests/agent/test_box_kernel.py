@@ -248,11 +248,12 @@ def test_blocks_of_boxes_give_the_one_box_loop_distances(monkeypatch, lane_loop,
 
 @native
 @pytest.mark.parametrize("d", [0, 1, 3, 4, 5, 8, 49, 130])
-def test_l2_normalisation_is_the_same_on_every_path(lane_loop, d):
+def test_l2_normalisation_is_the_same_on_every_path(monkeypatch, lane_loop, d):
     """``normalize_features(x, "l2")``: the kernel's rows (8 at a time with AVX2, then one at
     a time) give the numpy path's bits, float64 sums in feature order, on batches around the
     block of 8 rows and on rows of 0, NaN, inf, float32's largest and subnormal values,
-    magnitudes from 1e-13 to 1e13; and a row's result does not depend on its batch."""
+    magnitudes from 1e-13 to 1e13; and a row's result depends neither on its batch nor on
+    the numpy path's blocks of rows."""
     rng = np.random.default_rng(d)
     n = 27
     x = rng.normal(size=(n, d)) * np.exp(rng.uniform(-30, 30, size=(n, 1)))
@@ -269,8 +270,11 @@ def test_l2_normalisation_is_the_same_on_every_path(lane_loop, d):
             native = [boxes_module.normalize_features(x[:k], "l2") for k in (n, 9, 8, 1)]
             set_box_kernel("numpy")
             numpy_path = boxes_module.normalize_features(x, "l2")
+            monkeypatch.setattr(boxes_module, "_OUTPUT_BLOCK", 5 * max(d, 1))  # 5-row blocks
+            numpy_blocks = boxes_module.normalize_features(x, "l2")
     finally:
         set_box_kernel(before)
+    np.testing.assert_array_equal(numpy_blocks, numpy_path)
     assert native[0].dtype == np.float32 and native[0].shape == (n, d)
     np.testing.assert_array_equal(native[0], numpy_path)
     for part in native[1:]:  # the same rows in smaller batches: the same bits
