@@ -137,6 +137,22 @@ def _top_two_gap(z: np.ndarray) -> np.ndarray:
     return z[rows, top] - rest.max(axis=1)
 
 
+def _picks(z: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Each row's top value (NaN where it holds a NaN), its second value and whether all its
+    values are finite, of rows ``z`` (float64, at least one column). The native kernel picks
+    all three in one pass over the rows; numpy runs the maximum and the "all finite" down the
+    transposed rows (several times faster than per row for a few hundred rows of a few
+    classes) and gives no second value (None: :func:`_top_two_gap` finds it). Neither rounds:
+    the same values either way."""
+    if _kernel is not None:
+        n, c = z.shape
+        top, second, finite = np.empty(n), np.empty(n), np.empty(n, dtype=np.uint8)
+        _kernel.top_two(np.ascontiguousarray(z), c, top, second, finite)
+        return top, second, finite.view(bool)
+    zt = np.ascontiguousarray(z.T)
+    return np.maximum.reduce(zt, axis=0), None, np.logical_and.reduce(np.isfinite(zt), axis=0)
+
+
 class ModelOutputs:
     """A batch of the model's outputs (``kind``: ``"logits"`` or ``"probabilities"``), read
     once: each row's top value, softmax sum and top-two gap are computed on first use and
@@ -153,39 +169,37 @@ class ModelOutputs:
         self.kind = kind
         # Each figure is computed on first use (plain attributes: a cached_property costs
         # more than a batch's figure on Python 3.11, and a batch reads each once or twice).
-        self._block: tuple[np.ndarray, np.ndarray] | None = None
+        self._block: np.ndarray | None = None
+        self._picked: tuple[np.ndarray, np.ndarray | None, np.ndarray] | None = None
         self._top_sum: tuple[np.ndarray, np.ndarray] | None = None
         self._gap: np.ndarray | None = None
         self._confidence: np.ndarray | None = None
         self._energy: np.ndarray | None = None
 
     def _blocks(self):
-        """Yield ``(rows as float64, the same rows transposed)`` in blocks, in order (a batch
-        that fits one block is converted once for every pass)."""
+        """Yield ``(rows as float64, their picks)`` in blocks, in order (a batch that fits one
+        block is converted and picked once for every pass); see :func:`_picks`."""
         step = max(1, _OUTPUT_BLOCK // max(1, self.outputs.shape[1]))
         if len(self.outputs) <= step:
-            if self._block is None:
-                z = np.asarray(self.outputs, dtype=np.float64)
-                self._block = z, np.ascontiguousarray(z.T)
-            yield self._block
+            if self._block is None or self._picked is None:
+                self._block = np.asarray(self.outputs, dtype=np.float64)
+                self._picked = _picks(self._block)
+            yield self._block, self._picked
             return
         for s in range(0, len(self.outputs), step):
             z = np.asarray(self.outputs[s : s + step], dtype=np.float64)
-            yield z, np.ascontiguousarray(z.T)
+            yield z, _picks(z)
 
-    # Per-row maxima and "all finite" run down the transposed rows (one pass per class over
-    # every row): the same values as reducing each row, several times faster for a batch of a
-    # few hundred rows of a few classes (neither a maximum nor an "and" rounds). A row's sum
-    # reduces the row itself: its rounding follows numpy's order for a row.
+    # A row's sum reduces the row itself: its rounding follows numpy's order for a row.
     @property
     def _top_and_sum(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's top value and softmax sum ``sum(exp(z - top))``."""
         if self._top_sum is None:
             tops, totals = [], []
             with np.errstate(invalid="ignore", over="ignore"):
-                for z, zt in self._blocks():
-                    tops.append(np.maximum.reduce(zt, axis=0))
-                    totals.append(np.exp(z - tops[-1][:, None]).sum(axis=1))
+                for z, (top, _, _) in self._blocks():
+                    tops.append(top)
+                    totals.append(np.exp(z - top[:, None]).sum(axis=1))
             self._top_sum = _joined(tops), _joined(totals)
         return self._top_sum
 
@@ -198,9 +212,9 @@ class ModelOutputs:
                 return self._gap
             gaps = []
             with np.errstate(invalid="ignore", over="ignore"):
-                for z, zt in self._blocks():
-                    finite = np.logical_and.reduce(np.isfinite(zt), axis=0)
-                    gaps.append(np.where(finite, _top_two_gap(z), np.nan))
+                for z, (top, second, finite) in self._blocks():
+                    gap = _top_two_gap(z) if second is None else top - second
+                    gaps.append(np.where(finite, gap, np.nan))
             self._gap = _joined(gaps)
         return self._gap
 
@@ -229,6 +243,13 @@ class ModelOutputs:
 
 
 Outputs = np.ndarray | ModelOutputs
+
+
+def _filled(n: int, value: int, dtype: type[np.integer]) -> np.ndarray:
+    """``np.full(n, value, dtype)`` without its Python-level call (explain makes three a batch)."""
+    out = np.empty(n, dtype=dtype)
+    out.fill(value)
+    return out
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -300,6 +321,56 @@ def error_features(
     return out
 
 
+def _native_error_probability(
+    model: ErrorModel,
+    outputs: Outputs,
+    kind: str,
+    scores: np.ndarray,
+    contrast: Sequence[np.ndarray],
+    y_pred: np.ndarray | None,
+) -> np.ndarray:
+    """``model.probability(error_features(outputs, kind, scores, contrast), y_pred)`` with the
+    native kernel doing every step but the logarithms, the product and the exponential (which
+    stay numpy's): the same operations in the same order, so the same bits, in a third of
+    the numpy calls."""
+    read = _outputs(outputs, kind)
+    conf = read.confidence
+    n = len(conf)
+    if n != len(scores):
+        raise ConfigError(f"logits give {n} rows for {len(scores)} inputs")
+    y = model.classes_of(y_pred, n)
+    probabilities = kind == "probabilities"
+    gap = read.top_two_gap
+    a0, a1, a2, mean = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+    a3 = np.empty(n) if probabilities else None
+    _kernel.error_args(
+        conf,
+        gap if probabilities else None,
+        scores,
+        tuple(contrast),
+        _SCORE_CAP,
+        a0,
+        a1,
+        a2,
+        a3,
+        mean,
+    )
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        cols = (np.log(a0), np.log(a1), gap if a3 is None else np.log(a3), np.log1p(a2), mean)
+        features = np.empty((n, len(cols)))
+        _kernel.standardize(cols, model.mean, model.scale, features)
+        t = features @ model.coef
+        u = np.empty(n)
+        try:
+            _kernel.logit_tail(t, model.intercept, model.class_shift, y, u)
+        except ValueError:  # a class without a shift (the kernel checks each)
+            assert y is not None
+            raise model._outside(y) from None
+        e = np.exp(u)
+        e += 1.0
+        return np.divide(1.0, e, out=e)
+
+
 @dataclass(frozen=True)
 class ErrorModel:
     """A logistic model of the classifier's own mistakes over :func:`error_features`: the
@@ -318,25 +389,46 @@ class ErrorModel:
     threshold: float | None = None
     class_shift: np.ndarray | None = None
 
+    def __post_init__(self) -> None:
+        # C-contiguous float64 (the native kernel reads them so); the same values.
+        for name in ("mean", "scale", "coef", "class_shift"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, np.ascontiguousarray(value, dtype=np.float64))
+        object.__setattr__(self, "intercept", float(self.intercept))
+
     def probability(self, features: np.ndarray, y_pred: np.ndarray | None = None) -> np.ndarray:
         """Probability that the model's prediction is wrong, per row of ``features``;
         ``y_pred``, the predicted classes, is needed when the model has a ``class_shift``."""
         with np.errstate(over="ignore", invalid="ignore"):
             t = ((features - self.mean) / self.scale) @ self.coef + self.intercept
-            if self.class_shift is not None:
-                y = None if y_pred is None else np.asarray(y_pred)
-                if y is None or y.shape != (len(t),):
-                    raise ConfigError(
-                        "this error model has a term per predicted class: pass one predicted "
-                        "class per row"
-                    )
+            y = self.classes_of(y_pred, len(t))
+            if y is not None:
+                assert self.class_shift is not None  # classes_of gives classes only then
                 if len(y) and (y.min() < 0 or y.max() >= len(self.class_shift)):
-                    raise ConfigError(
-                        f"predicted classes {int(y.min())}..{int(y.max())} outside the error "
-                        f"model's 0..{len(self.class_shift) - 1}"
-                    )
+                    raise self._outside(y)
                 t = t + self.class_shift[y]
             return np.asarray(1.0 / (1.0 + np.exp(-t)))
+
+    def classes_of(self, y_pred: np.ndarray | None, n: int) -> np.ndarray | None:
+        """``y_pred`` as int64, C-contiguous, when the model has a ``class_shift`` (None
+        otherwise); a ConfigError unless it holds one class per row of ``n``."""
+        if self.class_shift is None:
+            return None
+        y = None if y_pred is None else np.asarray(y_pred)
+        if y is None or y.shape != (n,) or (n and y.dtype.kind not in "iu"):
+            raise ConfigError(
+                "this error model has a term per predicted class: pass one predicted class per row"
+            )
+        return np.ascontiguousarray(y, dtype=np.int64)
+
+    def _outside(self, y: np.ndarray) -> ConfigError:
+        """The error for predicted classes ``y`` that include one without a ``class_shift``."""
+        assert self.class_shift is not None
+        return ConfigError(
+            f"predicted classes {int(y.min())}..{int(y.max())} outside the error model's "
+            f"0..{len(self.class_shift) - 1}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -491,6 +583,11 @@ class BoxSet:
         plo[owner, slot], phi[owner, slot] = lo, hi
         real = np.arange(width)[None, :] < counts[:, None]
         return plo, phi, real
+
+    @cached_property
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The native kernel's arrays of the boxes by rows: ``lo``, ``hi``, ``offsets``."""
+        return self.lo, self.hi, self.offsets
 
     @cached_property
     def _lanes(self) -> tuple[np.ndarray, ...]:
@@ -793,7 +890,7 @@ class BoxSet:
             y,
             self.n_features,
             self._lanes,
-            None if bad is None else (bad.lo, bad.hi, bad.offsets),
+            None if bad is None else bad._rows,
             None if other is None else other._lanes,
             None if other_class is None else np.ascontiguousarray(other_class, np.int64),
             every_row,
@@ -1165,7 +1262,7 @@ class AssessTrace:
 
     feats: dict[str, np.ndarray] = field(default_factory=dict)
     in_bad: dict[str, np.ndarray] = field(default_factory=dict)
-    terms: list[np.ndarray] = field(default_factory=list)
+    terms: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
     peaked: np.ndarray | None = None  # where one layer's distance made the score (peak_factor)
 
 
@@ -1470,9 +1567,22 @@ class BoxRuntime:
         y_pred = np.asarray(y_pred)
         out = {}
         for layer in self.mahalanobis_layers() if layers is None else layers:
+            term, x = self.mahalanobis[layer], self._flat(activations, layer)
             try:
-                out[layer] = self.mahalanobis[layer].distance(
-                    self._flat(activations, layer), y_pred
+                if _kernel is None or not term.fused or len(y_pred) != len(x):
+                    out[layer] = term.distance(x, y_pred)
+                    continue
+                # The native kernel picks each input's linear term and adds the rest in one
+                # pass (and checks the classes): the same operations, the same bits.
+                product, quadratic = term.project(x)
+                out[layer] = np.empty(len(x))
+                _kernel.rmd_rows(
+                    product,
+                    term.directions.shape[1],
+                    np.ascontiguousarray(y_pred, dtype=np.int64),
+                    quadratic,
+                    np.ascontiguousarray(term.offset),
+                    out[layer],
                 )
             except ValueError as exc:
                 raise ConfigError(f"layer {layer!r}: {exc}") from None
@@ -1564,7 +1674,7 @@ class BoxRuntime:
                 "calibrate the monitor first"
             )
         scores = None
-        peak: np.ndarray | None = None
+        peaked: np.ndarray | None = None
         contrast_terms: dict[str, np.ndarray] = {}
         if scored:
             own = {
@@ -1573,26 +1683,28 @@ class BoxRuntime:
                 else self.good[layer].distance(feats[layer], y_pred)
                 for layer in contrast
             }
-            contrast_terms = {
-                layer: contrast_scores(own[layer], d_other[layer])
-                if layer in d_other
-                else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
-                for layer in contrast
-            }
-            terms = self._scaled_terms(
-                dist,
-                contrast_terms,
-                self.energy(outputs, len(y_pred)),
-                self.mahalanobis_distances(activations, y_pred),
-            )
-            peak = self._peak(terms[0])
-            scores = self._combine(*terms, peak)
+            energy = self.energy(outputs, len(y_pred))
+            relative = self.mahalanobis_distances(activations, y_pred)
+            if self._native_score_fits(d_other):
+                contrast_terms, rows, scores, peaked = self._native_score(
+                    dist, own, d_other, energy, relative
+                )
+            else:
+                contrast_terms = {
+                    layer: contrast_scores(own[layer], d_other[layer])
+                    if layer in d_other
+                    else self._contrast(feats, y_pred, {layer: own[layer]})[layer]
+                    for layer in contrast
+                }
+                terms = self._scaled_terms(dist, contrast_terms, energy, relative)
+                peak = self._peak(terms[0])
+                scores = self._combine(*terms, peak)
+                rows = np.array([*terms[0], *terms[1], *([] if terms[2] is None else [terms[2]])])
+                peaked = None if peak is None else peak == scores
         if trace is not None:
             trace.feats, trace.in_bad = feats, in_bad
             if scored:
-                trace.terms = [*terms[0], *terms[1], *([] if terms[2] is None else [terms[2]])]
-                if peak is not None:
-                    trace.peaked = peak == scores
+                trace.terms, trace.peaked = rows, peaked
         if not calibrated:
             combined = combine_verdicts(
                 np.stack([per[layer] for layer in self.layers]), self.combine
@@ -1633,6 +1745,72 @@ class BoxRuntime:
             logits, self.scores(activations, y_pred, logits), contrast, y_pred
         )
 
+    def _native_score_fits(self, d_other: Mapping[str, np.ndarray]) -> bool:
+        """Whether :meth:`_native_score` computes this monitor's score: the native kernel, a
+        fused quadratic score, and the other classes' distance of every contrast layer from
+        its box pass."""
+        return (
+            _kernel is not None
+            and self.score == "fused"
+            and self.score_mean == "quadratic"
+            and all(layer in d_other for layer in self.contrast_layers)
+        )
+
+    def _native_score(
+        self,
+        dist: Mapping[str, np.ndarray],
+        own: Mapping[str, np.ndarray],
+        d_other: Mapping[str, np.ndarray],
+        energy: np.ndarray | None,
+        mahalanobis: Mapping[str, np.ndarray],
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray | None]:
+        """:func:`contrast_scores`, :meth:`_scaled_terms`, :meth:`_peak` and :meth:`_combine`
+        of a fused quadratic score in one pass of the native kernel (the same operations in
+        the same order: the same bits): ``(contrast terms per contrast layer, the scaled
+        terms as rows, the scores, where the peak term is the score or None)``."""
+        relative = self.mahalanobis_layers()
+        missing = [layer for layer in relative if layer not in mahalanobis]
+        if missing:
+            raise ConfigError(
+                f"this monitor's score needs the relative Mahalanobis distances of {missing}"
+            )
+        extra = [mahalanobis[layer] for layer in relative]
+        terms = [self.mahalanobis[layer] for layer in relative]
+        center = [t.center for t in terms]
+        scale = [
+            *(self.score_scales.get(layer, 1.0) for layer in self.score_layers),
+            *(self.contrast_scales.get(layer, 1.0) for layer in self.contrast_layers),
+            *(t.scale for t in terms),
+        ]
+        repeat = [1] * len(relative)
+        if self.has_energy_term():
+            if energy is None:
+                raise ConfigError("this monitor's score needs the energy of the model's logits")
+            extra.append(energy)
+            center.append(self.energy_center)
+            scale.append(self.energy_scale)
+            repeat.append(ENERGY_TERMS)
+        n = len(energy) if energy is not None else len(dist[self.score_layers[0]])
+        contrast = {layer: np.empty(n) for layer in self.contrast_layers}
+        rows = np.empty((len(scale), n))
+        scores = np.empty(n)
+        peaked = None if self.peak_factor is None else np.empty(n, dtype=np.uint8)
+        _kernel.fused_score(  # float64 arrays of n values, checked by the kernel
+            tuple(dist[layer] for layer in self.score_layers),
+            tuple(own[layer] for layer in self.contrast_layers),
+            tuple(d_other[layer] for layer in self.contrast_layers),
+            tuple(extra),
+            np.array(scale, dtype=np.float64),
+            np.array(center, dtype=np.float64),
+            np.array(repeat, dtype=np.int64),
+            float(self.peak_factor or 0.0),
+            tuple(contrast.values()),
+            rows,
+            scores,
+            peaked,
+        )
+        return contrast, rows, scores, None if peaked is None else peaked.view(bool)
+
     def _error_probability(
         self,
         logits: Outputs | None,
@@ -1646,6 +1824,10 @@ class BoxRuntime:
             raise ConfigError(
                 "this monitor's verdicts need the model's output (logits) for its error "
                 "model: pass logits="
+            )
+        if _kernel is not None:
+            return _native_error_probability(
+                self.error_model, logits, self.output, scores, contrast, y_pred
             )
         feats = error_features(logits, self.output, scores, contrast)
         if len(feats) != len(scores):
@@ -1890,19 +2072,54 @@ class BoxRuntime:
             per = {layer: np.where(broken, REJECT, v).astype(np.int8) for layer, v in per.items()}
         layout = self._reason_layout()
         reasons = Reasons(
-            np.full(n, FAMILIAR, dtype=np.int8),
-            np.full(n, -1, dtype=np.int16),
-            np.full(n, -1, dtype=np.int64),
+            _filled(n, FAMILIAR, np.int8),
+            _filled(n, -1, np.int16),
+            _filled(n, -1, np.int64),
             layout.names,
         )
         rows = np.flatnonzero(combined != ACCEPT)
         if broken is not None:
             rows = rows[~broken[rows]]
             reasons.codes[broken] = NOT_FINITE
-        if len(rows):
+        if len(rows) and self._native_reasons_fit(trace, layout):
+            _kernel.reasons_rows(
+                trace.terms,
+                rows,
+                combined,
+                np.ascontiguousarray(y_pred, dtype=np.int64),
+                layout.weight,
+                layout.kinds,
+                layout.term_at,
+                layout.score_at,
+                trace.peaked,
+                layout.nearest,
+                layout.n_con,
+                LOW_CONFIDENCE,
+                OUTSIDE_BOXES,
+                reasons.codes,
+                reasons.layer,
+                reasons.nearest,
+            )
+            if layout.nearest is None:  # the runner-up logit, or several classes a term
+                contrast = trace.terms[layout.n_dist : layout.n_dist + layout.n_con][:, rows]
+                reasons.nearest[rows] = self._nearest_classes(
+                    rows, y_pred[rows], np.fmax(contrast, 0.0), trace, logits, layout
+                )
+        elif len(rows):
             why = self._why(rows, combined[rows], y_pred[rows], per, trace, logits, layout)
             reasons.codes[rows], reasons.layer[rows], reasons.nearest[rows] = why
         return combined, per, scores, reasons
+
+    def _native_reasons_fit(self, trace: AssessTrace, layout: _ReasonLayout) -> bool:
+        """Whether the native kernel works out the reasons (:meth:`_why`'s, the same values;
+        the nearest class too where each class's contrast terms measure against one other):
+        a calibrated monitor with a score, and uncertainty not from bad boxes."""
+        return (
+            _kernel is not None
+            and self.combine == "calibrated"
+            and self.uncertainty != "bad-box"
+            and len(trace.terms) > 0
+        )
 
     def _reason_layout(self) -> _ReasonLayout:
         """This monitor's :class:`_ReasonLayout`, built on first use and cached per setting."""
@@ -1969,8 +2186,8 @@ class BoxRuntime:
         Assumes valid input: ``rows`` are neither accepted nor ``not_finite``.
         """
         uncertain = verdicts == UNCERTAIN
-        if trace.terms:  # scored: a NaN term (no box on either side) decides nothing
-            terms = np.fmax(np.array(trace.terms)[:, rows], 0.0)
+        if len(trace.terms):  # scored: a NaN term (no box on either side) decides nothing
+            terms = np.fmax(trace.terms[:, rows], 0.0)
             layer = layout.score_at[terms[: layout.n_dist].argmax(axis=0)]  # the farthest
         else:
             terms = np.zeros((0, len(rows)))

@@ -119,7 +119,7 @@ class RelativeMahalanobis:
     def _projection(self) -> np.ndarray:
         """float32 ``[directions | linear']`` (up to :data:`FUSED_CLASSES` classes: one
         product gives both terms), else ``directions`` alone."""
-        if self.n_classes <= FUSED_CLASSES:
+        if self.fused:
             return np.hstack([self.directions, self.linear.T]).astype(np.float32)
         return self.directions.astype(np.float32)
 
@@ -134,6 +134,28 @@ class RelativeMahalanobis:
         """float32 ``linear`` and, float64, each class's row times ``mean``."""
         return self.linear.astype(np.float32), self.linear @ self.mean
 
+    @property
+    def fused(self) -> bool:
+        """Whether one product gives the quadratic and the linear terms (up to
+        :data:`FUSED_CLASSES` classes; see :meth:`project`)."""
+        return self.n_classes <= FUSED_CLASSES
+
+    def project(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(product, quadratic)`` of inputs ``x`` (n_samples, n_features): their centred
+        features through :attr:`_projection` (float64; with :attr:`fused`, the linear term
+        of class ``k`` in column ``rank + k``) and the quadratic term, per input. The linear
+        term of each input's class and the offset then give :meth:`distance`."""
+        x = np.asarray(x).reshape(len(x), -1)
+        if x.shape[1] != self.n_features:
+            raise ValueError(f"{x.shape[1]} features per input, expected {self.n_features}")
+        rank = self.directions.shape[1]
+        x32 = np.asarray(x, np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            product = (x32 @ self._projection).astype(np.float64)
+            product -= self._projected_mean
+            projected = product[:, :rank]
+            return product, np.einsum("ij,ij->i", projected, projected)
+
     def distance(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``RMD_{y[i]}(x[i])``, shape (n_samples,), float64; ``x`` of shape (n_samples,
         n_features) (the layer's features flattened, before any normalisation), ``y`` the
@@ -144,21 +166,16 @@ class RelativeMahalanobis:
         """
         x = np.asarray(x).reshape(len(x), -1)
         y = np.asarray(y, dtype=np.int64)
-        if x.shape[1] != self.n_features:
-            raise ValueError(f"{x.shape[1]} features per input, expected {self.n_features}")
         if len(y) != len(x) or (len(y) and (y.min() < 0 or y.max() >= self.n_classes)):
             raise ValueError(f"predicted classes must be {len(x)} values in [0, {self.n_classes})")
+        product, quadratic = self.project(x)
         rank = self.directions.shape[1]
-        x32 = np.asarray(x, np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
-            product = (x32 @ self._projection).astype(np.float64)
-            product -= self._projected_mean
-            projected = product[:, :rank]
-            quadratic = np.einsum("ij,ij->i", projected, projected)
-            if product.shape[1] > rank:
+            if self.fused:
                 linear = product[np.arange(len(y)), rank + y]
             else:
                 rows, shift = self._linear32
+                x32 = np.asarray(x, np.float32)
                 linear = np.einsum("ij,ij->i", x32, rows[y], dtype=np.float64) - shift[y]
             return np.asarray(quadratic - 2.0 * linear + self.offset[y])
 

@@ -1,7 +1,7 @@
 """The native box kernel decides exactly like the numpy path: same memberships, and distances
 bit-identical to the per-dimension float32 accumulation (within 1e-5 of the padded path),
-with each of its lane loops (the compiler's baseline vectors and, where the CPU has it,
-AVX2)."""
+with each of its lane loops (the compiler's baseline vectors and, where the CPU has them,
+AVX2 and AVX-512F)."""
 
 from __future__ import annotations
 
@@ -30,11 +30,12 @@ def _lane_loops() -> list[str]:
         return []
     previous = k.simd()
     found = ["baseline"]
-    try:
-        k.set_simd("avx2")
-        found.append("avx2")
-    except ValueError:
-        pass
+    for name in ("avx2", "avx512"):
+        try:
+            k.set_simd(name)
+            found.append(name)
+        except ValueError:
+            pass
     k.set_simd(previous)
     return found
 
@@ -73,8 +74,8 @@ def test_set_box_kernel_names_the_choices():
 
 @native
 def test_set_simd_names_the_lane_loops():
-    """AVX2 is chosen at import where the CPU has it; set_simd switches and refuses names it
-    does not know (or AVX2 on a CPU without it)."""
+    """The widest lane loops the CPU has (AVX-512F, else AVX2) are chosen at import; set_simd
+    switches and refuses names it does not know (or loops the CPU lacks)."""
     k = boxes_module._NATIVE
     assert k.simd() == _lane_loops()[-1]
     with pytest.raises(ValueError, match="expected 'baseline'"):
@@ -328,7 +329,9 @@ def test_native_kernel_checks_its_buffers():
     np.testing.assert_allclose(d_own, np.sqrt(3.0))
     assert not inside.any()
     with pytest.raises(ValueError, match="d_own must hold 32 bytes"):
-        layer_pass(d_own=np.empty(4, np.float32))
+        layer_pass(d_own=np.empty(3))
+    with pytest.raises(ValueError, match="d_own: expected float64 values"):
+        layer_pass(d_own=np.empty(8, np.float32))
     with pytest.raises(ValueError, match="tlo and thi must both"):
         layer_pass(good=(*good[:3], tlo[:-1], thi[:-1], cap))
     with pytest.raises(ValueError, match="tlo and thi must both"):
@@ -379,3 +382,98 @@ def test_build_info_names_the_kernel_in_use():
     finally:
         set_box_kernel(previous)
     assert 'boxwatch_agent_build_info{box_kernel="numpy",' in text
+
+
+@native
+def test_score_and_reason_steps_check_their_buffers():
+    """The kernel's steps after the box tests refuse arrays of the wrong type or size with
+    one clear error, never reading past a buffer or misreading its values."""
+    k = boxes_module._NATIVE
+    n = 4
+    f64, out = np.zeros(n), np.empty(n)
+    top, second, finite = np.empty(n), np.empty(n), np.empty(n, np.uint8)
+    k.top_two(np.zeros((n, 3)), 3, top, second, finite)
+    assert finite.all() and (second == 0).all()
+    with pytest.raises(ValueError, match="z: expected float64"):
+        k.top_two(np.zeros((n, 3), np.float32), 3, top, second, finite)
+    with pytest.raises(ValueError, match="rows of c float64"):
+        k.top_two(np.zeros((n, 3)), 5, top, second, finite)
+    with pytest.raises(ValueError, match="top must hold 32 bytes"):
+        k.top_two(np.zeros((n, 3)), 3, np.empty(3), second, finite)
+
+    scale, center, repeat, terms = np.ones(2), np.zeros(1), np.ones(1, np.int64), np.empty((2, n))
+    k.fused_score((f64,), (), (), (f64,), scale, center, repeat, 0.0, (), terms, out, None)
+    assert (out == 0).all()
+    with pytest.raises(ValueError, match="dist must hold float64 arrays of 4 values"):
+        k.fused_score((f64[:3],), (), (), (f64,), scale, center, repeat, 0.0, (), terms, out, None)
+    with pytest.raises(ValueError, match="extra: expected float64"):
+        k.fused_score(
+            (f64,),
+            (),
+            (),
+            (f64.astype(np.float32),),
+            scale,
+            center,
+            repeat,
+            0.0,
+            (),
+            terms,
+            out,
+            None,
+        )
+    with pytest.raises(ValueError, match="scale must hold one float64 per term"):
+        k.fused_score((f64,), (), (), (f64,), np.ones(3), center, repeat, 0.0, (), terms, out, None)
+    with pytest.raises(ValueError, match="repeat must lie in 1 .. 64"):
+        k.fused_score((f64,), (), (), (f64,), scale, center, repeat * 0, 0.0, (), terms, out, None)
+    with pytest.raises(ValueError, match=r"terms must be \(n_terms, n\)"):
+        k.fused_score((f64,), (), (), (f64,), scale, center, repeat, 0.0, (), terms[:1], out, None)
+    with pytest.raises(TypeError, match="must be tuples"):
+        k.fused_score([f64], (), (), (f64,), scale, center, repeat, 0.0, (), terms, out, None)
+
+    y = np.array([0, 1, 2, 0], np.int64)
+    k.rmd_rows(np.zeros((n, 5)), 2, y, f64, np.arange(3.0), out)
+    assert out.tolist() == [0.0, 1.0, 2.0, 0.0]
+    with pytest.raises(ValueError, match=r"must lie in \[0, 3\); input 2 has 3"):
+        k.rmd_rows(np.zeros((n, 5)), 2, y + (y == 2), f64, np.arange(3.0), out)
+    with pytest.raises(ValueError, match=r"product must be \(n, rank \+ n_classes\)"):
+        k.rmd_rows(np.zeros((n, 4)), 2, y, f64, np.arange(3.0), out)
+
+    a = [np.empty(n) for _ in range(4)]
+    k.error_args(f64 + 0.5, None, f64 + np.nan, (f64 + np.inf,), 7.0, *a[:3], None, a[3])
+    assert a[2].tolist() == [7.0] * n and a[3].tolist() == [1.0] * n
+    with pytest.raises(ValueError, match="a3 with gap"):
+        k.error_args(f64, None, f64, (), 7.0, *a, out)
+    with pytest.raises(ValueError, match="contrast must hold float64 arrays of 4 values"):
+        k.error_args(f64, None, f64, (f64[:2],), 7.0, *a[:3], None, a[3])
+    with pytest.raises(ValueError, match="one value per column"):
+        k.standardize((f64, f64), np.zeros(3), np.ones(3), np.empty((n, 2)))
+    with pytest.raises(ValueError, match=r"must lie in \[0, 2\); input 1 has 2"):
+        k.logit_tail(f64, 0.0, np.zeros(2), np.array([0, 2, 0, 1], np.int64), out)
+
+    codes, layer, nearest = np.empty(n, np.int8), np.empty(n, np.int16), np.empty(n, np.int64)
+    reason_args = [
+        np.zeros((2, n)),
+        np.arange(n, dtype=np.int64),
+        np.full(n, 2, np.int8),
+        y,
+        np.ones(2),
+        np.zeros(2, np.int8),
+        np.zeros(2, np.int16),
+        np.zeros(1, np.int16),
+        None,
+        np.zeros((1, 3), np.int64),
+        1,
+        0,
+        0,
+        codes,
+        layer,
+        nearest,
+    ]
+    k.reasons_rows(*reason_args)
+    assert (layer == 0).all() and (nearest == 0).all()
+    with pytest.raises(ValueError, match="out of range"):
+        k.reasons_rows(*reason_args[:1], np.array([0, n], np.int64), *reason_args[2:])
+    with pytest.raises(ValueError, match="nearest .n_con, n_classes. int64"):
+        k.reasons_rows(*reason_args[:10], 2, *reason_args[11:])
+    with pytest.raises(ValueError, match=r"terms must be \(n_terms, n\) float64"):
+        k.reasons_rows(np.zeros((3, n)), *reason_args[1:])

@@ -20,6 +20,7 @@ from boxwatch.agent.boxes import (
     UNCERTAIN,
     BoxRuntime,
     BoxSet,
+    ErrorModel,
     Reasons,
     set_box_kernel,
     verdict_names,
@@ -346,3 +347,74 @@ def test_override_keeps_the_layer_unless_nothing_finite_is_left():
         ("outside_boxes", "b", 1),
     ]
     assert why.override(np.zeros(3, bool), NOT_FINITE) is why
+
+
+def _error_model(shift: bool) -> ErrorModel:
+    """An error model over the five error features (a term per class with ``shift``), its
+    means float32 and its scales a strided view, as a caller may hand them."""
+    return ErrorModel(
+        mean=np.array([-0.5, -2.0, 3.0, 0.4, 0.3], np.float32),
+        scale=np.array([0.7, 0.0, 1.5, 0.0, 2.0, 0.0, 0.6, 0.0, 0.2, 0.0])[::2],
+        coef=np.array([-1.1, 0.4, -0.6, 1.3, 0.9]),
+        intercept=-0.3,
+        threshold=0.6,
+        class_shift=np.array([0.2, -0.4, 0.7]) if shift else None,
+    )
+
+
+def test_native_kernel_gives_numpys_bits_for_scores_errors_and_reasons(kernel):
+    """The native kernel's steps after the box tests (the output picks, the fused score, the
+    relative Mahalanobis term, the error model, the reasons) give the numpy path's values
+    bit for bit on every setting, with non-finite, tied and signed-zero outputs, a batch
+    that is not a multiple of the vector width, and an input of a class without a box."""
+    if boxes_module._NATIVE is None:
+        pytest.skip("the native box kernel is not built (it needs a C compiler at install time)")
+    rng = np.random.default_rng(12)
+    n = 301
+    y = rng.integers(0, 3, n)
+    acts = {
+        "a": np.array([BOXES_A[c][0] for c in y]) + rng.uniform(-0.6, 1.6, (n, 2)),
+        "b": rng.uniform(-0.6, 1.6, (n, 2)),
+    }
+    acts["a"][:5] = np.nan
+    acts["b"][5:8, 1] = np.inf
+    logits = rng.normal(0, 4, size=(n, 3))
+    logits[np.arange(n), y] += 5
+    logits[10:20] = np.round(logits[10:20])  # ties, at the top too
+    logits[20, :2] = logits[20].max() + 1
+    logits[21], logits[22, 0], logits[23, 1] = 0.0, np.nan, -np.inf
+    logits[24] = -0.0
+    probabilities = np.exp(logits - np.nanmax(logits, axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    for changes in (
+        {},
+        {"peak_factor": 1.5},
+        {"uncertainty": "error-model", "error_model": _error_model(shift=False)},
+        {"uncertainty": "error-model", "error_model": _error_model(shift=True), "peak_factor": 2},
+        {"mahalanobis": far_from_means(40.0, center=300.0), "peak_factor": 1.2},
+        {"contrast_classes": 0},
+        {"contrast_layers": [], "contrast_scales": {}},
+        {"energy_center": None, "energy_scale": None},
+        {
+            "output": "probabilities",
+            "uncertainty": "error-model",
+            "error_model": _error_model(shift=True),
+            "energy_center": None,
+            "energy_scale": None,
+        },
+    ):
+        rt = make_runtime(**changes)
+        z = probabilities if rt.output == "probabilities" else logits
+        got = {}
+        for name in ("native", "numpy"):
+            previous = set_box_kernel(name)
+            try:
+                combined, per, scores, why = rt.explain(acts, y, logits=z)
+                error = rt.error_score(acts, y, z)
+            finally:
+                set_box_kernel(previous)
+            got[name] = [combined, *per.values(), scores, why.codes, why.layer, why.nearest, error]
+        for native, numpy in zip(got["native"], got["numpy"], strict=True):
+            assert native.dtype == numpy.dtype, changes
+            np.testing.assert_array_equal(native, numpy, err_msg=str(changes))
+        assert (got["native"][0] != ACCEPT).any() and (got["native"][0] == ACCEPT).any(), changes
