@@ -1217,32 +1217,79 @@ done:
 /* numpy's maximum: NaN when either is NaN, else the larger (a when equal). */
 static inline double np_maximum(double a, double b) { return (a >= b || a != a) ? a : b; }
 
-/* fused_score's work for inputs i0 .. i1 - 1; see fused_score. */
-static void fused_loop(Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t n, Py_ssize_t n_dist,
-                       Py_ssize_t n_con, Py_ssize_t n_ext, const double *const *dist,
-                       const double *const *own, const double *const *other,
-                       const double *const *ext, const double *scale, const double *center,
+/* The float64 arrays of a tuple, each of n values: their buffers (k of them held) and data. */
+typedef struct {
+    Py_buffer *views;
+    double **rows;
+    Py_ssize_t k;
+} Rows;
+
+static void release_rows(Rows *r) {
+    for (Py_ssize_t j = 0; j < r->k; j++) PyBuffer_Release(&r->views[j]);
+    PyMem_Free(r->rows);
+    PyMem_Free(r->views);
+    r->views = NULL;
+    r->rows = NULL;
+    r->k = 0;
+}
+
+/* Fill r from `tuple` (writable buffers for outputs); 0, or -1 with an exception set and
+ * nothing held. */
+static int get_rows(PyObject *tuple, Py_ssize_t n, int writable, const char *name, Rows *r) {
+    memset(r, 0, sizeof(*r));
+    if (!PyTuple_Check(tuple)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of arrays", name);
+        return -1;
+    }
+    const Py_ssize_t k = PyTuple_GET_SIZE(tuple);
+    r->views = PyMem_Calloc((size_t)(k ? k : 1), sizeof(Py_buffer));
+    r->rows = PyMem_Calloc((size_t)(k ? k : 1), sizeof(double *));
+    if (!r->views || !r->rows) {
+        PyErr_NoMemory();
+        release_rows(r);
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (get_f64(PyTuple_GET_ITEM(tuple, j), &r->views[j], writable, name) < 0) {
+            release_rows(r);
+            return -1;
+        }
+        r->k = j + 1;
+        if (r->views[j].len != n * (Py_ssize_t)sizeof(double)) {
+            PyErr_Format(PyExc_ValueError, "%s must hold float64 arrays of %zd values", name, n);
+            release_rows(r);
+            return -1;
+        }
+        r->rows[j] = (double *)r->views[j].buf;
+    }
+    return 0;
+}
+
+/* fused_score's work; see fused_score. count: the terms in the mean, extra ones repeated. */
+static void fused_loop(Py_ssize_t n, const Rows *dist, const Rows *own, const Rows *other,
+                       const Rows *ext, const double *scale, const double *center,
                        const int64_t *repeat, Py_ssize_t count, double peak_factor,
-                       double *const *contrast, double *terms, double *score, uint8_t *peaked) {
-    for (Py_ssize_t i = i0; i < i1; i++) {
+                       const Rows *contrast, double *terms, double *score, uint8_t *peaked) {
+    const Py_ssize_t n_dist = dist->k;
+    for (Py_ssize_t i = 0; i < n; i++) {
         double sum = 0.0, peak = 0.0;
         Py_ssize_t t = 0;
         for (Py_ssize_t k = 0; k < n_dist; k++, t++) {
-            const double v = dist[k][i] / scale[t];
+            const double v = dist->rows[k][i] / scale[t];
             terms[t * n + i] = v;
             sum += v * v;
             peak = k ? np_maximum(peak, v) : v;
         }
-        for (Py_ssize_t k = 0; k < n_con; k++, t++) {
-            const double d = own[k][i];
-            const double c = d == 0.0 ? 0.0 : d / (d + other[k][i]);
-            contrast[k][i] = c;
+        for (Py_ssize_t k = 0; k < own->k; k++, t++) {
+            const double d = own->rows[k][i];
+            const double c = d == 0.0 ? 0.0 : d / (d + other->rows[k][i]);
+            contrast->rows[k][i] = c;
             const double v = c / scale[t];
             terms[t * n + i] = v;
             sum += v * v;
         }
-        for (Py_ssize_t k = 0; k < n_ext; k++, t++) {
-            const double v = np_maximum(ext[k][i] - center[k], 0.0) / scale[t];
+        for (Py_ssize_t k = 0; k < ext->k; k++, t++) {
+            const double v = np_maximum(ext->rows[k][i] - center[k], 0.0) / scale[t];
             terms[t * n + i] = v;
             for (int64_t r = 0; r < repeat[k]; r++) sum += v * v;
         }
@@ -1257,29 +1304,6 @@ static void fused_loop(Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t n, Py_ssize_t n_
     }
 }
 
-/* The float64 buffers of a tuple of k arrays of n values each (writable ones for outputs),
- * views[0 .. k - 1] filled; 0, or -1 with an exception set and nothing held. */
-static int get_rows(PyObject *tuple, Py_ssize_t k, Py_ssize_t n, int writable, const char *name,
-                    Py_buffer *views, double **rows) {
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != k) {
-        PyErr_Format(PyExc_TypeError, "%s must be a tuple of %zd arrays", name, k);
-        return -1;
-    }
-    for (Py_ssize_t j = 0; j < k; j++) {
-        if (get_f64(PyTuple_GET_ITEM(tuple, j), &views[j], writable, name) < 0 ||
-            views[j].len != n * (Py_ssize_t)sizeof(double)) {
-            if (views[j].obj) {
-                PyBuffer_Release(&views[j]);
-                PyErr_Format(PyExc_ValueError, "%s must hold float64 arrays of %zd values", name, n);
-            }
-            while (j-- > 0) PyBuffer_Release(&views[j]);
-            return -1;
-        }
-        rows[j] = (double *)views[j].buf;
-    }
-    return 0;
-}
-
 static PyObject *fused_score(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     (void)self;
     if (argc != 12) {
@@ -1287,91 +1311,50 @@ static PyObject *fused_score(PyObject *self, PyObject *const *argv, Py_ssize_t a
                                          "repeat, peak_factor, contrast, terms, score, peaked)");
         return NULL;
     }
-    PyObject *const *tuples[4] = {&argv[0], &argv[1], &argv[2], &argv[3]};
-    for (int j = 0; j < 4; j++)
-        if (!PyTuple_Check(*tuples[j])) {
-            PyErr_SetString(PyExc_TypeError, "dist, own, other and extra must be tuples");
-            return NULL;
-        }
     const double peak_factor = PyFloat_AsDouble(argv[7]);
     if (peak_factor == -1.0 && PyErr_Occurred()) return NULL;
-    const Py_ssize_t n_dist = PyTuple_GET_SIZE(argv[0]), n_con = PyTuple_GET_SIZE(argv[1]),
-                     n_ext = PyTuple_GET_SIZE(argv[3]), n_terms = n_dist + n_con + n_ext;
     Py_buffer score = {0}, terms = {0}, scale = {0}, center = {0}, repeat = {0}, peaked = {0};
-    Py_buffer *views = NULL;
-    double **rows = NULL;
-    int ok = 0, got[5] = {0};
+    Rows dist = {0}, own = {0}, other = {0}, ext = {0}, contrast = {0};
+    int ok = 0;
     if (get_f64(argv[10], &score, 1, "score") < 0) return NULL;
     const Py_ssize_t n = score.len / (Py_ssize_t)sizeof(double);
-    const Py_ssize_t total = n_dist + 3 * n_con + n_ext;
-    views = PyMem_Calloc((size_t)(total ? total : 1), sizeof(Py_buffer));
-    rows = PyMem_Calloc((size_t)(total ? total : 1), sizeof(double *));
-    if (!views || !rows) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    const char *bad = NULL;
-    if (score.len % (Py_ssize_t)sizeof(double)) bad = "score must be float64";
-    else if (PyTuple_GET_SIZE(argv[2]) != n_con) bad = "own and other must be as many";
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, bad);
-        goto done;
-    }
-    Py_ssize_t at = 0;
-    if (get_rows(argv[0], n_dist, n, 0, "dist", views + at, rows + at) < 0) goto done;
-    got[0] = 1;
-    at += n_dist;
-    if (get_rows(argv[1], n_con, n, 0, "own", views + at, rows + at) < 0) goto done;
-    got[1] = 1;
-    at += n_con;
-    if (get_rows(argv[2], n_con, n, 0, "other", views + at, rows + at) < 0) goto done;
-    got[2] = 1;
-    at += n_con;
-    if (get_rows(argv[3], n_ext, n, 0, "extra", views + at, rows + at) < 0) goto done;
-    got[3] = 1;
-    at += n_ext;
-    if (get_rows(argv[8], n_con, n, 1, "contrast", views + at, rows + at) < 0) goto done;
-    got[4] = 1;
-    if (get_f64(argv[4], &scale, 0, "scale") < 0 || get_f64(argv[5], &center, 0, "center") < 0 ||
+    if (get_rows(argv[0], n, 0, "dist", &dist) < 0 || get_rows(argv[1], n, 0, "own", &own) < 0 ||
+        get_rows(argv[2], n, 0, "other", &other) < 0 || get_rows(argv[3], n, 0, "extra", &ext) < 0 ||
+        get_rows(argv[8], n, 1, "contrast", &contrast) < 0 ||
+        get_f64(argv[4], &scale, 0, "scale") < 0 || get_f64(argv[5], &center, 0, "center") < 0 ||
         get(argv[6], &repeat, 0, "repeat") < 0 || get_f64(argv[9], &terms, 1, "terms") < 0 ||
         get_out(argv[11], &peaked, "peaked", "byte", 1, n) < 0)
         goto done;
-    Py_ssize_t count = n_dist + n_con;
-    for (Py_ssize_t k = 0; repeat.len == n_ext * (Py_ssize_t)sizeof(int64_t) && k < n_ext; k++) {
+    const Py_ssize_t n_terms = dist.k + own.k + ext.k;
+    const char *bad = NULL;
+    Py_ssize_t count = dist.k + own.k;
+    for (Py_ssize_t k = 0; repeat.len == ext.k * (Py_ssize_t)sizeof(int64_t) && k < ext.k; k++) {
         const int64_t r = ((const int64_t *)repeat.buf)[k];
         if (r < 1 || r > 64) bad = "repeat must lie in 1 .. 64";
         count += (Py_ssize_t)r;
     }
-    if (scale.len != n_terms * (Py_ssize_t)sizeof(double)) bad = "scale must hold one float64 per term";
-    else if (center.len != n_ext * (Py_ssize_t)sizeof(double)) bad = "center must hold one float64 per extra term";
-    else if (repeat.len != n_ext * (Py_ssize_t)sizeof(int64_t)) bad = "repeat must hold one int64 per extra term";
+    if (other.k != own.k || contrast.k != own.k) bad = "own, other and contrast must be as many";
+    else if (scale.len != n_terms * (Py_ssize_t)sizeof(double)) bad = "scale must hold one float64 per term";
+    else if (center.len != ext.k * (Py_ssize_t)sizeof(double)) bad = "center must hold one float64 per extra term";
+    else if (repeat.len != ext.k * (Py_ssize_t)sizeof(int64_t)) bad = "repeat must hold one int64 per extra term";
     else if (terms.len != n_terms * n * (Py_ssize_t)sizeof(double)) bad = "terms must be (n_terms, n) float64";
     else if (!count) bad = "the score needs a term";
     if (bad) {
         PyErr_SetString(PyExc_ValueError, bad);
         goto done;
     }
-    double *const *r = rows;
     Py_BEGIN_ALLOW_THREADS
-    fused_loop(0, n, n, n_dist, n_con, n_ext, (const double *const *)r,
-               (const double *const *)(r + n_dist), (const double *const *)(r + n_dist + n_con),
-               (const double *const *)(r + n_dist + 2 * n_con), (const double *)scale.buf,
-               (const double *)center.buf, (const int64_t *)repeat.buf, count, peak_factor,
-               r + n_dist + 2 * n_con + n_ext, (double *)terms.buf, (double *)score.buf,
-               (uint8_t *)peaked.buf);
+    fused_loop(n, &dist, &own, &other, &ext, (const double *)scale.buf, (const double *)center.buf,
+               (const int64_t *)repeat.buf, count, peak_factor, &contrast, (double *)terms.buf,
+               (double *)score.buf, (uint8_t *)peaked.buf);
     Py_END_ALLOW_THREADS
     ok = 1;
 done:
-    if (views) {
-        Py_ssize_t at2 = 0, counts[5] = {n_dist, n_con, n_con, n_ext, n_con};
-        for (int j = 0; j < 5; j++) {
-            if (got[j])
-                for (Py_ssize_t k = 0; k < counts[j]; k++) PyBuffer_Release(&views[at2 + k]);
-            at2 += counts[j];
-        }
-    }
-    PyMem_Free(rows);
-    PyMem_Free(views);
+    release_rows(&contrast);
+    release_rows(&ext);
+    release_rows(&other);
+    release_rows(&own);
+    release_rows(&dist);
     PyBuffer_Release(&peaked);
     PyBuffer_Release(&terms);
     PyBuffer_Release(&repeat);
@@ -1444,20 +1427,10 @@ static PyObject *error_args(PyObject *self, PyObject *const *argv, Py_ssize_t ar
     }
     const double cap = PyFloat_AsDouble(argv[4]);
     if (cap == -1.0 && PyErr_Occurred()) return NULL;
-    if (!PyTuple_Check(argv[3])) {
-        PyErr_SetString(PyExc_TypeError, "contrast must be a tuple");
-        return NULL;
-    }
-    const Py_ssize_t k = PyTuple_GET_SIZE(argv[3]);
     Py_buffer conf = {0}, gap = {0}, scores = {0}, a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, mean = {0};
-    Py_buffer *views = PyMem_Calloc((size_t)(k ? k : 1), sizeof(Py_buffer));
-    double **rows = PyMem_Calloc((size_t)(k ? k : 1), sizeof(double *));
-    int ok = 0, held = 0;
-    if (!views || !rows) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (get_f64(argv[0], &conf, 0, "conf") < 0) goto done;
+    Rows contrast = {0};
+    int ok = 0;
+    if (get_f64(argv[0], &conf, 0, "conf") < 0) return NULL;
     const Py_ssize_t n = conf.len / (Py_ssize_t)sizeof(double);
     if (get_out(argv[1], &gap, "gap", "float64", sizeof(double), n) < 0 ||
         get_out(argv[2], &scores, "scores", "float64", sizeof(double), n) < 0 ||
@@ -1471,8 +1444,8 @@ static PyObject *error_args(PyObject *self, PyObject *const *argv, Py_ssize_t ar
         PyErr_SetString(PyExc_ValueError, "scores, a0, a1, a2 and mean are needed, a3 with gap");
         goto done;
     }
-    if (get_rows(argv[3], k, n, 0, "contrast", views, rows) < 0) goto done;
-    held = 1;
+    if (get_rows(argv[3], n, 0, "contrast", &contrast) < 0) goto done;
+    const Py_ssize_t k = contrast.k;
     const double *c = conf.buf, *g = gap.buf, *sc = scores.buf;
     double *o0 = a0.buf, *o1 = a1.buf, *o2 = a2.buf, *o3 = a3.buf, *m = mean.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1482,17 +1455,14 @@ static PyObject *error_args(PyObject *self, PyObject *const *argv, Py_ssize_t ar
         if (o3) o3[i] = np_maximum(g[i], 1e-12);
         double sum = 0.0;
         for (Py_ssize_t j = 0; j < k; j++) {
-            const double v = rows[j][i];
+            const double v = contrast.rows[j][i];
             sum += fabs(v) <= DBL_MAX ? v : 1.0;
         }
         m[i] = k ? sum / (double)k : 0.0;
     }
     ok = 1;
 done:
-    if (held)
-        for (Py_ssize_t j = 0; j < k; j++) PyBuffer_Release(&views[j]);
-    PyMem_Free(rows);
-    PyMem_Free(views);
+    release_rows(&contrast);
     PyBuffer_Release(&mean);
     PyBuffer_Release(&a3);
     PyBuffer_Release(&a2);
@@ -1513,18 +1483,13 @@ static PyObject *standardize(PyObject *self, PyObject *const *argv, Py_ssize_t a
         return NULL;
     }
     if (!PyTuple_Check(argv[0])) {
-        PyErr_SetString(PyExc_TypeError, "cols must be a tuple");
+        PyErr_SetString(PyExc_TypeError, "cols must be a tuple of arrays");
         return NULL;
     }
     const Py_ssize_t k = PyTuple_GET_SIZE(argv[0]);
     Py_buffer mean = {0}, scale = {0}, out = {0};
-    Py_buffer *views = PyMem_Calloc((size_t)(k ? k : 1), sizeof(Py_buffer));
-    double **rows = PyMem_Calloc((size_t)(k ? k : 1), sizeof(double *));
-    int ok = 0, held = 0;
-    if (!views || !rows) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    Rows cols = {0};
+    int ok = 0;
     if (get_f64(argv[1], &mean, 0, "mean") < 0 || get_f64(argv[2], &scale, 0, "scale") < 0 ||
         get_f64(argv[3], &out, 1, "out") < 0)
         goto done;
@@ -1535,18 +1500,14 @@ static PyObject *standardize(PyObject *self, PyObject *const *argv, Py_ssize_t a
         goto done;
     }
     const Py_ssize_t n = out.len / (k * (Py_ssize_t)sizeof(double));
-    if (get_rows(argv[0], k, n, 0, "cols", views, rows) < 0) goto done;
-    held = 1;
+    if (get_rows(argv[0], n, 0, "cols", &cols) < 0) goto done;
     const double *mu = mean.buf, *sd = scale.buf;
     double *o = out.buf;
     for (Py_ssize_t i = 0; i < n; i++)
-        for (Py_ssize_t j = 0; j < k; j++) o[i * k + j] = (rows[j][i] - mu[j]) / sd[j];
+        for (Py_ssize_t j = 0; j < k; j++) o[i * k + j] = (cols.rows[j][i] - mu[j]) / sd[j];
     ok = 1;
 done:
-    if (held)
-        for (Py_ssize_t j = 0; j < k; j++) PyBuffer_Release(&views[j]);
-    PyMem_Free(rows);
-    PyMem_Free(views);
+    release_rows(&cols);
     PyBuffer_Release(&out);
     PyBuffer_Release(&scale);
     PyBuffer_Release(&mean);

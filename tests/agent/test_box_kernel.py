@@ -421,13 +421,17 @@ def test_score_and_reason_steps_check_their_buffers():
             out,
             None,
         )
+    with pytest.raises(ValueError, match="own, other and contrast must be as many"):
+        k.fused_score(
+            (f64,), (f64,), (), (f64,), np.ones(3), center, repeat, 0.0, (), terms, out, None
+        )
     with pytest.raises(ValueError, match="scale must hold one float64 per term"):
         k.fused_score((f64,), (), (), (f64,), np.ones(3), center, repeat, 0.0, (), terms, out, None)
     with pytest.raises(ValueError, match="repeat must lie in 1 .. 64"):
         k.fused_score((f64,), (), (), (f64,), scale, center, repeat * 0, 0.0, (), terms, out, None)
     with pytest.raises(ValueError, match=r"terms must be \(n_terms, n\)"):
         k.fused_score((f64,), (), (), (f64,), scale, center, repeat, 0.0, (), terms[:1], out, None)
-    with pytest.raises(TypeError, match="must be tuples"):
+    with pytest.raises(TypeError, match="dist must be a tuple of arrays"):
         k.fused_score([f64], (), (), (f64,), scale, center, repeat, 0.0, (), terms, out, None)
 
     y = np.array([0, 1, 2, 0], np.int64)
