@@ -273,3 +273,28 @@ def test_the_term_is_checked_when_built():
         term.distance(np.zeros((4, 3)), np.zeros(4, np.int64))
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         term.distance(np.zeros((4, 2)), np.array([0, 1, 2, 3]))
+
+
+@pytest.mark.parametrize("k", [5, 70])
+def test_distance_is_the_formula_with_one_product_or_a_row_per_class(k):
+    """Up to FUSED_CLASSES classes one product gives both terms, past it the linear term is a
+    dot product with the predicted class's row: either way ``||(x - mu0) F||^2 - 2 (x - mu0)
+    . L[y] + offset[y]``, and a wrong feature count or class is a ValueError naming it."""
+    rng = np.random.default_rng(k)
+    d = 6
+    term = RelativeMahalanobis(
+        rng.normal(size=d), rng.normal(size=(d, 3)), rng.normal(size=(k, d)), rng.normal(size=k)
+    )
+    assert term.fused == (k <= 64)
+    x, y = rng.normal(size=(40, d)), rng.integers(0, k, 40)
+    centred = x.astype(np.float32).astype(np.float64) - term.mean
+    want = (
+        np.square(centred @ term.directions).sum(axis=1)
+        - 2.0 * np.einsum("ij,ij->i", centred, term.linear[y])
+        + term.offset[y]
+    )
+    np.testing.assert_allclose(term.distance(x, y), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="5 features per input, expected 6"):
+        term.distance(x[:, :5], y)
+    with pytest.raises(ValueError, match=f"predicted classes must be 40 values in \\[0, {k}\\)"):
+        term.distance(x, np.full(40, k))
